@@ -1,0 +1,63 @@
+package engine
+
+import (
+	"context"
+	"errors"
+)
+
+// Warehouse executes a step's SQL. The SQLite and Snowflake warehouses
+// implement it; the runner consumes it.
+type Warehouse interface {
+	// RunStep executes one step. It returns a *StepError-free error for
+	// infrastructure failures; a failed dbt test is a result with Failures>0,
+	// not an error. Transient failures (busy, lock timeout, network) are
+	// marked with MarkTransient so the runner retries them.
+	RunStep(ctx context.Context, req StepRequest) (StepResult, error)
+}
+
+// StepRequest is what a warehouse needs to execute a step.
+type StepRequest struct {
+	RunID        string
+	StepID       string
+	Kind         string // seed | model | test | sql
+	Relation     string // the table or view a seed or model builds
+	Materialized string // table | view (models)
+	SQL          string // model/test/sql body, secrets already resolved
+	SeedPath     string // CSV file for seeds
+	Severity     string // tests
+	// Params are bound to the statement's ? placeholders in order (secrets
+	// are bound, never spliced, where the SQL allows it).
+	Params []any
+	// QueryTag is set on the warehouse session (Snowflake QUERY_TAG): JSON
+	// with run_id, step_id and attempts.
+	QueryTag string
+}
+
+// StepResult is what a step produced. It becomes StepCompleted's payload.
+type StepResult struct {
+	RowsAffected int64          `json:"rowsAffected,omitempty"`
+	RowCount     int64          `json:"rowCount,omitempty"` // rows in the built relation (seeds, table models)
+	Failures     int64          `json:"failures,omitempty"` // rows a test returned
+	QueryIDs     []string       `json:"queryIds,omitempty"` // warehouse query ids (Snowflake QUERY_HISTORY)
+	Artifacts    []ArtifactRef  `json:"artifacts,omitempty"`
+	Outputs      map[string]any `json:"outputs,omitempty"`
+}
+
+type transientError struct{ err error }
+
+func (e transientError) Error() string { return e.err.Error() }
+func (e transientError) Unwrap() error { return e.err }
+
+// MarkTransient marks err as worth retrying.
+func MarkTransient(err error) error {
+	if err == nil {
+		return nil
+	}
+	return transientError{err}
+}
+
+// IsTransient reports whether err was marked with MarkTransient.
+func IsTransient(err error) bool {
+	var t transientError
+	return errors.As(err, &t)
+}

@@ -1,0 +1,118 @@
+// Package sqlfiles embeds dvtrun's SQL: one migration sequence per dialect
+// (sqlite, snowflake), projection queries and audit views. Go code never
+// assembles SQL from user input; it loads the statements from here.
+package sqlfiles
+
+import (
+	"embed"
+	"fmt"
+	"io/fs"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+//go:embed sqlite snowflake
+var files embed.FS
+
+// Dialects with a migration sequence.
+const (
+	SQLite    = "sqlite"
+	Snowflake = "snowflake"
+)
+
+// Migration is one numbered file of a dialect's sequence.
+type Migration struct {
+	Version int
+	Name    string // file name without extension
+	SQL     string
+}
+
+// Migrations returns the dialect's migrations in version order. File names
+// are NNNN_name.sql; a gap or a repeated number is an error.
+func Migrations(dialect string) ([]Migration, error) {
+	dir := path.Join(dialect, "migrations")
+	entries, err := fs.ReadDir(files, dir)
+	if err != nil {
+		return nil, fmt.Errorf("sqlfiles: no migrations for dialect %q: %w", dialect, err)
+	}
+	var out []Migration
+	for _, e := range entries {
+		name := strings.TrimSuffix(e.Name(), ".sql")
+		if e.IsDir() || name == e.Name() {
+			continue
+		}
+		num, _, ok := strings.Cut(name, "_")
+		v, err := strconv.Atoi(num)
+		if !ok || err != nil {
+			return nil, fmt.Errorf("sqlfiles: migration %s/%s: name must start with a number and '_'", dir, e.Name())
+		}
+		b, err := fs.ReadFile(files, path.Join(dir, e.Name()))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, Migration{Version: v, Name: name, SQL: string(b)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
+	for i, m := range out {
+		if m.Version != i+1 {
+			return nil, fmt.Errorf("sqlfiles: %s migrations: expected version %d, found %s", dialect, i+1, m.Name)
+		}
+	}
+	return out, nil
+}
+
+// File returns the text of dialect/name, e.g. File("sqlite", "projection.sql").
+func File(dialect, name string) (string, error) {
+	b, err := fs.ReadFile(files, path.Join(dialect, name))
+	if err != nil {
+		return "", fmt.Errorf("sqlfiles: %w", err)
+	}
+	return string(b), nil
+}
+
+// Queries parses a file of named statements, each introduced by a line
+// "-- name: <name>" (the convention of yesql and sqlc), and returns them by
+// name. Text before the first marker is a comment and is dropped.
+func Queries(dialect, name string) (map[string]string, error) {
+	text, err := File(dialect, name)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]string)
+	var cur string
+	var b strings.Builder
+	flush := func() error {
+		if cur == "" {
+			return nil
+		}
+		q := strings.TrimSpace(b.String())
+		if q == "" {
+			return fmt.Errorf("sqlfiles: %s/%s: query %q is empty", dialect, name, cur)
+		}
+		if _, dup := out[cur]; dup {
+			return fmt.Errorf("sqlfiles: %s/%s: query %q defined twice", dialect, name, cur)
+		}
+		out[cur] = q
+		return nil
+	}
+	for _, line := range strings.Split(text, "\n") {
+		if n, ok := strings.CutPrefix(strings.TrimSpace(line), "-- name:"); ok {
+			if err := flush(); err != nil {
+				return nil, err
+			}
+			cur = strings.TrimSpace(n)
+			b.Reset()
+			continue
+		}
+		if cur != "" {
+			b.WriteString(line)
+			b.WriteByte('\n')
+		}
+	}
+	if err := flush(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}

@@ -1,0 +1,82 @@
+// Package store defines the state store every backend implements (SQLite,
+// Snowflake) and, in store/storetest, the conformance suite they all pass.
+//
+// The store is the append authority of RunEvents v2.0.1: it validates events
+// before anything is written (SCHEMA_VALIDATION_FAILED), assigns runSeq per
+// run, deduplicates on (runId, idempotencyKey) by returning the stored record,
+// and writes events, run metadata and outbox rows in one transaction.
+package store
+
+import (
+	"context"
+	"time"
+
+	"github.com/dvtrun/dvtrun/engine"
+)
+
+// Store is the state store.
+type Store interface {
+	// BootstrapRun writes the run's metadata and its first events (normally
+	// RunQueued alone) with their outbox rows in one transaction. It fails
+	// with RUN_ALREADY_EXISTS if the run exists and never leaves a partial run.
+	BootstrapRun(ctx context.Context, meta engine.RunMetadata, first []engine.RunEventWrite) (engine.AppendResult, error)
+
+	// AppendAndEnqueue appends events to an existing run in one transaction:
+	// it locks the run's sequence row, assigns runSeq to events whose
+	// idempotency key is new, inserts them and enqueues only them. Events
+	// whose key exists come back in Deduped with the stored eventId, runSeq
+	// and persistedAt. RUN_NOT_FOUND if the run was never bootstrapped;
+	// INVALID_TRANSITION (when transition checks are on) writes nothing.
+	AppendAndEnqueue(ctx context.Context, runID string, events []engine.RunEventWrite) (engine.AppendResult, error)
+
+	// ListEvents returns up to limit events with runSeq > afterSeq in runSeq
+	// order (limit <= 0: no limit).
+	ListEvents(ctx context.Context, runID string, afterSeq int64, limit int) ([]engine.RunEventRecord, error)
+
+	// GetRun returns a run's metadata or RUN_NOT_FOUND.
+	GetRun(ctx context.Context, runID string) (engine.RunMetadata, error)
+
+	// ListRuns returns runs newest first.
+	ListRuns(ctx context.Context, f RunFilter) ([]engine.RunMetadata, error)
+
+	// SetProviderRunRef records the adapter's reference once it has started.
+	SetProviderRunRef(ctx context.Context, runID, ref string) error
+
+	// ReserveEventIDs is the durable EventIdRegistry (RunEvents §2.5.1). For
+	// each idempotency key in candidates it returns the eventId already bound
+	// to (runID, key) — reserved earlier or persisted — or binds and returns
+	// the candidate.
+	ReserveEventIDs(ctx context.Context, runID string, candidates map[string]string) (map[string]string, error)
+
+	// RecordAlert stores an alert once per Key and reports whether this call
+	// inserted it.
+	RecordAlert(ctx context.Context, a engine.Alert) (bool, error)
+
+	// ListAlerts returns a run's alerts in creation order ("" = all runs).
+	ListAlerts(ctx context.Context, runID string) ([]engine.Alert, error)
+
+	// SendSignal stores a signal for a run; the store assigns Seq and
+	// CreatedAt. Sending a SignalID twice returns the stored signal.
+	SendSignal(ctx context.Context, s engine.Signal) (engine.Signal, error)
+
+	// ListSignals returns a run's signals with Seq > afterSeq in Seq order.
+	ListSignals(ctx context.Context, runID string, afterSeq int64) ([]engine.Signal, error)
+
+	// AcquireLease makes owner the holder of the run's lease until now+ttl
+	// (store clock) if the lease is free, expired or already owner's;
+	// otherwise LEASE_HELD. Calling it again renews.
+	AcquireLease(ctx context.Context, runID, owner string, ttl time.Duration) error
+
+	// ReleaseLease frees the lease if owner holds it.
+	ReleaseLease(ctx context.Context, runID, owner string) error
+
+	Close() error
+}
+
+// RunFilter narrows ListRuns. Empty fields match everything.
+type RunFilter struct {
+	TenantID      string
+	ProjectID     string
+	EnvironmentID string
+	Limit         int // <= 0: 100
+}

@@ -30,7 +30,8 @@ type Migration struct {
 }
 
 // Migrations returns the dialect's migrations in version order. File names
-// are NNNN_name.sql; a gap or a repeated number is an error.
+// are NNNN_name.sql; numbers must be unique (gaps are allowed so that
+// independent areas can own their own ranges).
 func Migrations(dialect string) ([]Migration, error) {
 	dir := path.Join(dialect, "migrations")
 	entries, err := fs.ReadDir(files, dir)
@@ -55,9 +56,9 @@ func Migrations(dialect string) ([]Migration, error) {
 		out = append(out, Migration{Version: v, Name: name, SQL: string(b)})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
-	for i, m := range out {
-		if m.Version != i+1 {
-			return nil, fmt.Errorf("sqlfiles: %s migrations: expected version %d, found %s", dialect, i+1, m.Name)
+	for i := 1; i < len(out); i++ {
+		if out[i].Version == out[i-1].Version {
+			return nil, fmt.Errorf("sqlfiles: %s migrations %s and %s share a version", dialect, out[i-1].Name, out[i].Name)
 		}
 	}
 	return out, nil

@@ -58,23 +58,25 @@ type StepSnapshot struct {
 // Snapshot is a run's derived state. It is a value: Project and Incremental
 // return new snapshots and never modify their input.
 type Snapshot struct {
-	RunID         string                  `json:"runId"`
-	TenantID      string                  `json:"tenantId,omitempty"`
-	ProjectID     string                  `json:"projectId,omitempty"`
-	EnvironmentID string                  `json:"environmentId,omitempty"`
-	Status        RunStatus               `json:"status"`
-	Substatus     string                  `json:"substatus,omitempty"`
-	LastEventSeq  int64                   `json:"lastEventSeq"`
-	Inconsistent  bool                    `json:"inconsistent,omitempty"`
-	Stale         bool                    `json:"stale,omitempty"`
-	Violations    []Violation             `json:"violations,omitempty"`
-	StartedAt     time.Time               `json:"startedAt,omitzero"`
-	CompletedAt   time.Time               `json:"completedAt,omitzero"`
-	DurationMs    int64                   `json:"durationMs,omitempty"`
-	Error         *ErrorInfo              `json:"error,omitempty"`
-	Steps         map[string]StepSnapshot `json:"steps"`
+	RunID         string      `json:"runId"`
+	TenantID      string      `json:"tenantId,omitempty"`
+	ProjectID     string      `json:"projectId,omitempty"`
+	EnvironmentID string      `json:"environmentId,omitempty"`
+	Status        RunStatus   `json:"status"`
+	Substatus     string      `json:"substatus,omitempty"`
+	LastEventSeq  int64       `json:"lastEventSeq"`
+	Inconsistent  bool        `json:"inconsistent,omitempty"`
+	Stale         bool        `json:"stale,omitempty"`
+	Violations    []Violation `json:"violations,omitempty"`
+	StartedAt     time.Time   `json:"startedAt,omitzero"`
+	CompletedAt   time.Time   `json:"completedAt,omitzero"`
+	DurationMs    int64       `json:"durationMs,omitempty"`
+	Error         *ErrorInfo  `json:"error,omitempty"`
+	// Steps are in the order the log first mentions them.
+	Steps []StepSnapshot `json:"steps"`
 
-	// seen holds the idempotency keys applied so far: a re-delivered event
-	// advances the watermark and changes nothing else.
-	seen map[string]struct{}
+	index map[string]int // stepId -> position in Steps
+	// seen holds the state-changing events reduced so far: a re-delivered
+	// event advances the watermark and changes nothing else.
+	seen seenSet
 }

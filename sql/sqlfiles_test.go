@@ -1,0 +1,74 @@
+package sqlfiles_test
+
+import (
+	"errors"
+	"io/fs"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/dvtrun/dvtrun/engine"
+	sqlfiles "github.com/dvtrun/dvtrun/sql"
+)
+
+// TestTransitionTableMatchesEngine keeps the dvt_transitions rows each
+// dialect's migrations ship equal to engine.Transitions: the SQL projection
+// reads that table, the Go reducer reads the Go one, and they must not drift.
+func TestTransitionTableMatchesEngine(t *testing.T) {
+	row := regexp.MustCompile(`\(\s*'([^']*)'\s*,\s*'([^']*)'\s*,\s*'([^']*)'\s*,\s*'([^']*)'\s*,\s*'([^']*)'\s*,\s*'([^']*)'\s*\)`)
+	for _, dialect := range []string{sqlfiles.SQLite, sqlfiles.Snowflake} {
+		t.Run(dialect, func(t *testing.T) {
+			migs, err := sqlfiles.Migrations(dialect)
+			if errors.Is(err, fs.ErrNotExist) {
+				t.Skipf("no %s migrations yet", dialect)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []engine.Transition
+			for _, m := range migs {
+				i := strings.Index(m.SQL, "INSERT INTO dvt_transitions")
+				if i < 0 {
+					continue
+				}
+				for _, r := range row.FindAllStringSubmatch(m.SQL[i:], -1) {
+					got = append(got, engine.Transition{Entity: r[1], From: r[2], Event: engine.EventType(r[3]), To: r[4], RunStatus: r[5], Attempt: engine.AttemptRule(r[6])})
+				}
+			}
+			if len(got) == 0 {
+				t.Skipf("no dvt_transitions rows in the %s migrations yet", dialect)
+			}
+			want := map[engine.Transition]bool{}
+			for _, tr := range engine.Transitions {
+				want[tr] = true
+			}
+			seen := map[engine.Transition]bool{}
+			for _, tr := range got {
+				if !want[tr] {
+					t.Errorf("%s ships a row engine.Transitions lacks: %+v", dialect, tr)
+				}
+				seen[tr] = true
+			}
+			for tr := range want {
+				if !seen[tr] {
+					t.Errorf("%s lacks a row of engine.Transitions: %+v", dialect, tr)
+				}
+			}
+		})
+	}
+}
+
+func TestQueriesParsesNamedStatements(t *testing.T) {
+	migs, err := sqlfiles.Migrations(sqlfiles.SQLite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i < len(migs); i++ {
+		if migs[i].Version <= migs[i-1].Version {
+			t.Fatalf("migrations out of order: %s after %s", migs[i].Name, migs[i-1].Name)
+		}
+	}
+	if migs[0].Version != 1 || !strings.Contains(migs[0].SQL, "CREATE TABLE dvt_run_events") {
+		t.Fatalf("first sqlite migration is %s", migs[0].Name)
+	}
+}

@@ -1,0 +1,43 @@
+# dvtrun — everyday targets. `make help` lists them.
+GO        ?= go
+PKGS      ?= ./...
+BENCHTIME ?= 1x
+COUNT     ?= 5
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
+BENCHSTAT   ?= golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da
+
+.PHONY: help build test test-short bench lint fuzz example clean
+
+help: ## list targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+
+build: ## build bin/dvtrun
+	$(GO) build -o bin/dvtrun ./cmd/dvtrun
+
+test: ## run every test (what CI runs)
+	$(GO) test -count=1 -timeout 30m $(PKGS)
+
+test-short: ## the quick subset
+	$(GO) test -count=1 -short $(PKGS)
+
+bench: ## run the benchmarks and print medians of $(COUNT) runs
+	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -count $(COUNT) -timeout 60m $(PKGS) | tee bench.out
+	$(GO) run $(BENCHSTAT) bench.out
+
+lint: ## gofmt, go vet, staticcheck
+	@test -z "$$(gofmt -l .)" || (gofmt -l .; echo "gofmt: files above need formatting"; exit 1)
+	$(GO) vet $(PKGS)
+	$(GO) run $(STATICCHECK) $(PKGS)
+
+fuzz: ## run each fuzz target for 20s
+	@for pkg in $$($(GO) list ./...); do \
+	  for f in $$($(GO) test -list '^Fuzz' $$pkg 2>/dev/null | grep '^Fuzz'); do \
+	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime 20s $$pkg || exit 1; \
+	  done; \
+	done
+
+example: ## run the example plan on the embedded SQLite default
+	$(GO) run ./cmd/dvtrun run plans/shop/plan.yaml
+
+clean: ## remove build output and the local state in .dvt/
+	rm -rf bin .dvt bench.out

@@ -1,0 +1,138 @@
+-- Statements of the SQLite state store (store/sqlite), by name. Values are
+-- always bound parameters; the only SQL built in Go is the list of ?
+-- placeholders of an IN (...) clause.
+
+-- name: run_exists
+SELECT 1 FROM dvt_runs WHERE run_id = ?;
+
+-- name: insert_run
+INSERT INTO dvt_runs (run_id, tenant_id, project_id, environment_id, plan_id, plan_version,
+                      plan_sha256, target_adapter, provider_run_ref, run_request_id, created_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
+
+-- name: insert_seq
+INSERT INTO dvt_run_seq (run_id, next_seq, status) VALUES (?, 1, 'NONE');
+
+-- name: lock_seq
+-- Writing the run's sequence row first is what serialises the writers of a
+-- run; under BEGIN IMMEDIATE the database write lock is already ours, and the
+-- statement also reads what the append needs.
+UPDATE dvt_run_seq SET next_seq = next_seq WHERE run_id = ?
+RETURNING next_seq, status,
+          (SELECT tenant_id FROM dvt_runs WHERE dvt_runs.run_id = dvt_run_seq.run_id),
+          (SELECT project_id FROM dvt_runs WHERE dvt_runs.run_id = dvt_run_seq.run_id),
+          (SELECT environment_id FROM dvt_runs WHERE dvt_runs.run_id = dvt_run_seq.run_id),
+          (SELECT plan_id FROM dvt_runs WHERE dvt_runs.run_id = dvt_run_seq.run_id),
+          (SELECT plan_version FROM dvt_runs WHERE dvt_runs.run_id = dvt_run_seq.run_id);
+
+-- name: update_seq
+UPDATE dvt_run_seq SET next_seq = ?, status = ? WHERE run_id = ?;
+
+-- name: existing_events
+SELECT run_id, run_seq, tenant_id, project_id, environment_id, event_id, event_type, step_id,
+       plan_id, plan_version, logical_attempt_id, engine_attempt_id, idempotency_key,
+       emitted_at, persisted_at, payload
+FROM dvt_run_events
+WHERE run_id = ? AND idempotency_key IN (/*keys*/);
+
+-- name: step_states
+SELECT step_id, status, logical_attempt_id FROM dvt_step_state
+WHERE run_id = ? AND step_id IN (/*steps*/);
+
+-- name: upsert_step_state
+INSERT INTO dvt_step_state (run_id, step_id, status, logical_attempt_id) VALUES (?, ?, ?, ?)
+ON CONFLICT (run_id, step_id) DO UPDATE SET status = excluded.status,
+                                            logical_attempt_id = excluded.logical_attempt_id;
+
+-- name: insert_event
+INSERT INTO dvt_run_events (run_id, run_seq, tenant_id, project_id, environment_id, event_id,
+                            event_type, step_id, plan_id, plan_version, logical_attempt_id,
+                            engine_attempt_id, idempotency_key, emitted_at, persisted_at, payload)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
+
+-- name: insert_outbox
+INSERT INTO dvt_outbox (run_id, run_seq) VALUES (?, ?);
+
+-- name: forget_reserved_ids
+DELETE FROM dvt_event_ids WHERE run_id = ? AND idempotency_key IN (/*keys*/);
+
+-- name: list_events
+SELECT run_id, run_seq, tenant_id, project_id, environment_id, event_id, event_type, step_id,
+       plan_id, plan_version, logical_attempt_id, engine_attempt_id, idempotency_key,
+       emitted_at, persisted_at, payload
+FROM dvt_run_events
+WHERE run_id = ? AND run_seq > ?
+ORDER BY run_seq
+LIMIT ?;
+
+-- name: get_run
+SELECT run_id, tenant_id, project_id, environment_id, plan_id, plan_version, plan_sha256,
+       target_adapter, COALESCE(provider_run_ref, '') AS provider_run_ref,
+       COALESCE(run_request_id, '') AS run_request_id, created_at
+FROM dvt_runs WHERE run_id = ?;
+
+-- name: list_runs
+SELECT run_id, tenant_id, project_id, environment_id, plan_id, plan_version, plan_sha256,
+       target_adapter, COALESCE(provider_run_ref, '') AS provider_run_ref,
+       COALESCE(run_request_id, '') AS run_request_id, created_at
+FROM dvt_runs
+WHERE (? = '' OR tenant_id = ?) AND (? = '' OR project_id = ?) AND (? = '' OR environment_id = ?)
+ORDER BY created_at DESC, run_id
+LIMIT ?;
+
+-- name: set_provider_ref
+UPDATE dvt_runs SET provider_run_ref = ? WHERE run_id = ?;
+
+-- name: persisted_event_id
+SELECT event_id FROM dvt_run_events WHERE run_id = ? AND idempotency_key = ?;
+
+-- name: reserve_event_id
+INSERT INTO dvt_event_ids (run_id, idempotency_key, event_id, reserved_at) VALUES (?, ?, ?, ?)
+ON CONFLICT (run_id, idempotency_key) DO NOTHING;
+
+-- name: reserved_event_id
+SELECT event_id FROM dvt_event_ids WHERE run_id = ? AND idempotency_key = ?;
+
+-- name: insert_alert
+INSERT INTO dvt_alerts (alert_key, code, severity, run_id, tenant_id, project_id, environment_id,
+                        message, payload, created_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (alert_key) DO NOTHING;
+
+-- name: list_alerts
+SELECT alert_key, code, severity, COALESCE(run_id, ''), COALESCE(tenant_id, ''),
+       COALESCE(project_id, ''), COALESCE(environment_id, ''), message, payload, created_at
+FROM dvt_alerts
+WHERE (? = '' OR run_id = ?)
+ORDER BY created_at, alert_key;
+
+-- name: signal_by_id
+SELECT run_id, signal_seq, signal_id, signal_type, COALESCE(step_id, ''), COALESCE(reason, ''),
+       COALESCE(requested_by, ''), created_at
+FROM dvt_signals WHERE signal_id = ?;
+
+-- name: next_signal_seq
+SELECT COALESCE(MAX(signal_seq), 0) + 1 FROM dvt_signals WHERE run_id = ?;
+
+-- name: insert_signal
+INSERT INTO dvt_signals (run_id, signal_seq, signal_id, signal_type, step_id, reason, requested_by, created_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?);
+
+-- name: list_signals
+SELECT run_id, signal_seq, signal_id, signal_type, COALESCE(step_id, ''), COALESCE(reason, ''),
+       COALESCE(requested_by, ''), created_at
+FROM dvt_signals WHERE run_id = ? AND signal_seq > ? ORDER BY signal_seq;
+
+-- name: get_lease
+SELECT owner, expires_at FROM dvt_leases WHERE run_id = ?;
+
+-- name: put_lease
+INSERT INTO dvt_leases (run_id, owner, acquired_at, expires_at) VALUES (?, ?, ?, ?)
+ON CONFLICT (run_id) DO UPDATE SET owner = excluded.owner, acquired_at = excluded.acquired_at,
+                                   expires_at = excluded.expires_at;
+
+-- name: release_lease
+DELETE FROM dvt_leases WHERE run_id = ? AND owner = ?;
+
+-- name: count_outbox
+SELECT COUNT(*) FROM dvt_outbox WHERE run_id = ?;

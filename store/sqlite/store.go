@@ -1,0 +1,819 @@
+// Package sqlite is dvtrun's embedded backend on modernc.org/sqlite (pure
+// Go): the state store (the event log and its append authority) and a
+// warehouse that runs plans locally.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+	msqlite "modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/dvtrun/dvtrun/engine"
+	sqlfiles "github.com/dvtrun/dvtrun/sql"
+	"github.com/dvtrun/dvtrun/store"
+)
+
+// Options configures a Store.
+type Options struct {
+	// Now is the append authority's clock (persistedAt, created_at);
+	// default time.Now.
+	Now func() time.Time
+	// DisableTransitionChecks turns off Layer 2 (append-time transition
+	// validation). Step and run state is maintained either way.
+	DisableTransitionChecks bool
+	// MustExist opens an existing state store only: read commands never
+	// create a database file.
+	MustExist bool
+	// BusyTimeout is how long a writer waits for another process's write
+	// lock (default 5s).
+	BusyTimeout time.Duration
+}
+
+// Store is the SQLite state store. It is safe for concurrent use; several
+// processes may open the same file.
+type Store struct {
+	db   *sqlx.DB
+	path string
+	opts Options
+	q    map[string]string
+
+	// writeMu serialises this process's write transactions: SQLite allows one
+	// writer at a time, and waiting on a mutex is cheaper and fairer than
+	// SQLite's busy-retry loop. Other processes are held off by BEGIN
+	// IMMEDIATE and the busy timeout.
+	writeMu sync.Mutex
+}
+
+// Open opens (creating unless opts.MustExist) the state store at path and
+// applies pending migrations.
+func Open(ctx context.Context, path string, opts Options) (*Store, error) {
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.BusyTimeout <= 0 {
+		opts.BusyTimeout = 5 * time.Second
+	}
+	if path == "" {
+		return nil, engine.Errorf(engine.CodeInvalidArgument, "state store path is empty")
+	}
+	mode := "rwc"
+	if opts.MustExist {
+		fi, err := os.Stat(path)
+		if err != nil {
+			return nil, engine.Errorf(engine.CodeStoreUnavailable, "no state store at %s (run a plan first, or pass --store)", path)
+		}
+		if fi.IsDir() {
+			return nil, engine.Errorf(engine.CodeStoreUnavailable, "state store %s is a directory", path)
+		}
+		mode = "rw"
+	} else if dir := filepath.Dir(path); dir != "" {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, engine.Errorf(engine.CodeStoreUnavailable, "cannot create the state store directory %s: %v", dir, pathErr(err))
+		}
+	}
+	q, err := sqlfiles.Queries(sqlfiles.SQLite, "store.sql")
+	if err != nil {
+		return nil, err
+	}
+	db, err := sqlx.Open("sqlite", dsn(path, mode, opts.BusyTimeout))
+	if err != nil {
+		return nil, classify(path, err)
+	}
+	s := &Store{db: db, path: path, opts: opts, q: q}
+	if err := s.migrate(ctx); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// dsn builds the modernc connection string: WAL, synchronous=NORMAL (durable
+// at checkpoints, never corrupt), a busy timeout, and BEGIN IMMEDIATE so a
+// write transaction takes the write lock up front instead of failing to
+// upgrade from a read lock halfway through.
+func dsn(path, mode string, busy time.Duration) string {
+	return "file:" + path + "?mode=" + mode +
+		"&_pragma=busy_timeout(" + fmt.Sprint(busy.Milliseconds()) + ")" +
+		"&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(1)" +
+		"&_txlock=immediate"
+}
+
+func pathErr(err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+// Path is the database file.
+func (s *Store) Path() string { return s.path }
+
+// DB gives read access for projections and audit queries.
+func (s *Store) DB() *sqlx.DB { return s.db }
+
+// Close closes the database.
+func (s *Store) Close() error { return s.db.Close() }
+
+func (s *Store) now() string { return s.opts.Now().UTC().Format(engine.TimeFormat) }
+
+func (s *Store) migrate(ctx context.Context) error {
+	migs, err := sqlfiles.Migrations(sqlfiles.SQLite)
+	if err != nil {
+		return err
+	}
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	tx, err := s.db.BeginTxx(ctx, nil) // BEGIN IMMEDIATE: concurrent migrators queue here
+	if err != nil {
+		return classify(s.path, err)
+	}
+	defer tx.Rollback()
+	var tables int
+	if err := tx.GetContext(ctx, &tables, `SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'dvt_schema_version'`); err != nil {
+		return classify(s.path, err)
+	}
+	if tables == 0 {
+		if s.opts.MustExist {
+			return engine.Errorf(engine.CodeStoreCorrupt, "%s is an SQLite database but not a dvtrun state store", s.path)
+		}
+		if _, err := tx.ExecContext(ctx, `CREATE TABLE dvt_schema_version (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)`); err != nil {
+			return classify(s.path, err)
+		}
+	}
+	applied := map[int]bool{}
+	var versions []int
+	if err := tx.SelectContext(ctx, &versions, `SELECT version FROM dvt_schema_version`); err != nil {
+		return classify(s.path, err)
+	}
+	for _, v := range versions {
+		applied[v] = true
+	}
+	changed := false
+	for _, m := range migs {
+		if applied[m.Version] {
+			continue
+		}
+		if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
+			return fmt.Errorf("sqlite: migration %s: %w", m.Name, classify(s.path, err))
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO dvt_schema_version (version, name, applied_at) VALUES (?, ?, ?)`, m.Version, m.Name, s.now()); err != nil {
+			return classify(s.path, err)
+		}
+		changed = true
+	}
+	if !changed {
+		return nil
+	}
+	return classify(s.path, tx.Commit())
+}
+
+// classify maps SQLite failures onto contract codes: a busy database is a
+// transient STORE_UNAVAILABLE, a file that is not a database STORE_CORRUPT.
+func classify(path string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var ee *engine.Error
+	if errors.As(err, &ee) {
+		return err
+	}
+	var se *msqlite.Error
+	if errors.As(err, &se) {
+		switch se.Code() & 0xff {
+		case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED:
+			return engine.MarkTransient(&engine.Error{Code: engine.CodeStoreUnavailable, Msg: fmt.Sprintf("state store %s is busy: %v", path, err), Err: err})
+		case sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_CORRUPT:
+			return &engine.Error{Code: engine.CodeStoreCorrupt, Msg: fmt.Sprintf("%s is not a usable SQLite database (%v)", path, se), Err: err}
+		case sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_FULL, sqlite3.SQLITE_PERM:
+			return &engine.Error{Code: engine.CodeStoreUnavailable, Msg: fmt.Sprintf("cannot write the state store %s (%v)", path, se), Err: err}
+		}
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return fmt.Errorf("sqlite state store %s: %w", path, err)
+}
+
+// inList returns n comma-separated placeholders for an IN clause.
+func inList(q string, n int) string {
+	return strings.Replace(q, "/*keys*/", placeholders(n), 1)
+}
+
+func placeholders(n int) string { return strings.TrimSuffix(strings.Repeat("?,", n), ",") }
+
+// runRow is what the append path reads of a run, under its lock.
+type runRow struct {
+	nextSeq              int64
+	status               engine.RunStatus
+	tenant, project, env string
+	planID, planVersion  string
+}
+
+// BootstrapRun implements store.Store.
+func (s *Store) BootstrapRun(ctx context.Context, meta engine.RunMetadata, first []engine.RunEventWrite) (engine.AppendResult, error) {
+	if err := engine.ValidateMetadata(meta); err != nil {
+		return engine.AppendResult{}, err
+	}
+	row := runRow{nextSeq: 1, status: engine.StatusNone, tenant: meta.TenantID, project: meta.ProjectID, env: meta.EnvironmentID, planID: meta.PlanID, planVersion: meta.PlanVersion}
+	batch, err := prepareBatch(meta.RunID, row, first)
+	if err != nil {
+		return engine.AppendResult{}, err
+	}
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	tx, err := s.db.BeginTxx(ctx, nil)
+	if err != nil {
+		return engine.AppendResult{}, classify(s.path, err)
+	}
+	defer tx.Rollback()
+	var one int
+	switch err := tx.GetContext(ctx, &one, s.q["run_exists"], meta.RunID); {
+	case err == nil:
+		return engine.AppendResult{}, engine.Errorf(engine.CodeRunAlreadyExists, "run %s already exists; nothing was written", meta.RunID)
+	case !errors.Is(err, sql.ErrNoRows):
+		return engine.AppendResult{}, classify(s.path, err)
+	}
+	now := s.now()
+	if _, err := tx.ExecContext(ctx, s.q["insert_run"], meta.RunID, meta.TenantID, meta.ProjectID, meta.EnvironmentID,
+		meta.PlanID, meta.PlanVersion, meta.PlanSHA256, meta.TargetAdapter, nullable(meta.ProviderRunRef), nullable(meta.RunRequestID), now); err != nil {
+		return engine.AppendResult{}, classify(s.path, err)
+	}
+	if _, err := tx.ExecContext(ctx, s.q["insert_seq"], meta.RunID); err != nil {
+		return engine.AppendResult{}, classify(s.path, err)
+	}
+	res, err := s.appendTx(ctx, tx, meta.RunID, row, batch, now)
+	if err != nil {
+		return engine.AppendResult{}, err
+	}
+	if err := tx.Commit(); err != nil {
+		return engine.AppendResult{}, classify(s.path, err)
+	}
+	return res, nil
+}
+
+// AppendAndEnqueue implements store.Store.
+func (s *Store) AppendAndEnqueue(ctx context.Context, runID string, events []engine.RunEventWrite) (engine.AppendResult, error) {
+	if len(events) == 0 {
+		return engine.AppendResult{}, nil
+	}
+	// Envelope checks first: nothing is written for an invalid batch. The
+	// run-specific checks run again under the lock, below.
+	if _, err := prepareBatch(runID, runRow{}, events); err != nil {
+		return engine.AppendResult{}, err
+	}
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	tx, err := s.db.BeginTxx(ctx, nil)
+	if err != nil {
+		return engine.AppendResult{}, classify(s.path, err)
+	}
+	defer tx.Rollback()
+	var row runRow
+	err = tx.QueryRowxContext(ctx, s.q["lock_seq"], runID).Scan(&row.nextSeq, &row.status, &row.tenant, &row.project, &row.env, &row.planID, &row.planVersion)
+	if errors.Is(err, sql.ErrNoRows) {
+		return engine.AppendResult{}, engine.Errorf(engine.CodeRunNotFound, "run %s does not exist (bootstrap it first); nothing was written", runID)
+	}
+	if err != nil {
+		return engine.AppendResult{}, classify(s.path, err)
+	}
+	batch, err := prepareBatch(runID, row, events)
+	if err != nil {
+		return engine.AppendResult{}, err
+	}
+	res, err := s.appendTx(ctx, tx, runID, row, batch, s.now())
+	if err != nil {
+		return engine.AppendResult{}, err
+	}
+	if len(res.Appended) == 0 {
+		return res, nil // all duplicates: nothing to commit
+	}
+	if err := tx.Commit(); err != nil {
+		return engine.AppendResult{}, classify(s.path, err)
+	}
+	return res, nil
+}
+
+// batch is a validated append: events in order, the first occurrence of
+// each idempotency key, and for later occurrences the index of the first.
+type batch struct {
+	events  []engine.RunEventWrite
+	keys    []string
+	repeats map[int]int // position in the caller's slice -> position in events
+}
+
+// prepareBatch validates events against their schemas and against the run
+// (when row carries the run's tenancy and plan), and folds repeated keys.
+func prepareBatch(runID string, row runRow, events []engine.RunEventWrite) (batch, error) {
+	b := batch{repeats: map[int]int{}}
+	first := make(map[string]int, len(events))
+	for i, e := range events {
+		if err := engine.Validate(e); err != nil {
+			return batch{}, err
+		}
+		if e.RunID != runID {
+			return batch{}, engine.Errorf(engine.CodeSchemaValidationFailed, "%s event %s belongs to run %s, not %s; nothing was written", e.EventType, e.EventID, e.RunID, runID)
+		}
+		if row.planID != "" && (e.TenantID != row.tenant || e.ProjectID != row.project || e.EnvironmentID != row.env || e.PlanID != row.planID || e.PlanVersion != row.planVersion) {
+			return batch{}, engine.Errorf(engine.CodeSchemaValidationFailed,
+				"%s event %s carries tenant/project/environment/plan %s/%s/%s/%s@%s but run %s is %s/%s/%s/%s@%s; nothing was written",
+				e.EventType, e.EventID, e.TenantID, e.ProjectID, e.EnvironmentID, e.PlanID, e.PlanVersion,
+				runID, row.tenant, row.project, row.env, row.planID, row.planVersion)
+		}
+		if j, dup := first[e.IdempotencyKey]; dup {
+			b.repeats[i] = j
+			continue
+		}
+		first[e.IdempotencyKey] = len(b.events)
+		b.events = append(b.events, e)
+		b.keys = append(b.keys, e.IdempotencyKey)
+	}
+	return b, nil
+}
+
+// appendTx does the append inside tx, which holds the database write lock.
+func (s *Store) appendTx(ctx context.Context, tx *sqlx.Tx, runID string, row runRow, b batch, now string) (engine.AppendResult, error) {
+	existing := map[string]engine.RunEventRecord{}
+	if row.nextSeq > 1 {
+		args := make([]any, 0, len(b.keys)+1)
+		args = append(args, runID)
+		for _, k := range b.keys {
+			args = append(args, k)
+		}
+		recs, err := s.queryEvents(ctx, tx, inList(s.q["existing_events"], len(b.keys)), args...)
+		if err != nil {
+			return engine.AppendResult{}, err
+		}
+		for _, r := range recs {
+			existing[r.IdempotencyKey] = r
+		}
+	}
+	var fresh []engine.RunEventWrite
+	for _, e := range b.events {
+		if _, ok := existing[e.IdempotencyKey]; !ok {
+			fresh = append(fresh, e)
+		}
+	}
+	var res engine.AppendResult
+	if len(fresh) > 0 {
+		steps, err := s.stepStates(ctx, tx, runID, fresh)
+		if err != nil {
+			return engine.AppendResult{}, err
+		}
+		status, after, err := engine.CheckTransitions(row.status, steps, fresh)
+		if err != nil {
+			if !s.opts.DisableTransitionChecks {
+				return engine.AppendResult{}, err
+			}
+			status, after = lenientState(row.status, steps, fresh)
+		}
+		persisted, err := time.Parse(time.RFC3339Nano, now)
+		if err != nil {
+			return engine.AppendResult{}, err
+		}
+		seq := row.nextSeq
+		for _, e := range fresh {
+			if _, err := tx.ExecContext(ctx, s.q["insert_event"], runID, seq, e.TenantID, e.ProjectID, e.EnvironmentID, e.EventID,
+				string(e.EventType), nullable(e.StepID), e.PlanID, e.PlanVersion, e.LogicalAttemptID, e.EngineAttemptID,
+				e.IdempotencyKey, e.EmittedAt.UTC().Format(engine.TimeFormat), now, nullableJSON(e.Payload)); err != nil {
+				return engine.AppendResult{}, classify(s.path, err)
+			}
+			if _, err := tx.ExecContext(ctx, s.q["insert_outbox"], runID, seq); err != nil {
+				return engine.AppendResult{}, classify(s.path, err)
+			}
+			res.Appended = append(res.Appended, engine.RunEventRecord{RunEventWrite: e, RunSeq: seq, PersistedAt: persisted})
+			seq++
+		}
+		if _, err := tx.ExecContext(ctx, s.q["update_seq"], seq, string(status), runID); err != nil {
+			return engine.AppendResult{}, classify(s.path, err)
+		}
+		for id, st := range after {
+			if prev, ok := steps[id]; ok && prev == st {
+				continue
+			}
+			if _, err := tx.ExecContext(ctx, s.q["upsert_step_state"], runID, id, string(st.Status), st.LogicalAttemptID); err != nil {
+				return engine.AppendResult{}, classify(s.path, err)
+			}
+		}
+		keys := make([]any, 0, len(fresh)+1)
+		keys = append(keys, runID)
+		for _, e := range fresh {
+			keys = append(keys, e.IdempotencyKey)
+		}
+		if _, err := tx.ExecContext(ctx, inList(s.q["forget_reserved_ids"], len(fresh)), keys...); err != nil {
+			return engine.AppendResult{}, classify(s.path, err)
+		}
+	}
+	// Duplicates — of stored events or of earlier events in this batch —
+	// come back as the stored records.
+	appended := make(map[string]engine.RunEventRecord, len(res.Appended))
+	for _, r := range res.Appended {
+		appended[r.IdempotencyKey] = r
+	}
+	for _, e := range b.events {
+		if r, ok := existing[e.IdempotencyKey]; ok {
+			res.Deduped = append(res.Deduped, r)
+		}
+	}
+	for _, j := range sortedRepeats(b.repeats) {
+		k := b.events[j].IdempotencyKey
+		if r, ok := appended[k]; ok {
+			res.Deduped = append(res.Deduped, r)
+		} else {
+			res.Deduped = append(res.Deduped, existing[k])
+		}
+	}
+	return res, nil
+}
+
+// sortedRepeats returns, in the caller's order, the batch positions of the
+// first occurrences that later events repeated.
+func sortedRepeats(m map[int]int) []int {
+	out := make([]int, 0, len(m))
+	for _, i := range slices.Sorted(maps.Keys(m)) {
+		out = append(out, m[i])
+	}
+	return out
+}
+
+// lenientState follows the batch with checks off: valid moves apply,
+// invalid ones are left to the projector (Policy A).
+func lenientState(run engine.RunStatus, steps map[string]engine.StepState, events []engine.RunEventWrite) (engine.RunStatus, map[string]engine.StepState) {
+	out := make(map[string]engine.StepState, len(steps))
+	for k, v := range steps {
+		out[k] = v
+	}
+	for _, e := range events {
+		r, st, err := engine.CheckTransitions(run, out, []engine.RunEventWrite{e})
+		if err == nil {
+			run, out = r, st
+		}
+	}
+	return run, out
+}
+
+func (s *Store) stepStates(ctx context.Context, tx *sqlx.Tx, runID string, events []engine.RunEventWrite) (map[string]engine.StepState, error) {
+	args := []any{runID}
+	seen := map[string]bool{}
+	for _, e := range events {
+		if e.StepID != "" && !seen[e.StepID] {
+			seen[e.StepID] = true
+			args = append(args, e.StepID)
+		}
+	}
+	out := make(map[string]engine.StepState, len(seen))
+	if len(seen) == 0 {
+		return out, nil
+	}
+	q := strings.Replace(s.q["step_states"], "/*steps*/", placeholders(len(seen)), 1)
+	rows, err := tx.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, classify(s.path, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id, status string
+		var attempt int
+		if err := rows.Scan(&id, &status, &attempt); err != nil {
+			return nil, classify(s.path, err)
+		}
+		out[id] = engine.StepState{Status: engine.StepStatus(status), LogicalAttemptID: attempt}
+	}
+	return out, classify(s.path, rows.Err())
+}
+
+type queryer interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+func (s *Store) queryEvents(ctx context.Context, q queryer, query string, args ...any) ([]engine.RunEventRecord, error) {
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, classify(s.path, err)
+	}
+	defer rows.Close()
+	var out []engine.RunEventRecord
+	for rows.Next() {
+		var r engine.RunEventRecord
+		var step, payload sql.NullString
+		var emitted, persisted, typ string
+		if err := rows.Scan(&r.RunID, &r.RunSeq, &r.TenantID, &r.ProjectID, &r.EnvironmentID, &r.EventID, &typ, &step,
+			&r.PlanID, &r.PlanVersion, &r.LogicalAttemptID, &r.EngineAttemptID, &r.IdempotencyKey, &emitted, &persisted, &payload); err != nil {
+			return nil, classify(s.path, err)
+		}
+		r.EventType = engine.EventType(typ)
+		r.StepID = step.String
+		if payload.Valid {
+			r.Payload = json.RawMessage(payload.String)
+		}
+		if r.EmittedAt, err = time.Parse(time.RFC3339Nano, emitted); err != nil {
+			return nil, engine.Errorf(engine.CodeStoreCorrupt, "run %s runSeq %d: emitted_at %q: %v", r.RunID, r.RunSeq, emitted, err)
+		}
+		if r.PersistedAt, err = time.Parse(time.RFC3339Nano, persisted); err != nil {
+			return nil, engine.Errorf(engine.CodeStoreCorrupt, "run %s runSeq %d: persisted_at %q: %v", r.RunID, r.RunSeq, persisted, err)
+		}
+		out = append(out, r)
+	}
+	return out, classify(s.path, rows.Err())
+}
+
+// ListEvents implements store.Store.
+func (s *Store) ListEvents(ctx context.Context, runID string, afterSeq int64, limit int) ([]engine.RunEventRecord, error) {
+	if limit <= 0 {
+		limit = -1 // SQLite: no limit
+	}
+	return s.queryEvents(ctx, s.db, s.q["list_events"], runID, afterSeq, limit)
+}
+
+type metaRow struct {
+	engine.RunMetadata
+	Created string `db:"created_at"`
+}
+
+func (m metaRow) metadata() (engine.RunMetadata, error) {
+	out := m.RunMetadata
+	t, err := time.Parse(time.RFC3339Nano, m.Created)
+	if err != nil {
+		return out, engine.Errorf(engine.CodeStoreCorrupt, "run %s: created_at %q: %v", out.RunID, m.Created, err)
+	}
+	out.CreatedAt = t
+	return out, nil
+}
+
+// GetRun implements store.Store.
+func (s *Store) GetRun(ctx context.Context, runID string) (engine.RunMetadata, error) {
+	rows, err := s.db.QueryxContext(ctx, s.q["get_run"], runID)
+	if err != nil {
+		return engine.RunMetadata{}, classify(s.path, err)
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return engine.RunMetadata{}, classify(s.path, err)
+		}
+		return engine.RunMetadata{}, engine.Errorf(engine.CodeRunNotFound, "run %s not found in %s", runID, s.path)
+	}
+	var m metaRow
+	if err := scanMeta(rows, &m); err != nil {
+		return engine.RunMetadata{}, err
+	}
+	return m.metadata()
+}
+
+func scanMeta(rows *sqlx.Rows, m *metaRow) error {
+	return rows.Scan(&m.RunID, &m.TenantID, &m.ProjectID, &m.EnvironmentID, &m.PlanID, &m.PlanVersion, &m.PlanSHA256,
+		&m.TargetAdapter, &m.ProviderRunRef, &m.RunRequestID, &m.Created)
+}
+
+// ListRuns implements store.Store.
+func (s *Store) ListRuns(ctx context.Context, f store.RunFilter) ([]engine.RunMetadata, error) {
+	limit := f.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	rows, err := s.db.QueryxContext(ctx, s.q["list_runs"], f.TenantID, f.TenantID, f.ProjectID, f.ProjectID, f.EnvironmentID, f.EnvironmentID, limit)
+	if err != nil {
+		return nil, classify(s.path, err)
+	}
+	defer rows.Close()
+	var out []engine.RunMetadata
+	for rows.Next() {
+		var m metaRow
+		if err := scanMeta(rows, &m); err != nil {
+			return nil, classify(s.path, err)
+		}
+		md, err := m.metadata()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, md)
+	}
+	return out, classify(s.path, rows.Err())
+}
+
+// SetProviderRunRef implements store.Store.
+func (s *Store) SetProviderRunRef(ctx context.Context, runID, ref string) error {
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	res, err := s.db.ExecContext(ctx, s.q["set_provider_ref"], ref, runID)
+	if err != nil {
+		return classify(s.path, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return engine.Errorf(engine.CodeRunNotFound, "run %s not found in %s", runID, s.path)
+	}
+	return nil
+}
+
+// ReserveEventIDs implements store.Store.
+func (s *Store) ReserveEventIDs(ctx context.Context, runID string, candidates map[string]string) (map[string]string, error) {
+	out := make(map[string]string, len(candidates))
+	if len(candidates) == 0 {
+		return out, nil
+	}
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	tx, err := s.db.BeginTxx(ctx, nil)
+	if err != nil {
+		return nil, classify(s.path, err)
+	}
+	defer tx.Rollback()
+	now := s.now()
+	for key, candidate := range candidates {
+		var id string
+		err := tx.GetContext(ctx, &id, s.q["persisted_event_id"], runID, key)
+		if err == nil {
+			out[key] = id
+			continue
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return nil, classify(s.path, err)
+		}
+		if _, err := tx.ExecContext(ctx, s.q["reserve_event_id"], runID, key, candidate, now); err != nil {
+			return nil, classify(s.path, err)
+		}
+		if err := tx.GetContext(ctx, &id, s.q["reserved_event_id"], runID, key); err != nil {
+			return nil, classify(s.path, err)
+		}
+		out[key] = id
+	}
+	return out, classify(s.path, tx.Commit())
+}
+
+// RecordAlert implements store.Store.
+func (s *Store) RecordAlert(ctx context.Context, a engine.Alert) (bool, error) {
+	if a.Key == "" || a.Code == "" {
+		return false, engine.Errorf(engine.CodeInvalidArgument, "an alert needs a key and a code")
+	}
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	res, err := s.db.ExecContext(ctx, s.q["insert_alert"], a.Key, string(a.Code), a.Severity, nullable(a.RunID), nullable(a.TenantID),
+		nullable(a.ProjectID), nullable(a.EnvironmentID), a.Message, nullableJSON(a.Payload), s.now())
+	if err != nil {
+		return false, classify(s.path, err)
+	}
+	n, _ := res.RowsAffected()
+	return n == 1, nil
+}
+
+// ListAlerts implements store.Store.
+func (s *Store) ListAlerts(ctx context.Context, runID string) ([]engine.Alert, error) {
+	rows, err := s.db.QueryContext(ctx, s.q["list_alerts"], runID, runID)
+	if err != nil {
+		return nil, classify(s.path, err)
+	}
+	defer rows.Close()
+	var out []engine.Alert
+	for rows.Next() {
+		var a engine.Alert
+		var code, created string
+		var payload sql.NullString
+		if err := rows.Scan(&a.Key, &code, &a.Severity, &a.RunID, &a.TenantID, &a.ProjectID, &a.EnvironmentID, &a.Message, &payload, &created); err != nil {
+			return nil, classify(s.path, err)
+		}
+		a.Code = engine.Code(code)
+		if payload.Valid {
+			a.Payload = json.RawMessage(payload.String)
+		}
+		a.CreatedAt, _ = time.Parse(time.RFC3339Nano, created)
+		out = append(out, a)
+	}
+	return out, classify(s.path, rows.Err())
+}
+
+// SendSignal implements store.Store.
+func (s *Store) SendSignal(ctx context.Context, sig engine.Signal) (engine.Signal, error) {
+	if !sig.Type.Valid() {
+		return engine.Signal{}, engine.Errorf(engine.CodeInvalidArgument, "unknown signal type %q (want PAUSE, RESUME, CANCEL or RETRY_STEP)", sig.Type)
+	}
+	if sig.SignalID == "" || sig.RunID == "" {
+		return engine.Signal{}, engine.Errorf(engine.CodeInvalidArgument, "a signal needs a signalId and a runId")
+	}
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	tx, err := s.db.BeginTxx(ctx, nil)
+	if err != nil {
+		return engine.Signal{}, classify(s.path, err)
+	}
+	defer tx.Rollback()
+	if got, err := scanSignals(tx.QueryContext(ctx, s.q["signal_by_id"], sig.SignalID)); err != nil {
+		return engine.Signal{}, classify(s.path, err)
+	} else if len(got) == 1 {
+		return got[0], nil
+	}
+	var one int
+	if err := tx.GetContext(ctx, &one, s.q["run_exists"], sig.RunID); errors.Is(err, sql.ErrNoRows) {
+		return engine.Signal{}, engine.Errorf(engine.CodeRunNotFound, "run %s not found in %s", sig.RunID, s.path)
+	} else if err != nil {
+		return engine.Signal{}, classify(s.path, err)
+	}
+	if err := tx.GetContext(ctx, &sig.Seq, s.q["next_signal_seq"], sig.RunID); err != nil {
+		return engine.Signal{}, classify(s.path, err)
+	}
+	now := s.now()
+	if _, err := tx.ExecContext(ctx, s.q["insert_signal"], sig.RunID, sig.Seq, sig.SignalID, string(sig.Type),
+		nullable(sig.StepID), nullable(sig.Reason), nullable(sig.RequestedBy), now); err != nil {
+		return engine.Signal{}, classify(s.path, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return engine.Signal{}, classify(s.path, err)
+	}
+	sig.CreatedAt, _ = time.Parse(time.RFC3339Nano, now)
+	return sig, nil
+}
+
+// ListSignals implements store.Store.
+func (s *Store) ListSignals(ctx context.Context, runID string, afterSeq int64) ([]engine.Signal, error) {
+	out, err := scanSignals(s.db.QueryContext(ctx, s.q["list_signals"], runID, afterSeq))
+	return out, classify(s.path, err)
+}
+
+func scanSignals(rows *sql.Rows, err error) ([]engine.Signal, error) {
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []engine.Signal
+	for rows.Next() {
+		var sig engine.Signal
+		var typ, created string
+		if err := rows.Scan(&sig.RunID, &sig.Seq, &sig.SignalID, &typ, &sig.StepID, &sig.Reason, &sig.RequestedBy, &created); err != nil {
+			return nil, err
+		}
+		sig.Type = engine.SignalType(typ)
+		sig.CreatedAt, _ = time.Parse(time.RFC3339Nano, created)
+		out = append(out, sig)
+	}
+	return out, rows.Err()
+}
+
+// AcquireLease implements store.Store.
+func (s *Store) AcquireLease(ctx context.Context, runID, owner string, ttl time.Duration) error {
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	tx, err := s.db.BeginTxx(ctx, nil)
+	if err != nil {
+		return classify(s.path, err)
+	}
+	defer tx.Rollback()
+	now := s.opts.Now().UTC()
+	var holder, expires string
+	err = tx.QueryRowContext(ctx, s.q["get_lease"], runID).Scan(&holder, &expires)
+	switch {
+	case err == nil:
+		exp, perr := time.Parse(time.RFC3339Nano, expires)
+		if perr == nil && holder != owner && exp.After(now) {
+			return engine.Errorf(engine.CodeLeaseHeld, "run %s is owned by %s until %s", runID, holder, exp.Format(time.RFC3339))
+		}
+	case !errors.Is(err, sql.ErrNoRows):
+		return classify(s.path, err)
+	}
+	if _, err := tx.ExecContext(ctx, s.q["put_lease"], runID, owner, now.Format(engine.TimeFormat), now.Add(ttl).Format(engine.TimeFormat)); err != nil {
+		return classify(s.path, err)
+	}
+	return classify(s.path, tx.Commit())
+}
+
+// ReleaseLease implements store.Store.
+func (s *Store) ReleaseLease(ctx context.Context, runID, owner string) error {
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	_, err := s.db.ExecContext(ctx, s.q["release_lease"], runID, owner)
+	return classify(s.path, err)
+}
+
+// CountOutbox returns the number of outbox rows of a run (conformance).
+func (s *Store) CountOutbox(ctx context.Context, runID string) (int, error) {
+	var n int
+	err := s.db.GetContext(ctx, &n, s.q["count_outbox"], runID)
+	return n, classify(s.path, err)
+}
+
+func nullable(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+func nullableJSON(p json.RawMessage) any {
+	if len(p) == 0 || string(p) == "null" {
+		return nil
+	}
+	return string(p)
+}
+
+var _ store.Store = (*Store)(nil)

@@ -28,12 +28,15 @@ RETURNING next_seq, status,
 -- name: update_seq
 UPDATE dvt_run_seq SET next_seq = ?, status = ? WHERE run_id = ?;
 
--- name: existing_events
+-- name: existing_event
 SELECT run_id, run_seq, tenant_id, project_id, environment_id, event_id, event_type, step_id,
        plan_id, plan_version, logical_attempt_id, engine_attempt_id, idempotency_key,
        emitted_at, persisted_at, payload
 FROM dvt_run_events
-WHERE run_id = ? AND idempotency_key IN (/*keys*/);
+WHERE run_id = ? AND idempotency_key = ?;
+
+-- name: step_state
+SELECT step_id, status, logical_attempt_id FROM dvt_step_state WHERE run_id = ? AND step_id = ?;
 
 -- name: step_states
 SELECT step_id, status, logical_attempt_id FROM dvt_step_state
@@ -48,13 +51,14 @@ ON CONFLICT (run_id, step_id) DO UPDATE SET status = excluded.status,
 INSERT INTO dvt_run_events (run_id, run_seq, tenant_id, project_id, environment_id, event_id,
                             event_type, step_id, plan_id, plan_version, logical_attempt_id,
                             engine_attempt_id, idempotency_key, emitted_at, persisted_at, payload)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (run_id, idempotency_key) DO NOTHING;
 
 -- name: insert_outbox
 INSERT INTO dvt_outbox (run_id, run_seq) VALUES (?, ?);
 
--- name: forget_reserved_ids
-DELETE FROM dvt_event_ids WHERE run_id = ? AND idempotency_key IN (/*keys*/);
+-- name: forget_run_reservations
+DELETE FROM dvt_event_ids WHERE run_id = ?;
 
 -- name: list_events
 SELECT run_id, run_seq, tenant_id, project_id, environment_id, event_id, event_type, step_id,

@@ -45,10 +45,11 @@ type Options struct {
 // Store is the SQLite state store. It is safe for concurrent use; several
 // processes may open the same file.
 type Store struct {
-	db   *sqlx.DB
-	path string
-	opts Options
-	q    map[string]string
+	db    *sqlx.DB
+	path  string
+	opts  Options
+	q     map[string]string
+	stmts map[string]*sql.Stmt // the statements without an IN list, prepared once
 
 	// writeMu serialises this process's write transactions: SQLite allows one
 	// writer at a time, and waiting on a mutex is cheaper and fairer than
@@ -92,10 +93,21 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, classify(path, err)
 	}
-	s := &Store{db: db, path: path, opts: opts, q: q}
+	s := &Store{db: db, path: path, opts: opts, q: q, stmts: map[string]*sql.Stmt{}}
 	if err := s.migrate(ctx); err != nil {
 		db.Close()
 		return nil, err
+	}
+	for name, text := range q {
+		if strings.Contains(text, "/*") {
+			continue
+		}
+		st, err := db.PrepareContext(ctx, text)
+		if err != nil {
+			db.Close()
+			return nil, classify(path, fmt.Errorf("prepare %s: %w", name, err))
+		}
+		s.stmts[name] = st
 	}
 	return s, nil
 }
@@ -126,7 +138,18 @@ func (s *Store) Path() string { return s.path }
 func (s *Store) DB() *sqlx.DB { return s.db }
 
 // Close closes the database.
-func (s *Store) Close() error { return s.db.Close() }
+func (s *Store) Close() error {
+	for _, st := range s.stmts {
+		st.Close()
+	}
+	return s.db.Close()
+}
+
+// exec runs a prepared statement inside tx.
+func (s *Store) exec(ctx context.Context, tx *sqlx.Tx, name string, args ...any) (sql.Result, error) {
+	res, err := tx.StmtContext(ctx, s.stmts[name]).ExecContext(ctx, args...)
+	return res, classify(s.path, err)
+}
 
 func (s *Store) now() string { return s.opts.Now().UTC().Format(engine.TimeFormat) }
 
@@ -229,7 +252,12 @@ func (s *Store) BootstrapRun(ctx context.Context, meta engine.RunMetadata, first
 		return engine.AppendResult{}, err
 	}
 	row := runRow{nextSeq: 1, status: engine.StatusNone, tenant: meta.TenantID, project: meta.ProjectID, env: meta.EnvironmentID, planID: meta.PlanID, planVersion: meta.PlanVersion}
-	batch, err := prepareBatch(meta.RunID, row, first)
+	for _, e := range first {
+		if err := engine.Validate(e); err != nil {
+			return engine.AppendResult{}, err
+		}
+	}
+	batch, err := foldBatch(meta.RunID, row, first)
 	if err != nil {
 		return engine.AppendResult{}, err
 	}
@@ -248,11 +276,11 @@ func (s *Store) BootstrapRun(ctx context.Context, meta engine.RunMetadata, first
 		return engine.AppendResult{}, classify(s.path, err)
 	}
 	now := s.now()
-	if _, err := tx.ExecContext(ctx, s.q["insert_run"], meta.RunID, meta.TenantID, meta.ProjectID, meta.EnvironmentID,
+	if _, err := s.exec(ctx, tx, "insert_run", meta.RunID, meta.TenantID, meta.ProjectID, meta.EnvironmentID,
 		meta.PlanID, meta.PlanVersion, meta.PlanSHA256, meta.TargetAdapter, nullable(meta.ProviderRunRef), nullable(meta.RunRequestID), now); err != nil {
 		return engine.AppendResult{}, classify(s.path, err)
 	}
-	if _, err := tx.ExecContext(ctx, s.q["insert_seq"], meta.RunID); err != nil {
+	if _, err := s.exec(ctx, tx, "insert_seq", meta.RunID); err != nil {
 		return engine.AppendResult{}, classify(s.path, err)
 	}
 	res, err := s.appendTx(ctx, tx, meta.RunID, row, batch, now)
@@ -270,10 +298,12 @@ func (s *Store) AppendAndEnqueue(ctx context.Context, runID string, events []eng
 	if len(events) == 0 {
 		return engine.AppendResult{}, nil
 	}
-	// Envelope checks first: nothing is written for an invalid batch. The
-	// run-specific checks run again under the lock, below.
-	if _, err := prepareBatch(runID, runRow{}, events); err != nil {
-		return engine.AppendResult{}, err
+	// Envelope checks first, outside the lock: nothing is written for an
+	// invalid batch. The checks against the run's row run under the lock.
+	for _, e := range events {
+		if err := engine.Validate(e); err != nil {
+			return engine.AppendResult{}, err
+		}
 	}
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
@@ -283,14 +313,14 @@ func (s *Store) AppendAndEnqueue(ctx context.Context, runID string, events []eng
 	}
 	defer tx.Rollback()
 	var row runRow
-	err = tx.QueryRowxContext(ctx, s.q["lock_seq"], runID).Scan(&row.nextSeq, &row.status, &row.tenant, &row.project, &row.env, &row.planID, &row.planVersion)
+	err = tx.StmtContext(ctx, s.stmts["lock_seq"]).QueryRowContext(ctx, runID).Scan(&row.nextSeq, &row.status, &row.tenant, &row.project, &row.env, &row.planID, &row.planVersion)
 	if errors.Is(err, sql.ErrNoRows) {
 		return engine.AppendResult{}, engine.Errorf(engine.CodeRunNotFound, "run %s does not exist (bootstrap it first); nothing was written", runID)
 	}
 	if err != nil {
 		return engine.AppendResult{}, classify(s.path, err)
 	}
-	batch, err := prepareBatch(runID, row, events)
+	batch, err := foldBatch(runID, row, events)
 	if err != nil {
 		return engine.AppendResult{}, err
 	}
@@ -315,19 +345,16 @@ type batch struct {
 	repeats map[int]int // position in the caller's slice -> position in events
 }
 
-// prepareBatch validates events against their schemas and against the run
-// (when row carries the run's tenancy and plan), and folds repeated keys.
-func prepareBatch(runID string, row runRow, events []engine.RunEventWrite) (batch, error) {
+// foldBatch checks already validated events against the run's row — they
+// must carry its run id, tenancy and plan — and folds repeated keys.
+func foldBatch(runID string, row runRow, events []engine.RunEventWrite) (batch, error) {
 	b := batch{repeats: map[int]int{}}
 	first := make(map[string]int, len(events))
 	for i, e := range events {
-		if err := engine.Validate(e); err != nil {
-			return batch{}, err
-		}
 		if e.RunID != runID {
 			return batch{}, engine.Errorf(engine.CodeSchemaValidationFailed, "%s event %s belongs to run %s, not %s; nothing was written", e.EventType, e.EventID, e.RunID, runID)
 		}
-		if row.planID != "" && (e.TenantID != row.tenant || e.ProjectID != row.project || e.EnvironmentID != row.env || e.PlanID != row.planID || e.PlanVersion != row.planVersion) {
+		if e.TenantID != row.tenant || e.ProjectID != row.project || e.EnvironmentID != row.env || e.PlanID != row.planID || e.PlanVersion != row.planVersion {
 			return batch{}, engine.Errorf(engine.CodeSchemaValidationFailed,
 				"%s event %s carries tenant/project/environment/plan %s/%s/%s/%s@%s but run %s is %s/%s/%s/%s@%s; nothing was written",
 				e.EventType, e.EventID, e.TenantID, e.ProjectID, e.EnvironmentID, e.PlanID, e.PlanVersion,
@@ -345,29 +372,49 @@ func prepareBatch(runID string, row runRow, events []engine.RunEventWrite) (batc
 }
 
 // appendTx does the append inside tx, which holds the database write lock.
+// Each event is inserted with the next runSeq unless its idempotency key is
+// stored already (the unique index decides, so no separate lookup of the
+// batch's keys is needed); the transition check then runs over the events
+// that were new, and a rejection rolls the whole transaction back.
 func (s *Store) appendTx(ctx context.Context, tx *sqlx.Tx, runID string, row runRow, b batch, now string) (engine.AppendResult, error) {
-	existing := map[string]engine.RunEventRecord{}
-	if row.nextSeq > 1 {
-		args := make([]any, 0, len(b.keys)+1)
-		args = append(args, runID)
-		for _, k := range b.keys {
-			args = append(args, k)
-		}
-		recs, err := s.queryEvents(ctx, tx, inList(s.q["existing_events"], len(b.keys)), args...)
-		if err != nil {
-			return engine.AppendResult{}, err
-		}
-		for _, r := range recs {
-			existing[r.IdempotencyKey] = r
-		}
-	}
-	var fresh []engine.RunEventWrite
-	for _, e := range b.events {
-		if _, ok := existing[e.IdempotencyKey]; !ok {
-			fresh = append(fresh, e)
-		}
+	persisted, err := time.Parse(time.RFC3339Nano, now)
+	if err != nil {
+		return engine.AppendResult{}, err
 	}
 	var res engine.AppendResult
+	var fresh []engine.RunEventWrite
+	stored := map[string]engine.RunEventRecord{}
+	insert := tx.StmtContext(ctx, s.stmts["insert_event"])
+	outbox := tx.StmtContext(ctx, s.stmts["insert_outbox"])
+	seq := row.nextSeq
+	for _, e := range b.events {
+		r, err := insert.ExecContext(ctx, runID, seq, e.TenantID, e.ProjectID, e.EnvironmentID, e.EventID,
+			string(e.EventType), nullable(e.StepID), e.PlanID, e.PlanVersion, e.LogicalAttemptID, e.EngineAttemptID,
+			e.IdempotencyKey, e.EmittedAt.UTC().Format(engine.TimeFormat), now, nullableJSON(e.Payload))
+		if err != nil {
+			return engine.AppendResult{}, classify(s.path, err)
+		}
+		if n, _ := r.RowsAffected(); n == 0 {
+			recs, err := s.queryEvents(ctx, tx.StmtContext(ctx, s.stmts["existing_event"]), "", runID, e.IdempotencyKey)
+			if err != nil {
+				return engine.AppendResult{}, err
+			}
+			if len(recs) != 1 {
+				return engine.AppendResult{}, engine.Errorf(engine.CodeStoreCorrupt, "run %s: idempotency key %s conflicts but is not stored", runID, e.IdempotencyKey)
+			}
+			stored[e.IdempotencyKey] = recs[0]
+			res.Deduped = append(res.Deduped, recs[0])
+			continue
+		}
+		if _, err := outbox.ExecContext(ctx, runID, seq); err != nil {
+			return engine.AppendResult{}, classify(s.path, err)
+		}
+		rec := engine.RunEventRecord{RunEventWrite: e, RunSeq: seq, PersistedAt: persisted}
+		stored[e.IdempotencyKey] = rec
+		res.Appended = append(res.Appended, rec)
+		fresh = append(fresh, e)
+		seq++
+	}
 	if len(fresh) > 0 {
 		steps, err := s.stepStates(ctx, tx, runID, fresh)
 		if err != nil {
@@ -380,61 +427,29 @@ func (s *Store) appendTx(ctx context.Context, tx *sqlx.Tx, runID string, row run
 			}
 			status, after = lenientState(row.status, steps, fresh)
 		}
-		persisted, err := time.Parse(time.RFC3339Nano, now)
-		if err != nil {
+		if _, err := s.exec(ctx, tx, "update_seq", seq, string(status), runID); err != nil {
 			return engine.AppendResult{}, err
-		}
-		seq := row.nextSeq
-		for _, e := range fresh {
-			if _, err := tx.ExecContext(ctx, s.q["insert_event"], runID, seq, e.TenantID, e.ProjectID, e.EnvironmentID, e.EventID,
-				string(e.EventType), nullable(e.StepID), e.PlanID, e.PlanVersion, e.LogicalAttemptID, e.EngineAttemptID,
-				e.IdempotencyKey, e.EmittedAt.UTC().Format(engine.TimeFormat), now, nullableJSON(e.Payload)); err != nil {
-				return engine.AppendResult{}, classify(s.path, err)
-			}
-			if _, err := tx.ExecContext(ctx, s.q["insert_outbox"], runID, seq); err != nil {
-				return engine.AppendResult{}, classify(s.path, err)
-			}
-			res.Appended = append(res.Appended, engine.RunEventRecord{RunEventWrite: e, RunSeq: seq, PersistedAt: persisted})
-			seq++
-		}
-		if _, err := tx.ExecContext(ctx, s.q["update_seq"], seq, string(status), runID); err != nil {
-			return engine.AppendResult{}, classify(s.path, err)
 		}
 		for id, st := range after {
 			if prev, ok := steps[id]; ok && prev == st {
 				continue
 			}
-			if _, err := tx.ExecContext(ctx, s.q["upsert_step_state"], runID, id, string(st.Status), st.LogicalAttemptID); err != nil {
-				return engine.AppendResult{}, classify(s.path, err)
+			if _, err := s.exec(ctx, tx, "upsert_step_state", runID, id, string(st.Status), st.LogicalAttemptID); err != nil {
+				return engine.AppendResult{}, err
 			}
 		}
-		keys := make([]any, 0, len(fresh)+1)
-		keys = append(keys, runID)
-		for _, e := range fresh {
-			keys = append(keys, e.IdempotencyKey)
-		}
-		if _, err := tx.ExecContext(ctx, inList(s.q["forget_reserved_ids"], len(fresh)), keys...); err != nil {
-			return engine.AppendResult{}, classify(s.path, err)
-		}
-	}
-	// Duplicates — of stored events or of earlier events in this batch —
-	// come back as the stored records.
-	appended := make(map[string]engine.RunEventRecord, len(res.Appended))
-	for _, r := range res.Appended {
-		appended[r.IdempotencyKey] = r
-	}
-	for _, e := range b.events {
-		if r, ok := existing[e.IdempotencyKey]; ok {
-			res.Deduped = append(res.Deduped, r)
+		if status.Terminal() {
+			// Reservations matter while events can still be retried; a
+			// finished run's are dropped here, once, rather than per append.
+			if _, err := s.exec(ctx, tx, "forget_run_reservations", runID); err != nil {
+				return engine.AppendResult{}, err
+			}
 		}
 	}
+	// Repeats inside the batch come back as the record of their first
+	// occurrence.
 	for _, j := range sortedRepeats(b.repeats) {
-		k := b.events[j].IdempotencyKey
-		if r, ok := appended[k]; ok {
-			res.Deduped = append(res.Deduped, r)
-		} else {
-			res.Deduped = append(res.Deduped, existing[k])
-		}
+		res.Deduped = append(res.Deduped, stored[b.events[j].IdempotencyKey])
 	}
 	return res, nil
 }
@@ -469,7 +484,7 @@ func (s *Store) stepStates(ctx context.Context, tx *sqlx.Tx, runID string, event
 	args := []any{runID}
 	seen := map[string]bool{}
 	for _, e := range events {
-		if e.StepID != "" && !seen[e.StepID] {
+		if _, changes := engine.TargetOf(e.EventType); changes && e.EventType.StepLevel() && !seen[e.StepID] {
 			seen[e.StepID] = true
 			args = append(args, e.StepID)
 		}
@@ -478,8 +493,13 @@ func (s *Store) stepStates(ctx context.Context, tx *sqlx.Tx, runID string, event
 	if len(seen) == 0 {
 		return out, nil
 	}
-	q := strings.Replace(s.q["step_states"], "/*steps*/", placeholders(len(seen)), 1)
-	rows, err := tx.QueryContext(ctx, q, args...)
+	var rows *sql.Rows
+	var err error
+	if len(seen) == 1 {
+		rows, err = tx.StmtContext(ctx, s.stmts["step_state"]).QueryContext(ctx, args...)
+	} else {
+		rows, err = tx.QueryContext(ctx, strings.Replace(s.q["step_states"], "/*steps*/", placeholders(len(seen)), 1), args...)
+	}
 	if err != nil {
 		return nil, classify(s.path, err)
 	}
@@ -499,8 +519,20 @@ type queryer interface {
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 }
 
-func (s *Store) queryEvents(ctx context.Context, q queryer, query string, args ...any) ([]engine.RunEventRecord, error) {
-	rows, err := q.QueryContext(ctx, query, args...)
+// preparedQueryer runs a prepared statement; its query text is ignored.
+type preparedQueryer interface {
+	QueryContext(ctx context.Context, args ...any) (*sql.Rows, error)
+}
+
+func (s *Store) queryEvents(ctx context.Context, q any, query string, args ...any) ([]engine.RunEventRecord, error) {
+	var rows *sql.Rows
+	var err error
+	switch q := q.(type) {
+	case preparedQueryer:
+		rows, err = q.QueryContext(ctx, args...)
+	case queryer:
+		rows, err = q.QueryContext(ctx, query, args...)
+	}
 	if err != nil {
 		return nil, classify(s.path, err)
 	}
@@ -535,7 +567,7 @@ func (s *Store) ListEvents(ctx context.Context, runID string, afterSeq int64, li
 	if limit <= 0 {
 		limit = -1 // SQLite: no limit
 	}
-	return s.queryEvents(ctx, s.db, s.q["list_events"], runID, afterSeq, limit)
+	return s.queryEvents(ctx, s.stmts["list_events"], "", runID, afterSeq, limit)
 }
 
 type metaRow struct {
@@ -642,7 +674,7 @@ func (s *Store) ReserveEventIDs(ctx context.Context, runID string, candidates ma
 		if !errors.Is(err, sql.ErrNoRows) {
 			return nil, classify(s.path, err)
 		}
-		if _, err := tx.ExecContext(ctx, s.q["reserve_event_id"], runID, key, candidate, now); err != nil {
+		if _, err := s.exec(ctx, tx, "reserve_event_id", runID, key, candidate, now); err != nil {
 			return nil, classify(s.path, err)
 		}
 		if err := tx.GetContext(ctx, &id, s.q["reserved_event_id"], runID, key); err != nil {
@@ -724,7 +756,7 @@ func (s *Store) SendSignal(ctx context.Context, sig engine.Signal) (engine.Signa
 		return engine.Signal{}, classify(s.path, err)
 	}
 	now := s.now()
-	if _, err := tx.ExecContext(ctx, s.q["insert_signal"], sig.RunID, sig.Seq, sig.SignalID, string(sig.Type),
+	if _, err := s.exec(ctx, tx, "insert_signal", sig.RunID, sig.Seq, sig.SignalID, string(sig.Type),
 		nullable(sig.StepID), nullable(sig.Reason), nullable(sig.RequestedBy), now); err != nil {
 		return engine.Signal{}, classify(s.path, err)
 	}
@@ -781,7 +813,7 @@ func (s *Store) AcquireLease(ctx context.Context, runID, owner string, ttl time.
 	case !errors.Is(err, sql.ErrNoRows):
 		return classify(s.path, err)
 	}
-	if _, err := tx.ExecContext(ctx, s.q["put_lease"], runID, owner, now.Format(engine.TimeFormat), now.Add(ttl).Format(engine.TimeFormat)); err != nil {
+	if _, err := s.exec(ctx, tx, "put_lease", runID, owner, now.Format(engine.TimeFormat), now.Add(ttl).Format(engine.TimeFormat)); err != nil {
 		return classify(s.path, err)
 	}
 	return classify(s.path, tx.Commit())

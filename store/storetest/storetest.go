@@ -315,13 +315,21 @@ func testInvalidEnvelopes(t *testing.T, b Backend) {
 		return e
 	}
 	cases := map[string]func() engine.RunEventWrite{
-		"missing tenant":       func() engine.RunEventWrite { e := f.Event(engine.StepStarted, "a", 1); e.TenantID = ""; return e },
-		"stepId on run event":  func() engine.RunEventWrite { return rekey(withStep(f.Event(engine.RunPaused, "", 1), "a")) },
-		"no stepId on step":    func() engine.RunEventWrite { return f.Event(engine.StepStarted, "", 1) },
-		"pipe in stepId":       func() engine.RunEventWrite { return rekey(withStep(f.Event(engine.StepStarted, "a", 1), "a|b")) },
-		"bad UUID":             func() engine.RunEventWrite { e := f.Event(engine.StepStarted, "a", 1); e.EventID = "123"; return e },
-		"non-UTC time":         func() engine.RunEventWrite { e := f.Event(engine.StepStarted, "a", 1); e.EmittedAt = e.EmittedAt.In(time.FixedZone("X", 7200)); return e },
-		"wrong key":            func() engine.RunEventWrite { e := f.Event(engine.StepStarted, "a", 1); e.IdempotencyKey = f.Event(engine.StepStarted, "z", 1).IdempotencyKey; return e },
+		"missing tenant":      func() engine.RunEventWrite { e := f.Event(engine.StepStarted, "a", 1); e.TenantID = ""; return e },
+		"stepId on run event": func() engine.RunEventWrite { return rekey(withStep(f.Event(engine.RunPaused, "", 1), "a")) },
+		"no stepId on step":   func() engine.RunEventWrite { return f.Event(engine.StepStarted, "", 1) },
+		"pipe in stepId":      func() engine.RunEventWrite { return rekey(withStep(f.Event(engine.StepStarted, "a", 1), "a|b")) },
+		"bad UUID":            func() engine.RunEventWrite { e := f.Event(engine.StepStarted, "a", 1); e.EventID = "123"; return e },
+		"non-UTC time": func() engine.RunEventWrite {
+			e := f.Event(engine.StepStarted, "a", 1)
+			e.EmittedAt = e.EmittedAt.In(time.FixedZone("X", 7200))
+			return e
+		},
+		"wrong key": func() engine.RunEventWrite {
+			e := f.Event(engine.StepStarted, "a", 1)
+			e.IdempotencyKey = f.Event(engine.StepStarted, "z", 1).IdempotencyKey
+			return e
+		},
 		"failure without error": func() engine.RunEventWrite { e := f.Event(engine.StepFailed, "a", 1); e.Payload = nil; return e },
 	}
 	for name, mk := range cases {

@@ -1,6 +1,21 @@
 package engine
 
-import "time"
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"gopkg.in/yaml.v3"
+)
 
 // Step kinds.
 const (
@@ -80,3 +95,355 @@ type PlanRef struct {
 
 // Duration is a time.Duration written as a Go duration string ("30s").
 type Duration struct{ time.Duration }
+
+// MarshalJSON writes the duration as a Go duration string.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()) }
+
+// UnmarshalJSON reads "30s"-style strings (or a number of seconds).
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		var secs float64
+		if err2 := json.Unmarshal(b, &secs); err2 != nil {
+			return fmt.Errorf("duration must be a string like \"30s\": %w", err)
+		}
+		d.Duration = time.Duration(secs * float64(time.Second))
+		return nil
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	d.Duration = v
+	return nil
+}
+
+// ParsePlan reads a plan from JSON or YAML (YAML is a superset; name is
+// used in messages only) and checks it against the plan schema. It does not
+// validate the DAG: see Validate.
+func ParsePlan(data []byte, name string) (*Plan, error) {
+	var doc any
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return nil, Errorf(CodePlanInvalid, "%s: not valid YAML or JSON: %v", name, err)
+	}
+	doc = normalizeYAML(doc)
+	if m, ok := doc.(map[string]any); ok {
+		// `planVersion: 3` in YAML is a number; the plan means the string.
+		if v, isNum := m["planVersion"].(int); isNum {
+			m["planVersion"] = fmt.Sprint(v)
+		}
+	}
+	js, err := json.Marshal(doc)
+	if err != nil {
+		return nil, Errorf(CodePlanInvalid, "%s: %v", name, err)
+	}
+	sch, err := planSchema()
+	if err != nil {
+		return nil, err
+	}
+	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(js))
+	if err != nil {
+		return nil, Errorf(CodePlanInvalid, "%s: %v", name, err)
+	}
+	if err := sch.Validate(inst); err != nil {
+		return nil, Errorf(CodePlanInvalid, "%s does not match the plan schema: %s", name, strings.Join(schemaProblems(err), "; "))
+	}
+	var p Plan
+	dec := json.NewDecoder(bytes.NewReader(js))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&p); err != nil {
+		return nil, Errorf(CodePlanInvalid, "%s: %v", name, err)
+	}
+	return &p, nil
+}
+
+// normalizeYAML turns yaml.v3's map[string]any trees into JSON-encodable
+// values (it already uses string keys for mappings with string keys).
+func normalizeYAML(v any) any {
+	switch t := v.(type) {
+	case map[string]any:
+		for k, x := range t {
+			t[k] = normalizeYAML(x)
+		}
+	case map[any]any:
+		m := make(map[string]any, len(t))
+		for k, x := range t {
+			m[fmt.Sprint(k)] = normalizeYAML(x)
+		}
+		return m
+	case []any:
+		for i, x := range t {
+			t[i] = normalizeYAML(x)
+		}
+	}
+	return v
+}
+
+var planSchema = sync.OnceValues(func() (*jsonschema.Schema, error) {
+	b, err := schemaFiles.ReadFile("schemas/plan.schema.json")
+	if err != nil {
+		return nil, err
+	}
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(b))
+	if err != nil {
+		return nil, err
+	}
+	c := jsonschema.NewCompiler()
+	if err := c.AddResource(schemaBase+"plan.schema.json", doc); err != nil {
+		return nil, err
+	}
+	return c.Compile(schemaBase + "plan.schema.json")
+})
+
+// PlanSource reads plan files and the files steps refer to. The CLI passes
+// the real file system; tests pass fstest.MapFS.
+type PlanSource interface {
+	ReadFile(name string) ([]byte, error)
+}
+
+// LoadPlan reads and parses a plan file, resolves step `path` SQL files
+// relative to it, and returns its PlanRef (with the sha256 of the file's
+// bytes). It does not validate the DAG.
+func LoadPlan(src PlanSource, file string) (*Plan, PlanRef, error) {
+	data, err := src.ReadFile(file)
+	if err != nil {
+		return nil, PlanRef{}, Errorf(CodePlanInvalid, "cannot read plan %s: %v", file, err)
+	}
+	p, err := ParsePlan(data, file)
+	if err != nil {
+		return nil, PlanRef{}, err
+	}
+	p.Dir = filepath.Dir(file)
+	for i := range p.Steps {
+		st := &p.Steps[i]
+		if st.Path == "" || st.Kind == KindSeed {
+			continue
+		}
+		b, err := src.ReadFile(filepath.Join(p.Dir, st.Path))
+		if err != nil {
+			return nil, PlanRef{}, Errorf(CodePlanInvalid, "step %s: cannot read %s: %v", st.ID, st.Path, err)
+		}
+		st.SQL = string(b)
+	}
+	sum := sha256.Sum256(data)
+	return p, PlanRef{URI: file, SHA256: hex.EncodeToString(sum[:]), SchemaVersion: p.SchemaVersion, PlanID: p.PlanID, PlanVersion: p.PlanVersion}, nil
+}
+
+// CheckPlanRef refuses plan bytes whose sha256 is not the one the PlanRef
+// promises.
+func CheckPlanRef(ref PlanRef, data []byte) error {
+	sum := sha256.Sum256(data)
+	if got := hex.EncodeToString(sum[:]); !strings.EqualFold(got, ref.SHA256) {
+		return Errorf(CodePlanHashMismatch, "plan %s has sha256 %s but its PlanRef expects %s", ref.URI, got, ref.SHA256)
+	}
+	return nil
+}
+
+var identRE = regexp.MustCompile(`^[A-Za-z_\p{L}][A-Za-z0-9_$\p{L}\p{N}]*$`)
+
+// Relation is the table or view a step builds: Name, or the part of the id
+// after its first dot.
+func (s PlanStep) Relation() string {
+	if s.Name != "" {
+		return s.Name
+	}
+	if _, after, ok := strings.Cut(s.ID, "."); ok {
+		return after
+	}
+	return s.ID
+}
+
+// Validate checks the DAG before anything is written and reports every
+// problem, each naming its step: duplicate or malformed ids, unknown kinds
+// and materializations, empty SQL, unknown dependencies, and cycles.
+func (p *Plan) Validate() error {
+	var problems []string
+	add := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
+	for _, f := range []struct{ name, v string }{{"planId", p.PlanID}, {"planVersion", p.PlanVersion}} {
+		if f.v == "" {
+			add("%s is missing", f.name)
+		} else if strings.Contains(f.v, "|") {
+			add("%s %q contains '|'", f.name, f.v)
+		}
+	}
+	if len(p.Steps) == 0 {
+		add("the plan has no steps")
+	}
+	ids := make(map[string]int, len(p.Steps))
+	relations := map[string]string{}
+	for i, s := range p.Steps {
+		switch {
+		case s.ID == "":
+			add("step #%d has no id", i+1)
+			continue
+		case strings.Contains(s.ID, "|"):
+			add("step %s: id contains '|'", s.ID)
+		}
+		if _, dup := ids[s.ID]; dup {
+			add("step %s: duplicate id", s.ID)
+		}
+		ids[s.ID] = i
+		switch s.Kind {
+		case KindSeed:
+			if s.Path == "" {
+				add("step %s: a seed needs the path of its CSV file", s.ID)
+			}
+		case KindModel:
+			switch s.Materialized {
+			case "", MaterializedTable, MaterializedView:
+			default:
+				add("step %s: materialized %q is not table or view", s.ID, s.Materialized)
+			}
+		case KindTest:
+			switch s.Severity {
+			case "", SeverityError, SeverityWarn:
+			default:
+				add("step %s: severity %q is not error or warn", s.ID, s.Severity)
+			}
+		case KindSQL:
+		default:
+			add("step %s: unknown kind %q (want seed, model, test or sql)", s.ID, s.Kind)
+		}
+		if s.Kind != KindSeed && strings.TrimSpace(s.SQL) == "" {
+			add("step %s: SQL is empty", s.ID)
+		}
+		if s.Kind == KindSeed || s.Kind == KindModel {
+			rel := s.Relation()
+			if !identRE.MatchString(rel) {
+				add("step %s: relation name %q is not a valid identifier", s.ID, rel)
+			} else if other, dup := relations[strings.ToLower(rel)]; dup {
+				add("step %s: builds %s, which step %s builds too", s.ID, rel, other)
+			} else {
+				relations[strings.ToLower(rel)] = s.ID
+			}
+		}
+		if s.Retries < 0 {
+			add("step %s: retries %d is negative", s.ID, s.Retries)
+		}
+		if s.Timeout.Duration < 0 {
+			add("step %s: timeout %s is negative", s.ID, s.Timeout)
+		}
+		for _, ref := range s.Secrets {
+			if !secretNameRE.MatchString(ref.Name) {
+				add("step %s: secret name %q must be letters, digits and _", s.ID, ref.Name)
+			}
+		}
+	}
+	for _, s := range p.Steps {
+		for _, d := range s.DependsOn {
+			if _, ok := ids[d]; !ok {
+				add("step %s: depends on unknown step %s", s.ID, d)
+			} else if d == s.ID {
+				add("step %s: depends on itself", s.ID)
+			}
+		}
+	}
+	if len(problems) == 0 {
+		if cycle := p.findCycle(); cycle != nil {
+			add("dependency cycle: %s", strings.Join(cycle, " -> "))
+		}
+	}
+	if len(problems) == 0 {
+		return nil
+	}
+	return &Error{Code: CodePlanInvalid, Msg: fmt.Sprintf("plan %s: %s", orUnknown(p.PlanID), strings.Join(problems, "; ")), Meta: map[string]any{"problems": problems}}
+}
+
+var secretNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// findCycle returns one dependency cycle (first step repeated at the end),
+// or nil.
+func (p *Plan) findCycle() []string {
+	deps := map[string][]string{}
+	for _, s := range p.Steps {
+		deps[s.ID] = s.DependsOn
+	}
+	const (
+		white = iota
+		grey
+		black
+	)
+	color := map[string]int{}
+	var stack []string
+	var found []string
+	var visit func(id string) bool
+	visit = func(id string) bool {
+		color[id] = grey
+		stack = append(stack, id)
+		for _, d := range deps[id] {
+			switch color[d] {
+			case grey:
+				i := slices.Index(stack, d)
+				found = append(slices.Clone(stack[i:]), d)
+				return true
+			case white:
+				if visit(d) {
+					return true
+				}
+			}
+		}
+		stack = stack[:len(stack)-1]
+		color[id] = black
+		return false
+	}
+	for _, s := range p.Steps {
+		if color[s.ID] == white && visit(s.ID) {
+			// Report the cycle in dependency order: a depends on b -> ...
+			return found
+		}
+	}
+	return nil
+}
+
+// Order returns the steps in a deterministic topological order: a step
+// comes after its dependencies; ties keep plan order. The plan must be
+// valid.
+func (p *Plan) Order() []PlanStep {
+	indeg := map[string]int{}
+	dependents := p.Dependents()
+	for _, s := range p.Steps {
+		indeg[s.ID] = len(s.DependsOn)
+	}
+	var out []PlanStep
+	done := map[string]bool{}
+	for len(out) < len(p.Steps) {
+		progressed := false
+		for _, s := range p.Steps {
+			if done[s.ID] || indeg[s.ID] > 0 {
+				continue
+			}
+			done[s.ID] = true
+			out = append(out, s)
+			progressed = true
+			for _, d := range dependents[s.ID] {
+				indeg[d]--
+			}
+		}
+		if !progressed {
+			break // a cycle; Validate reports it
+		}
+	}
+	return out
+}
+
+// Dependents maps each step id to the ids of the steps that depend on it
+// directly.
+func (p *Plan) Dependents() map[string][]string {
+	out := map[string][]string{}
+	for _, s := range p.Steps {
+		for _, d := range s.DependsOn {
+			out[d] = append(out[d], s.ID)
+		}
+	}
+	return out
+}
+
+// Step returns the step with the given id.
+func (p *Plan) Step(id string) (PlanStep, bool) {
+	for _, s := range p.Steps {
+		if s.ID == id {
+			return s, true
+		}
+	}
+	return PlanStep{}, false
+}

@@ -1,0 +1,133 @@
+package engine
+
+import (
+	"context"
+	"sync"
+)
+
+// emission is one event to emit.
+type emission struct {
+	typ     EventType
+	step    string
+	attempt int // logicalAttemptId
+	payload any
+}
+
+// emitter writes a run's events: it fills the envelope, derives the
+// idempotency key, takes eventIds from the EventIdRegistry (reserved in the
+// store before the append, adopted from the store when it already holds the
+// key), and refuses to emit a transition its own view of the run does not
+// allow (Layer 1 of RunEvents §5.3).
+type emitter struct {
+	e    *Engine
+	meta RunMetadata
+
+	mu     sync.Mutex
+	ids    map[string]string // idempotencyKey -> eventId
+	run    RunStatus
+	steps  map[string]StepState
+	engine map[string]int // stepId -> engine attempt of its next event
+}
+
+func newEmitter(e *Engine, meta RunMetadata) *emitter {
+	return &emitter{e: e, meta: meta, ids: map[string]string{}, run: StatusNone, steps: map[string]StepState{}, engine: map[string]int{}}
+}
+
+// build makes one event with its key; its eventId comes later, from the
+// registry.
+func (em *emitter) build(t EventType, step string, attempt int, payload any) (RunEventWrite, error) {
+	engineAttempt := 1
+	if n := em.engine[step]; step != "" && n > 0 {
+		engineAttempt = n
+	}
+	e := RunEventWrite{
+		EventType: t, EmittedAt: em.e.Clock.Now().UTC().Truncate(1e6), RunID: em.meta.RunID,
+		TenantID: em.meta.TenantID, ProjectID: em.meta.ProjectID, EnvironmentID: em.meta.EnvironmentID,
+		PlanID: em.meta.PlanID, PlanVersion: em.meta.PlanVersion, EngineAttemptID: engineAttempt,
+		LogicalAttemptID: attempt, StepID: step, Payload: mustJSON(payload),
+	}
+	key, err := KeyOf(e).IdempotencyKey()
+	if err != nil {
+		return RunEventWrite{}, err
+	}
+	e.IdempotencyKey = key
+	return e, nil
+}
+
+// reserve makes sure every event's key has an eventId in the registry,
+// reserving fresh UUIDs in the store for the keys it has not seen (the
+// registry write happens before any append of those keys, §2.5.1).
+func (em *emitter) reserve(ctx context.Context, events []RunEventWrite) error {
+	want := map[string]string{}
+	for _, e := range events {
+		if _, ok := em.ids[e.IdempotencyKey]; !ok {
+			want[e.IdempotencyKey] = em.e.IDs.NewID()
+		}
+	}
+	if len(want) == 0 {
+		return nil
+	}
+	got, err := em.e.Log.ReserveEventIDs(ctx, em.meta.RunID, want)
+	if err != nil {
+		return err
+	}
+	for k, v := range got {
+		em.ids[k] = v
+	}
+	return nil
+}
+
+// reserveKeys reserves eventIds for events that may be emitted later, in
+// one store call: a run reserves its steps' first-attempt events up front
+// so that emitting costs one append each.
+func (em *emitter) reserveKeys(ctx context.Context, ems []emission) error {
+	em.mu.Lock()
+	defer em.mu.Unlock()
+	events := make([]RunEventWrite, 0, len(ems))
+	for _, x := range ems {
+		e, err := em.build(x.typ, x.step, x.attempt, nil)
+		if err != nil {
+			return err
+		}
+		events = append(events, e)
+	}
+	return em.reserve(ctx, events)
+}
+
+// emit appends events as one batch, after checking them against the
+// emitter's view of the run. The records come back in order.
+func (em *emitter) emit(ctx context.Context, ems ...emission) ([]RunEventRecord, error) {
+	em.mu.Lock()
+	defer em.mu.Unlock()
+	events := make([]RunEventWrite, 0, len(ems))
+	for _, x := range ems {
+		e, err := em.build(x.typ, x.step, x.attempt, x.payload)
+		if err != nil {
+			return nil, err
+		}
+		events = append(events, e)
+	}
+	run, steps, err := CheckTransitions(em.run, em.steps, events)
+	if err != nil {
+		// Layer 1: never emit what the transition table forbids.
+		ee := err.(*Error)
+		ee.Msg = "runner refused to emit: " + ee.Msg
+		ee.Meta["invalidTransitionDetected"] = true
+		return nil, ee
+	}
+	if err := em.reserve(ctx, events); err != nil {
+		return nil, err
+	}
+	for i := range events {
+		events[i].EventID = em.ids[events[i].IdempotencyKey]
+	}
+	res, err := em.e.Log.AppendAndEnqueue(ctx, em.meta.RunID, events)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range res.Deduped {
+		em.ids[r.IdempotencyKey] = r.EventID // the store's record is authoritative
+	}
+	em.run, em.steps = run, steps
+	return res.Records(), nil
+}

@@ -115,7 +115,7 @@ func (f *Fixture) Event(t engine.EventType, step string, attempt int) engine.Run
 }
 
 // Bootstrap creates the fixture's run with RunQueued and RunStarted.
-func (f *Fixture) Bootstrap(t *testing.T, s store.Store) {
+func (f *Fixture) Bootstrap(t testing.TB, s store.Store) {
 	t.Helper()
 	if _, err := s.BootstrapRun(ctx, f.Meta, []engine.RunEventWrite{f.Event(engine.RunQueued, "", 1)}); err != nil {
 		t.Fatalf("bootstrap: %v", err)

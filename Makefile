@@ -1,7 +1,7 @@
 # dvtrun — everyday targets. `make help` lists them.
 GO        ?= go
 PKGS      ?= ./...
-BENCHTIME ?= 1x
+BENCHTIME ?= 1s
 COUNT     ?= 5
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BENCHSTAT   ?= golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da

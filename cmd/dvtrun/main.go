@@ -1,0 +1,309 @@
+// Command dvtrun runs dbt-style plans in a warehouse and records every
+// lifecycle event in a state store. It is a thin layer: flag parsing, wiring
+// of the engine and the stores, and output.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/dvtrun/dvtrun/engine"
+)
+
+func main() {
+	// SIGINT/SIGTERM cancel the context: a run stops scheduling, in-flight SQL
+	// is interrupted, and `dvtrun resume` can carry on later.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr, os.Getenv)
+	stop()
+	os.Exit(code)
+}
+
+// Exit codes.
+const (
+	exitOK          = 0
+	exitFailed      = 1   // a run failed, verify found differences, an operational error
+	exitUsage       = 2   // invalid input or usage: nothing was run
+	exitInterrupted = 130 // SIGINT/SIGTERM: the run can be resumed
+)
+
+// codeInternal labels an error that carries no contract code, so that the
+// one error line always starts with a machine-readable code.
+const codeInternal engine.Code = "INTERNAL"
+
+// inputCodes are the codes that mean "the input was refused": exit 2.
+var inputCodes = map[engine.Code]bool{
+	engine.CodeInvalidArgument:          true,
+	engine.CodePlanInvalid:              true,
+	engine.CodePlanHashMismatch:         true,
+	engine.CodeRunNotFound:              true,
+	engine.CodeRunAlreadyExists:         true,
+	engine.CodeCapabilitiesNotSupported: true,
+	engine.CodeTargetAdapterMismatch:    true,
+	engine.CodeStoreCorrupt:             true,
+	engine.CodeStoreUnavailable:         true,
+	engine.CodeSecretNotFound:           true,
+}
+
+// exitError ends a command with a given exit code. With an empty msg the
+// command has already said everything (a failed run prints its summary).
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+// errHelp is returned after --help printed its text: exit 0.
+var errHelp = errors.New("help shown")
+
+// cli is one invocation: its streams, environment and global options.
+type cli struct {
+	stdout, stderr io.Writer
+	env            func(string) string
+	g              globals
+
+	help map[*flag.FlagSet]string // usage header per command
+
+	mu      sync.Mutex
+	secrets []string // values to redact from anything printed
+}
+
+// globals are accepted before the command and by every command.
+type globals struct {
+	store, warehouse             string
+	tenant, project, environment string
+}
+
+func (g *globals) register(fs *flag.FlagSet) {
+	fs.StringVar(&g.store, "store", g.store, "state store `URL`: sqlite:PATH or snowflake://DSN (env DVT_STORE)")
+	fs.StringVar(&g.warehouse, "warehouse", g.warehouse, "warehouse `URL`: sqlite:PATH or snowflake://DSN (env DVT_WAREHOUSE)")
+	fs.StringVar(&g.tenant, "tenant", g.tenant, "tenant id (env DVT_TENANT)")
+	fs.StringVar(&g.project, "project", g.project, "project id (env DVT_PROJECT)")
+	fs.StringVar(&g.environment, "environment", g.environment, "environment id (env DVT_ENVIRONMENT)")
+}
+
+func envOr(env func(string) string, key, def string) string {
+	if v := env(key); v != "" {
+		return v
+	}
+	return def
+}
+
+// command is one verb of the CLI.
+type command struct {
+	name    string
+	args    string // usage after the name
+	summary string
+	run     func(ctx context.Context, c *cli, args []string) error
+}
+
+func commands() []command {
+	return []command{
+		{"run", "PLAN", "run a plan", cmdRun},
+		{"resume", "RUN_ID PLAN", "continue an interrupted run", cmdResume},
+		{"cancel", "RUN_ID", "ask a run's runner to cancel it", cmdCancel},
+		{"signal", "RUN_ID pause|resume|cancel|retry-step", "send a signal to a run's runner", cmdSignal},
+		{"runs", "", "list runs, newest first", cmdRuns},
+		{"status", "RUN_ID", "show a run and its steps (Go reducer)", cmdStatus},
+		{"events", "RUN_ID", "list a run's events in runSeq order", cmdEvents},
+		{"export", "RUN_ID", "write a run's audit export (JSON bundle or CSV)", cmdExport},
+		{"plan", "validate|import-dbt", "validate a plan, import a dbt manifest", cmdPlan},
+		{"verify", "[RUN_ID | --all]", "compare the SQL projection with the Go reducer", cmdVerify},
+	}
+}
+
+// run is the whole CLI; main only adds the process around it.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer, env func(string) string) int {
+	c := &cli{stdout: stdout, stderr: stderr, env: env}
+	c.g = globals{
+		store:       envOr(env, "DVT_STORE", "sqlite:.dvt/state.db"),
+		warehouse:   envOr(env, "DVT_WAREHOUSE", "sqlite:.dvt/warehouse.db"),
+		tenant:      envOr(env, "DVT_TENANT", "default"),
+		project:     envOr(env, "DVT_PROJECT", "default"),
+		environment: envOr(env, "DVT_ENVIRONMENT", "dev"),
+	}
+	top := flag.NewFlagSet("dvtrun", flag.ContinueOnError)
+	top.SetOutput(io.Discard)
+	c.g.register(top)
+	top.Usage = func() {}
+	err := top.Parse(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		c.usage(stdout, top)
+		return exitOK
+	case err != nil:
+		return c.fail(engine.Errorf(engine.CodeInvalidArgument, "%v (see dvtrun --help)", err))
+	}
+	rest := top.Args()
+	if len(rest) == 0 {
+		c.usage(stderr, top)
+		return exitUsage
+	}
+	if rest[0] == "help" {
+		if len(rest) > 1 {
+			rest = []string{rest[1], "--help"}
+		} else {
+			c.usage(stdout, top)
+			return exitOK
+		}
+	}
+	for _, cmd := range commands() {
+		if cmd.name == rest[0] {
+			return c.fail(cmd.run(ctx, c, rest[1:]))
+		}
+	}
+	return c.fail(engine.Errorf(engine.CodeInvalidArgument, "unknown command %q (see dvtrun --help)", rest[0]))
+}
+
+func (c *cli) usage(w io.Writer, top *flag.FlagSet) {
+	fmt.Fprintln(w, "dvtrun runs dbt-style plans and records every lifecycle event in a state store.")
+	fmt.Fprintln(w, "\nUsage: dvtrun [global flags] COMMAND [flags] [args]")
+	fmt.Fprintln(w, "\nCommands:")
+	for _, cmd := range commands() {
+		fmt.Fprintf(w, "  %-8s %-40s %s\n", cmd.name, cmd.args, cmd.summary)
+	}
+	fmt.Fprintln(w, "\nGlobal flags (also accepted after the command):")
+	top.SetOutput(w)
+	top.PrintDefaults()
+	top.SetOutput(io.Discard)
+	fmt.Fprintln(w, "\nExit codes: 0 ok, 1 a run failed or verify found differences, 2 invalid input, 130 interrupted (resumable).")
+	fmt.Fprintln(w, "Run `dvtrun COMMAND --help` for a command's flags.")
+}
+
+// fail prints err as one line and returns the exit code it deserves.
+func (c *cli) fail(err error) int {
+	if err == nil {
+		return exitOK
+	}
+	if errors.Is(err, errHelp) {
+		return exitOK
+	}
+	code := exitCode(err)
+	var ex *exitError
+	if errors.As(err, &ex) && ex.err == nil {
+		return ex.code
+	}
+	fmt.Fprintln(c.stderr, c.errorLine(err))
+	return code
+}
+
+func exitCode(err error) int {
+	var ex *exitError
+	if errors.As(err, &ex) {
+		return ex.code
+	}
+	if errors.Is(err, context.Canceled) {
+		return exitInterrupted
+	}
+	if inputCodes[engine.CodeOf(err)] {
+		return exitUsage
+	}
+	return exitFailed
+}
+
+// errorLine is `dvtrun: CODE: sentence` on one line, secrets redacted.
+func (c *cli) errorLine(err error) string {
+	code := engine.CodeOf(err)
+	msg := err.Error()
+	if code == "" {
+		code = codeInternal
+		if errors.Is(err, context.Canceled) {
+			code = engine.CodeStepCancelled
+			msg = "interrupted"
+		}
+	} else {
+		// The code already leads the line: drop its first repetition.
+		msg = strings.Replace(msg, string(code)+": ", "", 1)
+	}
+	msg = strings.Join(strings.Fields(msg), " ")
+	return "dvtrun: " + string(code) + ": " + c.redact(msg)
+}
+
+// addSecret remembers a value that must never be printed.
+func (c *cli) addSecret(v string) {
+	if v == "" {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, s := range c.secrets {
+		if s == v {
+			return
+		}
+	}
+	c.secrets = append(c.secrets, v)
+	// Longest first, so a secret containing another is redacted whole.
+	sort.Slice(c.secrets, func(i, j int) bool { return len(c.secrets[i]) > len(c.secrets[j]) })
+}
+
+func (c *cli) redact(s string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return engine.Redact(s, c.secrets)
+}
+
+// newFlagSet returns a command's FlagSet with the global flags registered
+// (their defaults are whatever came before the command).
+func (c *cli) newFlagSet(name, args, summary string) *flag.FlagSet {
+	fs := flag.NewFlagSet("dvtrun "+name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	// The flag package calls Usage on every parse error; parse prints help
+	// itself, and only for --help.
+	fs.Usage = func() {}
+	if c.help == nil {
+		c.help = map[*flag.FlagSet]string{}
+	}
+	c.help[fs] = fmt.Sprintf("Usage: dvtrun %s [flags] %s\n\n%s\n\nFlags:\n", name, args, summary)
+	c.g.register(fs)
+	return fs
+}
+
+func (c *cli) printHelp(fs *flag.FlagSet) {
+	fmt.Fprint(c.stdout, c.help[fs])
+	fs.SetOutput(c.stdout)
+	fs.PrintDefaults()
+	fs.SetOutput(io.Discard)
+}
+
+// parse parses flags and positional arguments in any order (Go's flag
+// package stops at the first positional) and checks the positional count.
+func (c *cli) parse(fs *flag.FlagSet, args []string, minPos, maxPos int) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				c.printHelp(fs)
+				return nil, errHelp
+			}
+			return nil, engine.Errorf(engine.CodeInvalidArgument, "%s: %v (see %s --help)", fs.Name(), err, fs.Name())
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			break
+		}
+		if args[0] == "--" {
+			pos = append(pos, args[1:]...)
+			break
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
+	switch {
+	case len(pos) < minPos:
+		return nil, engine.Errorf(engine.CodeInvalidArgument, "%s: missing arguments (see %s --help)", fs.Name(), fs.Name())
+	case maxPos >= 0 && len(pos) > maxPos:
+		return nil, engine.Errorf(engine.CodeInvalidArgument, "%s: unexpected argument %q (see %s --help)", fs.Name(), pos[maxPos], fs.Name())
+	}
+	return pos, nil
+}

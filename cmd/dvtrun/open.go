@@ -1,0 +1,100 @@
+package main
+
+import (
+	"context"
+	"regexp"
+	"strings"
+
+	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/store"
+	"github.com/dvtrun/dvtrun/store/sqlite"
+)
+
+// target is a parsed --store or --warehouse URL.
+type target struct {
+	kind string // "sqlite" or "snowflake"
+	path string // sqlite: the database file
+	dsn  string // snowflake: a gosnowflake DSN (may hold a password: never print it)
+}
+
+// parseTarget reads sqlite:PATH, sqlite://PATH, a bare file path, or
+// snowflake://DSN (snowflake:// alone: the DSN is in DVT_SNOWFLAKE_DSN).
+func (c *cli) parseTarget(flagName, raw string) (target, error) {
+	switch {
+	case strings.HasPrefix(raw, "snowflake://"):
+		dsn := strings.TrimPrefix(raw, "snowflake://")
+		if dsn == "" {
+			dsn = c.env("DVT_SNOWFLAKE_DSN")
+			if dsn == "" {
+				return target{}, engine.Errorf(engine.CodeInvalidArgument, "--%s snowflake:// needs a DSN after the scheme or in DVT_SNOWFLAKE_DSN", flagName)
+			}
+		}
+		c.addSecret(dsnPassword(dsn))
+		return target{kind: "snowflake", dsn: dsn}, nil
+	case strings.HasPrefix(raw, "sqlite://"):
+		raw = strings.TrimPrefix(raw, "sqlite://")
+	case strings.HasPrefix(raw, "sqlite:"):
+		raw = strings.TrimPrefix(raw, "sqlite:")
+	case strings.Contains(raw, "://"):
+		scheme, _, _ := strings.Cut(raw, "://")
+		return target{}, engine.Errorf(engine.CodeInvalidArgument, "--%s: unknown scheme %q (want sqlite: or snowflake://)", flagName, scheme)
+	}
+	if raw == "" {
+		return target{}, engine.Errorf(engine.CodeInvalidArgument, "--%s: the SQLite path is empty", flagName)
+	}
+	return target{kind: "sqlite", path: raw}, nil
+}
+
+// dsnPassword extracts the password of a user:password@account DSN so that
+// it can be redacted from anything printed.
+func dsnPassword(dsn string) string {
+	m := dsnPasswordRE.FindStringSubmatch(dsn)
+	if m == nil {
+		return ""
+	}
+	return m[1]
+}
+
+var dsnPasswordRE = regexp.MustCompile(`^[^:@/]*:([^@]+)@`)
+
+// stateStore is what the CLI needs of a state store: the store interface.
+// Verify additionally needs sqlProjector.
+type stateStore = store.Store
+
+// openStore opens the state store. Read commands pass mustExist: they never
+// create a database file.
+func (c *cli) openStore(ctx context.Context, mustExist bool) (stateStore, error) {
+	t, err := c.parseTarget("store", c.g.store)
+	if err != nil {
+		return nil, err
+	}
+	switch t.kind {
+	case "snowflake":
+		return openSnowflakeStore(ctx, t.dsn, mustExist)
+	default:
+		return sqlite.Open(ctx, t.path, sqlite.Options{MustExist: mustExist})
+	}
+}
+
+// warehouse is an engine.Warehouse the CLI must close.
+type warehouse interface {
+	engine.Warehouse
+	Close() error
+}
+
+// openWarehouse opens the warehouse and returns it with the target name
+// printed in the run header (dbt's target='…').
+func (c *cli) openWarehouse(ctx context.Context) (warehouse, string, error) {
+	t, err := c.parseTarget("warehouse", c.g.warehouse)
+	if err != nil {
+		return nil, "", err
+	}
+	switch t.kind {
+	case "snowflake":
+		wh, err := openSnowflakeWarehouse(ctx, t.dsn)
+		return wh, "snowflake", err
+	default:
+		wh, err := openSQLiteWarehouse(ctx, t.path)
+		return wh, "sqlite", err
+	}
+}

@@ -1,0 +1,451 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/store"
+)
+
+// readEngine is an Engine for commands that only read (and record alerts).
+func (c *cli) engineFor(st stateStore) *engine.Engine {
+	return &engine.Engine{
+		Log:    st,
+		Clock:  engine.ClockFunc(time.Now),
+		IDs:    engine.IDFunc(newID),
+		Rand:   randFloat,
+		Sleep:  sleepCtx,
+		Config: c.config(),
+	}
+}
+
+func (c *cli) config() engine.Config {
+	return engine.Config{
+		TenantID:      c.g.tenant,
+		ProjectID:     c.g.project,
+		EnvironmentID: c.g.environment,
+		TriggeredBy:   envOr(c.env, "USER", "dvtrun"),
+		TriggerSource: "cli",
+	}
+}
+
+// loadRun returns the run's metadata, or RUN_NOT_FOUND when it does not
+// exist in this tenant/project/environment: every read is scoped.
+func (c *cli) loadRun(ctx context.Context, st stateStore, runID string) (engine.RunMetadata, error) {
+	meta, err := st.GetRun(ctx, runID)
+	if err != nil {
+		return meta, err
+	}
+	if meta.TenantID != c.g.tenant || meta.ProjectID != c.g.project || meta.EnvironmentID != c.g.environment {
+		return engine.RunMetadata{}, engine.Errorf(engine.CodeRunNotFound, "run %s not found in tenant %s, project %s, environment %s", runID, c.g.tenant, c.g.project, c.g.environment)
+	}
+	return meta, nil
+}
+
+func (c *cli) printJSON(v any) error {
+	enc := json.NewEncoder(c.stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func fmtTime(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format("2006-01-02T15:04:05.000Z")
+}
+
+func cmdRuns(ctx context.Context, c *cli, args []string) error {
+	fs := c.newFlagSet("runs", "", "List runs, newest first, with their status from the Go reducer.")
+	limit := fs.Int("limit", 20, "at most `N` runs")
+	asJSON := fs.Bool("json", false, "print JSON")
+	if _, err := c.parse(fs, args, 0, 0); err != nil {
+		return err
+	}
+	if *limit <= 0 {
+		return engine.Errorf(engine.CodeInvalidArgument, "--limit must be positive")
+	}
+	st, err := c.openStore(ctx, true)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	runs, err := st.ListRuns(ctx, store.RunFilter{TenantID: c.g.tenant, ProjectID: c.g.project, EnvironmentID: c.g.environment, Limit: *limit})
+	if err != nil {
+		return err
+	}
+	type row struct {
+		engine.RunMetadata
+		Status       engine.RunStatus `json:"status"`
+		Inconsistent bool             `json:"inconsistent,omitempty"`
+	}
+	rows := make([]row, 0, len(runs))
+	for _, m := range runs {
+		evs, err := st.ListEvents(ctx, m.RunID, 0, 0)
+		if err != nil {
+			return err
+		}
+		snap := engine.Project(m.RunID, evs)
+		rows = append(rows, row{m, snap.Status, snap.Inconsistent})
+	}
+	if *asJSON {
+		return c.printJSON(rows)
+	}
+	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "RUN_ID\tPLAN\tSTATUS\tCREATED")
+	for _, r := range rows {
+		status := string(r.Status)
+		if r.Inconsistent {
+			status += " (INCONSISTENT)"
+		}
+		fmt.Fprintf(tw, "%s\t%s@%s\t%s\t%s\n", r.RunID, r.PlanID, r.PlanVersion, status, fmtTime(r.CreatedAt))
+	}
+	return tw.Flush()
+}
+
+func cmdStatus(ctx context.Context, c *cli, args []string) error {
+	fs := c.newFlagSet("status", "RUN_ID", "Show a run and its steps as the Go reducer derives them from the event log.")
+	asJSON := fs.Bool("json", false, "print JSON")
+	pos, err := c.parse(fs, args, 1, 1)
+	if err != nil {
+		return err
+	}
+	st, err := c.openStore(ctx, true)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	meta, err := c.loadRun(ctx, st, pos[0])
+	if err != nil {
+		return err
+	}
+	snap, err := c.engineFor(st).GetRunStatus(ctx, meta.RunID)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return c.printJSON(struct {
+			Run      engine.RunMetadata `json:"run"`
+			Snapshot engine.Snapshot    `json:"snapshot"`
+		}{meta, snap})
+	}
+	c.printStatus(meta, snap)
+	return nil
+}
+
+func (c *cli) printStatus(meta engine.RunMetadata, snap engine.Snapshot) {
+	w := c.stdout
+	status := string(snap.Status)
+	if snap.Substatus != "" {
+		status += " (" + snap.Substatus + ")"
+	}
+	if snap.Inconsistent {
+		status += " INCONSISTENT"
+	}
+	if snap.Stale {
+		status += " STALE"
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "Run:\t%s\n", meta.RunID)
+	fmt.Fprintf(tw, "Plan:\t%s@%s (sha256 %s)\n", meta.PlanID, meta.PlanVersion, meta.PlanSHA256)
+	fmt.Fprintf(tw, "Scope:\t%s/%s/%s\n", meta.TenantID, meta.ProjectID, meta.EnvironmentID)
+	fmt.Fprintf(tw, "Status:\t%s\n", status)
+	if !snap.StartedAt.IsZero() {
+		fmt.Fprintf(tw, "Started:\t%s\n", fmtTime(snap.StartedAt))
+	}
+	if !snap.CompletedAt.IsZero() {
+		fmt.Fprintf(tw, "Completed:\t%s (%d ms)\n", fmtTime(snap.CompletedAt), snap.DurationMs)
+	}
+	if snap.Error != nil {
+		fmt.Fprintf(tw, "Error:\t%s: %s\n", snap.Error.Code, c.redact(snap.Error.Message))
+	}
+	fmt.Fprintf(tw, "Events:\t%d\n", snap.LastEventSeq)
+	tw.Flush()
+	if len(snap.Violations) > 0 {
+		fmt.Fprintf(w, "\nINCONSISTENT: %d event(s) ignored under Policy A (INVALID_TRANSITION):\n", len(snap.Violations))
+		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "SEQ\tEVENT\tENTITY\tSTEP\tPRIOR\tATTEMPTED")
+		for _, v := range snap.Violations {
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", v.RunSeq, v.EventType, v.Entity, v.StepID, v.PriorState, v.AttemptedState)
+		}
+		tw.Flush()
+	}
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "STEP\tSTATUS\tATTEMPT\tDURATION\tDETAIL")
+	for _, s := range snap.Steps {
+		detail := s.SkipReason
+		if s.Error != nil {
+			detail = s.Error.Code + ": " + s.Error.Message
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d.%d\t%s\t%s\n", s.StepID, s.Status, s.LogicalAttemptID, s.EngineAttemptID, fmtMs(s.DurationMs, s.CompletedAt), c.redact(oneLine(detail)))
+	}
+	tw.Flush()
+}
+
+func fmtMs(ms int64, completed time.Time) string {
+	if completed.IsZero() {
+		return ""
+	}
+	return strconv.FormatFloat(float64(ms)/1000, 'f', 3, 64) + "s"
+}
+
+func oneLine(s string) string {
+	var b bytes.Buffer
+	space := false
+	for _, r := range s {
+		if r == '\n' || r == '\r' || r == '\t' || r == ' ' {
+			space = true
+			continue
+		}
+		if space && b.Len() > 0 {
+			b.WriteByte(' ')
+		}
+		space = false
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+func cmdEvents(ctx context.Context, c *cli, args []string) error {
+	fs := c.newFlagSet("events", "RUN_ID", "List a run's events in runSeq order.")
+	asJSON := fs.Bool("json", false, "print JSON")
+	after := fs.Int64("after", 0, "only events with runSeq > `SEQ`")
+	limit := fs.Int("limit", 0, "at most `N` events (0: all)")
+	pos, err := c.parse(fs, args, 1, 1)
+	if err != nil {
+		return err
+	}
+	if *after < 0 || *limit < 0 {
+		return engine.Errorf(engine.CodeInvalidArgument, "--after and --limit must not be negative")
+	}
+	st, err := c.openStore(ctx, true)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	meta, err := c.loadRun(ctx, st, pos[0])
+	if err != nil {
+		return err
+	}
+	evs, err := st.ListEvents(ctx, meta.RunID, *after, *limit)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		if evs == nil {
+			evs = []engine.RunEventRecord{}
+		}
+		return c.printJSON(evs)
+	}
+	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SEQ\tTYPE\tSTEP\tATTEMPT\tEMITTED_AT\tPAYLOAD")
+	for _, e := range evs {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d.%d\t%s\t%s\n", e.RunSeq, e.EventType, e.StepID, e.LogicalAttemptID, e.EngineAttemptID, fmtTime(e.EmittedAt), c.redact(string(e.Payload)))
+	}
+	return tw.Flush()
+}
+
+// The audit export of EngineExecutionContract.gw.md: a bundle {run, steps}
+// or a CSV with one row per step and these columns, in this order.
+var csvColumns = []string{
+	"run_id", "workflow_name", "run_status", "run_started_at", "run_finished_at", "run_duration_ms",
+	"step_index", "step_name", "step_status", "step_started_at", "step_finished_at", "step_duration_ms",
+	"step_error_code", "step_error_message", "step_metrics_json",
+}
+
+type auditRun struct {
+	RunID        string `json:"run_id"`
+	WorkflowName string `json:"workflow_name"`
+	Status       string `json:"status"`
+	StartedAt    string `json:"started_at"`
+	FinishedAt   string `json:"finished_at"`
+	DurationMs   int64  `json:"duration_ms"`
+	ConfigHash   string `json:"config_hash,omitempty"` // the plan's sha256
+	ErrorSummary string `json:"error_summary,omitempty"`
+	PlanID       string `json:"plan_id"`
+	PlanVersion  string `json:"plan_version"`
+	Inconsistent bool   `json:"inconsistent,omitempty"`
+}
+
+type auditStep struct {
+	StepIndex    int             `json:"step_index"`
+	StepName     string          `json:"step_name"`
+	Status       string          `json:"status"`
+	StartedAt    string          `json:"started_at"`
+	FinishedAt   string          `json:"finished_at"`
+	DurationMs   int64           `json:"duration_ms"`
+	ErrorCode    string          `json:"error_code,omitempty"`
+	ErrorMessage string          `json:"error_message,omitempty"`
+	SkipReason   string          `json:"skip_reason,omitempty"`
+	Metrics      json.RawMessage `json:"metrics,omitempty"`
+}
+
+type auditBundle struct {
+	Run   auditRun    `json:"run"`
+	Steps []auditStep `json:"steps"`
+}
+
+// exportStatus maps dvtrun's states onto the contract's OK/FAILED where
+// they correspond and keeps dvtrun's name otherwise (SKIPPED, CANCELLED…).
+func exportStatus(s string) string {
+	switch s {
+	case string(engine.StatusCompleted), string(engine.StepStatusSuccess):
+		return "OK"
+	}
+	return s
+}
+
+func buildAudit(meta engine.RunMetadata, snap engine.Snapshot, evs []engine.RunEventRecord) auditBundle {
+	b := auditBundle{Run: auditRun{
+		RunID: meta.RunID, WorkflowName: meta.PlanID, Status: exportStatus(string(snap.Status)),
+		StartedAt: fmtTime(snap.StartedAt), FinishedAt: fmtTime(snap.CompletedAt), DurationMs: snap.DurationMs,
+		ConfigHash: meta.PlanSHA256, PlanID: meta.PlanID, PlanVersion: meta.PlanVersion, Inconsistent: snap.Inconsistent,
+	}, Steps: []auditStep{}}
+	if snap.Error != nil {
+		b.Run.ErrorSummary = snap.Error.Code + ": " + snap.Error.Message
+	}
+	metrics := map[string]json.RawMessage{}
+	for _, e := range evs {
+		if e.EventType == engine.StepCompleted {
+			metrics[e.StepID] = stepMetrics(e.Payload)
+		}
+	}
+	for i, s := range snap.Steps {
+		as := auditStep{
+			StepIndex: i + 1, StepName: s.StepID, Status: exportStatus(string(s.Status)),
+			StartedAt: fmtTime(s.StartedAt), FinishedAt: fmtTime(s.CompletedAt), DurationMs: s.DurationMs,
+			SkipReason: s.SkipReason,
+		}
+		if s.Error != nil {
+			as.ErrorCode, as.ErrorMessage = s.Error.Code, s.Error.Message
+		}
+		if s.Status == engine.StepStatusSuccess {
+			as.Metrics = metrics[s.StepID]
+		}
+		b.Steps = append(b.Steps, as)
+	}
+	return b
+}
+
+// stepMetrics keeps the figures of a StepCompleted payload (a StepResult).
+func stepMetrics(p json.RawMessage) json.RawMessage {
+	var r engine.StepResult
+	if len(p) == 0 || json.Unmarshal(p, &r) != nil {
+		return nil
+	}
+	m := map[string]any{}
+	if r.RowsAffected != 0 {
+		m["rowsAffected"] = r.RowsAffected
+	}
+	if r.RowCount != 0 {
+		m["rowCount"] = r.RowCount
+	}
+	if r.Failures != 0 {
+		m["failures"] = r.Failures
+	}
+	if len(r.QueryIDs) > 0 {
+		m["queryIds"] = r.QueryIDs
+	}
+	if len(m) == 0 {
+		return nil
+	}
+	out, _ := json.Marshal(m)
+	return out
+}
+
+func writeCSV(w io.Writer, b auditBundle) error {
+	cw := csv.NewWriter(w)
+	if err := cw.Write(csvColumns); err != nil {
+		return err
+	}
+	r := b.Run
+	for _, s := range b.Steps {
+		rec := []string{
+			r.RunID, r.WorkflowName, r.Status, r.StartedAt, r.FinishedAt, strconv.FormatInt(r.DurationMs, 10),
+			strconv.Itoa(s.StepIndex), s.StepName, s.Status, s.StartedAt, s.FinishedAt, strconv.FormatInt(s.DurationMs, 10),
+			s.ErrorCode, s.ErrorMessage, string(s.Metrics),
+		}
+		if err := cw.Write(rec); err != nil {
+			return err
+		}
+	}
+	cw.Flush()
+	return cw.Error()
+}
+
+func cmdExport(ctx context.Context, c *cli, args []string) error {
+	fs := c.newFlagSet("export", "RUN_ID", "Write a run's audit export: a JSON bundle {run, steps} or a CSV with one row per step\n(columns of EngineExecutionContract.gw.md, in its order). Default output is stdout.")
+	format := fs.String("format", "json", "`json` or csv")
+	out := fs.String("o", "", "write to `FILE` (written whole or not at all) instead of stdout")
+	pos, err := c.parse(fs, args, 1, 1)
+	if err != nil {
+		return err
+	}
+	if *format != "json" && *format != "csv" {
+		return engine.Errorf(engine.CodeInvalidArgument, "--format %q: want json or csv", *format)
+	}
+	st, err := c.openStore(ctx, true)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	meta, err := c.loadRun(ctx, st, pos[0])
+	if err != nil {
+		return err
+	}
+	evs, err := st.ListEvents(ctx, meta.RunID, 0, 0)
+	if err != nil {
+		return err
+	}
+	bundle := buildAudit(meta, engine.Project(meta.RunID, evs), evs)
+	// Build the whole export in memory first: no partial export on error.
+	var buf bytes.Buffer
+	if *format == "csv" {
+		err = writeCSV(&buf, bundle)
+	} else {
+		enc := json.NewEncoder(&buf)
+		enc.SetIndent("", "  ")
+		err = enc.Encode(bundle)
+	}
+	if err != nil {
+		return err
+	}
+	data := []byte(c.redact(buf.String()))
+	if *out == "" {
+		_, err = c.stdout.Write(data)
+		return err
+	}
+	return writeFileAtomic(*out, data)
+}
+
+// writeFileAtomic writes through a temporary file and a rename, so a reader
+// never sees half an export.
+func writeFileAtomic(path string, data []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".dvtrun-export-*")
+	if err != nil {
+		return engine.Errorf(engine.CodeInvalidArgument, "cannot write %s: %v", path, err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return engine.Errorf(engine.CodeInvalidArgument, "cannot write %s: %v", path, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return engine.Errorf(engine.CodeInvalidArgument, "cannot write %s: %v", path, err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return engine.Errorf(engine.CodeInvalidArgument, "cannot write %s: %v", path, err)
+	}
+	return nil
+}

@@ -1,0 +1,436 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/dvtrun/dvtrun/engine"
+)
+
+func newID() string      { return uuid.NewString() }
+func randFloat() float64 { return rand.Float64() }
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// fileSource reads plan files from the file system and remembers the plan
+// file's bytes, so the sha256 checked is the sha256 of what was parsed.
+type fileSource struct {
+	plan     string
+	planData []byte
+}
+
+func (f *fileSource) ReadFile(name string) ([]byte, error) {
+	b, err := os.ReadFile(name)
+	if err == nil && name == f.plan {
+		f.planData = b
+	}
+	return b, err
+}
+
+// loadPlan reads, parses and validates a plan; with wantSHA it also refuses
+// a plan whose bytes do not hash to it. Nothing is written before this.
+func loadPlan(path, wantSHA string) (*engine.Plan, engine.PlanRef, []byte, error) {
+	src := &fileSource{plan: path}
+	p, ref, err := engine.LoadPlan(src, path)
+	if err != nil {
+		return nil, ref, nil, err
+	}
+	if wantSHA != "" {
+		if !sha256RE.MatchString(wantSHA) {
+			return nil, ref, nil, engine.Errorf(engine.CodeInvalidArgument, "--plan-sha256 %q is not 64 hex digits", wantSHA)
+		}
+		if err := engine.CheckPlanRef(engine.PlanRef{URI: path, SHA256: wantSHA}, src.planData); err != nil {
+			return nil, ref, nil, err
+		}
+	}
+	if err := p.Validate(); err != nil {
+		return nil, ref, nil, err
+	}
+	return p, ref, src.planData, nil
+}
+
+var sha256RE = regexp.MustCompile(`^[0-9a-fA-F]{64}$`)
+
+// secretLookup resolves secrets at step time: DVT_SECRET_<NAME> from the
+// environment first, then the secrets file. Every value handed out is
+// remembered for redaction.
+func (c *cli) secretLookup(file string) (engine.SecretLookup, error) {
+	fileVals := map[string]string{}
+	if file != "" {
+		var err error
+		if fileVals, err = readSecretsFile(file); err != nil {
+			return nil, err
+		}
+		for _, v := range fileVals {
+			c.addSecret(v)
+		}
+	}
+	return func(name string) (string, bool) {
+		if v := c.env("DVT_SECRET_" + name); v != "" {
+			c.addSecret(v)
+			return v, true
+		}
+		v, ok := fileVals[name]
+		return v, ok
+	}, nil
+}
+
+// readSecretsFile reads KEY=VALUE lines; blank lines and # comments are
+// skipped. Errors name the line, never a value.
+func readSecretsFile(path string) (map[string]string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, engine.Errorf(engine.CodeInvalidArgument, "cannot read the secrets file %s: %v", path, pathError(err))
+	}
+	out := map[string]string{}
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		k, v, ok := strings.Cut(line, "=")
+		k = strings.TrimSpace(k)
+		if !ok || !secretKeyRE.MatchString(k) {
+			return nil, engine.Errorf(engine.CodeInvalidArgument, "secrets file %s line %d: want KEY=VALUE with KEY of letters, digits and _", path, n)
+		}
+		out[k] = v
+	}
+	return out, nil
+}
+
+var secretKeyRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+func pathError(err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+// runFlags are shared by run and resume.
+type runFlags struct {
+	threads     int
+	failFast    bool
+	secretsFile string
+}
+
+func (f *runFlags) register(fs interface {
+	IntVar(*int, string, int, string)
+	BoolVar(*bool, string, bool, string)
+	StringVar(*string, string, string, string)
+}) {
+	fs.IntVar(&f.threads, "threads", 4, "run up to `N` steps in parallel")
+	fs.BoolVar(&f.failFast, "fail-fast", false, "stop scheduling new steps after the first failure")
+	fs.StringVar(&f.secretsFile, "secrets-file", "", "`FILE` of KEY=VALUE secrets (DVT_SECRET_<NAME> in the environment wins)")
+}
+
+func (c *cli) runEngine(st stateStore, f runFlags, obs engine.Observer, lookup engine.SecretLookup) *engine.Engine {
+	eng := c.engineFor(st)
+	host, _ := os.Hostname()
+	eng.Config.Threads = f.threads
+	eng.Config.FailFast = f.failFast
+	eng.Config.Owner = fmt.Sprintf("dvtrun@%s:%d", host, os.Getpid())
+	eng.Secrets = lookup
+	eng.Observe = obs
+	return eng
+}
+
+func cmdRun(ctx context.Context, c *cli, args []string) error {
+	fs := c.newFlagSet("run", "PLAN", "Run a plan: validate it, record the run, execute its steps on the warehouse.\nExit 0 when every step succeeded, 1 when a step failed, 2 on invalid input.")
+	var f runFlags
+	f.register(fs)
+	reqID := fs.String("run-request-id", "", "the caller's `ID` for this run request (recorded with the run)")
+	wantSHA := fs.String("plan-sha256", "", "refuse the plan unless its file hashes to `HEX` (PLAN_HASH_MISMATCH)")
+	pos, err := c.parse(fs, args, 1, 1)
+	if err != nil {
+		return err
+	}
+	if f.threads < 1 {
+		return engine.Errorf(engine.CodeInvalidArgument, "--threads must be at least 1")
+	}
+	p, ref, data, err := loadPlan(pos[0], *wantSHA)
+	if err != nil {
+		return err
+	}
+	lookup, err := c.secretLookup(f.secretsFile)
+	if err != nil {
+		return err
+	}
+	st, err := c.openStore(ctx, false)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	wh, targetName, err := c.openWarehouse(ctx)
+	if err != nil {
+		return err
+	}
+	defer wh.Close()
+	con := newConsole(c, targetName)
+	eng := c.runEngine(st, f, con, lookup)
+	runID, err := eng.StartRun(ctx, engine.StartRequest{Plan: p, Ref: ref, PlanBytes: data, RunRequestID: *reqID})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(c.stdout, "Running plan %s@%s (%d steps) as run %s\n", p.PlanID, p.PlanVersion, len(p.Steps), runID)
+	con.start = time.Now()
+	snap, err := eng.Execute(ctx, runID, p, wh)
+	return c.finishRun(ctx, con, runID, pos[0], snap, err)
+}
+
+func cmdResume(ctx context.Context, c *cli, args []string) error {
+	fs := c.newFlagSet("resume", "RUN_ID PLAN", "Continue an interrupted run from its event log: no SUCCESS step runs again.\nPLAN must be the plan the run started with (same sha256).")
+	var f runFlags
+	f.register(fs)
+	pos, err := c.parse(fs, args, 2, 2)
+	if err != nil {
+		return err
+	}
+	if f.threads < 1 {
+		return engine.Errorf(engine.CodeInvalidArgument, "--threads must be at least 1")
+	}
+	p, ref, _, err := loadPlan(pos[1], "")
+	if err != nil {
+		return err
+	}
+	lookup, err := c.secretLookup(f.secretsFile)
+	if err != nil {
+		return err
+	}
+	st, err := c.openStore(ctx, true)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	meta, err := c.loadRun(ctx, st, pos[0])
+	if err != nil {
+		return err
+	}
+	if !strings.EqualFold(meta.PlanSHA256, ref.SHA256) {
+		return engine.Errorf(engine.CodePlanHashMismatch, "run %s started with plan sha256 %s but %s has sha256 %s", meta.RunID, meta.PlanSHA256, pos[1], ref.SHA256)
+	}
+	wh, targetName, err := c.openWarehouse(ctx)
+	if err != nil {
+		return err
+	}
+	defer wh.Close()
+	con := newConsole(c, targetName)
+	eng := c.runEngine(st, f, con, lookup)
+	fmt.Fprintf(c.stdout, "Resuming run %s of plan %s@%s\n", meta.RunID, p.PlanID, p.PlanVersion)
+	con.start = time.Now()
+	snap, err := eng.Resume(ctx, meta.RunID, p, wh)
+	return c.finishRun(ctx, con, meta.RunID, pos[1], snap, err)
+}
+
+// finishRun prints the summary and turns the outcome into an exit code.
+func (c *cli) finishRun(ctx context.Context, con *console, runID, planPath string, snap engine.Snapshot, err error) error {
+	if ctx.Err() != nil {
+		con.summary()
+		fmt.Fprintf(c.stdout, "Interrupted. Continue with: dvtrun resume %s %s\n", runID, planPath)
+		return &exitError{code: exitInterrupted, err: engine.Errorf(engine.CodeStepCancelled, "run %s interrupted; continue it with `dvtrun resume %s %s`", runID, runID, planPath)}
+	}
+	if err != nil {
+		return err
+	}
+	con.summary()
+	fmt.Fprintf(c.stdout, "Run %s %s\n", runID, snap.Status)
+	switch snap.Status {
+	case engine.StatusCompleted:
+		return nil
+	case engine.StatusFailed:
+		var failed []string
+		skipped := 0
+		for _, s := range snap.Steps {
+			switch s.Status {
+			case engine.StepStatusFailed:
+				failed = append(failed, s.StepID)
+			case engine.StepStatusSkipped:
+				skipped++
+			}
+		}
+		msg := fmt.Sprintf("run %s failed", runID)
+		if len(failed) > 0 {
+			msg += fmt.Sprintf(": %s failed, %d dependent step(s) skipped", strings.Join(failed, ", "), skipped)
+		} else if snap.Error != nil {
+			msg += ": " + snap.Error.Message
+		}
+		return &exitError{code: exitFailed, err: engine.Errorf(engine.CodeStepFailed, "%s", msg)}
+	case engine.StatusCancelled:
+		return &exitError{code: exitFailed, err: engine.Errorf(engine.CodeStepCancelled, "run %s was cancelled", runID)}
+	default:
+		return &exitError{code: exitFailed, err: engine.Errorf(engine.CodeStepFailed, "run %s stopped in status %s; continue it with `dvtrun resume %s %s`", runID, snap.Status, runID, planPath)}
+	}
+}
+
+// console prints the runner's progress in dbt's console style. The runner
+// reports from several goroutines: every write holds mu.
+type console struct {
+	c      *cli
+	w      io.Writer
+	target string
+	start  time.Time
+
+	mu                     sync.Mutex
+	total                  int
+	pass, warn, errs, skip int
+	failures               []string
+}
+
+func newConsole(c *cli, target string) *console {
+	return &console{c: c, w: c.stdout, target: target, start: time.Now()}
+}
+
+const lineWidth = 80
+
+// line writes `left ..... [right]` padded with dots to lineWidth.
+func (o *console) line(left, right string) {
+	dots := lineWidth - len(left) - len(right) - 2
+	if dots < 3 {
+		dots = 3
+	}
+	fmt.Fprintf(o.w, "%s %s %s\n", o.c.redact(left), strings.Repeat(".", dots), right)
+}
+
+func describe(s engine.PlanStep) string {
+	rel := s.Relation()
+	switch s.Kind {
+	case engine.KindSeed:
+		return "seed file " + rel
+	case engine.KindModel:
+		m := s.Materialized
+		if m == "" {
+			m = engine.MaterializedTable
+		}
+		return "sql " + m + " model " + rel
+	case engine.KindTest:
+		return "test " + rel
+	default:
+		return "sql operation " + rel
+	}
+}
+
+func secs(d time.Duration) string { return fmt.Sprintf("%.2fs", d.Seconds()) }
+
+func (o *console) Report(p engine.Progress) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	prefix := ""
+	if p.Index > 0 && p.Total > 0 {
+		prefix = fmt.Sprintf("%d of %d ", p.Index, p.Total)
+	}
+	rel := p.Step.Relation()
+	switch p.Phase {
+	case engine.PhaseRunStarted:
+		o.total = p.Total
+		fmt.Fprintf(o.w, "Concurrency: %d threads (target='%s')\n\n", p.Threads, o.target)
+	case engine.PhaseStepStarted:
+		o.line(prefix+"START "+describe(p.Step), "[RUN]")
+	case engine.PhaseStepRetry:
+		msg := ""
+		if p.Err != nil {
+			msg = ": " + oneLine(p.Err.Error())
+		}
+		fmt.Fprintf(o.w, "%sRETRY %s (engine attempt %d)%s\n", prefix, describe(p.Step), p.EngineAttempt, o.c.redact(msg))
+	case engine.PhaseStepDone:
+		o.stepDone(p, prefix, rel)
+	}
+}
+
+func (o *console) stepDone(p engine.Progress, prefix, rel string) {
+	in := secs(p.Elapsed)
+	s := p.Step
+	switch p.Status {
+	case engine.StepStatusSuccess:
+		switch {
+		case s.Kind == engine.KindSeed:
+			o.pass++
+			o.line(prefix+"OK loaded "+describe(s), fmt.Sprintf("[INSERT %d in %s]", p.Result.RowCount, in))
+		case s.Kind == engine.KindTest && p.Result.Failures > 0:
+			o.warn++
+			o.line(fmt.Sprintf("%sWARN %d %s", prefix, p.Result.Failures, rel), fmt.Sprintf("[WARN %d in %s]", p.Result.Failures, in))
+		case s.Kind == engine.KindTest:
+			o.pass++
+			o.line(prefix+"PASS "+rel, "[PASS in "+in+"]")
+		case s.Kind == engine.KindModel:
+			o.pass++
+			o.line(prefix+"OK created "+describe(s), "[OK in "+in+"]")
+		default:
+			o.pass++
+			o.line(prefix+"OK executed "+describe(s), "[OK in "+in+"]")
+		}
+	case engine.StepStatusFailed:
+		o.errs++
+		detail := "failed"
+		if p.Err != nil {
+			detail = oneLine(p.Err.Error())
+		}
+		o.failures = append(o.failures, s.ID+": "+detail)
+		switch {
+		case s.Kind == engine.KindTest && p.Result.Failures > 0:
+			o.line(fmt.Sprintf("%sFAIL %d %s", prefix, p.Result.Failures, rel), fmt.Sprintf("[FAIL %d in %s]", p.Result.Failures, in))
+		case s.Kind == engine.KindSeed:
+			o.line(prefix+"ERROR loading "+describe(s), "[ERROR in "+in+"]")
+		case s.Kind == engine.KindModel:
+			o.line(prefix+"ERROR creating "+describe(s), "[ERROR in "+in+"]")
+		case s.Kind == engine.KindTest:
+			o.line(prefix+"ERROR "+describe(s), "[ERROR in "+in+"]")
+		default:
+			o.line(prefix+"ERROR executing "+describe(s), "[ERROR in "+in+"]")
+		}
+	case engine.StepStatusSkipped:
+		o.skip++
+		what := "relation " + rel
+		switch s.Kind {
+		case engine.KindTest:
+			what = "test " + rel
+		case engine.KindSQL:
+			what = "sql operation " + rel
+		}
+		if p.SkipReason != "" {
+			what += " (" + oneLine(p.SkipReason) + ")"
+		}
+		o.line(prefix+"SKIP "+what, "[SKIP]")
+	}
+}
+
+// summary prints dbt's closing lines.
+func (o *console) summary() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	n := o.pass + o.warn + o.errs + o.skip
+	if o.total > 0 {
+		n = o.total
+	}
+	fmt.Fprintf(o.w, "\nFinished running %d steps in %s.\n", n, secs(time.Since(o.start)))
+	if len(o.failures) > 0 {
+		fmt.Fprintf(o.w, "\nCompleted with %d error(s):\n", len(o.failures))
+		for _, f := range o.failures {
+			fmt.Fprintf(o.w, "  %s\n", o.c.redact(f))
+		}
+	} else {
+		fmt.Fprintln(o.w, "\nCompleted successfully")
+	}
+	fmt.Fprintf(o.w, "\nDone. PASS=%d WARN=%d ERROR=%d SKIP=%d TOTAL=%d\n", o.pass, o.warn, o.errs, o.skip, o.pass+o.warn+o.errs+o.skip)
+}

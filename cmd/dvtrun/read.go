@@ -167,7 +167,7 @@ func (c *cli) printStatus(meta engine.RunMetadata, snap engine.Snapshot) {
 		fmt.Fprintf(tw, "Completed:\t%s (%d ms)\n", fmtTime(snap.CompletedAt), snap.DurationMs)
 	}
 	if snap.Error != nil {
-		fmt.Fprintf(tw, "Error:\t%s: %s\n", snap.Error.Code, c.redact(snap.Error.Message))
+		fmt.Fprintf(tw, "Error:\t%s: %s\n", snap.Error.Code, c.redact(oneLine(snap.Error.Message)))
 	}
 	fmt.Fprintf(tw, "Events:\t%d\n", snap.LastEventSeq)
 	tw.Flush()

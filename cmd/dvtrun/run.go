@@ -9,6 +9,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -66,7 +67,34 @@ func loadPlan(path, wantSHA string) (*engine.Plan, engine.PlanRef, []byte, error
 	if err := p.Validate(); err != nil {
 		return nil, ref, nil, err
 	}
+	if err := checkSeeds(p); err != nil {
+		return nil, ref, nil, err
+	}
 	return p, ref, src.planData, nil
+}
+
+// checkSeeds parses every seed CSV up front, so that a missing or malformed
+// file is refused before a run is recorded rather than failing mid-run.
+func checkSeeds(p *engine.Plan) error {
+	for _, st := range p.Steps {
+		if st.Kind != engine.KindSeed {
+			continue
+		}
+		path := st.Path
+		if !filepath.IsAbs(path) {
+			path = filepath.Join(p.Dir, path)
+		}
+		f, err := os.Open(path)
+		if err != nil {
+			return engine.Errorf(engine.CodePlanInvalid, "step %s: cannot read seed file %s: %v", st.ID, st.Path, pathError(err))
+		}
+		_, err = engine.ReadSeed(f, st.Path)
+		f.Close()
+		if err != nil {
+			return engine.Errorf(engine.CodePlanInvalid, "step %s: %s", st.ID, strings.TrimPrefix(err.Error(), string(engine.CodePlanInvalid)+": "))
+		}
+	}
+	return nil
 }
 
 var sha256RE = regexp.MustCompile(`^[0-9a-fA-F]{64}$`)
@@ -114,7 +142,7 @@ func readSecretsFile(path string) (map[string]string, error) {
 		if !ok || !secretKeyRE.MatchString(k) {
 			return nil, engine.Errorf(engine.CodeInvalidArgument, "secrets file %s line %d: want KEY=VALUE with KEY of letters, digits and _", path, n)
 		}
-		out[k] = v
+		out[k] = strings.TrimSpace(v)
 	}
 	return out, nil
 }

@@ -1,0 +1,234 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+// result is one in-process invocation of the CLI.
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+// harness runs the CLI in-process against a state store and a warehouse in
+// a temporary directory.
+type harness struct {
+	t   *testing.T
+	dir string
+	env map[string]string
+}
+
+func newHarness(t *testing.T) *harness {
+	t.Helper()
+	dir := t.TempDir()
+	return &harness{t: t, dir: dir, env: map[string]string{
+		"DVT_STORE":     "sqlite:" + filepath.Join(dir, "state.db"),
+		"DVT_WAREHOUSE": "sqlite:" + filepath.Join(dir, "warehouse.db"),
+	}}
+}
+
+func (h *harness) statePath() string { return filepath.Join(h.dir, "state.db") }
+
+func (h *harness) run(args ...string) result {
+	h.t.Helper()
+	return h.runCtx(context.Background(), args...)
+}
+
+func (h *harness) runCtx(ctx context.Context, args ...string) result {
+	h.t.Helper()
+	var out, errb bytes.Buffer
+	code := run(ctx, args, &out, &errb, func(k string) string { return h.env[k] })
+	return result{code, out.String(), errb.String()}
+}
+
+// fixture returns the path of a file under testdata/.
+func fixture(parts ...string) string {
+	return filepath.Join(append([]string{"testdata"}, parts...)...)
+}
+
+var errorLineRE = regexp.MustCompile(`^dvtrun: [A-Z_]+: \S.*\n$`)
+
+// wantError checks the contract of every failure: the exit code, and one
+// line `dvtrun: CODE: sentence` on stderr containing each of msgs.
+func wantError(t *testing.T, r result, exit int, code string, msgs ...string) {
+	t.Helper()
+	if r.code != exit {
+		t.Errorf("exit code %d, want %d (stderr %q)", r.code, exit, r.stderr)
+	}
+	if !errorLineRE.MatchString(r.stderr) {
+		t.Errorf("stderr is not one `dvtrun: CODE: sentence` line: %q", r.stderr)
+	}
+	if !strings.HasPrefix(r.stderr, "dvtrun: "+code+": ") {
+		t.Errorf("stderr %q, want code %s", r.stderr, code)
+	}
+	for _, m := range msgs {
+		if !strings.Contains(r.stderr, m) {
+			t.Errorf("stderr %q does not mention %q", r.stderr, m)
+		}
+	}
+	for _, bad := range []string{"goroutine ", "panic", ".go:"} {
+		if strings.Contains(r.stderr+r.stdout, bad) {
+			t.Errorf("output contains %q (a stack trace?)", bad)
+		}
+	}
+}
+
+func TestHelp(t *testing.T) {
+	cases := []struct {
+		args  []string
+		flags []string // flags the help must list
+	}{
+		{[]string{"--help"}, []string{"-store", "-warehouse", "run", "resume", "cancel", "signal", "runs", "status", "events", "export", "plan", "verify"}},
+		{[]string{"help"}, []string{"-store", "verify"}},
+		{[]string{"run", "--help"}, []string{"-threads", "-fail-fast", "-secrets-file", "-run-request-id", "-plan-sha256", "-store", "-warehouse"}},
+		{[]string{"resume", "--help"}, []string{"-threads", "-secrets-file"}},
+		{[]string{"cancel", "--help"}, []string{"-reason", "-store"}},
+		{[]string{"signal", "-h"}, []string{"-step", "-reason", "retry-step"}},
+		{[]string{"runs", "--help"}, []string{"-limit", "-json"}},
+		{[]string{"status", "--help"}, []string{"-json"}},
+		{[]string{"events", "--help"}, []string{"-json", "-after", "-limit"}},
+		{[]string{"export", "--help"}, []string{"-format", "-o"}},
+		{[]string{"plan", "--help"}, []string{"validate", "import-dbt"}},
+		{[]string{"plan", "validate", "--help"}, []string{"-plan-sha256"}},
+		{[]string{"plan", "import-dbt", "--help"}, []string{"-project-dir", "-o"}},
+		{[]string{"verify", "--help"}, []string{"-all", "-json"}},
+		{[]string{"help", "events"}, []string{"-after"}},
+	}
+	for _, c := range cases {
+		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
+			h := newHarness(t)
+			r := h.run(c.args...)
+			if r.code != 0 || r.stderr != "" {
+				t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
+			}
+			for _, f := range c.flags {
+				if !strings.Contains(r.stdout, f) {
+					t.Errorf("help does not list %s:\n%s", f, r.stdout)
+				}
+			}
+			if _, err := os.Stat(h.statePath()); err == nil {
+				t.Error("--help created a state store")
+			}
+		})
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	cases := []struct {
+		name string
+		args []string
+		msg  string
+	}{
+		{"unknown command", []string{"frobnicate"}, `unknown command "frobnicate"`},
+		{"unknown flag", []string{"status", "--bogus", "x"}, "-bogus"},
+		{"unknown global flag", []string{"--bogus", "runs"}, "-bogus"},
+		{"missing argument", []string{"status"}, "missing arguments"},
+		{"extra argument", []string{"status", "a", "b"}, `unexpected argument "b"`},
+		{"bad threads", []string{"run", "--threads", "0", fixture("ok", "plan.yaml")}, "--threads"},
+		{"threads not a number", []string{"run", "--threads", "many", fixture("ok", "plan.yaml")}, "-threads"},
+		{"unknown signal", []string{"signal", "r1", "explode"}, `unknown signal "explode"`},
+		{"retry-step without step", []string{"signal", "r1", "retry-step"}, "--step"},
+		{"export format", []string{"export", "r1", "--format", "xml"}, `"xml"`},
+		{"verify needs a target", []string{"verify"}, "--all"},
+		{"unknown store scheme", []string{"--store", "postgres://x/y", "runs"}, `"postgres"`},
+		{"plan subcommand", []string{"plan", "frob"}, `"frob"`},
+		{"bad sha256", []string{"run", "--plan-sha256", "xyz", fixture("ok", "plan.yaml")}, "64 hex digits"},
+		{"missing secrets file", []string{"run", "--secrets-file", "testdata/nope.env", fixture("ok", "plan.yaml")}, "nope.env"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			h := newHarness(t)
+			r := h.run(c.args...)
+			wantError(t, r, exitUsage, "INVALID_ARGUMENT", c.msg)
+			if _, err := os.Stat(h.statePath()); err == nil {
+				t.Error("a refused command created the state store")
+			}
+		})
+	}
+}
+
+func TestNoArgumentsPrintsUsage(t *testing.T) {
+	r := newHarness(t).run()
+	if r.code != exitUsage || !strings.Contains(r.stderr, "Usage: dvtrun") {
+		t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
+	}
+}
+
+func TestParseTarget(t *testing.T) {
+	c := &cli{env: func(k string) string {
+		if k == "DVT_SNOWFLAKE_DSN" {
+			return "bob:envpass@acct/db/sch"
+		}
+		return ""
+	}}
+	cases := []struct {
+		raw, kind, path, dsn, secret string
+		bad                          bool
+	}{
+		{raw: "sqlite:.dvt/state.db", kind: "sqlite", path: ".dvt/state.db"},
+		{raw: "sqlite:///abs/state.db", kind: "sqlite", path: "/abs/state.db"},
+		{raw: "state.db", kind: "sqlite", path: "state.db"},
+		{raw: "snowflake://alice:pw123@acct/db/schema?warehouse=wh", kind: "snowflake", dsn: "alice:pw123@acct/db/schema?warehouse=wh", secret: "pw123"},
+		{raw: "snowflake://", kind: "snowflake", dsn: "bob:envpass@acct/db/sch", secret: "envpass"},
+		{raw: "sqlite:", bad: true},
+		{raw: "mysql://x", bad: true},
+	}
+	for _, tc := range cases {
+		got, err := c.parseTarget("store", tc.raw)
+		if tc.bad {
+			if err == nil {
+				t.Errorf("%q: no error", tc.raw)
+			}
+			continue
+		}
+		if err != nil || got.kind != tc.kind || got.path != tc.path || got.dsn != tc.dsn {
+			t.Errorf("%q: got %+v, %v", tc.raw, got, err)
+		}
+		if tc.secret != "" && c.redact("x "+tc.secret+" y") != "x [REDACTED] y" {
+			t.Errorf("%q: the DSN password is not redacted", tc.raw)
+		}
+	}
+}
+
+func TestReadSecretsFile(t *testing.T) {
+	dir := t.TempDir()
+	cases := []struct {
+		name, text string
+		want       map[string]string
+		errLine    string
+	}{
+		{"plain", "A=1\n# comment\n\nB_2 = x=y \n", map[string]string{"A": "1", "B_2": "x=y"}, ""},
+		{"no equals", "A=1\nhunter2\n", nil, "line 2"},
+		{"bad key", "a-b=1\n", nil, "line 1"},
+	}
+	for _, c := range cases {
+		p := filepath.Join(dir, c.name+".env")
+		if err := os.WriteFile(p, []byte(c.text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		got, err := readSecretsFile(p)
+		if c.errLine != "" {
+			if err == nil || !strings.Contains(err.Error(), c.errLine) || strings.Contains(err.Error(), "hunter2") {
+				t.Errorf("%s: error %v, want one naming %s and no value", c.name, err, c.errLine)
+			}
+			continue
+		}
+		if err != nil || len(got) != len(c.want) {
+			t.Fatalf("%s: %v %v", c.name, got, err)
+		}
+		for k, v := range c.want {
+			if got[k] != v {
+				t.Errorf("%s: %s=%q, want %q", c.name, k, got[k], v)
+			}
+		}
+	}
+}

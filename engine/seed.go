@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
+	"regexp"
 	"strconv"
 	"strings"
 )
@@ -24,10 +26,12 @@ type SeedTable struct {
 	Rows    [][]any
 }
 
-// ReadSeed parses a CSV seed: a header row, RFC 4180 quoting, LF or CRLF
-// line ends. A column is INTEGER when every non-empty value is an int64,
-// REAL when every one is a number, TEXT otherwise; empty fields are NULL.
-// Errors name the file and line.
+// ReadSeed parses a CSV seed: a header row, RFC 4180 quoting (quoted fields
+// may hold commas, quotes and line breaks), LF or CRLF line ends, an optional
+// UTF-8 byte-order mark. A column is INTEGER when every non-empty value is a
+// decimal int64, REAL when every one is a finite decimal number, TEXT
+// otherwise (also when it has no values at all); empty fields are NULL.
+// Errors carry CodePlanInvalid and name the file and line as "name:line".
 func ReadSeed(r io.Reader, name string) (*SeedTable, error) {
 	cr := csv.NewReader(r)
 	cr.ReuseRecord = false
@@ -36,16 +40,20 @@ func ReadSeed(r io.Reader, name string) (*SeedTable, error) {
 		return nil, Errorf(CodePlanInvalid, "seed %s is empty: it needs a header row", name)
 	}
 	if err != nil {
-		return nil, seedErr(name, err)
+		return nil, seedErr(name, nil, 0, err)
 	}
 	seen := map[string]bool{}
 	for i, h := range header {
-		h = strings.TrimSpace(strings.TrimPrefix(h, "\ufeff"))
-		if h == "" {
-			return nil, Errorf(CodePlanInvalid, "seed %s line 1: column %d has no name", name, i+1)
+		if i == 0 {
+			h = strings.TrimPrefix(h, "\ufeff")
 		}
+		h = strings.TrimSpace(h)
+		if h == "" {
+			return nil, Errorf(CodePlanInvalid, "seed %s:1: column %d has no name", name, i+1)
+		}
+		// SQL names are case-insensitive: Id and ID would be one column.
 		if seen[strings.ToLower(h)] {
-			return nil, Errorf(CodePlanInvalid, "seed %s line 1: column %q appears twice", name, h)
+			return nil, Errorf(CodePlanInvalid, "seed %s:1: column %q appears twice", name, h)
 		}
 		seen[strings.ToLower(h)] = true
 		header[i] = h
@@ -57,26 +65,36 @@ func ReadSeed(r io.Reader, name string) (*SeedTable, error) {
 			break
 		}
 		if err != nil {
-			return nil, seedErr(name, err)
+			return nil, seedErr(name, rec, len(header), err)
 		}
 		raw = append(raw, rec)
 	}
 	t := &SeedTable{Columns: header, Types: make([]string, len(header)), Rows: make([][]any, len(raw))}
 	for c := range header {
-		isInt, isReal := true, true
+		isInt, isReal, hasValue := true, true, false
 		for _, rec := range raw {
 			v := rec[c]
 			if v == "" {
 				continue
 			}
+			hasValue = true
 			if _, err := strconv.ParseInt(v, 10, 64); err != nil {
 				isInt = false
+				if integerRE.MatchString(v) {
+					// Beyond int64: a REAL would silently round the
+					// digits (ids, card numbers); keep them as text.
+					isReal = false
+				}
 			}
-			if _, err := strconv.ParseFloat(v, 64); err != nil {
+			if !decimalRE.MatchString(v) {
+				isReal = false
+			} else if f, err := strconv.ParseFloat(v, 64); err != nil || math.IsInf(f, 0) {
 				isReal = false
 			}
 		}
 		switch {
+		case !hasValue:
+			t.Types[c] = TypeText
 		case isInt:
 			t.Types[c] = TypeInteger
 		case isReal:
@@ -105,16 +123,23 @@ func ReadSeed(r io.Reader, name string) (*SeedTable, error) {
 	return t, nil
 }
 
-func seedErr(name string, err error) error {
+// decimalRE is what a REAL value looks like. strconv.ParseFloat alone would
+// also take "NaN", "Inf", hex floats and "1_000", which are text in a CSV.
+var (
+	integerRE = regexp.MustCompile(`^[+-]?[0-9]+$`)
+	decimalRE = regexp.MustCompile(`^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?$`)
+)
+
+func seedErr(name string, rec []string, want int, err error) error {
 	var pe *csv.ParseError
 	if errors.As(err, &pe) {
-		msg := pe.Err.Error()
 		if errors.Is(pe.Err, csv.ErrFieldCount) {
-			msg = "wrong number of fields"
+			// The record's first line: a quoted field may span several.
+			return Errorf(CodePlanInvalid, "seed %s:%d: the row has %d fields, the header %d", name, pe.StartLine, len(rec), want)
 		}
-		return Errorf(CodePlanInvalid, "seed %s line %d: %s", name, pe.Line, msg)
+		return Errorf(CodePlanInvalid, "seed %s:%d: %v", name, pe.Line, pe.Err)
 	}
-	return Errorf(CodePlanInvalid, "seed %s: %v", name, err)
+	return Errorf(CodePlanInvalid, "seed %s: %w", name, err)
 }
 
 // String renders a short description for messages.

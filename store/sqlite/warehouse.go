@@ -1,0 +1,418 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+	"unicode"
+
+	msqlite "modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/dvtrun/dvtrun/engine"
+	sqlfiles "github.com/dvtrun/dvtrun/sql"
+)
+
+// Warehouse runs plan steps in an SQLite database of its own (not the state
+// store's file). It implements engine.Warehouse and is safe for concurrent
+// use.
+//
+// Step semantics:
+//   - seed: the CSV at SeedPath (engine.ReadSeed) becomes table Relation.
+//   - model: SQL is one SELECT; Materialized "table" builds a table, "view"
+//     (also the default, as in dbt) a view. RowCount is set for tables.
+//   - test: SQL is one query; Failures is the number of rows it returns.
+//   - sql: SQL is executed as given. Several statements separated by ';' are
+//     allowed and run in one transaction (all or nothing); they must not
+//     contain BEGIN/COMMIT. Each statement numbers its ? placeholders from 1
+//     and binds them from Params. RowsAffected is the total of rows
+//     inserted, updated and deleted.
+//
+// Seeds and models replace their relation atomically: the new relation is
+// built, the old one dropped and the new one put in its place in one
+// transaction, so a failed build leaves the previous relation as it was, and
+// views over it (resolved by name) keep working.
+type Warehouse struct {
+	db   *sql.DB
+	path string
+	q    map[string]string
+	// writeSem serialises this process's write steps: SQLite has one writer
+	// at a time, and waiting here (interruptible by ctx) beats spinning in
+	// the busy handler. Other processes are held off by the busy timeout.
+	writeSem chan struct{}
+}
+
+// warehouseBusyTimeout is how long a write waits for another process's lock
+// before the step fails with a transient error (which the runner retries).
+const warehouseBusyTimeout = 5 * time.Second
+
+// tmpPrefix names the relation a table is built into before it replaces
+// the old one. Relation names may not start with it.
+const tmpPrefix = "dvt_tmp__"
+
+// OpenWarehouse opens (creating it and its directory if needed) the SQLite
+// warehouse database at path.
+func OpenWarehouse(ctx context.Context, path string) (*Warehouse, error) {
+	if path == "" {
+		return nil, engine.Errorf(engine.CodeInvalidArgument, "warehouse path is empty")
+	}
+	if dir := filepath.Dir(path); dir != "" {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, engine.Errorf(engine.CodeStoreUnavailable, "cannot create the warehouse directory %s: %w", dir, err)
+		}
+	}
+	q, err := sqlfiles.Queries(sqlfiles.SQLite, "warehouse.sql")
+	if err != nil {
+		return nil, err
+	}
+	db, err := sql.Open("sqlite", warehouseDSN(path))
+	if err != nil {
+		return nil, classifyWarehouse(ctx, path, "", err)
+	}
+	w := &Warehouse{db: db, path: path, q: q, writeSem: make(chan struct{}, 1)}
+	if err := w.Ping(ctx); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return w, nil
+}
+
+// warehouseDSN: WAL so tests read while a model builds, BEGIN IMMEDIATE so
+// a build takes the write lock up front, and legacy_alter_table so that
+// renaming the freshly built table into place neither rewrites nor
+// re-checks the views that refer to it by name (with it off, SQLite refuses
+// the rename while a view names the table just dropped).
+func warehouseDSN(path string) string {
+	return "file:" + path + "?mode=rwc" +
+		"&_pragma=busy_timeout(" + fmt.Sprint(warehouseBusyTimeout.Milliseconds()) + ")" +
+		"&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)" +
+		"&_pragma=legacy_alter_table(ON)" +
+		"&_txlock=immediate"
+}
+
+// Ping checks that the database is reachable and is an SQLite database.
+func (w *Warehouse) Ping(ctx context.Context) error {
+	var n int64
+	if err := w.db.QueryRowContext(ctx, w.q["schema_probe"]).Scan(&n); err != nil {
+		return classifyWarehouse(ctx, w.path, "", err)
+	}
+	return nil
+}
+
+// DB gives direct access, for inspecting what the steps built.
+func (w *Warehouse) DB() *sql.DB { return w.db }
+
+// Close closes the database.
+func (w *Warehouse) Close() error { return w.db.Close() }
+
+// RunStep implements engine.Warehouse.
+func (w *Warehouse) RunStep(ctx context.Context, req engine.StepRequest) (engine.StepResult, error) {
+	if err := ctx.Err(); err != nil {
+		return engine.StepResult{}, err
+	}
+	var (
+		res engine.StepResult
+		err error
+	)
+	switch req.Kind {
+	case engine.KindSeed:
+		res, err = w.runSeed(ctx, req)
+	case engine.KindModel:
+		res, err = w.runModel(ctx, req)
+	case engine.KindTest:
+		res, err = w.runTest(ctx, req)
+	case engine.KindSQL:
+		res, err = w.runSQL(ctx, req)
+	default:
+		err = engine.Errorf(engine.CodeInvalidArgument, "step %s: unknown kind %q (want seed, model, test or sql)", req.StepID, req.Kind)
+	}
+	if err != nil {
+		return engine.StepResult{}, classifyWarehouse(ctx, w.path, req.StepID, err)
+	}
+	return res, nil
+}
+
+func (w *Warehouse) runSeed(ctx context.Context, req engine.StepRequest) (engine.StepResult, error) {
+	rel, err := checkRelation(req)
+	if err != nil {
+		return engine.StepResult{}, err
+	}
+	f, err := os.Open(req.SeedPath)
+	if err != nil {
+		return engine.StepResult{}, engine.Errorf(engine.CodePlanInvalid, "seed %s: cannot read its CSV file: %w", req.StepID, err)
+	}
+	defer f.Close()
+	seed, err := engine.ReadSeed(f, req.SeedPath)
+	if err != nil {
+		return engine.StepResult{}, err
+	}
+	cols := make([]string, len(seed.Columns))
+	for i, c := range seed.Columns {
+		if err := checkColumn(c); err != nil {
+			return engine.StepResult{}, engine.Errorf(engine.CodePlanInvalid, "seed %s: column %q: %v", req.SeedPath, c, err)
+		}
+		cols[i] = quoteIdent(c) + " " + seed.Types[i]
+	}
+	var n int64
+	err = w.replace(ctx, rel, engine.MaterializedTable, func(tx *sql.Tx, target string) error {
+		if _, err := tx.ExecContext(ctx, "CREATE TABLE "+target+" ("+strings.Join(cols, ", ")+")"); err != nil {
+			return err
+		}
+		ins, err := tx.PrepareContext(ctx, "INSERT INTO "+target+" VALUES ("+placeholders(len(cols))+")")
+		if err != nil {
+			return err
+		}
+		defer ins.Close()
+		for _, row := range seed.Rows {
+			if _, err := ins.ExecContext(ctx, row...); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, &n)
+	if err != nil {
+		return engine.StepResult{}, err
+	}
+	return engine.StepResult{RowCount: n, RowsAffected: int64(len(seed.Rows))}, nil
+}
+
+func (w *Warehouse) runModel(ctx context.Context, req engine.StepRequest) (engine.StepResult, error) {
+	rel, err := checkRelation(req)
+	if err != nil {
+		return engine.StepResult{}, err
+	}
+	body, err := singleStatement(req.SQL)
+	if err != nil {
+		return engine.StepResult{}, engine.Errorf(engine.CodePlanInvalid, "model %s: %w", req.StepID, err)
+	}
+	mat := req.Materialized
+	if mat == "" {
+		mat = engine.MaterializedView
+	}
+	var n int64
+	switch mat {
+	case engine.MaterializedTable:
+		err = w.replace(ctx, rel, mat, func(tx *sql.Tx, target string) error {
+			_, err := tx.ExecContext(ctx, "CREATE TABLE "+target+" AS\n"+body+"\n", req.Params...)
+			return err
+		}, &n)
+	case engine.MaterializedView:
+		if len(req.Params) > 0 {
+			return engine.StepResult{}, engine.Errorf(engine.CodePlanInvalid, "model %s: a view cannot take parameters (SQLite stores its text)", req.StepID)
+		}
+		err = w.replace(ctx, rel, mat, func(tx *sql.Tx, target string) error {
+			if _, err := tx.ExecContext(ctx, "CREATE VIEW "+target+" AS\n"+body+"\n"); err != nil {
+				return err
+			}
+			// CREATE VIEW accepts a view over tables that do not exist;
+			// compiling a read of it is what reports them, before commit.
+			rows, err := tx.QueryContext(ctx, "SELECT * FROM "+target+" LIMIT 0")
+			if err != nil {
+				return err
+			}
+			return rows.Close()
+		}, nil)
+	default:
+		return engine.StepResult{}, engine.Errorf(engine.CodePlanInvalid, "model %s: materialized %q is not table or view", req.StepID, req.Materialized)
+	}
+	if err != nil {
+		return engine.StepResult{}, err
+	}
+	return engine.StepResult{RowCount: n}, nil
+}
+
+// replace builds relation rel in one transaction. Tables are built under a
+// temporary name and renamed into place once the old relation is dropped;
+// a view (which SQLite cannot rename) is dropped and recreated. If build
+// fails, the transaction rolls back and rel is as it was. When count is not
+// nil it receives the new table's row count.
+func (w *Warehouse) replace(ctx context.Context, rel, mat string, build func(tx *sql.Tx, target string) error, count *int64) error {
+	if err := w.acquire(ctx); err != nil {
+		return err
+	}
+	defer w.release()
+	tx, err := w.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
+	var old string
+	switch err := tx.QueryRowContext(ctx, w.q["relation_type"], rel).Scan(&old); {
+	case errors.Is(err, sql.ErrNoRows):
+	case err != nil:
+		return err
+	}
+	dropOld := func() error {
+		switch old {
+		case "table":
+			_, err := tx.ExecContext(ctx, "DROP TABLE "+quoteIdent(rel))
+			return err
+		case "view":
+			_, err := tx.ExecContext(ctx, "DROP VIEW "+quoteIdent(rel))
+			return err
+		}
+		return nil
+	}
+	if mat == engine.MaterializedView {
+		if err := dropOld(); err != nil {
+			return err
+		}
+		if err := build(tx, quoteIdent(rel)); err != nil {
+			return err
+		}
+	} else {
+		tmp := quoteIdent(tmpPrefix + rel)
+		if _, err := tx.ExecContext(ctx, "DROP TABLE IF EXISTS "+tmp); err != nil {
+			return err
+		}
+		if err := build(tx, tmp); err != nil {
+			return err
+		}
+		if err := dropOld(); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, "ALTER TABLE "+tmp+" RENAME TO "+quoteIdent(rel)); err != nil {
+			return err
+		}
+		if count != nil {
+			if err := tx.QueryRowContext(ctx, "SELECT count(*) FROM "+quoteIdent(rel)).Scan(count); err != nil {
+				return err
+			}
+		}
+	}
+	return tx.Commit()
+}
+
+func (w *Warehouse) runTest(ctx context.Context, req engine.StepRequest) (engine.StepResult, error) {
+	body, err := singleStatement(req.SQL)
+	if err != nil {
+		return engine.StepResult{}, engine.Errorf(engine.CodePlanInvalid, "test %s: %w", req.StepID, err)
+	}
+	var n int64
+	// The newlines keep a trailing -- comment in the test's SQL from
+	// swallowing the closing parenthesis.
+	if err := w.db.QueryRowContext(ctx, "SELECT count(*) FROM (\n"+body+"\n)", req.Params...).Scan(&n); err != nil {
+		return engine.StepResult{}, err
+	}
+	return engine.StepResult{Failures: n}, nil
+}
+
+func (w *Warehouse) runSQL(ctx context.Context, req engine.StepRequest) (engine.StepResult, error) {
+	if strings.TrimSpace(req.SQL) == "" {
+		return engine.StepResult{}, engine.Errorf(engine.CodePlanInvalid, "sql step %s: SQL is empty", req.StepID)
+	}
+	if err := w.acquire(ctx); err != nil {
+		return engine.StepResult{}, err
+	}
+	defer w.release()
+	tx, err := w.db.BeginTx(ctx, nil)
+	if err != nil {
+		return engine.StepResult{}, err
+	}
+	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
+	var before, after int64
+	if err := tx.QueryRowContext(ctx, w.q["total_changes"]).Scan(&before); err != nil {
+		return engine.StepResult{}, err
+	}
+	if _, err := tx.ExecContext(ctx, req.SQL, req.Params...); err != nil {
+		return engine.StepResult{}, err
+	}
+	if err := tx.QueryRowContext(ctx, w.q["total_changes"]).Scan(&after); err != nil {
+		return engine.StepResult{}, err
+	}
+	if err := tx.Commit(); err != nil {
+		return engine.StepResult{}, err
+	}
+	return engine.StepResult{RowsAffected: after - before}, nil
+}
+
+func (w *Warehouse) acquire(ctx context.Context) error {
+	select {
+	case w.writeSem <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (w *Warehouse) release() { <-w.writeSem }
+
+// relationRE is the identifier rule of engine plans: letters, digits, _ and
+// $, not starting with a digit.
+var relationRE = regexp.MustCompile(`^[A-Za-z_\p{L}][A-Za-z0-9_$\p{L}\p{N}]*$`)
+
+func checkRelation(req engine.StepRequest) (string, error) {
+	rel := req.Relation
+	lower := strings.ToLower(rel)
+	switch {
+	case rel == "":
+		return "", engine.Errorf(engine.CodeInvalidArgument, "step %s: no relation name", req.StepID)
+	case !relationRE.MatchString(rel):
+		return "", engine.Errorf(engine.CodePlanInvalid, "step %s: relation name %q is not a valid identifier", req.StepID, rel)
+	case strings.HasPrefix(lower, "sqlite_"), strings.HasPrefix(lower, tmpPrefix):
+		return "", engine.Errorf(engine.CodePlanInvalid, "step %s: relation name %q uses a reserved prefix", req.StepID, rel)
+	}
+	return rel, nil
+}
+
+// checkColumn accepts any printable column name (CSV headers are free
+// text); quoting makes it safe as an SQL name.
+func checkColumn(name string) error {
+	if name == "" {
+		return errors.New("empty name")
+	}
+	for _, r := range name {
+		if r == unicode.ReplacementChar || !unicode.IsPrint(r) && r != ' ' {
+			return errors.New("contains a control or invalid character")
+		}
+	}
+	return nil
+}
+
+// quoteIdent quotes an SQL identifier, doubling embedded quotes.
+func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
+
+// classifyWarehouse turns driver errors into coded errors naming the step:
+// busy/locked are transient, a corrupt file is STORE_CORRUPT, anything else
+// the step's SQL did is STEP_FAILED. A done context wins: the caller gets
+// ctx.Err() itself.
+func classifyWarehouse(ctx context.Context, path, stepID string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	var ee *engine.Error
+	if errors.As(err, &ee) {
+		return err
+	}
+	what := "warehouse " + path
+	if stepID != "" {
+		what = "step " + stepID
+	}
+	var se *msqlite.Error
+	if errors.As(err, &se) {
+		switch se.Code() & 0xff {
+		case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED:
+			return engine.MarkTransient(engine.Errorf(engine.CodeStoreUnavailable, "%s: the warehouse %s is busy: %w", what, path, err))
+		case sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_CORRUPT:
+			return engine.Errorf(engine.CodeStoreCorrupt, "%s is not a usable SQLite database: %w", path, err)
+		case sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_FULL, sqlite3.SQLITE_PERM:
+			return engine.Errorf(engine.CodeStoreUnavailable, "cannot use the warehouse %s: %w", path, err)
+		}
+	}
+	if stepID == "" {
+		return engine.Errorf(engine.CodeStoreUnavailable, "%s: %w", what, err)
+	}
+	return engine.Errorf(engine.CodeStepFailed, "%s: %w", what, err)
+}

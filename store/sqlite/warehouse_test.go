@@ -1,0 +1,335 @@
+package sqlite
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dvtrun/dvtrun/engine"
+)
+
+func openTestWarehouse(t *testing.T) *Warehouse {
+	t.Helper()
+	w, err := OpenWarehouse(context.Background(), filepath.Join(t.TempDir(), "sub", "wh.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+	return w
+}
+
+func writeCSV(t *testing.T, name, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func run(t *testing.T, w *Warehouse, req engine.StepRequest) engine.StepResult {
+	t.Helper()
+	res, err := w.RunStep(context.Background(), req)
+	if err != nil {
+		t.Fatalf("%s: %v", req.StepID, err)
+	}
+	return res
+}
+
+func queryStrings(t *testing.T, w *Warehouse, q string) []string {
+	t.Helper()
+	rows, err := w.DB().Query(q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, s)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func TestWarehouseSeeds(t *testing.T) {
+	tests := []struct {
+		name     string
+		csv      string
+		rows     int64
+		query    string // a single-column query over the seed, in order
+		want     []string
+		typesSQL []string // typeof() of each column of the first row
+	}{
+		{
+			name:     "CRLF with quoted commas and newlines",
+			csv:      "id,name,note\r\n1,\"Smith, Ann\",\"line1\r\nline2\"\r\n2,Bob,plain\r\n",
+			rows:     2,
+			query:    `SELECT name || '|' || note FROM s ORDER BY id`,
+			want:     []string{"Smith, Ann|line1\nline2", "Bob|plain"},
+			typesSQL: []string{"integer", "text", "text"},
+		},
+		{
+			name:     "types and NULLs",
+			csv:      "k,amount,qty\na,1.5,\nb,2,7\n",
+			rows:     2,
+			query:    `SELECT k || ':' || coalesce(amount, '-') || ':' || coalesce(qty, 'null') FROM s ORDER BY k`,
+			want:     []string{"a:1.5:null", "b:2.0:7"},
+			typesSQL: []string{"text", "real", "null"},
+		},
+		{
+			name:     "column names needing quotes",
+			csv:      "order id,\"say \"\"x\"\"\",select\n1,2,3\n",
+			rows:     1,
+			query:    `SELECT "order id" + "say ""x""" + "select" FROM s`,
+			want:     []string{"6"},
+			typesSQL: []string{"integer", "integer", "integer"},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			w := openTestWarehouse(t)
+			res := run(t, w, engine.StepRequest{StepID: "seed.s", Kind: engine.KindSeed, Relation: "s", SeedPath: writeCSV(t, "s.csv", tc.csv)})
+			if res.RowCount != tc.rows {
+				t.Errorf("RowCount %d, want %d", res.RowCount, tc.rows)
+			}
+			if got := queryStrings(t, w, tc.query); strings.Join(got, "\x00") != strings.Join(tc.want, "\x00") {
+				t.Errorf("rows %q, want %q", got, tc.want)
+			}
+			rows, err := w.DB().Query(`SELECT * FROM s LIMIT 1`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			names, _ := rows.Columns()
+			rows.Close()
+			for i, n := range names {
+				got := queryStrings(t, w, `SELECT typeof(`+quoteIdent(n)+`) FROM s LIMIT 1`)
+				if len(got) != 1 || got[0] != tc.typesSQL[i] {
+					t.Errorf("column %s: typeof %v, want %s", n, got, tc.typesSQL[i])
+				}
+			}
+		})
+	}
+}
+
+func TestWarehouseStepErrors(t *testing.T) {
+	w := openTestWarehouse(t)
+	run(t, w, engine.StepRequest{StepID: "seed.base", Kind: engine.KindSeed, Relation: "base", SeedPath: writeCSV(t, "base.csv", "id\n1\n2\n")})
+	tests := []struct {
+		name string
+		req  engine.StepRequest
+		code engine.Code
+		want string
+	}{
+		{"malformed CSV row names file:line", engine.StepRequest{StepID: "seed.bad", Kind: engine.KindSeed, Relation: "bad", SeedPath: writeCSV(t, "bad.csv", "a,b\r\n1,2\r\n3\r\n")}, engine.CodePlanInvalid, "bad.csv:3: the row has 1 fields"},
+		{"missing CSV", engine.StepRequest{StepID: "seed.gone", Kind: engine.KindSeed, Relation: "gone", SeedPath: filepath.Join(t.TempDir(), "nope.csv")}, engine.CodePlanInvalid, "seed seed.gone: cannot read its CSV file"},
+		{"model syntax error", engine.StepRequest{StepID: "model.m", Kind: engine.KindModel, Relation: "m", Materialized: "table", SQL: "selec 1"}, engine.CodeStepFailed, "step model.m:"},
+		{"view over a missing table", engine.StepRequest{StepID: "model.v", Kind: engine.KindModel, Relation: "v", Materialized: "view", SQL: "select * from missing_table"}, engine.CodeStepFailed, "missing_table"},
+		{"test syntax error", engine.StepRequest{StepID: "test.t", Kind: engine.KindTest, SQL: "select * from"}, engine.CodeStepFailed, "step test.t:"},
+		{"model with two statements", engine.StepRequest{StepID: "model.two", Kind: engine.KindModel, Relation: "two", Materialized: "table", SQL: "select 1; drop table base"}, engine.CodePlanInvalid, "several statements"},
+		{"relation name that would need splicing", engine.StepRequest{StepID: "model.x", Kind: engine.KindModel, Relation: `x"; drop table base; --`, SQL: "select 1"}, engine.CodePlanInvalid, "not a valid identifier"},
+		{"reserved relation prefix", engine.StepRequest{StepID: "model.x", Kind: engine.KindModel, Relation: "sqlite_stat9", SQL: "select 1"}, engine.CodePlanInvalid, "reserved prefix"},
+		{"unknown materialization", engine.StepRequest{StepID: "model.inc", Kind: engine.KindModel, Relation: "inc", Materialized: "incremental", SQL: "select 1"}, engine.CodePlanInvalid, "not table or view"},
+		{"unknown kind", engine.StepRequest{StepID: "x.y", Kind: "snapshot"}, engine.CodeInvalidArgument, "unknown kind"},
+		{"sql step failing midway rolls back", engine.StepRequest{StepID: "sql.s", Kind: engine.KindSQL, SQL: "delete from base; insert into nowhere values (1)"}, engine.CodeStepFailed, "nowhere"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := w.RunStep(context.Background(), tc.req)
+			if err == nil {
+				t.Fatal("no error")
+			}
+			if engine.CodeOf(err) != tc.code || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("got %v (code %s), want code %s and %q", err, engine.CodeOf(err), tc.code, tc.want)
+			}
+			if engine.IsTransient(err) {
+				t.Errorf("%v marked transient", err)
+			}
+		})
+	}
+	// None of the failures touched base.
+	if got := queryStrings(t, w, `SELECT group_concat(id) FROM base`); got[0] != "1,2" {
+		t.Errorf("base = %v after failed steps", got)
+	}
+}
+
+func TestWarehouseAtomicReplace(t *testing.T) {
+	w := openTestWarehouse(t)
+	seed := func(body string) engine.StepResult {
+		return run(t, w, engine.StepRequest{StepID: "seed.items", Kind: engine.KindSeed, Relation: "items", SeedPath: writeCSV(t, "items.csv", body)})
+	}
+	seed("id,price\n1,10\n2,20\n")
+	run(t, w, engine.StepRequest{StepID: "model.items_v", Kind: engine.KindModel, Relation: "items_v", Materialized: "view", SQL: "select id, price * 2 as double_price from items"})
+	model := func(sql string) (engine.StepResult, error) {
+		return w.RunStep(context.Background(), engine.StepRequest{StepID: "model.totals", Kind: engine.KindModel, Relation: "totals", Materialized: "table", SQL: sql})
+	}
+	res, err := model("select sum(double_price) as total from items_v;")
+	if err != nil || res.RowCount != 1 {
+		t.Fatalf("first build: %v %+v", err, res)
+	}
+
+	// Rebuilding the seed (new column set) keeps the view over it working.
+	if res := seed("id,price,extra\n1,1,x\n2,2,y\n3,3,z\n"); res.RowCount != 3 {
+		t.Errorf("reseed RowCount %d", res.RowCount)
+	}
+	if got := queryStrings(t, w, `SELECT sum(double_price) FROM items_v`); got[0] != "12" {
+		t.Errorf("view over rebuilt seed: %v", got)
+	}
+
+	// A failing rebuild leaves the previous table intact.
+	if _, err := model("select total from no_such_relation"); engine.CodeOf(err) != engine.CodeStepFailed {
+		t.Fatalf("failing model: %v", err)
+	}
+	if got := queryStrings(t, w, `SELECT total FROM totals`); len(got) != 1 || got[0] != "60" {
+		t.Errorf("totals after failed rebuild: %v, want the old 60", got)
+	}
+
+	// A successful rebuild replaces it, and no temporary relation is left.
+	if res, err := model("select sum(double_price) as total from items_v union all select 0"); err != nil || res.RowCount != 2 {
+		t.Fatalf("rebuild: %v %+v", err, res)
+	}
+	if got := queryStrings(t, w, `SELECT name FROM sqlite_master WHERE name LIKE 'dvt_tmp%'`); len(got) != 0 {
+		t.Errorf("left behind: %v", got)
+	}
+
+	// A table model may become a view and back.
+	for _, mat := range []string{"view", "table"} {
+		res := run(t, w, engine.StepRequest{StepID: "model.totals", Kind: engine.KindModel, Relation: "totals", Materialized: mat, SQL: "select 1 as total"})
+		kind := queryStrings(t, w, `SELECT type FROM sqlite_master WHERE name = 'totals'`)
+		if len(kind) != 1 || kind[0] != mat {
+			t.Errorf("totals is %v, want %s", kind, mat)
+		}
+		if want := map[string]int64{"view": 0, "table": 1}[mat]; res.RowCount != want {
+			t.Errorf("%s RowCount %d, want %d", mat, res.RowCount, want)
+		}
+	}
+}
+
+func TestWarehouseTestsAndSQL(t *testing.T) {
+	w := openTestWarehouse(t)
+	run(t, w, engine.StepRequest{StepID: "seed.p", Kind: engine.KindSeed, Relation: "p", SeedPath: writeCSV(t, "p.csv", "id,status\n1,ok\n2,bad\n3,\n4,bad\n")})
+	tests := []struct {
+		name     string
+		sql      string
+		params   []any
+		failures int64
+	}{
+		{"passing test", "select * from p where id is null", nil, 0},
+		{"failures counted", "select * from p where status = 'bad'", nil, 2},
+		{"trailing semicolon and comment", "select * from p where status is null; -- nulls\n", nil, 1},
+		{"trailing line comment without newline", "select * from p -- all rows", nil, 4},
+		{"semicolon inside a string", "select * from p where status = ';'", nil, 0},
+		{"params bound", "select * from p where id > ?", []any{2}, 2},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			res := run(t, w, engine.StepRequest{StepID: "test.x", Kind: engine.KindTest, SQL: tc.sql, Params: tc.params, Severity: engine.SeverityWarn})
+			if res.Failures != tc.failures {
+				t.Errorf("Failures %d, want %d", res.Failures, tc.failures)
+			}
+		})
+	}
+
+	res := run(t, w, engine.StepRequest{StepID: "sql.fix", Kind: engine.KindSQL, SQL: "create table audit(n);\nupdate p set status = ? where status = 'bad';\ninsert into audit values (1);", Params: []any{"fixed"}})
+	if res.RowsAffected != 3 {
+		t.Errorf("RowsAffected %d, want 3 (2 updates + 1 insert)", res.RowsAffected)
+	}
+	if got := queryStrings(t, w, `SELECT count(*) FROM p WHERE status = 'fixed'`); got[0] != "2" {
+		t.Errorf("update not applied: %v", got)
+	}
+}
+
+func TestWarehouseCancellation(t *testing.T) {
+	w := openTestWarehouse(t)
+	// A query that runs for minutes unless interrupted.
+	slow := "with recursive c(i) as (select 1 union all select i + 1 from c where i < 1000000000) select i from c where i < 0"
+	for _, kind := range []string{engine.KindTest, engine.KindModel, engine.KindSQL} {
+		t.Run(kind, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+			defer cancel()
+			start := time.Now()
+			sql := slow
+			if kind == engine.KindSQL {
+				sql = "create table slow as " + slow
+			}
+			_, err := w.RunStep(ctx, engine.StepRequest{StepID: kind + ".slow", Kind: kind, Relation: "slow", Materialized: "table", SQL: sql})
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("got %v, want the context's error", err)
+			}
+			if d := time.Since(start); d > 10*time.Second {
+				t.Errorf("interrupted only after %s", d)
+			}
+		})
+	}
+	// The connection pool is still usable, and nothing was built.
+	if got := queryStrings(t, w, `SELECT count(*) FROM sqlite_master WHERE name LIKE '%slow%'`); got[0] != "0" {
+		t.Errorf("relations left: %v", got)
+	}
+	// An already cancelled context runs nothing.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := w.RunStep(ctx, engine.StepRequest{StepID: "sql.x", Kind: engine.KindSQL, SQL: "create table x(a)"}); !errors.Is(err, context.Canceled) {
+		t.Errorf("got %v", err)
+	}
+}
+
+func TestOpenWarehouseErrors(t *testing.T) {
+	dir := t.TempDir()
+	corrupt := filepath.Join(dir, "corrupt.db")
+	if err := os.WriteFile(corrupt, []byte(strings.Repeat("this is not an SQLite database\n", 200)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		path string
+		code engine.Code
+	}{
+		{"corrupt file", corrupt, engine.CodeStoreCorrupt},
+		{"path is a directory", dir, engine.CodeStoreUnavailable},
+		{"empty path", "", engine.CodeInvalidArgument},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			w, err := OpenWarehouse(context.Background(), tc.path)
+			if err == nil {
+				w.Close()
+				t.Fatal("opened")
+			}
+			if engine.CodeOf(err) != tc.code {
+				t.Errorf("got %v, want code %s", err, tc.code)
+			}
+		})
+	}
+}
+
+func TestSingleStatement(t *testing.T) {
+	tests := []struct {
+		in, want string
+		err      bool
+	}{
+		{"select 1", "select 1", false},
+		{"  select 1 ;  \n", "select 1", false},
+		{"select 1; /* done */ -- really\n;", "select 1", false},
+		{"select ';', \"a;b\", `c;d`, [e;f] from t", "select ';', \"a;b\", `c;d`, [e;f] from t", false},
+		{"select 'it''s; fine'", "select 'it''s; fine'", false},
+		{"select 1 -- ; not a split\nfrom t", "select 1 -- ; not a split\nfrom t", false},
+		{"select 1; select 2", "", true},
+		{"  ;  ", "", true},
+		{"-- only a comment", "", true},
+	}
+	for _, tc := range tests {
+		got, err := singleStatement(tc.in)
+		if (err != nil) != tc.err || got != tc.want {
+			t.Errorf("singleStatement(%q) = %q, %v; want %q, error %v", tc.in, got, err, tc.want, tc.err)
+		}
+	}
+}

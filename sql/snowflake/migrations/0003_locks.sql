@@ -1,0 +1,6 @@
+-- Named lock rows (dvt_locks is created by the store before any migration,
+-- since the migration lock lives in it). UPDATE on a Snowflake table waits
+-- for the lock of any other UPDATE/MERGE/DELETE on it, so updating the
+-- 'bootstrap' row first serialises run bootstraps: without enforced unique
+-- keys, two processes bootstrapping one run id could otherwise both insert.
+INSERT INTO dvt_locks (lock_name) VALUES ('bootstrap');

@@ -1,0 +1,280 @@
+-- Statements of the Snowflake state store (store/snowflake), by name.
+--
+-- Single statements bind their values (?). Statements that travel together
+-- in one multi-statement request cannot bind (gosnowflake and Snowflake do
+-- not support it), so their values are rendered by store/snowflake/script.go
+-- into the /*:name*/ slots as hex string literals ('6162…', read back with
+-- HEX_DECODE_STRING), decimal integers or NULL — nothing a value contains can
+-- end its literal. /*rows*/ takes rows of such literals; /*keys*/ and
+-- /*steps*/ take lists of ? placeholders.
+
+-- name: create_locks
+CREATE TABLE IF NOT EXISTS dvt_locks (
+    lock_name  VARCHAR NOT NULL,
+    owner      VARCHAR,
+    expires_at TIMESTAMP_TZ(9)
+);
+
+-- name: ensure_migrate_lock
+-- Two processes may both insert the row the first time (nothing enforces
+-- uniqueness); the lock still works, since acquiring updates every
+-- 'migrate' row in one statement.
+INSERT INTO dvt_locks (lock_name)
+SELECT 'migrate' WHERE NOT EXISTS (SELECT 1 FROM dvt_locks WHERE lock_name = 'migrate');
+
+-- name: acquire_migrate_lock
+UPDATE dvt_locks SET owner = ?, expires_at = CAST(? AS TIMESTAMP_TZ(9))
+WHERE lock_name = 'migrate' AND (owner IS NULL OR expires_at < CAST(? AS TIMESTAMP_TZ(9)));
+
+-- name: release_migrate_lock
+UPDATE dvt_locks SET owner = NULL, expires_at = NULL WHERE lock_name = 'migrate' AND owner = ?;
+
+-- name: create_schema_version
+CREATE TABLE IF NOT EXISTS dvt_schema_version (
+    version    NUMBER(38, 0) NOT NULL,
+    name       VARCHAR NOT NULL,
+    applied_at TIMESTAMP_TZ(9) NOT NULL
+);
+
+-- name: schema_versions
+SELECT version FROM dvt_schema_version ORDER BY version;
+
+-- name: insert_schema_version
+INSERT INTO dvt_schema_version (version, name, applied_at) SELECT ?, ?, CAST(? AS TIMESTAMP_TZ(9));
+
+-- name: begin
+BEGIN;
+
+-- name: commit
+COMMIT;
+
+-- name: rollback
+ROLLBACK;
+
+-- name: lock_run
+-- Writing the run's sequence row first is what serialises the writers of a
+-- run (Snowflake: the table lock of an UPDATE is held until COMMIT).
+UPDATE dvt_run_seq SET next_seq = next_seq WHERE run_id = HEX_DECODE_STRING(/*:run_id*/);
+
+-- name: lock_bootstrap
+UPDATE dvt_locks SET owner = owner WHERE lock_name = 'bootstrap';
+
+-- name: run_exists
+SELECT COUNT(*) FROM dvt_runs WHERE run_id = ?;
+
+-- name: append_state
+-- Everything the append path decides on, read in one request under the
+-- run's lock: the run's row ('R': next_seq, status, tenancy, plan, last
+-- persisted_at), the stored events with the batch's idempotency keys ('E')
+-- and the state of the steps the batch touches ('S').
+SELECT 'R' AS kind, s.next_seq AS run_seq, r.tenant_id, r.project_id, r.environment_id,
+       NULL AS event_id, s.status AS event_type, NULL AS step_id, r.plan_id, r.plan_version,
+       NULL AS logical_attempt_id, NULL AS engine_attempt_id, NULL AS idempotency_key,
+       NULL AS emitted_at, s.last_persisted_at AS persisted_at, NULL AS payload
+FROM dvt_run_seq s JOIN dvt_runs r ON r.run_id = s.run_id
+WHERE s.run_id = ?
+UNION ALL
+SELECT 'E', run_seq, tenant_id, project_id, environment_id, event_id, event_type, step_id,
+       plan_id, plan_version, logical_attempt_id, engine_attempt_id, idempotency_key,
+       emitted_at, persisted_at, payload
+FROM dvt_run_events
+WHERE run_id = ? AND idempotency_key IN (/*keys*/)
+UNION ALL
+SELECT 'S', NULL, NULL, NULL, NULL, NULL, status, step_id, NULL, NULL,
+       logical_attempt_id, NULL, NULL, NULL, NULL, NULL
+FROM dvt_step_state
+WHERE run_id = ? AND step_id IN (/*steps*/);
+
+-- name: insert_run
+INSERT INTO dvt_runs (run_id, tenant_id, project_id, environment_id, plan_id, plan_version,
+                      plan_sha256, target_adapter, provider_run_ref, run_request_id, created_at)
+SELECT HEX_DECODE_STRING(/*:run_id*/), HEX_DECODE_STRING(/*:tenant_id*/),
+       HEX_DECODE_STRING(/*:project_id*/), HEX_DECODE_STRING(/*:environment_id*/),
+       HEX_DECODE_STRING(/*:plan_id*/), HEX_DECODE_STRING(/*:plan_version*/),
+       HEX_DECODE_STRING(/*:plan_sha256*/), HEX_DECODE_STRING(/*:target_adapter*/),
+       HEX_DECODE_STRING(/*:provider_run_ref*/), HEX_DECODE_STRING(/*:run_request_id*/),
+       CAST(HEX_DECODE_STRING(/*:created_at*/) AS TIMESTAMP_TZ(9));
+
+-- name: insert_seq
+INSERT INTO dvt_run_seq (run_id, next_seq, status, last_persisted_at)
+SELECT HEX_DECODE_STRING(/*:run_id*/), /*:next_seq*/, HEX_DECODE_STRING(/*:status*/),
+       CAST(HEX_DECODE_STRING(/*:persisted_at*/) AS TIMESTAMP_TZ(9));
+
+-- name: update_seq
+UPDATE dvt_run_seq
+SET next_seq = /*:next_seq*/, status = HEX_DECODE_STRING(/*:status*/),
+    last_persisted_at = CAST(HEX_DECODE_STRING(/*:persisted_at*/) AS TIMESTAMP_TZ(9))
+WHERE run_id = HEX_DECODE_STRING(/*:run_id*/);
+
+-- name: merge_events
+-- The batch is deduplicated in Go and its keys checked under the run's lock,
+-- so WHEN NOT MATCHED is a second guard: a source holding two rows of one key
+-- would insert both, which is why the Go side folds repeats first.
+MERGE INTO dvt_run_events t
+USING (
+    SELECT HEX_DECODE_STRING(v.run_id) AS run_id, v.run_seq,
+           HEX_DECODE_STRING(v.tenant_id) AS tenant_id, HEX_DECODE_STRING(v.project_id) AS project_id,
+           HEX_DECODE_STRING(v.environment_id) AS environment_id, HEX_DECODE_STRING(v.event_id) AS event_id,
+           HEX_DECODE_STRING(v.event_type) AS event_type, HEX_DECODE_STRING(v.step_id) AS step_id,
+           HEX_DECODE_STRING(v.plan_id) AS plan_id, HEX_DECODE_STRING(v.plan_version) AS plan_version,
+           v.logical_attempt_id, v.engine_attempt_id,
+           HEX_DECODE_STRING(v.idempotency_key) AS idempotency_key,
+           CAST(HEX_DECODE_STRING(v.emitted_at) AS TIMESTAMP_TZ(9)) AS emitted_at,
+           CAST(HEX_DECODE_STRING(v.persisted_at) AS TIMESTAMP_TZ(9)) AS persisted_at,
+           PARSE_JSON(HEX_DECODE_STRING(v.payload)) AS payload
+    FROM (VALUES /*rows*/) AS v (run_id, run_seq, tenant_id, project_id, environment_id, event_id,
+                                 event_type, step_id, plan_id, plan_version, logical_attempt_id,
+                                 engine_attempt_id, idempotency_key, emitted_at, persisted_at, payload)
+) s
+ON t.run_id = s.run_id AND t.idempotency_key = s.idempotency_key
+WHEN NOT MATCHED THEN INSERT
+    (run_id, run_seq, tenant_id, project_id, environment_id, event_id, event_type, step_id,
+     plan_id, plan_version, logical_attempt_id, engine_attempt_id, idempotency_key,
+     emitted_at, persisted_at, payload)
+VALUES (s.run_id, s.run_seq, s.tenant_id, s.project_id, s.environment_id, s.event_id, s.event_type,
+        s.step_id, s.plan_id, s.plan_version, s.logical_attempt_id, s.engine_attempt_id,
+        s.idempotency_key, s.emitted_at, s.persisted_at, s.payload);
+
+-- name: insert_outbox
+-- Enqueues what the MERGE stored in this transaction, by reference.
+INSERT INTO dvt_outbox (run_id, run_seq)
+SELECT run_id, run_seq FROM dvt_run_events
+WHERE run_id = HEX_DECODE_STRING(/*:run_id*/) AND run_seq >= /*:first_seq*/ AND run_seq < /*:next_seq*/;
+
+-- name: merge_steps
+MERGE INTO dvt_step_state t
+USING (
+    SELECT HEX_DECODE_STRING(v.run_id) AS run_id, HEX_DECODE_STRING(v.step_id) AS step_id,
+           HEX_DECODE_STRING(v.status) AS status, v.logical_attempt_id
+    FROM (VALUES /*rows*/) AS v (run_id, step_id, status, logical_attempt_id)
+) s
+ON t.run_id = s.run_id AND t.step_id = s.step_id
+WHEN MATCHED THEN UPDATE SET status = s.status, logical_attempt_id = s.logical_attempt_id
+WHEN NOT MATCHED THEN INSERT (run_id, step_id, status, logical_attempt_id)
+    VALUES (s.run_id, s.step_id, s.status, s.logical_attempt_id);
+
+-- name: forget_run_reservations
+DELETE FROM dvt_event_ids WHERE run_id = HEX_DECODE_STRING(/*:run_id*/);
+
+-- name: list_events
+SELECT run_id, run_seq, tenant_id, project_id, environment_id, event_id, event_type, step_id,
+       plan_id, plan_version, logical_attempt_id, engine_attempt_id, idempotency_key,
+       emitted_at, persisted_at, payload
+FROM dvt_run_events
+WHERE run_id = ? AND run_seq > ?
+ORDER BY run_seq;
+
+-- name: list_events_limit
+SELECT run_id, run_seq, tenant_id, project_id, environment_id, event_id, event_type, step_id,
+       plan_id, plan_version, logical_attempt_id, engine_attempt_id, idempotency_key,
+       emitted_at, persisted_at, payload
+FROM dvt_run_events
+WHERE run_id = ? AND run_seq > ?
+ORDER BY run_seq
+LIMIT ?;
+
+-- name: get_run
+SELECT run_id, tenant_id, project_id, environment_id, plan_id, plan_version, plan_sha256,
+       target_adapter, COALESCE(provider_run_ref, '') AS provider_run_ref,
+       COALESCE(run_request_id, '') AS run_request_id, created_at
+FROM dvt_runs WHERE run_id = ?;
+
+-- name: list_runs
+SELECT run_id, tenant_id, project_id, environment_id, plan_id, plan_version, plan_sha256,
+       target_adapter, COALESCE(provider_run_ref, '') AS provider_run_ref,
+       COALESCE(run_request_id, '') AS run_request_id, created_at
+FROM dvt_runs
+WHERE (? = '' OR tenant_id = ?) AND (? = '' OR project_id = ?) AND (? = '' OR environment_id = ?)
+ORDER BY created_at DESC, run_id
+LIMIT ?;
+
+-- name: set_provider_ref
+UPDATE dvt_runs SET provider_run_ref = ? WHERE run_id = ?;
+
+-- name: reserve_event_ids
+-- MERGE holds the table lock, so two producers reserving one key at once
+-- bind it once; the source holds each key once (it comes from a Go map).
+MERGE INTO dvt_event_ids t
+USING (
+    SELECT v.run_id, v.idempotency_key, v.event_id, CAST(v.reserved_at AS TIMESTAMP_TZ(9)) AS reserved_at
+    FROM (VALUES /*rows*/) AS v (run_id, idempotency_key, event_id, reserved_at)
+) s
+ON t.run_id = s.run_id AND t.idempotency_key = s.idempotency_key
+WHEN NOT MATCHED THEN INSERT (run_id, idempotency_key, event_id, reserved_at)
+    VALUES (s.run_id, s.idempotency_key, s.event_id, s.reserved_at);
+
+-- name: bound_event_ids
+-- A persisted event answers for its key before any reservation does.
+SELECT idempotency_key, event_id, 0 AS pref FROM dvt_run_events
+WHERE run_id = ? AND idempotency_key IN (/*keys*/)
+UNION ALL
+SELECT idempotency_key, event_id, 1 AS pref FROM dvt_event_ids
+WHERE run_id = ? AND idempotency_key IN (/*keys*/)
+ORDER BY pref;
+
+-- name: insert_alert
+MERGE INTO dvt_alerts t
+USING (
+    SELECT CAST(? AS VARCHAR) AS alert_key, CAST(? AS VARCHAR) AS code, CAST(? AS VARCHAR) AS severity,
+           CAST(? AS VARCHAR) AS run_id, CAST(? AS VARCHAR) AS tenant_id, CAST(? AS VARCHAR) AS project_id,
+           CAST(? AS VARCHAR) AS environment_id, CAST(? AS VARCHAR) AS message,
+           PARSE_JSON(CAST(? AS VARCHAR)) AS payload, CAST(? AS TIMESTAMP_TZ(9)) AS created_at
+) s
+ON t.alert_key = s.alert_key
+WHEN NOT MATCHED THEN INSERT (alert_key, code, severity, run_id, tenant_id, project_id, environment_id,
+                              message, payload, created_at)
+    VALUES (s.alert_key, s.code, s.severity, s.run_id, s.tenant_id, s.project_id, s.environment_id,
+            s.message, s.payload, s.created_at);
+
+-- name: list_alerts
+SELECT alert_key, code, severity, COALESCE(run_id, ''), COALESCE(tenant_id, ''),
+       COALESCE(project_id, ''), COALESCE(environment_id, ''), message, payload, created_at
+FROM dvt_alerts
+WHERE (? = '' OR run_id = ?)
+ORDER BY created_at, alert_key;
+
+-- name: signal_state
+-- Under the run's lock: a signal already sent with this id ('S'), else the
+-- run ('R') with the next signal_seq in signal_seq.
+SELECT 'S' AS kind, run_id, signal_seq, signal_type, COALESCE(step_id, '') AS step_id,
+       COALESCE(reason, '') AS reason, COALESCE(requested_by, '') AS requested_by, created_at
+FROM dvt_signals WHERE signal_id = ?
+UNION ALL
+SELECT 'R', r.run_id, (SELECT COALESCE(MAX(signal_seq), 0) + 1 FROM dvt_signals WHERE run_id = ?),
+       NULL, NULL, NULL, NULL, NULL
+FROM dvt_runs r WHERE r.run_id = ?;
+
+-- name: insert_signal
+INSERT INTO dvt_signals (run_id, signal_seq, signal_id, signal_type, step_id, reason, requested_by, created_at)
+SELECT HEX_DECODE_STRING(/*:run_id*/), /*:signal_seq*/, HEX_DECODE_STRING(/*:signal_id*/),
+       HEX_DECODE_STRING(/*:signal_type*/), HEX_DECODE_STRING(/*:step_id*/),
+       HEX_DECODE_STRING(/*:reason*/), HEX_DECODE_STRING(/*:requested_by*/),
+       CAST(HEX_DECODE_STRING(/*:created_at*/) AS TIMESTAMP_TZ(9));
+
+-- name: list_signals
+SELECT run_id, signal_seq, signal_id, signal_type, COALESCE(step_id, ''), COALESCE(reason, ''),
+       COALESCE(requested_by, ''), created_at
+FROM dvt_signals WHERE run_id = ? AND signal_seq > ? ORDER BY signal_seq;
+
+-- name: put_lease
+-- One MERGE decides and writes: the lease is taken when it is free, expired
+-- or already the caller's. Zero rows changed means someone else holds it.
+MERGE INTO dvt_leases t
+USING (
+    SELECT CAST(? AS VARCHAR) AS run_id, CAST(? AS VARCHAR) AS owner,
+           CAST(? AS TIMESTAMP_TZ(9)) AS now_at, CAST(? AS TIMESTAMP_TZ(9)) AS expires_at
+) s
+ON t.run_id = s.run_id
+WHEN MATCHED AND (t.owner = s.owner OR t.expires_at <= s.now_at) THEN
+    UPDATE SET owner = s.owner, acquired_at = s.now_at, expires_at = s.expires_at
+WHEN NOT MATCHED THEN INSERT (run_id, owner, acquired_at, expires_at)
+    VALUES (s.run_id, s.owner, s.now_at, s.expires_at);
+
+-- name: get_lease
+SELECT owner, expires_at FROM dvt_leases WHERE run_id = ?;
+
+-- name: release_lease
+DELETE FROM dvt_leases WHERE run_id = ? AND owner = ?;
+
+-- name: count_outbox
+SELECT COUNT(*) FROM dvt_outbox WHERE run_id = ?;

@@ -1,0 +1,510 @@
+// Package snowflake is dvtrun's Snowflake backend on the gosnowflake driver:
+// the state store (the event log and its append authority) and a warehouse
+// that runs plan steps.
+//
+// Snowflake enforces neither PRIMARY KEY nor UNIQUE, and each round trip
+// costs 100–400 ms, so the append path deduplicates in Go under the run's
+// dvt_run_seq row lock and sends its writes as one multi-statement request
+// whose values are hex literals (see script.go).
+package snowflake
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/snowflakedb/gosnowflake"
+
+	"github.com/dvtrun/dvtrun/engine"
+	sqlfiles "github.com/dvtrun/dvtrun/sql"
+	"github.com/dvtrun/dvtrun/store"
+)
+
+// Options configures a Store.
+type Options struct {
+	// Now is the append authority's clock (persistedAt, created_at, lease
+	// times); default time.Now.
+	Now func() time.Time
+	// DisableTransitionChecks turns off Layer 2 (append-time transition
+	// validation). Step and run state is maintained either way.
+	DisableTransitionChecks bool
+	// MaxAttempts bounds how often a transaction aborted by contention
+	// (lock waiters, conflicts, expired session, network) is run (default 12).
+	MaxAttempts int
+	// RetryBase is the first backoff wait (default 25 ms).
+	RetryBase time.Duration
+	// MigrateWait is how long Open waits for another process's migration
+	// (default 2 min).
+	MigrateWait time.Duration
+	// Transporter replaces the driver's HTTP transport (tests, proxies).
+	// nil keeps gosnowflake's own, which checks certificate revocation.
+	Transporter http.RoundTripper
+}
+
+// Store is the Snowflake state store. It is safe for concurrent use; any
+// number of processes may open the same database.
+type Store struct {
+	db      *sql.DB
+	opts    Options
+	q       map[string]string
+	where   string   // the redacted DSN, for messages
+	secrets []string // credential values scrubbed from error messages
+}
+
+// Open connects to the database and schema a gosnowflake DSN names and
+// applies pending migrations (once, even when several processes open the
+// store at the same moment).
+func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.MaxAttempts <= 0 {
+		opts.MaxAttempts = 12
+	}
+	if opts.RetryBase <= 0 {
+		opts.RetryBase = 25 * time.Millisecond
+	}
+	if opts.MigrateWait <= 0 {
+		opts.MigrateWait = 2 * time.Minute
+	}
+	cfg, err := ConfigFromDSN(dsn)
+	if err != nil {
+		return nil, err
+	}
+	if opts.Transporter != nil {
+		cfg.Transporter = opts.Transporter
+	}
+	q, err := sqlfiles.Queries(sqlfiles.Snowflake, "store.sql")
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{
+		db:      sql.OpenDB(gosnowflake.NewConnector(gosnowflake.SnowflakeDriver{}, *cfg)),
+		opts:    opts,
+		q:       q,
+		where:   RedactDSN(dsn),
+		secrets: append(secretsOfDSN(dsn), secretsOfConfig(cfg)...),
+	}
+	if err := s.migrate(ctx); err != nil {
+		s.db.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// DB gives read access for projections and audit queries.
+func (s *Store) DB() *sql.DB { return s.db }
+
+// Close closes the connections (and their Snowflake sessions).
+func (s *Store) Close() error { return s.db.Close() }
+
+func (s *Store) now() time.Time { return s.opts.Now().UTC() }
+
+// migrate applies the pending migrations under the 'migrate' lock row. DDL
+// commits on its own in Snowflake, so the lock cannot be a transaction
+// holding a row lock across the migrations: it is a lease on the row, taken
+// by an UPDATE that only one process's can win (UPDATEs of one table wait
+// for each other), with an expiry so that a migrator that died does not
+// wedge the database.
+func (s *Store) migrate(ctx context.Context) error {
+	migs, err := sqlfiles.Migrations(sqlfiles.Snowflake)
+	if err != nil {
+		return err
+	}
+	pending := func() ([]sqlfiles.Migration, error) {
+		rows, err := s.db.QueryContext(ctx, s.q["schema_versions"])
+		if err != nil {
+			return nil, s.classify("read schema versions", err)
+		}
+		defer rows.Close()
+		applied := map[int]bool{}
+		for rows.Next() {
+			var v int
+			if err := rows.Scan(&v); err != nil {
+				return nil, s.classify("read schema versions", err)
+			}
+			applied[v] = true
+		}
+		if err := rows.Err(); err != nil {
+			return nil, s.classify("read schema versions", err)
+		}
+		var out []sqlfiles.Migration
+		for _, m := range migs {
+			if !applied[m.Version] {
+				out = append(out, m)
+			}
+		}
+		return out, nil
+	}
+	for _, name := range []string{"create_locks", "create_schema_version"} {
+		if _, err := s.db.ExecContext(ctx, s.q[name]); err != nil {
+			return s.classify("prepare migrations", err)
+		}
+	}
+	todo, err := pending()
+	if err != nil || len(todo) == 0 {
+		return err
+	}
+	if _, err := s.db.ExecContext(ctx, s.q["ensure_migrate_lock"]); err != nil {
+		return s.classify("prepare migrations", err)
+	}
+	owner := uuid.NewString()
+	if err := s.acquireMigrateLock(ctx, owner); err != nil {
+		return err
+	}
+	defer func() {
+		// Released with a fresh context: a cancelled Open must not leave the
+		// lock to its expiry.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		s.db.ExecContext(rctx, s.q["release_migrate_lock"], owner)
+	}()
+	// Another process may have migrated while this one waited.
+	if todo, err = pending(); err != nil {
+		return err
+	}
+	for _, m := range todo {
+		for _, st := range splitStatements(m.SQL) {
+			if _, err := s.db.ExecContext(ctx, st); err != nil {
+				return fmt.Errorf("snowflake: migration %s: %w", m.Name, s.classify("migrate", err))
+			}
+		}
+		if _, err := s.db.ExecContext(ctx, s.q["insert_schema_version"], m.Version, m.Name, tsText(s.now())); err != nil {
+			return s.classify("record migration "+m.Name, err)
+		}
+	}
+	return nil
+}
+
+func (s *Store) acquireMigrateLock(ctx context.Context, owner string) error {
+	deadline := time.Now().Add(s.opts.MigrateWait)
+	wait := 50 * time.Millisecond
+	for {
+		now := s.now()
+		res, err := s.db.ExecContext(ctx, s.q["acquire_migrate_lock"], owner, tsText(now.Add(10*time.Minute)), tsText(now))
+		if err != nil && !retryable(err) {
+			return s.classify("take the migration lock", err)
+		}
+		if err == nil {
+			if n, _ := res.RowsAffected(); n > 0 {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return engine.MarkTransient(engine.Errorf(engine.CodeStoreUnavailable,
+				"Snowflake state store %s: another process has been migrating the schema for over %s; retry later", s.where, s.opts.MigrateWait))
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		wait = min(wait*2, time.Second)
+	}
+}
+
+// inList puts n placeholders into every marker of a statement.
+func inList(q, marker string, n int) string {
+	return strings.ReplaceAll(q, marker, placeholders(n))
+}
+
+func nullable(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+func nullableJSON(p json.RawMessage) any {
+	if len(p) == 0 || string(p) == "null" {
+		return nil
+	}
+	return string(p)
+}
+
+// compactJSON returns a stored VARIANT as compact JSON: Snowflake returns
+// it pretty-printed.
+func compactJSON(s sql.NullString) json.RawMessage {
+	if !s.Valid || s.String == "" {
+		return nil
+	}
+	var b bytes.Buffer
+	if err := json.Compact(&b, []byte(s.String)); err != nil {
+		return json.RawMessage(s.String)
+	}
+	return json.RawMessage(b.Bytes())
+}
+
+// ListEvents implements store.Store.
+func (s *Store) ListEvents(ctx context.Context, runID string, afterSeq int64, limit int) ([]engine.RunEventRecord, error) {
+	var rows *sql.Rows
+	var err error
+	if limit > 0 {
+		rows, err = s.db.QueryContext(ctx, s.q["list_events_limit"], runID, afterSeq, limit)
+	} else {
+		rows, err = s.db.QueryContext(ctx, s.q["list_events"], runID, afterSeq)
+	}
+	if err != nil {
+		return nil, s.classify("list events", err)
+	}
+	defer rows.Close()
+	var out []engine.RunEventRecord
+	for rows.Next() {
+		r, err := scanEvent(rows)
+		if err != nil {
+			return nil, s.classify("list events", err)
+		}
+		out = append(out, r)
+	}
+	return out, s.classify("list events", rows.Err())
+}
+
+type scanner interface{ Scan(dest ...any) error }
+
+func scanEvent(rows scanner) (engine.RunEventRecord, error) {
+	var r engine.RunEventRecord
+	var step, payload sql.NullString
+	var typ string
+	if err := rows.Scan(&r.RunID, &r.RunSeq, &r.TenantID, &r.ProjectID, &r.EnvironmentID, &r.EventID, &typ, &step,
+		&r.PlanID, &r.PlanVersion, &r.LogicalAttemptID, &r.EngineAttemptID, &r.IdempotencyKey, &r.EmittedAt, &r.PersistedAt, &payload); err != nil {
+		return r, err
+	}
+	r.EventType = engine.EventType(typ)
+	r.StepID = step.String
+	r.Payload = compactJSON(payload)
+	r.EmittedAt = r.EmittedAt.UTC()
+	r.PersistedAt = r.PersistedAt.UTC()
+	return r, nil
+}
+
+// GetRun implements store.Store.
+func (s *Store) GetRun(ctx context.Context, runID string) (engine.RunMetadata, error) {
+	runs, err := s.queryRuns(ctx, s.q["get_run"], runID)
+	if err != nil {
+		return engine.RunMetadata{}, err
+	}
+	if len(runs) == 0 {
+		return engine.RunMetadata{}, engine.Errorf(engine.CodeRunNotFound, "run %s not found in %s", runID, s.where)
+	}
+	return runs[0], nil
+}
+
+// ListRuns implements store.Store.
+func (s *Store) ListRuns(ctx context.Context, f store.RunFilter) ([]engine.RunMetadata, error) {
+	limit := f.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	return s.queryRuns(ctx, s.q["list_runs"], f.TenantID, f.TenantID, f.ProjectID, f.ProjectID, f.EnvironmentID, f.EnvironmentID, limit)
+}
+
+func (s *Store) queryRuns(ctx context.Context, q string, args ...any) ([]engine.RunMetadata, error) {
+	rows, err := s.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, s.classify("read runs", err)
+	}
+	defer rows.Close()
+	var out []engine.RunMetadata
+	for rows.Next() {
+		var m engine.RunMetadata
+		if err := rows.Scan(&m.RunID, &m.TenantID, &m.ProjectID, &m.EnvironmentID, &m.PlanID, &m.PlanVersion, &m.PlanSHA256,
+			&m.TargetAdapter, &m.ProviderRunRef, &m.RunRequestID, &m.CreatedAt); err != nil {
+			return nil, s.classify("read runs", err)
+		}
+		m.CreatedAt = m.CreatedAt.UTC()
+		out = append(out, m)
+	}
+	return out, s.classify("read runs", rows.Err())
+}
+
+// SetProviderRunRef implements store.Store.
+func (s *Store) SetProviderRunRef(ctx context.Context, runID, ref string) error {
+	return s.withRetry(ctx, func() error {
+		res, err := s.db.ExecContext(ctx, s.q["set_provider_ref"], ref, runID)
+		if err != nil {
+			return s.classify("set provider run ref", err)
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return engine.Errorf(engine.CodeRunNotFound, "run %s not found in %s", runID, s.where)
+		}
+		return nil
+	})
+}
+
+// ReserveEventIDs implements store.Store: one MERGE binds the candidates
+// whose keys are free, one SELECT reads what each key is bound to, a
+// persisted event first.
+func (s *Store) ReserveEventIDs(ctx context.Context, runID string, candidates map[string]string) (map[string]string, error) {
+	out := make(map[string]string, len(candidates))
+	if len(candidates) == 0 {
+		return out, nil
+	}
+	keys := make([]string, 0, len(candidates))
+	for k := range candidates {
+		keys = append(keys, k)
+	}
+	now := tsText(s.now())
+	var margs []any
+	rows := make([][]string, len(keys))
+	for i, k := range keys {
+		rows[i] = []string{"?", "?", "?", "?"}
+		margs = append(margs, runID, k, candidates[k], now)
+	}
+	merge, err := render(s.q["reserve_event_ids"], nil, rows)
+	if err != nil {
+		return nil, err
+	}
+	read := inList(s.q["bound_event_ids"], "/*keys*/", len(keys))
+	rargs := []any{runID}
+	for _, k := range keys {
+		rargs = append(rargs, k)
+	}
+	rargs = append(rargs, runID)
+	for _, k := range keys {
+		rargs = append(rargs, k)
+	}
+	err = s.withRetry(ctx, func() error {
+		if _, err := s.db.ExecContext(ctx, merge, margs...); err != nil {
+			return s.classify("reserve event ids", err)
+		}
+		rs, err := s.db.QueryContext(ctx, read, rargs...)
+		if err != nil {
+			return s.classify("read event ids", err)
+		}
+		defer rs.Close()
+		for rs.Next() {
+			var k, id string
+			var pref int
+			if err := rs.Scan(&k, &id, &pref); err != nil {
+				return s.classify("read event ids", err)
+			}
+			if _, seen := out[k]; !seen {
+				out[k] = id
+			}
+		}
+		return s.classify("read event ids", rs.Err())
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, k := range keys {
+		if _, ok := out[k]; !ok {
+			return nil, engine.Errorf(engine.CodeStoreCorrupt, "run %s: idempotency key %s was reserved but reads back unbound", runID, k)
+		}
+	}
+	return out, nil
+}
+
+// RecordAlert implements store.Store.
+func (s *Store) RecordAlert(ctx context.Context, a engine.Alert) (bool, error) {
+	if a.Key == "" || a.Code == "" {
+		return false, engine.Errorf(engine.CodeInvalidArgument, "an alert needs a key and a code")
+	}
+	var inserted bool
+	err := s.withRetry(ctx, func() error {
+		res, err := s.db.ExecContext(ctx, s.q["insert_alert"], a.Key, string(a.Code), a.Severity, nullable(a.RunID), nullable(a.TenantID),
+			nullable(a.ProjectID), nullable(a.EnvironmentID), a.Message, nullableJSON(a.Payload), tsText(s.now()))
+		if err != nil {
+			return s.classify("record alert", err)
+		}
+		n, _ := res.RowsAffected()
+		inserted = n > 0
+		return nil
+	})
+	return inserted, err
+}
+
+// ListAlerts implements store.Store.
+func (s *Store) ListAlerts(ctx context.Context, runID string) ([]engine.Alert, error) {
+	rows, err := s.db.QueryContext(ctx, s.q["list_alerts"], runID, runID)
+	if err != nil {
+		return nil, s.classify("list alerts", err)
+	}
+	defer rows.Close()
+	var out []engine.Alert
+	for rows.Next() {
+		var a engine.Alert
+		var code string
+		var payload sql.NullString
+		if err := rows.Scan(&a.Key, &code, &a.Severity, &a.RunID, &a.TenantID, &a.ProjectID, &a.EnvironmentID, &a.Message, &payload, &a.CreatedAt); err != nil {
+			return nil, s.classify("list alerts", err)
+		}
+		a.Code = engine.Code(code)
+		a.Payload = compactJSON(payload)
+		a.CreatedAt = a.CreatedAt.UTC()
+		out = append(out, a)
+	}
+	return out, s.classify("list alerts", rows.Err())
+}
+
+// ListSignals implements store.Store.
+func (s *Store) ListSignals(ctx context.Context, runID string, afterSeq int64) ([]engine.Signal, error) {
+	rows, err := s.db.QueryContext(ctx, s.q["list_signals"], runID, afterSeq)
+	if err != nil {
+		return nil, s.classify("list signals", err)
+	}
+	defer rows.Close()
+	var out []engine.Signal
+	for rows.Next() {
+		var sig engine.Signal
+		var typ string
+		if err := rows.Scan(&sig.RunID, &sig.Seq, &sig.SignalID, &typ, &sig.StepID, &sig.Reason, &sig.RequestedBy, &sig.CreatedAt); err != nil {
+			return nil, s.classify("list signals", err)
+		}
+		sig.Type = engine.SignalType(typ)
+		sig.CreatedAt = sig.CreatedAt.UTC()
+		out = append(out, sig)
+	}
+	return out, s.classify("list signals", rows.Err())
+}
+
+// AcquireLease implements store.Store with one MERGE that takes the lease
+// only when it is free, expired or the caller's.
+func (s *Store) AcquireLease(ctx context.Context, runID, owner string, ttl time.Duration) error {
+	if owner == "" {
+		return engine.Errorf(engine.CodeInvalidArgument, "a lease needs an owner")
+	}
+	return s.withRetry(ctx, func() error {
+		now := s.now()
+		res, err := s.db.ExecContext(ctx, s.q["put_lease"], runID, owner, tsText(now), tsText(now.Add(ttl)))
+		if err != nil {
+			return s.classify("acquire lease", err)
+		}
+		if n, _ := res.RowsAffected(); n > 0 {
+			return nil
+		}
+		var holder string
+		var exp time.Time
+		err = s.db.QueryRowContext(ctx, s.q["get_lease"], runID).Scan(&holder, &exp)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return s.classify("read lease", err)
+		}
+		return engine.Errorf(engine.CodeLeaseHeld, "run %s is owned by %s until %s", runID, holder, exp.UTC().Format(time.RFC3339))
+	})
+}
+
+// ReleaseLease implements store.Store.
+func (s *Store) ReleaseLease(ctx context.Context, runID, owner string) error {
+	return s.withRetry(ctx, func() error {
+		_, err := s.db.ExecContext(ctx, s.q["release_lease"], runID, owner)
+		return s.classify("release lease", err)
+	})
+}
+
+// CountOutbox returns the number of outbox rows of a run (conformance).
+func (s *Store) CountOutbox(ctx context.Context, runID string) (int, error) {
+	var n int
+	err := s.db.QueryRowContext(ctx, s.q["count_outbox"], runID).Scan(&n)
+	return n, s.classify("count outbox", err)
+}
+
+var _ store.Store = (*Store)(nil)

@@ -1,0 +1,425 @@
+package snowflake
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+	"unicode"
+
+	"github.com/snowflakedb/gosnowflake"
+
+	"github.com/dvtrun/dvtrun/engine"
+)
+
+// Warehouse runs plan steps in Snowflake. It implements engine.Warehouse
+// and is safe for concurrent use.
+//
+// Step semantics (as the SQLite warehouse's):
+//   - seed: the CSV at SeedPath (engine.ReadSeed) becomes table Relation:
+//     CREATE OR REPLACE TABLE with NUMBER/FLOAT/VARCHAR columns, then
+//     INSERTs with bind arrays.
+//   - model: CREATE OR REPLACE TABLE|VIEW Relation AS SQL (view by default,
+//     as in dbt). RowCount is set for tables.
+//   - test: Failures is count(*) of the rows SQL returns.
+//   - sql: executed as given; several statements run one after another.
+//
+// Every statement carries the step's QUERY_TAG (StepRequest.QueryTag) and
+// its Snowflake query id comes back in StepResult.QueryIDs, so auditors can
+// join events to QUERY_HISTORY. Cancelling ctx aborts the running query
+// (the driver sends an abort request).
+type Warehouse struct {
+	db      *sql.DB
+	where   string
+	secrets []string
+}
+
+// OpenWarehouse connects with a gosnowflake DSN (see ConfigFromDSN).
+func OpenWarehouse(ctx context.Context, dsn string) (*Warehouse, error) {
+	cfg, err := ConfigFromDSN(dsn)
+	if err != nil {
+		return nil, err
+	}
+	w := &Warehouse{
+		db:      sql.OpenDB(gosnowflake.NewConnector(gosnowflake.SnowflakeDriver{}, *cfg)),
+		where:   RedactDSN(dsn),
+		secrets: append(secretsOfDSN(dsn), secretsOfConfig(cfg)...),
+	}
+	if err := w.Ping(ctx); err != nil {
+		w.db.Close()
+		return nil, err
+	}
+	return w, nil
+}
+
+// Ping logs in (if no session is open) and runs a trivial query.
+func (w *Warehouse) Ping(ctx context.Context) error {
+	var one int
+	if err := w.db.QueryRowContext(ctx, "SELECT 1").Scan(&one); err != nil {
+		return w.classify(ctx, "", err)
+	}
+	return nil
+}
+
+// DB gives direct access, for inspecting what steps built.
+func (w *Warehouse) DB() *sql.DB { return w.db }
+
+// Close closes the connections and their sessions.
+func (w *Warehouse) Close() error { return w.db.Close() }
+
+// stepRun collects the query ids of one step's statements.
+type stepRun struct {
+	w    *Warehouse
+	ctx  context.Context
+	ids  []string
+	conn *sql.Conn
+}
+
+// statement context: the step's query tag, and a fresh channel the driver
+// sends this statement's query id to (it sends once, then closes it).
+func (r *stepRun) stmtCtx() (context.Context, chan string) {
+	ch := make(chan string, 1)
+	return gosnowflake.WithQueryIDChan(r.ctx, ch), ch
+}
+
+func (r *stepRun) collect(ch chan string) {
+	select {
+	case id, ok := <-ch:
+		if ok && id != "" {
+			r.ids = append(r.ids, id)
+		}
+	default:
+	}
+}
+
+func (r *stepRun) exec(q string, args ...any) (sql.Result, error) {
+	ctx, ch := r.stmtCtx()
+	res, err := r.conn.ExecContext(ctx, q, args...)
+	r.collect(ch)
+	return res, err
+}
+
+func (r *stepRun) count(q string, args ...any) (int64, error) {
+	ctx, ch := r.stmtCtx()
+	var n int64
+	err := r.conn.QueryRowContext(ctx, q, args...).Scan(&n)
+	r.collect(ch)
+	return n, err
+}
+
+// RunStep implements engine.Warehouse.
+func (w *Warehouse) RunStep(ctx context.Context, req engine.StepRequest) (engine.StepResult, error) {
+	if err := ctx.Err(); err != nil {
+		return engine.StepResult{}, err
+	}
+	if req.QueryTag != "" {
+		ctx = gosnowflake.WithQueryTag(ctx, req.QueryTag)
+	}
+	conn, err := w.db.Conn(ctx)
+	if err != nil {
+		return engine.StepResult{}, w.classify(ctx, req.StepID, err)
+	}
+	defer conn.Close()
+	r := &stepRun{w: w, ctx: ctx, conn: conn}
+	var res engine.StepResult
+	switch req.Kind {
+	case engine.KindSeed:
+		res, err = r.seed(req)
+	case engine.KindModel:
+		res, err = r.model(req)
+	case engine.KindTest:
+		res, err = r.test(req)
+	case engine.KindSQL:
+		res, err = r.sql(req)
+	default:
+		err = engine.Errorf(engine.CodeInvalidArgument, "step %s: unknown kind %q (want seed, model, test or sql)", req.StepID, req.Kind)
+	}
+	res.QueryIDs = r.ids
+	if err != nil {
+		// The ids of what ran before the failure come back with the error,
+		// for the StepFailed payload.
+		return res, w.classify(ctx, req.StepID, err)
+	}
+	return res, nil
+}
+
+// seedChunkBinds bounds values per INSERT: the driver uploads larger bind
+// arrays to a stage instead of sending them inline.
+const seedChunkBinds = 16000
+
+func (r *stepRun) seed(req engine.StepRequest) (engine.StepResult, error) {
+	rel, err := relationName(req)
+	if err != nil {
+		return engine.StepResult{}, err
+	}
+	f, err := os.Open(req.SeedPath)
+	if err != nil {
+		return engine.StepResult{}, engine.Errorf(engine.CodePlanInvalid, "seed %s: cannot read its CSV file: %w", req.StepID, err)
+	}
+	defer f.Close()
+	seed, err := engine.ReadSeed(f, req.SeedPath)
+	if err != nil {
+		return engine.StepResult{}, err
+	}
+	cols := make([]string, len(seed.Columns))
+	defs := make([]string, len(seed.Columns))
+	for i, c := range seed.Columns {
+		if err := checkColumn(c); err != nil {
+			return engine.StepResult{}, engine.Errorf(engine.CodePlanInvalid, "seed %s: column %q: %v", req.SeedPath, c, err)
+		}
+		cols[i] = ident(c)
+		defs[i] = cols[i] + " " + snowflakeType(seed.Types[i])
+	}
+	if _, err := r.exec("CREATE OR REPLACE TABLE " + rel + " (" + strings.Join(defs, ", ") + ")"); err != nil {
+		return engine.StepResult{}, err
+	}
+	// Typed bind arrays cannot hold NULL, so rows are grouped by which
+	// columns are NULL and each group inserts only its other columns (the
+	// omitted ones default to NULL).
+	groups := map[string][]int{}
+	var order []string
+	for i, row := range seed.Rows {
+		var mask strings.Builder
+		for _, v := range row {
+			if v == nil {
+				mask.WriteByte('0')
+			} else {
+				mask.WriteByte('1')
+			}
+		}
+		m := mask.String()
+		if _, ok := groups[m]; !ok {
+			order = append(order, m)
+		}
+		groups[m] = append(groups[m], i)
+	}
+	var inserted int64
+	for _, m := range order {
+		var present []int
+		for c := range m {
+			if m[c] == '1' {
+				present = append(present, c)
+			}
+		}
+		idx := groups[m]
+		if len(present) == 0 {
+			// An all-NULL row: nothing to bind.
+			for range idx {
+				if _, err := r.exec("INSERT INTO " + rel + " (" + cols[0] + ") SELECT NULL"); err != nil {
+					return engine.StepResult{}, err
+				}
+				inserted++
+			}
+			continue
+		}
+		names := make([]string, len(present))
+		for j, c := range present {
+			names[j] = cols[c]
+		}
+		stmt := "INSERT INTO " + rel + " (" + strings.Join(names, ", ") + ") VALUES (" + placeholders(len(present)) + ")"
+		chunk := max(1, seedChunkBinds/len(present))
+		for lo := 0; lo < len(idx); lo += chunk {
+			part := idx[lo:min(lo+chunk, len(idx))]
+			args := make([]any, len(present))
+			for j, c := range present {
+				args[j] = seedArray(seed, c, part)
+			}
+			res, err := r.exec(stmt, args...)
+			if err != nil {
+				return engine.StepResult{}, err
+			}
+			n, _ := res.RowsAffected()
+			inserted += n
+		}
+	}
+	return engine.StepResult{RowCount: int64(len(seed.Rows)), RowsAffected: inserted}, nil
+}
+
+// seedArray is column c of the given rows as a typed bind array.
+func seedArray(seed *engine.SeedTable, c int, rows []int) any {
+	switch seed.Types[c] {
+	case engine.TypeInteger:
+		a := make([]int64, len(rows))
+		for i, r := range rows {
+			a[i] = seed.Rows[r][c].(int64)
+		}
+		return gosnowflake.Array(a)
+	case engine.TypeReal:
+		a := make([]float64, len(rows))
+		for i, r := range rows {
+			a[i] = seed.Rows[r][c].(float64)
+		}
+		return gosnowflake.Array(a)
+	default:
+		a := make([]string, len(rows))
+		for i, r := range rows {
+			a[i] = seed.Rows[r][c].(string)
+		}
+		return gosnowflake.Array(a)
+	}
+}
+
+func snowflakeType(seedType string) string {
+	switch seedType {
+	case engine.TypeInteger:
+		return "NUMBER(38, 0)"
+	case engine.TypeReal:
+		return "FLOAT"
+	default:
+		return "VARCHAR"
+	}
+}
+
+func (r *stepRun) model(req engine.StepRequest) (engine.StepResult, error) {
+	rel, err := relationName(req)
+	if err != nil {
+		return engine.StepResult{}, err
+	}
+	body, err := singleStatement(req.SQL)
+	if err != nil {
+		return engine.StepResult{}, engine.Errorf(engine.CodePlanInvalid, "model %s: %w", req.StepID, err)
+	}
+	switch mat := req.Materialized; mat {
+	case engine.MaterializedTable:
+		if _, err := r.exec("CREATE OR REPLACE TABLE "+rel+" AS\n"+body+"\n", req.Params...); err != nil {
+			return engine.StepResult{}, err
+		}
+		n, err := r.count("SELECT COUNT(*) FROM " + rel)
+		if err != nil {
+			return engine.StepResult{}, err
+		}
+		return engine.StepResult{RowCount: n}, nil
+	case engine.MaterializedView, "":
+		if len(req.Params) > 0 {
+			return engine.StepResult{}, engine.Errorf(engine.CodePlanInvalid, "model %s: a view cannot take parameters (Snowflake stores its text)", req.StepID)
+		}
+		if _, err := r.exec("CREATE OR REPLACE VIEW " + rel + " AS\n" + body + "\n"); err != nil {
+			return engine.StepResult{}, err
+		}
+		return engine.StepResult{}, nil
+	default:
+		return engine.StepResult{}, engine.Errorf(engine.CodePlanInvalid, "model %s: materialized %q is not table or view", req.StepID, req.Materialized)
+	}
+}
+
+func (r *stepRun) test(req engine.StepRequest) (engine.StepResult, error) {
+	body, err := singleStatement(req.SQL)
+	if err != nil {
+		return engine.StepResult{}, engine.Errorf(engine.CodePlanInvalid, "test %s: %w", req.StepID, err)
+	}
+	// The newlines keep a trailing -- comment from swallowing the ')'.
+	n, err := r.count("SELECT COUNT(*) FROM (\n"+body+"\n)", req.Params...)
+	if err != nil {
+		return engine.StepResult{}, err
+	}
+	return engine.StepResult{Failures: n}, nil
+}
+
+func (r *stepRun) sql(req engine.StepRequest) (engine.StepResult, error) {
+	stmts := splitStatements(req.SQL)
+	if len(stmts) == 0 {
+		return engine.StepResult{}, engine.Errorf(engine.CodePlanInvalid, "sql step %s: SQL is empty", req.StepID)
+	}
+	if len(stmts) > 1 && len(req.Params) > 0 {
+		return engine.StepResult{}, engine.Errorf(engine.CodePlanInvalid, "sql step %s: parameters need a single statement (Snowflake cannot bind in multi-statement requests)", req.StepID)
+	}
+	var total int64
+	for _, st := range stmts {
+		res, err := r.exec(st, req.Params...)
+		if err != nil {
+			return engine.StepResult{}, err
+		}
+		if n, err := res.RowsAffected(); err == nil {
+			total += n
+		}
+	}
+	return engine.StepResult{RowsAffected: total}, nil
+}
+
+// singleStatement trims a body and its trailing semicolons and refuses
+// several statements, which CREATE … AS and count(*) cannot wrap.
+func singleStatement(sql string) (string, error) {
+	stmts := splitStatements(sql)
+	switch len(stmts) {
+	case 0:
+		return "", errors.New("SQL is empty")
+	case 1:
+		return strings.TrimSpace(strings.TrimRight(strings.TrimSpace(sql), ";")), nil
+	}
+	return "", fmt.Errorf("SQL holds %d statements; a model or test is one query", len(stmts))
+}
+
+// simpleIdent is an identifier Snowflake would resolve unquoted.
+var simpleIdent = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_$]*$`)
+
+// relationRE is the identifier rule of engine plans.
+var relationRE = regexp.MustCompile(`^[A-Za-z_\p{L}][A-Za-z0-9_$\p{L}\p{N}]*$`)
+
+// ident quotes a name for Snowflake. A simple name is upper-cased first so
+// that the quoted form is the object an unquoted reference in a model's SQL
+// (select * from orders) resolves to.
+func ident(name string) string {
+	if simpleIdent.MatchString(name) {
+		name = strings.ToUpper(name)
+	}
+	return `"` + strings.ReplaceAll(name, `"`, `""`) + `"`
+}
+
+func relationName(req engine.StepRequest) (string, error) {
+	switch rel := req.Relation; {
+	case rel == "":
+		return "", engine.Errorf(engine.CodeInvalidArgument, "step %s: no relation name", req.StepID)
+	case !relationRE.MatchString(rel):
+		return "", engine.Errorf(engine.CodePlanInvalid, "step %s: relation name %q is not a valid identifier", req.StepID, rel)
+	default:
+		return ident(rel), nil
+	}
+}
+
+// checkColumn accepts any printable column name (CSV headers are free
+// text); quoting makes it safe as an SQL name.
+func checkColumn(name string) error {
+	if name == "" {
+		return errors.New("empty name")
+	}
+	for _, r := range name {
+		if r == unicode.ReplacementChar || !unicode.IsPrint(r) && r != ' ' {
+			return errors.New("contains a control or invalid character")
+		}
+	}
+	return nil
+}
+
+// classify: a done context wins (the caller gets ctx.Err(), the query was
+// aborted by the driver); contention, network and expired sessions are
+// transient STORE_UNAVAILABLE; anything else the step's SQL did is
+// STEP_FAILED with Snowflake's message.
+func (w *Warehouse) classify(ctx context.Context, stepID string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	var ee *engine.Error
+	if errors.As(err, &ee) {
+		return err
+	}
+	err = scrub(err, w.secrets)
+	what := "Snowflake warehouse " + w.where
+	if stepID != "" {
+		what = "step " + stepID + " on " + what
+	}
+	if retryable(err) {
+		return engine.MarkTransient(&engine.Error{Code: engine.CodeStoreUnavailable, Msg: fmt.Sprintf("%s: %v", what, err), Err: err})
+	}
+	return &engine.Error{Code: engine.CodeStepFailed, Msg: fmt.Sprintf("%s: %v", what, err), Err: err}
+}
+
+var _ engine.Warehouse = (*Warehouse)(nil)

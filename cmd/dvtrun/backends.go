@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/store/sqlite"
 )
 
 // The backends below are being built in parallel; until they land these
@@ -20,6 +21,5 @@ func openSnowflakeWarehouse(ctx context.Context, dsn string) (warehouse, error) 
 }
 
 func openSQLiteWarehouse(ctx context.Context, path string) (warehouse, error) {
-	_, _ = ctx, path
-	return nil, engine.Errorf(engine.CodeStoreUnavailable, "the SQLite warehouse is not available in this build")
+	return sqlite.OpenWarehouse(ctx, path)
 }

@@ -25,6 +25,13 @@ type Options struct {
 	PlanID     string    // default "plan_gen"
 	AllowGaps  bool      // leave occasional runSeq gaps
 	Duplicates bool      // re-deliver earlier events (same key, new runSeq)
+	// Odd adds events no store would accept but a log may still hold (raw
+	// loads, Snowflake without enforced constraints, older versions):
+	// logical attempts outside 1..64, run-level events with a stepId,
+	// step-level ones without, malformed or mistyped payload fields,
+	// emittedAt going backwards, events without tenancy. Such streams are
+	// for projections only: they do not pass engine.Validate.
+	Odd bool
 }
 
 // rng is splitmix64: tiny, deterministic, and free of global state.
@@ -59,6 +66,7 @@ type gen struct {
 	steps  []genStep
 	pauses int
 	sigs   int
+	back   time.Duration // the next event's emittedAt lies this far in the past
 }
 
 type genStep struct {
@@ -216,7 +224,15 @@ func (g *gen) retryOne() {
 // noise emits an event a healthy producer would not: a re-delivery, an
 // unknown type, a signal decision, or an invalid transition.
 func (g *gen) noise() {
-	switch g.r.intn(5) {
+	kinds := 5
+	if g.o.Odd {
+		kinds = 7
+	}
+	switch g.r.intn(kinds) {
+	case 5:
+		g.odd()
+	case 6:
+		g.oddPayload()
 	case 0:
 		if g.o.Duplicates && len(g.out) > 0 {
 			dup := g.out[g.r.intn(len(g.out))]
@@ -237,6 +253,86 @@ func (g *gen) noise() {
 		g.emit(engine.SignalAccepted, "", g.sigs, json.RawMessage(`{"signalType":"PAUSE"}`))
 	default:
 		g.invalid()
+	}
+}
+
+// odd emits an event with an envelope the store would refuse.
+func (g *gen) odd() {
+	st := g.steps[g.r.intn(len(g.steps))]
+	switch g.r.intn(7) {
+	case 0: // attempts outside the reducer's 1..64 bitset: its overflow map
+		attempts := []int{0, -1, 65, 70, 1000}
+		a := attempts[g.r.intn(len(attempts))]
+		types := []engine.EventType{engine.StepStarted, engine.StepCompleted, engine.StepFailed, engine.StepSkipped, engine.RunPaused, engine.RunResumed}
+		t, step := types[g.r.intn(len(types))], ""
+		if t.StepLevel() {
+			step = st.id
+		}
+		g.emit(t, step, a, nil)
+	case 1: // a run-level event naming a step
+		types := []engine.EventType{engine.RunPaused, engine.RunResumed, engine.RunCancelled, engine.RunFailed}
+		g.emit(types[g.r.intn(len(types))], st.id, 1+g.r.intn(3), errPayload("ODD", "run event with a step"))
+	case 2: // a step-level event without a step: opaque
+		g.emit(engine.StepStarted, "", st.attempt+1, nil)
+	case 3: // a step event of the current attempt, emitted in the past
+		g.back = time.Duration(1+g.r.intn(10)) * time.Second
+		if st.status == engine.StepStatusRunning {
+			g.emit(engine.StepCompleted, st.id, st.attempt, nil)
+		} else {
+			g.emit(engine.StepStarted, st.id, st.attempt+1, nil)
+		}
+	case 4: // no tenancy on this event
+		g.emit("StepHeartbeat", st.id, 1, nil)
+		e := &g.out[len(g.out)-1]
+		e.TenantID, e.ProjectID, e.EnvironmentID = "", "", ""
+	case 5: // a step named for the first time by a completion
+		g.emit(engine.StepCompleted, fmt.Sprintf("model.late%d", g.r.intn(3)), 1, nil)
+	default: // a step event while the run is not running (yet)
+		g.emit(engine.StepSkipped, st.id, 1, reason("skipped early"))
+	}
+}
+
+// oddPayloads are payloads whose fields do not decode as the reducer
+// expects, or barely do; the reducer treats a field that does not decode as
+// absent.
+var oddPayloads = []string{
+	`{"error":{"code":42,"message":"numeric code"}}`,
+	`{"error":null}`,
+	`{"error":"just text"}`,
+	`{"error":{}}`,
+	`{"error":{"message":"no code","retryable":true}}`,
+	`{"error":{"code":"E","retryable":"yes"}}`,
+	`{"error":{"code":"TRUNC"`,
+	`{"reason":5}`,
+	`{"reason":null}`,
+	`{"reason":"ünïcødé \"quoted\"\nnewline"}`,
+	`{"artifacts":[]}`,
+	`{"artifacts":null}`,
+	`{"artifacts":[{"uri":1,"kind":"csv"}]}`,
+	`{"artifacts":{"uri":"file:///x"}}`,
+	`{"artifacts":[{"uri":"s3://b/k","kind":"parquet","sha256":"ab","sizeBytes":7,"expiresAt":"2027-01-01T00:00:00Z"},null]}`,
+	`[1,2,3]`,
+	`"text"`,
+}
+
+// oddPayload emits a plausible next event with an odd payload.
+func (g *gen) oddPayload() {
+	p := json.RawMessage(oddPayloads[g.r.intn(len(oddPayloads))])
+	if i := g.pick(engine.StepStatusRunning); i >= 0 {
+		st := g.steps[i]
+		if g.r.chance(0.5) {
+			g.emit(engine.StepFailed, st.id, st.attempt, p)
+		} else {
+			g.emit(engine.StepCompleted, st.id, st.attempt, p)
+		}
+		return
+	}
+	if i := g.pick(engine.StepStatusPending); i >= 0 && g.status == engine.StatusRunning {
+		g.emit(engine.StepSkipped, g.steps[i].id, 1, p)
+		return
+	}
+	if g.status == engine.StatusRunning || g.status == engine.StatusQueued {
+		g.emit(engine.RunFailed, "", 1, p)
 	}
 }
 
@@ -272,10 +368,12 @@ func (g *gen) emit(t engine.EventType, stepID string, attempt int, payload json.
 	if g.o.AllowGaps && g.r.chance(0.05) {
 		g.seq += int64(1 + g.r.intn(3))
 	}
+	emitted := g.now.Add(-g.back)
+	g.back = 0
 	e := engine.RunEventWrite{
 		EventID:          g.r.uuid(),
 		EventType:        t,
-		EmittedAt:        g.now,
+		EmittedAt:        emitted,
 		RunID:            g.runID,
 		TenantID:         g.o.TenantID,
 		ProjectID:        "p1",
@@ -288,7 +386,10 @@ func (g *gen) emit(t engine.EventType, stepID string, attempt int, payload json.
 		Payload:          payload,
 	}
 	key, err := engine.KeyOf(e).IdempotencyKey()
-	if err != nil {
+	switch {
+	case err != nil && g.o.Odd:
+		key = "odd-" + e.EventID // a negative attempt has no §3.1 key
+	case err != nil:
 		panic(err) // generator bug: ids never contain '|'
 	}
 	e.IdempotencyKey = key

@@ -3,21 +3,27 @@ package main
 import (
 	"context"
 
-	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/store/snowflake"
 	"github.com/dvtrun/dvtrun/store/sqlite"
 )
 
-// The backends below are being built in parallel; until they land these
-// report a clear error instead of failing to compile.
+// Compile-time checks that the backends are what the CLI consumes.
+var (
+	_ stateStore = (*sqlite.Store)(nil)
+	_ stateStore = (*snowflake.Store)(nil)
+	_ warehouse  = (*sqlite.Warehouse)(nil)
+	_ warehouse  = (*snowflake.Warehouse)(nil)
+)
 
-func openSnowflakeStore(ctx context.Context, dsn string, mustExist bool) (stateStore, error) {
-	_, _, _ = ctx, dsn, mustExist
-	return nil, engine.Errorf(engine.CodeStoreUnavailable, "the Snowflake state store is not available in this build")
+// openSnowflakeStore opens the Snowflake state store. Snowflake has no file
+// to leave behind, so read commands open it like writers do (its migrations
+// are idempotent).
+func openSnowflakeStore(ctx context.Context, dsn string, _ bool) (stateStore, error) {
+	return snowflake.Open(ctx, dsn, snowflake.Options{})
 }
 
 func openSnowflakeWarehouse(ctx context.Context, dsn string) (warehouse, error) {
-	_, _ = ctx, dsn
-	return nil, engine.Errorf(engine.CodeStoreUnavailable, "the Snowflake warehouse is not available in this build")
+	return snowflake.OpenWarehouse(ctx, dsn)
 }
 
 func openSQLiteWarehouse(ctx context.Context, path string) (warehouse, error) {

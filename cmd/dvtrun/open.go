@@ -29,6 +29,8 @@ func (c *cli) parseTarget(flagName, raw string) (target, error) {
 				return target{}, engine.Errorf(engine.CodeInvalidArgument, "--%s snowflake:// needs a DSN after the scheme or in DVT_SNOWFLAKE_DSN", flagName)
 			}
 		}
+		// The store scrubs its own errors; the CLI also keeps the password
+		// out of anything it prints.
 		c.addSecret(dsnPassword(dsn))
 		return target{kind: "snowflake", dsn: dsn}, nil
 	case strings.HasPrefix(raw, "sqlite://"):

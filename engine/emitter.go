@@ -11,6 +11,7 @@ type emission struct {
 	step    string
 	attempt int // logicalAttemptId
 	payload any
+	engine  int // engineAttemptId; 0 means 1
 }
 
 // emitter writes a run's events: it fills the envelope, derives the
@@ -22,23 +23,22 @@ type emitter struct {
 	e    *Engine
 	meta RunMetadata
 
-	mu     sync.Mutex
-	ids    map[string]string // idempotencyKey -> eventId
-	run    RunStatus
-	steps  map[string]StepState
-	engine map[string]int // stepId -> engine attempt of its next event
+	mu    sync.Mutex
+	ids   map[string]string // idempotencyKey -> eventId
+	run   RunStatus
+	steps map[string]StepState
 }
 
 func newEmitter(e *Engine, meta RunMetadata) *emitter {
-	return &emitter{e: e, meta: meta, ids: map[string]string{}, run: StatusNone, steps: map[string]StepState{}, engine: map[string]int{}}
+	return &emitter{e: e, meta: meta, ids: map[string]string{}, run: StatusNone, steps: map[string]StepState{}}
 }
 
 // build makes one event with its key; its eventId comes later, from the
-// registry.
-func (em *emitter) build(t EventType, step string, attempt int, payload any) (RunEventWrite, error) {
-	engineAttempt := 1
-	if n := em.engine[step]; step != "" && n > 0 {
-		engineAttempt = n
+// registry. engineAttempt is not part of the key (RunEvents §3.1): an
+// engine-level retry re-emits under the same key.
+func (em *emitter) build(t EventType, step string, attempt, engineAttempt int, payload any) (RunEventWrite, error) {
+	if engineAttempt < 1 {
+		engineAttempt = 1
 	}
 	e := RunEventWrite{
 		EventType: t, EmittedAt: em.e.Clock.Now().UTC().Truncate(1e6), RunID: em.meta.RunID,
@@ -85,7 +85,7 @@ func (em *emitter) reserveKeys(ctx context.Context, ems []emission) error {
 	defer em.mu.Unlock()
 	events := make([]RunEventWrite, 0, len(ems))
 	for _, x := range ems {
-		e, err := em.build(x.typ, x.step, x.attempt, nil)
+		e, err := em.build(x.typ, x.step, x.attempt, x.engine, nil)
 		if err != nil {
 			return err
 		}
@@ -101,7 +101,7 @@ func (em *emitter) emit(ctx context.Context, ems ...emission) ([]RunEventRecord,
 	defer em.mu.Unlock()
 	events := make([]RunEventWrite, 0, len(ems))
 	for _, x := range ems {
-		e, err := em.build(x.typ, x.step, x.attempt, x.payload)
+		e, err := em.build(x.typ, x.step, x.attempt, x.engine, x.payload)
 		if err != nil {
 			return nil, err
 		}

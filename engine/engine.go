@@ -145,7 +145,7 @@ func (e *Engine) StartRun(ctx context.Context, req StartRequest) (string, error)
 		RunRequestID: req.RunRequestID,
 	}
 	em := newEmitter(e, meta)
-	queued, err := em.build(RunQueued, "", 1, map[string]any{
+	queued, err := em.build(RunQueued, "", 1, 1, map[string]any{
 		"planRef": req.Ref, "triggeredBy": cfg.TriggeredBy, "triggerSource": cfg.TriggerSource,
 	})
 	if err != nil {
@@ -170,7 +170,7 @@ func (e *Engine) AbortStart(ctx context.Context, runID string, cause error) erro
 	}
 	em := newEmitter(e, meta)
 	em.run = StatusQueued
-	_, err = em.emit(ctx, emission{RunFailed, "", 1, map[string]any{
+	_, err = em.emit(ctx, emission{typ: RunFailed, attempt: 1, payload: map[string]any{
 		"error": ErrorInfo{Code: "ADAPTER_START_FAILED", Message: fmt.Sprintf("the %s adapter could not start: %v", AdapterName, cause)},
 	}})
 	return err

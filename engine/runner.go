@@ -44,6 +44,11 @@ type Progress struct {
 	EngineAttempt int
 	Elapsed       time.Duration
 	Snapshot      *Snapshot // PhaseRunDone
+	// Warning is set on a SUCCESS step that succeeded with a warning: a
+	// warn-severity test that returned rows (Result.Failures says how many).
+	Warning string
+	// LogicalAttempt is the step's logical attempt (2 and up after RETRY_STEP).
+	LogicalAttempt int
 }
 
 func (e *Engine) report(p Progress) {
@@ -57,11 +62,18 @@ func (e *Engine) report(p Progress) {
 // dependency order, and ends the run with RunCompleted, RunFailed or
 // RunCancelled. It returns the final snapshot; a run that failed is not an
 // error (the snapshot says FAILED), a store that failed is.
+//
+// Execute on a run that already progressed (after a crash, or by another
+// runner whose lease expired) rebuilds the run's state from its log and
+// carries on: SUCCESS steps never run again, and steps the log shows RUNNING
+// run again as new engine attempts of the same logical attempt. A warehouse
+// that cannot start (its optional Ping fails) fails a queued run with
+// RunQueued → RunFailed and no RunStarted; that too is reported in the
+// snapshot, not as an error.
+//
+// Models without a materialization are built as views, dbt's default.
 func (e *Engine) Execute(ctx context.Context, runID string, p *Plan, wh Warehouse) (Snapshot, error) {
-	_ = ctx
-	_ = p
-	_ = wh
-	return Snapshot{}, Errorf(CodeInvalidArgument, "Execute: not built yet (run %s)", runID)
+	return e.execute(ctx, runID, p, wh)
 }
 
 // Resume rebuilds a run's state from its log and carries on where it

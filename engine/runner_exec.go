@@ -1,0 +1,771 @@
+package engine
+
+import (
+	"container/heap"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Pinger is what a warehouse may implement so that the runner can check it
+// before it starts a run.
+type Pinger interface {
+	Ping(ctx context.Context) error
+}
+
+// EngineType is RunStarted's payload.engineType for the local adapter.
+const EngineType = "local"
+
+// outcome is what a step's goroutine reports back to the run loop.
+type outcome struct {
+	i             int
+	res           StepResult
+	err           *ErrorInfo // nil: success
+	progressErr   error      // err as an error, secrets redacted
+	warning       string
+	engineAttempt int
+	aborted       bool // the run itself stopped (crash, store failure, lease lost): record nothing
+}
+
+// flight is a step running now.
+type flight struct {
+	cancel  context.CancelFunc
+	started time.Time
+}
+
+// runner is one Execute call's state. The run loop owns every field except
+// results (written by step goroutines) and randMu.
+type runner struct {
+	e     *Engine
+	cfg   Config
+	p     *Plan
+	wh    Warehouse
+	meta  RunMetadata
+	em    *emitter
+	runID string
+
+	steps      []PlanStep
+	pos        map[string]int // step id -> index in steps (plan order)
+	deps       [][]int
+	dependents [][]int
+	status     []StepStatus
+	logical    []int
+	engineAtt  []int // engine attempt of the last recorded event
+	waiting    []int // dependencies not SUCCESS yet
+	order      []int // 1-based progress index, 0 until the step starts or is skipped
+	nextIndex  int
+	counts     map[StepStatus]int
+
+	ready    intHeap      // PENDING steps whose dependencies all succeeded
+	retry    map[int]bool // FAILED steps a RETRY_STEP asked to start again
+	rerun    []int        // steps the log shows RUNNING: started by an earlier runner
+	inflight map[int]*flight
+	results  chan outcome
+
+	run          RunStatus
+	failFast     string // set once fail-fast stopped scheduling: the step that failed
+	sigSeq       int64  // last signal seq handled
+	pausedAt     time.Time
+	pauseSeq     int64
+	drainAlerted bool
+
+	records []RunEventRecord
+	randMu  sync.Mutex
+}
+
+func (e *Engine) execute(ctx context.Context, runID string, p *Plan, wh Warehouse) (Snapshot, error) {
+	if p == nil || wh == nil {
+		return Snapshot{}, Errorf(CodeInvalidArgument, "Execute needs a plan and a warehouse (run %s)", runID)
+	}
+	if err := p.Validate(); err != nil {
+		return Snapshot{}, err
+	}
+	meta, err := e.Log.GetRun(ctx, runID)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	if meta.PlanID != p.PlanID || meta.PlanVersion != p.PlanVersion {
+		return Snapshot{}, Errorf(CodePlanHashMismatch, "run %s runs plan %s@%s, not %s@%s", runID, meta.PlanID, meta.PlanVersion, p.PlanID, p.PlanVersion)
+	}
+	cfg := e.Config.withDefaults()
+	if cfg.Owner == "" {
+		cfg.Owner = e.IDs.NewID()
+	}
+	if err := e.Log.AcquireLease(ctx, runID, cfg.Owner, cfg.LeaseTTL); err != nil {
+		return Snapshot{}, err
+	}
+	defer func() {
+		// Release even when ctx ended: another runner may take over at once
+		// instead of waiting for the lease to expire.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = e.Log.ReleaseLease(rctx, runID, cfg.Owner)
+	}()
+
+	runCtx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	leaseLost := e.heartbeat(runCtx, runID, cfg)
+
+	r := &runner{e: e, cfg: cfg, p: p, wh: wh, meta: meta, runID: runID, em: newEmitter(e, meta)}
+	if err := r.rebuild(runCtx); err != nil {
+		return Snapshot{}, err
+	}
+	if r.run.Terminal() {
+		return r.snapshot(), nil
+	}
+	if err := r.start(runCtx); err != nil {
+		return r.snapshot(), err
+	}
+	if r.run.Terminal() { // the adapter could not start: RunQueued → RunFailed
+		snap := r.snapshot()
+		e.report(Progress{Phase: PhaseRunDone, RunID: runID, Total: len(r.steps), Snapshot: &snap})
+		return snap, nil
+	}
+	err = r.loop(runCtx, leaseLost)
+	stopRun()
+	r.drain()
+	snap := r.snapshot()
+	if err != nil {
+		return snap, err
+	}
+	e.report(Progress{Phase: PhaseRunDone, RunID: runID, Threads: cfg.Threads, Total: len(r.steps), Snapshot: &snap})
+	return snap, nil
+}
+
+// heartbeat renews the lease every third of its TTL. The returned channel
+// closes when another owner took the lease: the run must stop. A renewal
+// that fails for another reason is retried at the next beat.
+func (e *Engine) heartbeat(ctx context.Context, runID string, cfg Config) <-chan struct{} {
+	lost := make(chan struct{})
+	go func() {
+		t := time.NewTicker(cfg.LeaseTTL / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if err := e.Log.AcquireLease(ctx, runID, cfg.Owner, cfg.LeaseTTL); errors.Is(err, ErrLeaseHeld) {
+					close(lost)
+					return
+				}
+			}
+		}
+	}()
+	return lost
+}
+
+// rebuild projects the run's log and derives the scheduler's state from it.
+func (r *runner) rebuild(ctx context.Context) error {
+	events, err := r.e.Log.ListEvents(ctx, r.runID, 0, 0)
+	if err != nil {
+		return err
+	}
+	r.records = events
+	snap := Project(r.runID, events)
+	for _, ev := range events {
+		if ev.EventType == SignalAccepted || ev.EventType == SignalRejected {
+			// A signal decision's logical attempt is the signal's seq.
+			r.sigSeq = max(r.sigSeq, int64(ev.LogicalAttemptID))
+		}
+	}
+	r.run = snap.Status
+	r.em.run = snap.Status
+	n := len(r.p.Steps)
+	r.steps = r.p.Steps
+	r.pos = make(map[string]int, n)
+	for i, s := range r.steps {
+		r.pos[s.ID] = i
+	}
+	r.deps = make([][]int, n)
+	r.dependents = make([][]int, n)
+	for i, s := range r.steps {
+		for _, d := range s.DependsOn {
+			j := r.pos[d]
+			r.deps[i] = append(r.deps[i], j)
+			r.dependents[j] = append(r.dependents[j], i)
+		}
+	}
+	r.status = make([]StepStatus, n)
+	r.logical = make([]int, n)
+	r.engineAtt = make([]int, n)
+	r.waiting = make([]int, n)
+	r.order = make([]int, n)
+	r.counts = map[StepStatus]int{}
+	r.retry = map[int]bool{}
+	r.inflight = map[int]*flight{}
+	r.results = make(chan outcome, n)
+	for i := range r.steps {
+		r.status[i] = StepStatusPending
+		r.logical[i] = 1
+		r.engineAtt[i] = 1
+	}
+	r.counts[StepStatusPending] = n
+	for _, st := range snap.Steps {
+		i, ok := r.pos[st.StepID]
+		if !ok {
+			continue // not in this plan (the plan id and version matched, so never in practice)
+		}
+		r.setStatus(i, st.Status)
+		r.logical[i] = max(st.LogicalAttemptID, 1)
+		r.engineAtt[i] = max(st.EngineAttemptID, 1)
+		r.em.steps[st.StepID] = StepState{Status: st.Status, LogicalAttemptID: st.LogicalAttemptID}
+		r.nextIndex++
+		r.order[i] = r.nextIndex
+		if st.Status == StepStatusRunning {
+			r.rerun = append(r.rerun, i)
+		}
+	}
+	for i := range r.steps {
+		for _, j := range r.deps[i] {
+			if r.status[j] != StepStatusSuccess {
+				r.waiting[i]++
+			}
+		}
+		if r.status[i] == StepStatusPending && r.waiting[i] == 0 {
+			heap.Push(&r.ready, i)
+		}
+	}
+	// A RETRY_STEP accepted by a runner that stopped before starting it.
+	for _, ev := range events {
+		if ev.EventType != SignalAccepted {
+			continue
+		}
+		var sp signalPayload
+		if json.Unmarshal(ev.Payload, &sp) != nil || sp.SignalType != SignalRetryStep {
+			continue
+		}
+		if i, ok := r.pos[sp.StepID]; ok && r.status[i] == StepStatusFailed && r.logical[i] < sp.RetryAttempt {
+			r.queueRetry(i, sp.RetryAttempt)
+		}
+	}
+	if r.run == StatusPaused {
+		r.pausedAt = r.e.Clock.Now()
+	}
+	return nil
+}
+
+func (r *runner) setStatus(i int, s StepStatus) {
+	r.counts[r.status[i]]--
+	r.status[i] = s
+	r.counts[s]++
+}
+
+func (r *runner) terminalSteps() int {
+	return r.counts[StepStatusSuccess] + r.counts[StepStatusFailed] + r.counts[StepStatusSkipped]
+}
+
+// start checks the warehouse and emits RunStarted for a queued run, and
+// reserves the eventIds of every step's likely events in one store call.
+func (r *runner) start(ctx context.Context) error {
+	ping := func() error {
+		if pg, ok := r.wh.(Pinger); ok {
+			return pg.Ping(ctx)
+		}
+		return nil
+	}
+	switch r.run {
+	case StatusQueued, StatusApproved:
+		if err := ping(); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if r.run != StatusQueued {
+				return Errorf(CodeInvalidArgument, "run %s: the warehouse is unusable and an %s run cannot fail before it starts: %w", r.runID, r.run, err)
+			}
+			if aerr := r.e.AbortStart(ctx, r.runID, err); aerr != nil {
+				return aerr
+			}
+			return r.rebuild(ctx)
+		}
+	case StatusRunning, StatusPaused:
+		if err := ping(); err != nil {
+			return fmt.Errorf("run %s: the warehouse is unusable, the run stays %s (resume it later): %w", r.runID, r.run, err)
+		}
+	}
+	ems := make([]emission, 0, 2*len(r.steps)+3)
+	for i, s := range r.steps {
+		if r.status[i] == StepStatusPending {
+			ems = append(ems, emission{typ: StepStarted, step: s.ID, attempt: r.logical[i]}, emission{typ: StepCompleted, step: s.ID, attempt: r.logical[i]})
+		}
+	}
+	ems = append(ems, emission{typ: RunStarted, attempt: 1}, emission{typ: RunCompleted, attempt: 1}, emission{typ: RunFailed, attempt: 1})
+	if err := r.em.reserveKeys(ctx, ems); err != nil {
+		return err
+	}
+	if r.run == StatusQueued || r.run == StatusApproved {
+		ref := fmt.Sprintf("%s://%s/%s", AdapterName, r.cfg.Owner, r.runID)
+		if err := r.e.Log.SetProviderRunRef(ctx, r.runID, ref); err != nil {
+			return err
+		}
+		if err := r.emit(ctx, emission{typ: RunStarted, attempt: 1, payload: map[string]any{
+			"engineRunRef": ref, "engineType": EngineType, "owner": r.cfg.Owner, "threads": r.cfg.Threads,
+			"context": map[string]any{"tenantId": r.meta.TenantID, "projectId": r.meta.ProjectID, "environmentId": r.meta.EnvironmentID,
+				"triggeredBy": r.cfg.TriggeredBy, "triggerSource": r.cfg.TriggerSource},
+		}}); err != nil {
+			return err
+		}
+		r.run = StatusRunning
+	}
+	r.e.report(Progress{Phase: PhaseRunStarted, RunID: r.runID, Threads: r.cfg.Threads, Total: len(r.steps)})
+	return nil
+}
+
+// emit appends one batch. A store that is briefly unavailable is retried
+// (the idempotency keys make a repeated append safe); anything else, or a
+// store that stays away, stops the run: step outcomes never fail open.
+func (r *runner) emit(ctx context.Context, ems ...emission) error {
+	for attempt := 1; ; attempt++ {
+		recs, err := r.em.emit(ctx, ems...)
+		if err == nil {
+			r.records = append(r.records, recs...)
+			return nil
+		}
+		if ctx.Err() != nil || attempt > 3 || !(IsTransient(err) || CodeOf(err) == CodeStoreUnavailable) {
+			code := CodeOf(err)
+			if code == "" {
+				code = CodeStoreUnavailable
+			}
+			return Errorf(code, "run %s stopped: could not record %s (resume it once the state store is back): %w", r.runID, describeBatch(ems), err)
+		}
+		if serr := r.sleep(ctx, r.cfg.Retry.Backoff(attempt, r.rand())); serr != nil {
+			return Errorf(CodeStoreUnavailable, "run %s stopped: could not record %s: %w", r.runID, describeBatch(ems), err)
+		}
+	}
+}
+
+func describeBatch(ems []emission) string {
+	parts := make([]string, 0, min(len(ems), 4))
+	for i, x := range ems {
+		if i == 3 {
+			parts = append(parts, fmt.Sprintf("and %d more", len(ems)-3))
+			break
+		}
+		if x.step != "" {
+			parts = append(parts, string(x.typ)+" of "+x.step)
+		} else {
+			parts = append(parts, string(x.typ))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+func (r *runner) rand() float64 {
+	if r.e.Rand == nil {
+		return 0.5 // no jitter source injected: the middle of the jitter band
+	}
+	r.randMu.Lock()
+	defer r.randMu.Unlock()
+	return r.e.Rand()
+}
+
+func (r *runner) sleep(ctx context.Context, d time.Duration) error {
+	if r.e.Sleep != nil {
+		return r.e.Sleep(ctx, d)
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// loop schedules steps and handles their outcomes and the run's signals
+// until the run ends, ctx ends, the lease is lost or the store fails.
+func (r *runner) loop(ctx context.Context, leaseLost <-chan struct{}) error {
+	if err := r.skipBlocked(ctx); err != nil {
+		return err
+	}
+	if err := r.pollSignals(ctx); err != nil {
+		return err
+	}
+	tick := time.NewTicker(r.cfg.SignalPoll)
+	defer tick.Stop()
+	for !r.run.Terminal() {
+		if err := r.finishIfDone(ctx); err != nil || r.run.Terminal() {
+			return err
+		}
+		if err := r.schedule(ctx); err != nil {
+			return err
+		}
+		select {
+		case o := <-r.results:
+			outs := []outcome{o}
+		more:
+			for {
+				select {
+				case o := <-r.results:
+					outs = append(outs, o)
+				default:
+					break more
+				}
+			}
+			if err := r.complete(ctx, outs); err != nil {
+				return err
+			}
+		case <-tick.C:
+			if err := r.pollSignals(ctx); err != nil {
+				return err
+			}
+		case <-leaseLost:
+			return Errorf(CodeLeaseHeld, "run %s: another runner took the lease; this runner stopped", r.runID)
+		case <-ctx.Done():
+			return fmt.Errorf("run %s interrupted (resume it to carry on): %w", r.runID, ctx.Err())
+		}
+	}
+	return nil
+}
+
+// drain waits for the step goroutines after the run loop stopped (their
+// contexts are cancelled by then) so that none outlives Execute.
+func (r *runner) drain() {
+	for len(r.inflight) > 0 {
+		o := <-r.results
+		delete(r.inflight, o.i)
+	}
+}
+
+// skipBlocked skips PENDING steps whose upstream FAILED or was SKIPPED:
+// normally done in the batch of the failure, this catches a log written by
+// another runner.
+func (r *runner) skipBlocked(ctx context.Context) error {
+	if r.run != StatusRunning && r.run != StatusPaused {
+		return nil
+	}
+	var ems []emission
+	var reports []Progress
+	for _, s := range r.p.Order() {
+		i := r.pos[s.ID]
+		if r.status[i] != StepStatusPending {
+			continue
+		}
+		for _, j := range r.deps[i] {
+			if r.status[j] == StepStatusFailed || r.status[j] == StepStatusSkipped {
+				ems, reports = r.skip(i, fmt.Sprintf("upstream step %s is %s", r.steps[j].ID, r.status[j]), ems, reports)
+				break
+			}
+		}
+	}
+	if len(ems) == 0 {
+		return nil
+	}
+	if err := r.emit(ctx, ems...); err != nil {
+		return err
+	}
+	r.reportAll(reports)
+	return nil
+}
+
+func (r *runner) skip(i int, reason string, ems []emission, reports []Progress) ([]emission, []Progress) {
+	r.setStatus(i, StepStatusSkipped)
+	if r.order[i] == 0 {
+		r.nextIndex++
+		r.order[i] = r.nextIndex
+	}
+	ems = append(ems, emission{typ: StepSkipped, step: r.steps[i].ID, attempt: r.logical[i], payload: map[string]any{"reason": reason}})
+	reports = append(reports, Progress{Phase: PhaseStepDone, RunID: r.runID, Index: r.order[i], Total: len(r.steps), Step: r.steps[i],
+		Status: StepStatusSkipped, SkipReason: reason, LogicalAttempt: r.logical[i]})
+	return ems, reports
+}
+
+func (r *runner) reportAll(ps []Progress) {
+	for _, p := range ps {
+		r.e.report(p)
+	}
+}
+
+// finishIfDone ends a RUNNING run whose steps are all terminal.
+func (r *runner) finishIfDone(ctx context.Context) error {
+	x, ok := r.final()
+	if !ok {
+		return nil
+	}
+	if err := r.emit(ctx, x); err != nil {
+		return err
+	}
+	r.run = RunStatus(mustTarget(x.typ))
+	return nil
+}
+
+func mustTarget(t EventType) string {
+	s, _ := TargetOf(t)
+	return s
+}
+
+// final returns the run's closing event when every step is terminal, none
+// is in flight and the run is RUNNING (a PAUSED run waits for RESUME).
+func (r *runner) final() (emission, bool) {
+	if r.run != StatusRunning || len(r.inflight) > 0 || len(r.rerun) > 0 || len(r.retry) > 0 || r.terminalSteps() < len(r.steps) {
+		return emission{}, false
+	}
+	if r.counts[StepStatusSuccess] == len(r.steps) {
+		return emission{typ: RunCompleted, attempt: 1, payload: map[string]any{"steps": len(r.steps)}}, true
+	}
+	var failed, skipped []string
+	for i, s := range r.status {
+		switch s {
+		case StepStatusFailed:
+			failed = append(failed, r.steps[i].ID)
+		case StepStatusSkipped:
+			skipped = append(skipped, r.steps[i].ID)
+		}
+	}
+	msg := fmt.Sprintf("%d step(s) failed: %s", len(failed), listIDs(failed))
+	if len(failed) == 0 {
+		msg = fmt.Sprintf("no step is FAILED now, but %d step(s) were skipped after a failure: %s", len(skipped), listIDs(skipped))
+	}
+	return emission{typ: RunFailed, attempt: 1, payload: map[string]any{
+		"error":       ErrorInfo{Code: string(CodeStepFailed), Message: msg},
+		"failedSteps": failed, "skippedSteps": len(skipped),
+	}}, true
+}
+
+func listIDs(ids []string) string {
+	if len(ids) > 10 {
+		return strings.Join(ids[:10], ", ") + fmt.Sprintf(" and %d more", len(ids)-10)
+	}
+	return strings.Join(ids, ", ")
+}
+
+// schedule starts what may start: steps the log showed RUNNING (they are in
+// flight already, even while PAUSED), then, while the run is RUNNING and
+// fail-fast has not tripped, ready steps and RETRY_STEP steps, up to
+// Threads at once. The StepStarted events of the steps started together go
+// in one batch.
+func (r *runner) schedule(ctx context.Context) error {
+	for len(r.rerun) > 0 && len(r.inflight) < r.cfg.Threads {
+		i := r.rerun[0]
+		r.rerun = r.rerun[1:]
+		r.engineAtt[i]++
+		r.dispatch(ctx, i)
+	}
+	if r.run != StatusRunning || r.failFast != "" {
+		return nil
+	}
+	var starts []int
+	for len(r.inflight)+len(starts) < r.cfg.Threads && r.ready.Len() > 0 {
+		i := heap.Pop(&r.ready).(int)
+		if r.status[i] == StepStatusPending || r.retry[i] {
+			starts = append(starts, i)
+		}
+	}
+	if len(starts) == 0 {
+		return nil
+	}
+	ems := make([]emission, len(starts))
+	for k, i := range starts {
+		delete(r.retry, i)
+		r.engineAtt[i] = 1
+		ems[k] = emission{typ: StepStarted, step: r.steps[i].ID, attempt: r.logical[i], payload: startedPayload(r.steps[i])}
+	}
+	if err := r.emit(ctx, ems...); err != nil {
+		return err
+	}
+	for _, i := range starts {
+		r.setStatus(i, StepStatusRunning)
+		if r.order[i] == 0 {
+			r.nextIndex++
+			r.order[i] = r.nextIndex
+		}
+		r.e.report(Progress{Phase: PhaseStepStarted, RunID: r.runID, Index: r.order[i], Total: len(r.steps), Step: r.steps[i],
+			EngineAttempt: 1, LogicalAttempt: r.logical[i]})
+		r.dispatch(ctx, i)
+	}
+	return nil
+}
+
+func startedPayload(s PlanStep) map[string]any {
+	m := map[string]any{"kind": s.Kind}
+	if s.Kind == KindSeed || s.Kind == KindModel {
+		m["relation"] = s.Relation()
+	}
+	if s.Kind == KindModel {
+		m["materialized"] = materialized(s)
+	}
+	return m
+}
+
+func materialized(s PlanStep) string {
+	if s.Kind != KindModel {
+		return ""
+	}
+	if s.Materialized == "" {
+		return MaterializedView // dbt's default
+	}
+	return s.Materialized
+}
+
+func (r *runner) dispatch(ctx context.Context, i int) {
+	sctx, cancel := context.WithCancel(ctx)
+	r.inflight[i] = &flight{cancel: cancel, started: r.e.Clock.Now()}
+	logical, engineAttempt := r.logical[i], r.engineAtt[i]
+	go func() {
+		o := r.runStep(ctx, sctx, i, logical, engineAttempt)
+		cancel()
+		r.results <- o
+	}()
+}
+
+// complete records the outcomes that arrived together in one batch (see
+// completion), closing the run when this was the last work.
+func (r *runner) complete(ctx context.Context, outs []outcome) error {
+	ems, reports := r.completion(outs, nil, nil)
+	if x, ok := r.final(); ok {
+		ems = append(ems, x)
+		r.run = RunStatus(mustTarget(x.typ))
+	}
+	if len(ems) == 0 {
+		return nil
+	}
+	if err := r.emit(ctx, ems...); err != nil {
+		return err
+	}
+	r.reportAll(reports)
+	return nil
+}
+
+// completion builds the events of outcomes that arrived together: each
+// step's StepCompleted or StepFailed, and the StepSkipped of the dependents
+// of the failed ones (under fail-fast, of every step not started). It
+// appends to ems and reports.
+func (r *runner) completion(outs []outcome, ems []emission, reports []Progress) ([]emission, []Progress) {
+	now := r.e.Clock.Now()
+	for _, o := range outs {
+		fl := r.inflight[o.i]
+		delete(r.inflight, o.i)
+		if o.aborted {
+			continue
+		}
+		i, s := o.i, r.steps[o.i]
+		r.engineAtt[i] = o.engineAttempt
+		var elapsed time.Duration
+		if fl != nil {
+			elapsed = now.Sub(fl.started)
+		}
+		pl := stepPayload{StepResult: o.res, DurationMs: elapsed.Milliseconds(), Warning: o.warning, Error: o.err}
+		p := Progress{Phase: PhaseStepDone, RunID: r.runID, Index: r.order[i], Total: len(r.steps), Step: s, Result: o.res,
+			Err: o.progressErr, EngineAttempt: o.engineAttempt, Elapsed: elapsed, Warning: o.warning, LogicalAttempt: r.logical[i]}
+		if o.err == nil {
+			r.setStatus(i, StepStatusSuccess)
+			ems = append(ems, emission{typ: StepCompleted, step: s.ID, attempt: r.logical[i], engine: o.engineAttempt, payload: r.redactPayload(pl, s)})
+			p.Status = StepStatusSuccess
+			reports = append(reports, p)
+			for _, d := range r.dependents[i] {
+				r.waiting[d]--
+				if r.waiting[d] == 0 && r.status[d] == StepStatusPending {
+					heap.Push(&r.ready, d)
+				}
+			}
+			continue
+		}
+		r.setStatus(i, StepStatusFailed)
+		ems = append(ems, emission{typ: StepFailed, step: s.ID, attempt: r.logical[i], engine: o.engineAttempt, payload: r.redactPayload(pl, s)})
+		p.Status = StepStatusFailed
+		reports = append(reports, p)
+		ems, reports = r.skipDependents(i, ems, reports)
+		if r.cfg.FailFast && r.failFast == "" {
+			r.failFast = s.ID
+			for j := range r.steps {
+				if r.status[j] == StepStatusPending {
+					ems, reports = r.skip(j, fmt.Sprintf("fail-fast: step %s failed, so no new work started", s.ID), ems, reports)
+				}
+			}
+			clear(r.retry)
+		}
+	}
+	return ems, reports
+}
+
+// skipDependents skips the PENDING transitive dependents of failed step i,
+// each with a reason naming i.
+func (r *runner) skipDependents(i int, ems []emission, reports []Progress) ([]emission, []Progress) {
+	reason := fmt.Sprintf("upstream step %s failed", r.steps[i].ID)
+	stack := slices.Clone(r.dependents[i])
+	for len(stack) > 0 {
+		d := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		if r.status[d] != StepStatusPending {
+			continue
+		}
+		ems, reports = r.skip(d, reason, ems, reports)
+		stack = append(stack, r.dependents[d]...)
+	}
+	return ems, reports
+}
+
+// stepPayload is StepCompleted's and StepFailed's payload.
+type stepPayload struct {
+	StepResult
+	DurationMs int64      `json:"durationMs"`
+	Warning    string     `json:"warning,omitempty"`
+	Error      *ErrorInfo `json:"error,omitempty"`
+}
+
+// redactPayload encodes a step payload with the step's secret values
+// removed, whatever field a warehouse may have echoed them in.
+func (r *runner) redactPayload(pl stepPayload, s PlanStep) json.RawMessage {
+	b := mustJSON(pl)
+	values := r.secretValues(s)
+	if len(values) == 0 {
+		return b
+	}
+	out := string(b)
+	for _, v := range values {
+		esc, _ := json.Marshal(v)
+		out = Redact(out, []string{v, strings.Trim(string(esc), `"`)})
+	}
+	return json.RawMessage(out)
+}
+
+// secretValues returns the values of the secrets step s declares (those
+// that resolve), for redaction.
+func (r *runner) secretValues(s PlanStep) []string {
+	if len(s.Secrets) == 0 || r.e.Secrets == nil {
+		return nil
+	}
+	var out []string
+	for _, ref := range s.Secrets {
+		if v, ok := r.e.Secrets(ref.Name); ok {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// intHeap orders ready steps by plan position, so runs are deterministic.
+type intHeap []int
+
+func (h intHeap) Len() int           { return len(h) }
+func (h intHeap) Less(i, j int) bool { return h[i] < h[j] }
+func (h intHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *intHeap) Push(x any)        { *h = append(*h, x.(int)) }
+func (h *intHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+// snapshot projects what this runner read and wrote: the run's log.
+func (r *runner) snapshot() Snapshot {
+	recs := slices.Clone(r.records)
+	slices.SortStableFunc(recs, func(a, b RunEventRecord) int {
+		switch {
+		case a.RunSeq < b.RunSeq:
+			return -1
+		case a.RunSeq > b.RunSeq:
+			return 1
+		}
+		return 0
+	})
+	recs = slices.CompactFunc(recs, func(a, b RunEventRecord) bool { return a.RunSeq == b.RunSeq })
+	return Project(r.runID, recs)
+}

@@ -1,0 +1,132 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+)
+
+// queryTag is StepRequest.QueryTag: what lets an auditor join the
+// warehouse's query history to the run's events.
+type queryTag struct {
+	RunID          string `json:"run_id"`
+	StepID         string `json:"step_id"`
+	LogicalAttempt int    `json:"logical_attempt"`
+	EngineAttempt  int    `json:"engine_attempt"`
+}
+
+// runStep executes step i on the warehouse, retrying transient errors as
+// new engine attempts, within the step's timeout. runCtx is the run's
+// context, sctx the step's own (cancelled by a CANCEL signal).
+func (r *runner) runStep(runCtx, sctx context.Context, i, logical, engineAttempt int) outcome {
+	s := r.steps[i]
+	o := outcome{i: i, engineAttempt: engineAttempt}
+	values := r.secretValues(s)
+	fail := func(code Code, msg string, retryable bool, cause error) outcome {
+		msg = Redact(msg, values)
+		o.err = &ErrorInfo{Code: string(code), Message: msg, Retryable: retryable}
+		e := &Error{Code: code, Msg: msg}
+		if cause != nil && Redact(cause.Error(), values) == cause.Error() {
+			e.Err = cause // keep the chain only when it cannot leak a secret
+		}
+		o.progressErr = e
+		return o
+	}
+	req := StepRequest{RunID: r.runID, StepID: s.ID, Kind: s.Kind, Relation: s.Relation(), Materialized: materialized(s)}
+	switch s.Kind {
+	case KindSeed:
+		req.SeedPath = filepath.Join(r.p.Dir, s.Path)
+	default:
+		lookup := r.e.Secrets
+		if lookup == nil {
+			lookup = func(string) (string, bool) { return "", false }
+		}
+		sql, params, err := ResolveSecrets(s.SQL, s.Secrets, lookup)
+		if err != nil {
+			return fail(CodeOf(err), errMessage(err), false, err)
+		}
+		req.SQL, req.Params = sql, params
+	}
+	if s.Kind == KindTest {
+		req.Severity = s.Severity
+		if req.Severity == "" {
+			req.Severity = SeverityError
+		}
+	}
+	ctx := sctx
+	if s.Timeout.Duration > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(sctx, s.Timeout.Duration)
+		defer cancel()
+	}
+	maxRetries := r.cfg.Retry.Max
+	if s.Retries > 0 {
+		maxRetries = s.Retries
+	}
+	for retries := 0; ; retries++ {
+		tag, _ := json.Marshal(queryTag{RunID: r.runID, StepID: s.ID, LogicalAttempt: logical, EngineAttempt: o.engineAttempt})
+		req.QueryTag = string(tag)
+		res, err := r.wh.RunStep(ctx, req)
+		o.res = res
+		if err == nil && ctx.Err() == nil {
+			if s.Kind == KindTest && res.Failures > 0 {
+				if req.Severity == SeverityWarn {
+					o.warning = fmt.Sprintf("test %s returned %d row(s); its severity is warn", s.ID, res.Failures)
+					return o
+				}
+				return fail(CodeStepFailed, fmt.Sprintf("test %s returned %d failing row(s)", s.ID, res.Failures), false, nil)
+			}
+			return o
+		}
+		if stop, out := r.interrupted(runCtx, sctx, ctx, s, fail); stop {
+			out.i = i
+			return out
+		}
+		if !IsTransient(err) || maxRetries < 0 || retries >= maxRetries {
+			code := CodeOf(err)
+			if code == "" {
+				code = CodeStepFailed
+			}
+			return fail(code, errMessage(err), IsTransient(err), err)
+		}
+		r.e.report(Progress{Phase: PhaseStepRetry, RunID: r.runID, Index: r.order[i], Total: len(r.steps), Step: s,
+			Err: &Error{Code: CodeOf(err), Msg: Redact(errMessage(err), values)}, EngineAttempt: o.engineAttempt + 1, LogicalAttempt: logical})
+		if serr := r.sleep(ctx, r.cfg.Retry.Backoff(retries+1, r.rand())); serr != nil {
+			if stop, out := r.interrupted(runCtx, sctx, ctx, s, fail); stop {
+				out.i = i
+				return out
+			}
+			return fail(CodeStepFailed, errMessage(err), true, err)
+		}
+		o.engineAttempt++
+	}
+}
+
+// interrupted classifies a step whose context ended: the run stopped
+// (record nothing), the operator cancelled, or the step's timeout passed.
+func (r *runner) interrupted(runCtx, sctx, ctx context.Context, s PlanStep, fail func(Code, string, bool, error) outcome) (bool, outcome) {
+	switch {
+	case ctx.Err() == nil:
+		return false, outcome{}
+	case runCtx.Err() != nil:
+		return true, outcome{aborted: true}
+	case sctx.Err() != nil:
+		return true, fail(CodeStepCancelled, fmt.Sprintf("step %s was cancelled", s.ID), false, nil)
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return true, fail(CodeStepTimeout, fmt.Sprintf("step %s exceeded its timeout of %s", s.ID, s.Timeout.Duration), true, nil)
+	}
+	return true, fail(CodeStepCancelled, fmt.Sprintf("step %s was interrupted: %v", s.ID, ctx.Err()), false, nil)
+}
+
+// errMessage is err's text without the leading code an *Error prints, since
+// the code travels separately.
+func errMessage(err error) string {
+	msg := err.Error()
+	if c := CodeOf(err); c != "" {
+		msg = strings.TrimPrefix(msg, string(c)+": ")
+	}
+	return msg
+}

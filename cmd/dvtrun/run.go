@@ -300,7 +300,7 @@ func (c *cli) finishRun(ctx context.Context, con *console, runID, planPath strin
 		}
 		msg := fmt.Sprintf("run %s failed", runID)
 		if len(failed) > 0 {
-			msg += fmt.Sprintf(": %s failed, %d dependent step(s) skipped", strings.Join(failed, ", "), skipped)
+			msg += fmt.Sprintf(": %s failed, %d step(s) skipped", strings.Join(failed, ", "), skipped)
 		} else if snap.Error != nil {
 			msg += ": " + snap.Error.Message
 		}
@@ -330,11 +330,13 @@ func newConsole(c *cli, target string) *console {
 	return &console{c: c, w: c.stdout, target: target, start: time.Now()}
 }
 
-const lineWidth = 80
+// statusColumn is where the [STATUS] of a step line starts, as in dbt: the
+// message is padded with dots so that statuses line up.
+const statusColumn = 72
 
-// line writes `left ..... [right]` padded with dots to lineWidth.
+// line writes `left ..... right`, right starting at statusColumn.
 func (o *console) line(left, right string) {
-	dots := lineWidth - len(left) - len(right) - 2
+	dots := statusColumn - len(left) - 2
 	if dots < 3 {
 		dots = 3
 	}
@@ -414,7 +416,10 @@ func (o *console) stepDone(p engine.Progress, prefix, rel string) {
 		if p.Err != nil {
 			detail = oneLine(p.Err.Error())
 		}
-		o.failures = append(o.failures, s.ID+": "+detail)
+		if !strings.Contains(detail, s.ID) {
+			detail = s.ID + ": " + detail
+		}
+		o.failures = append(o.failures, detail)
 		switch {
 		case s.Kind == engine.KindTest && p.Result.Failures > 0:
 			o.line(fmt.Sprintf("%sFAIL %d %s", prefix, p.Result.Failures, rel), fmt.Sprintf("[FAIL %d in %s]", p.Result.Failures, in))

@@ -36,29 +36,6 @@ func repoRoot(t *testing.T) string {
 	}
 }
 
-// requireRunner skips a test while the runner (engine.Execute) or the SQLite
-// warehouse is still a stub in this tree; once both exist it is a no-op.
-func requireRunner(t *testing.T) {
-	t.Helper()
-	runnerOnce.Do(func() {
-		h := &harness{t: t, dir: t.TempDir()}
-		h.env = map[string]string{
-			"DVT_STORE":     "sqlite:" + filepath.Join(h.dir, "state.db"),
-			"DVT_WAREHOUSE": "sqlite:" + filepath.Join(h.dir, "warehouse.db"),
-		}
-		r := h.run("run", fixture("syntax", "plan.yaml"))
-		runnerMissing = strings.Contains(r.stderr, "not built yet") || strings.Contains(r.stderr, "not available in this build")
-	})
-	if runnerMissing {
-		t.Skip("the runner or the SQLite warehouse is not built yet")
-	}
-}
-
-var (
-	runnerOnce    sync.Once
-	runnerMissing bool
-)
-
 // statusOf returns the run's metadata and snapshot through `status --json`.
 func (h *harness) statusOf(runID string) engine.Snapshot {
 	h.t.Helper()
@@ -122,7 +99,6 @@ func (h *harness) checkLog(runID string) engine.Snapshot {
 }
 
 func TestRunShopPlan(t *testing.T) {
-	requireRunner(t)
 	plan := filepath.Join(repoRoot(t), "plans", "shop", "plan.yaml")
 	p, _, err := engine.LoadPlan(&fileSource{plan: plan}, plan)
 	if err != nil {
@@ -166,7 +142,6 @@ func TestRunShopPlan(t *testing.T) {
 }
 
 func TestRunConsoleOutput(t *testing.T) {
-	requireRunner(t)
 	h := newHarness(t)
 	r := h.run("run", "--threads", "2", fixture("ok", "plan.yaml"))
 	if r.code != 0 {
@@ -194,7 +169,6 @@ func TestRunConsoleOutput(t *testing.T) {
 }
 
 func TestRunFailingModel(t *testing.T) {
-	requireRunner(t)
 	cases := []struct {
 		name  string
 		flags []string
@@ -247,7 +221,6 @@ func TestRunFailingModel(t *testing.T) {
 }
 
 func TestRunSQLSyntaxError(t *testing.T) {
-	requireRunner(t)
 	h := newHarness(t)
 	r := h.run("run", fixture("syntax", "plan.yaml"))
 	wantError(t, r, exitFailed, "STEP_FAILED", "model.typo")
@@ -263,7 +236,6 @@ func TestRunSQLSyntaxError(t *testing.T) {
 const secretValue = "s3cr3t-T0ken-value"
 
 func TestSecretsNeverLeak(t *testing.T) {
-	requireRunner(t)
 	cases := []struct {
 		name  string
 		setup func(h *harness) []string // returns extra run flags
@@ -355,7 +327,6 @@ func (w *cancelAfter) Write(p []byte) (int, error) {
 }
 
 func TestInterruptAndResume(t *testing.T) {
-	requireRunner(t)
 	h := newHarness(t)
 	plan := fixture("ok", "plan.yaml")
 	ctx, cancel := context.WithCancel(context.Background())

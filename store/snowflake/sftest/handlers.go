@@ -1,0 +1,272 @@
+package sftest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/google/uuid"
+)
+
+// handleLogin authenticates with a password or, for SNOWFLAKE_JWT, with any
+// well-formed JWT (the signature is not verified), and opens a session on
+// its own DuckDB connection.
+func (s *Server) handleLogin(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		Data struct {
+			LoginName     string         `json:"LOGIN_NAME"`
+			Password      string         `json:"PASSWORD"`
+			Authenticator string         `json:"AUTHENTICATOR"`
+			Token         string         `json:"TOKEN"`
+			SessionParams map[string]any `json:"SESSION_PARAMETERS"`
+		} `json:"data"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
+		writeJSON(w, errResponse(newSFError(CodeAuthFailed, "08001", "bad login request: %v", err), ""))
+		return
+	}
+	d := body.Data
+	if e := s.checkCredentials(d.LoginName, d.Password, d.Authenticator, d.Token); e != nil {
+		writeJSON(w, errResponse(e, ""))
+		return
+	}
+	conn, err := s.db.Conn(context.WithoutCancel(r.Context()))
+	if err != nil {
+		writeJSON(w, errResponse(newSFError(CodeExecution, "08001", "open session: %v", err), ""))
+		return
+	}
+	sess := &session{conn: conn, params: map[string]string{}}
+	for k, v := range d.SessionParams {
+		sess.params[strings.ToUpper(k)] = fmt.Sprint(v)
+	}
+	q := r.URL.Query()
+	if err := sess.setContext(r.Context(), strings.ToUpper(q.Get("databaseName")), strings.ToUpper(q.Get("schemaName"))); err != nil {
+		_ = conn.Close()
+		writeJSON(w, errResponse(mapError(err), ""))
+		return
+	}
+	token, master := "ST-"+uuid.NewString(), "MT-"+uuid.NewString()
+	s.mu.Lock()
+	s.nextID++
+	sess.id = s.nextID
+	s.sessions[token] = sess
+	s.masters[master] = sess
+	s.byID[sess.id] = sess
+	s.mu.Unlock()
+	s.logf("sftest: login user=%s authenticator=%s session=%d", d.LoginName, d.Authenticator, sess.id)
+	writeJSON(w, okResponse(map[string]any{
+		"token":                   token,
+		"validityInSeconds":       3600,
+		"masterToken":             master,
+		"masterValidityInSeconds": 14400,
+		"sessionId":               sess.id,
+		"serverVersion":           "sftest-duckdb",
+		"parameters":              []any{},
+		"sessionInfo": map[string]string{
+			"databaseName":  sess.db,
+			"schemaName":    sess.sc,
+			"warehouseName": strings.ToUpper(q.Get("warehouse")),
+			"roleName":      strings.ToUpper(q.Get("roleName")),
+		},
+	}))
+}
+
+func (s *Server) checkCredentials(user, password, authenticator, token string) *sfError {
+	fail := newSFError(CodeAuthFailed, "08001", "Incorrect username or password was specified.")
+	if user == "" || s.opts.User != "" && !strings.EqualFold(user, s.opts.User) {
+		return fail
+	}
+	switch strings.ToUpper(authenticator) {
+	case "SNOWFLAKE_JWT":
+		if strings.Count(token, ".") != 2 {
+			return newSFError("390144", "08001", "JWT token is invalid.")
+		}
+		return nil
+	case "", "SNOWFLAKE":
+		if password == "" || s.opts.Password != "" && password != s.opts.Password {
+			return fail
+		}
+		return nil
+	}
+	if token == "" { // OAuth, PAT and friends carry a token
+		return fail
+	}
+	return nil
+}
+
+// handleRenew issues a new session token for the master token.
+func (s *Server) handleRenew(w http.ResponseWriter, r *http.Request) {
+	master := tokenOf(r)
+	var body struct {
+		OldSessionToken string `json:"oldSessionToken"`
+	}
+	_ = json.NewDecoder(r.Body).Decode(&body)
+	s.mu.Lock()
+	sess, ok := s.masters[master]
+	var token string
+	if ok {
+		token = "ST-" + uuid.NewString()
+		delete(s.sessions, body.OldSessionToken)
+		s.sessions[token] = sess
+	}
+	s.mu.Unlock()
+	if !ok {
+		writeJSON(w, errResponse(errNoSession, ""))
+		return
+	}
+	writeJSON(w, okResponse(map[string]any{
+		"sessionToken": token, "validityInSecondsST": 3600,
+		"masterToken": master, "validityInSecondsMT": 14400, "sessionId": sess.id,
+	}))
+}
+
+func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
+	if _, ok := s.sessionFor(r); !ok {
+		writeJSON(w, errResponse(errNoSession, ""))
+		return
+	}
+	writeJSON(w, okResponse(nil))
+}
+
+// handleSessionClose ends a session (POST /session?delete=true); an open
+// transaction is rolled back, as Snowflake does.
+func (s *Server) handleSessionClose(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Query().Get("delete") != "true" {
+		writeJSON(w, okResponse(nil))
+		return
+	}
+	tok := tokenOf(r)
+	s.mu.Lock()
+	sess, ok := s.sessions[tok]
+	if ok {
+		for k, v := range s.sessions {
+			if v == sess {
+				delete(s.sessions, k)
+			}
+		}
+		for k, v := range s.masters {
+			if v == sess {
+				delete(s.masters, k)
+			}
+		}
+		delete(s.byID, sess.id)
+	}
+	s.mu.Unlock()
+	if !ok {
+		writeJSON(w, errResponse(errNoSession, ""))
+		return
+	}
+	sess.mu.Lock()
+	if sess.inTx {
+		_, _ = sess.endTx(context.WithoutCancel(r.Context()), false)
+	}
+	err := sess.conn.Close()
+	sess.mu.Unlock()
+	if err != nil {
+		writeJSON(w, errResponse(newSFError(CodeExecution, "XX000", "close session: %v", err), ""))
+		return
+	}
+	writeJSON(w, okResponse(nil))
+}
+
+// handleAbort cancels the running request named in the body.
+func (s *Server) handleAbort(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		RequestID string `json:"requestId"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
+		writeJSON(w, errResponse(newSFError(CodeCompilation, "42000", "bad abort request: %v", err), ""))
+		return
+	}
+	s.mu.Lock()
+	cancel, ok := s.running[body.RequestID]
+	s.mu.Unlock()
+	if !ok {
+		writeJSON(w, errResponse(newSFError(CodeNotExecuting, "01000", "Identified SQL statement is not currently executing."), ""))
+		return
+	}
+	cancel()
+	writeJSON(w, okResponse(nil))
+}
+
+// handleResult serves the stored result of a statement of a multi-statement
+// request (GET /queries/<id>/result).
+func (s *Server) handleResult(w http.ResponseWriter, r *http.Request) {
+	s.resultRequests.Add(1)
+	if _, ok := s.sessionFor(r); !ok {
+		writeJSON(w, errResponse(errNoSession, ""))
+		return
+	}
+	id := r.PathValue("id")
+	s.mu.Lock()
+	body, ok := s.results[id]
+	s.mu.Unlock()
+	if !ok {
+		writeJSON(w, errResponse(newSFError("000709", "02000", "Statement %s not found", id), id))
+		return
+	}
+	writeBody(w, body)
+}
+
+// handleQuery serves /queries/v1/query-request. A requestId seen before gets
+// the first answer again without executing anything: the driver retries
+// with the same requestId, and Snowflake executes a requestId once.
+func (s *Server) handleQuery(w http.ResponseWriter, r *http.Request) {
+	s.queryRequests.Add(1)
+	sess, ok := s.sessionFor(r)
+	if !ok {
+		writeJSON(w, errResponse(errNoSession, ""))
+		return
+	}
+	var req queryRequest
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		writeJSON(w, errResponse(newSFError(CodeCompilation, "42000", "bad query request: %v", err), ""))
+		return
+	}
+	reqID := r.URL.Query().Get("requestId")
+	if reqID == "" {
+		reqID = uuid.NewString()
+	}
+	s.mu.Lock()
+	if e, seen := s.done[reqID]; seen {
+		s.mu.Unlock()
+		select {
+		case <-e.ready:
+			writeBody(w, e.body)
+		case <-r.Context().Done():
+		}
+		return
+	}
+	entry := &dedupEntry{ready: make(chan struct{})}
+	s.remember(reqID, entry)
+	ctx, cancel := context.WithCancel(r.Context())
+	s.running[reqID] = cancel
+	s.mu.Unlock()
+
+	body := s.execute(ctx, sess, &req, reqID)
+	canceled := ctx.Err() != nil
+	cancel()
+
+	s.mu.Lock()
+	delete(s.running, reqID)
+	entry.body = body
+	close(entry.ready)
+	if canceled { // a canceled request may be sent again and must then run
+		delete(s.done, reqID)
+	}
+	s.mu.Unlock()
+	writeBody(w, body)
+}
+
+// remember records a requestId, forgetting the oldest beyond maxRemembered.
+// Callers hold s.mu.
+func (s *Server) remember(reqID string, e *dedupEntry) {
+	s.done[reqID] = e
+	s.doneLRU = append(s.doneLRU, reqID)
+	for len(s.doneLRU) > maxRemembered {
+		delete(s.done, s.doneLRU[0])
+		s.doneLRU = s.doneLRU[1:]
+	}
+}

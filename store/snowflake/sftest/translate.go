@@ -1,0 +1,430 @@
+package sftest
+
+import (
+	"strings"
+)
+
+// stmt is one statement of a request, translated for DuckDB.
+type stmt struct {
+	orig   string          // the statement as the client wrote it
+	toks   []token         // significant tokens, Snowflake form
+	duck   string          // DuckDB text after the rewrites
+	quoted map[string]bool // names written as "quoted identifiers"
+}
+
+// first returns the upper-cased n-th significant word of the statement.
+func (s *stmt) word(n int) string {
+	if n < len(s.toks) && s.toks[n].kind == tkWord {
+		return s.toks[n].upper()
+	}
+	return ""
+}
+
+// parseRequest lexes sqlText and splits it into statements.
+func parseRequest(sqlText string) ([]*stmt, error) {
+	toks, err := lex(sqlText)
+	if err != nil {
+		return nil, err
+	}
+	var out []*stmt
+	for _, part := range splitStatements(toks) {
+		s := &stmt{orig: strings.TrimSpace(render(part)), quoted: map[string]bool{}}
+		s.toks = compact(part)
+		for _, t := range s.toks {
+			if t.kind == tkQuoted {
+				s.quoted[t.val] = true
+			}
+		}
+		s.duck = render(translate(s.toks))
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// compact drops space and comments, remembering in sp that a separator
+// preceded the token so that rendering keeps ">=" and "a.b" adjacent.
+func compact(toks []token) []token {
+	var out []token
+	sep := false
+	for _, t := range toks {
+		if t.kind == tkSpace || t.kind == tkComment {
+			sep = true
+			continue
+		}
+		if sep && len(out) > 0 {
+			t.text = " " + t.text
+		}
+		sep = false
+		out = append(out, t)
+	}
+	return out
+}
+
+// bare returns the token text without the separator compact added.
+func bare(t token) string { return strings.TrimPrefix(t.text, " ") }
+
+func tok(kind tokKind, text string) token { return token{kind: kind, text: " " + text} }
+
+// snowflakeTypes maps Snowflake type names to DuckDB ones. NUMBER without
+// precision is NUMBER(38,0) in Snowflake; the integer aliases are also
+// NUMBER(38,0) there and become 64-bit BIGINT here.
+var snowflakeTypes = map[string]string{
+	"NUMBER": "DECIMAL", "NUMERIC": "DECIMAL", "DECIMAL": "DECIMAL",
+	"INT": "BIGINT", "INTEGER": "BIGINT", "SMALLINT": "BIGINT", "TINYINT": "BIGINT", "BYTEINT": "BIGINT",
+	"STRING": "VARCHAR", "TEXT": "VARCHAR", "CHAR": "VARCHAR", "CHARACTER": "VARCHAR", "NCHAR": "VARCHAR", "NVARCHAR": "VARCHAR", "NVARCHAR2": "VARCHAR", "VARCHAR": "VARCHAR",
+	"TIMESTAMP_NTZ": "TIMESTAMP", "DATETIME": "TIMESTAMP", "TIMESTAMP": "TIMESTAMP",
+	"TIMESTAMP_LTZ": "TIMESTAMPTZ", "TIMESTAMP_TZ": "TIMESTAMPTZ",
+	"VARIANT": "JSON", "OBJECT": "JSON", "ARRAY": "JSON",
+	"FLOAT": "DOUBLE", "FLOAT4": "DOUBLE", "FLOAT8": "DOUBLE", "REAL": "DOUBLE", "DOUBLE": "DOUBLE",
+	"BINARY": "BLOB", "VARBINARY": "BLOB",
+}
+
+// typeWithLength lists the types whose (n) argument DuckDB must not see.
+var typeWithLength = map[string]bool{
+	"VARCHAR": true, "STRING": true, "TEXT": true, "CHAR": true, "CHARACTER": true, "NCHAR": true, "NVARCHAR": true, "NVARCHAR2": true,
+	"BINARY": true, "VARBINARY": true, "TIMESTAMP_NTZ": true, "TIMESTAMP_LTZ": true, "TIMESTAMP_TZ": true, "TIMESTAMP": true, "DATETIME": true,
+	"FLOAT": true, "DOUBLE": true,
+}
+
+// translate applies the documented rewrites (see the package doc) to the
+// significant tokens of one statement.
+func translate(in []token) []token {
+	toks := append([]token(nil), in...)
+	toks = rewriteLiterals(toks)
+	toks = rewriteVariantPaths(toks)
+	toks = rewriteTypes(toks)
+	toks = rewriteFunctions(toks)
+	if isCreateTable(toks) {
+		toks = stripConstraints(toks)
+	}
+	return toks
+}
+
+// rewriteLiterals re-emits string literals in DuckDB form and turns :N bind
+// placeholders into $N.
+func rewriteLiterals(toks []token) []token {
+	var out []token
+	for i := 0; i < len(toks); i++ {
+		t := toks[i]
+		switch {
+		case t.kind == tkString:
+			t.text = strings.TrimSuffix(t.text, bare(t)) + duckString(t.val)
+		case t.kind == tkPunct && bare(t) == ":" && i+1 < len(toks) && toks[i+1].kind == tkNumber &&
+			!strings.HasPrefix(toks[i+1].text, " ") && (i == 0 || !endsOperand(toks[i-1])):
+			t = token{kind: tkParam, text: strings.TrimSuffix(t.text, ":") + "$" + toks[i+1].text}
+			i++
+		}
+		out = append(out, t)
+	}
+	return out
+}
+
+// endsOperand reports whether t can end an expression that a VARIANT path
+// (col:field) may follow.
+func endsOperand(t token) bool {
+	return t.kind == tkWord || t.kind == tkQuoted || t.kind == tkPunct && (bare(t) == ")" || bare(t) == "]")
+}
+
+// rewriteVariantPaths turns col:a:b into json_extract(col, '$.a.b'), and
+// col:a::string (or ::varchar/::text, and other scalar casts) into
+// json_extract_string(col, '$.a')::TYPE, because a JSON string cast to
+// VARCHAR keeps its quotes in DuckDB while Snowflake strips them.
+func rewriteVariantPaths(toks []token) []token {
+	var out []token
+	for i := 0; i < len(toks); i++ {
+		t := toks[i]
+		if !(t.kind == tkPunct && bare(t) == ":" && len(out) > 0 && endsOperand(out[len(out)-1]) &&
+			i+1 < len(toks) && (toks[i+1].kind == tkWord || toks[i+1].kind == tkQuoted)) {
+			out = append(out, t)
+			continue
+		}
+		// The operand: a possibly qualified name just emitted.
+		start := len(out) - 1
+		for start >= 2 && bare(out[start-1]) == "." && (out[start-2].kind == tkWord || out[start-2].kind == tkQuoted) {
+			start -= 2
+		}
+		operand := strings.TrimSpace(render(out[start:]))
+		pre := ""
+		if strings.HasPrefix(out[start].text, " ") {
+			pre = " "
+		}
+		out = out[:start]
+		var path []string
+		j := i
+		for j+1 < len(toks) && toks[j].kind == tkPunct && bare(toks[j]) == ":" && (toks[j+1].kind == tkWord || toks[j+1].kind == tkQuoted) {
+			name := bare(toks[j+1])
+			if toks[j+1].kind == tkQuoted {
+				name = toks[j+1].val
+			}
+			path = append(path, name)
+			j += 2
+			// .field continues the path too
+			for j+1 < len(toks) && bare(toks[j]) == "." && (toks[j+1].kind == tkWord || toks[j+1].kind == tkQuoted) {
+				name := bare(toks[j+1])
+				if toks[j+1].kind == tkQuoted {
+					name = toks[j+1].val
+				}
+				path = append(path, name)
+				j += 2
+			}
+		}
+		jsonPath := "$." + strings.Join(path, ".")
+		fn := "json_extract"
+		if j+1 < len(toks) && bare(toks[j]) == "::" && toks[j+1].kind == tkWord {
+			switch toks[j+1].upper() {
+			case "VARIANT", "OBJECT", "ARRAY":
+			default:
+				fn = "json_extract_string"
+			}
+		}
+		out = append(out, token{kind: tkWord, text: pre + fn + "(" + operand + ", " + duckString(jsonPath) + ")"})
+		i = j - 1
+	}
+	return out
+}
+
+// rewriteTypes translates Snowflake type names in type position: after ::,
+// after AS inside CAST, and after a column name in a column definition.
+func rewriteTypes(toks []token) []token {
+	var out []token
+	for i := 0; i < len(toks); i++ {
+		t := toks[i]
+		duck, ok := snowflakeTypes[t.upper()]
+		if t.kind != tkWord || !ok || i == 0 || !typePosition(toks, i) {
+			out = append(out, t)
+			continue
+		}
+		pre := strings.TrimSuffix(t.text, bare(t))
+		hasArgs := i+1 < len(toks) && bare(toks[i+1]) == "("
+		switch {
+		case (t.upper() == "NUMBER" || t.upper() == "NUMERIC" || t.upper() == "DECIMAL") && !hasArgs:
+			out = append(out, token{kind: tkWord, text: pre + "DECIMAL(38,0)"})
+		case hasArgs && typeWithLength[t.upper()]:
+			out = append(out, token{kind: tkWord, text: pre + duck})
+			i = skipParens(toks, i+1)
+		case hasArgs && (duck == "BIGINT" || duck == "JSON"):
+			out = append(out, t) // a function call such as ARRAY(…) is not a type
+		default:
+			out = append(out, token{kind: tkWord, text: pre + duck})
+		}
+	}
+	return out
+}
+
+// typePosition decides whether the word at i names a type.
+func typePosition(toks []token, i int) bool {
+	prev := toks[i-1]
+	switch {
+	case bare(prev) == "::":
+		return true
+	case prev.is("AS"):
+		return insideCast(toks, i)
+	case prev.kind == tkWord || prev.kind == tkQuoted:
+		// "col TYPE" inside a column list; keywords before a type are rare.
+		return !isKeyword(prev) && insideParens(toks, i)
+	}
+	return false
+}
+
+func isKeyword(t token) bool {
+	switch t.upper() {
+	case "SELECT", "FROM", "WHERE", "AND", "OR", "NOT", "ON", "BY", "THEN", "ELSE", "WHEN", "AS", "SET", "VALUES", "TABLE", "INTO", "RETURNS", "IS", "IN", "CASE", "END", "DISTINCT", "LIKE":
+		return true
+	}
+	return false
+}
+
+// insideParens reports whether i lies inside an unclosed parenthesis.
+func insideParens(toks []token, i int) bool {
+	depth := 0
+	for j := i - 1; j >= 0; j-- {
+		switch bare(toks[j]) {
+		case ")":
+			depth++
+		case "(":
+			if depth == 0 {
+				return true
+			}
+			depth--
+		}
+	}
+	return false
+}
+
+// insideCast reports whether the innermost open parenthesis before i belongs
+// to CAST or TRY_CAST.
+func insideCast(toks []token, i int) bool {
+	depth := 0
+	for j := i - 1; j >= 0; j-- {
+		switch bare(toks[j]) {
+		case ")":
+			depth++
+		case "(":
+			if depth == 0 {
+				return j > 0 && (toks[j-1].is("CAST") || toks[j-1].is("TRY_CAST"))
+			}
+			depth--
+		}
+	}
+	return false
+}
+
+// skipParens returns the index of the ")" matching the "(" at i.
+func skipParens(toks []token, i int) int {
+	depth := 0
+	for j := i; j < len(toks); j++ {
+		switch bare(toks[j]) {
+		case "(":
+			depth++
+		case ")":
+			depth--
+			if depth == 0 {
+				return j
+			}
+		}
+	}
+	return len(toks) - 1
+}
+
+// functionRewrites maps a Snowflake function to a DuckDB prefix and suffix
+// placed around its argument list.
+var functionRewrites = map[string][2]string{
+	"PARSE_JSON":            {"json(", ")"},
+	"TRY_PARSE_JSON":        {"try(json(", "))"},
+	"TO_VARIANT":            {"to_json(", ")"},
+	"TO_JSON":               {"to_json(", ")"},
+	"IFF":                   {"if(", ")"},
+	"CURRENT_TIMESTAMP":     {"get_current_timestamp(", ")"},
+	"SYSDATE":               {"(get_current_timestamp(", ") AT TIME ZONE 'UTC')"},
+	"HEX_DECODE_STRING":     {"decode(unhex(", "))"},
+	"TRY_HEX_DECODE_STRING": {"try(decode(unhex(", ")))"},
+	"HEX_ENCODE":            {"hex(", ")"},
+	"OBJECT_CONSTRUCT":      {"json_object(", ")"},
+	"ARRAY_CONSTRUCT":       {"json_array(", ")"},
+}
+
+// rewriteFunctions renames the functions in functionRewrites, wrapping
+// their argument lists where DuckDB needs two calls.
+func rewriteFunctions(toks []token) []token {
+	closers := map[int]string{} // index of ")" → extra text after it
+	var out []token
+	for i := 0; i < len(toks); i++ {
+		t := toks[i]
+		rw, ok := functionRewrites[t.upper()]
+		if t.kind == tkWord && ok && i+1 < len(toks) && bare(toks[i+1]) == "(" && (i == 0 || bare(toks[i-1]) != ".") {
+			pre := strings.TrimSuffix(t.text, bare(t))
+			out = append(out, token{kind: tkWord, text: pre + rw[0]})
+			closeAt := skipParens(toks, i+1)
+			closers[closeAt] = rw[1]
+			i++ // the "(" is part of rw[0]
+			continue
+		}
+		if extra, ok := closers[i]; ok {
+			t.text = strings.TrimSuffix(t.text, ")") + extra
+		}
+		out = append(out, t)
+	}
+	return out
+}
+
+// isCreateTable reports CREATE [OR REPLACE] [TRANSIENT|TEMPORARY|…] TABLE.
+func isCreateTable(toks []token) bool {
+	if len(toks) == 0 || !toks[0].is("CREATE") {
+		return false
+	}
+	for _, t := range toks[1:] {
+		switch t.upper() {
+		case "OR", "REPLACE", "TRANSIENT", "TEMPORARY", "TEMP", "LOCAL", "GLOBAL", "VOLATILE":
+			continue
+		case "TABLE":
+			return true
+		}
+		return false
+	}
+	return false
+}
+
+// stripConstraints removes PRIMARY KEY, UNIQUE and FOREIGN KEY constraints
+// (Snowflake does not enforce them, DuckDB would) and the TRANSIENT keyword
+// from a CREATE TABLE.
+func stripConstraints(toks []token) []token {
+	var out []token
+	depth := 0
+	for i := 0; i < len(toks); i++ {
+		t := toks[i]
+		switch bare(t) {
+		case "(":
+			depth++
+		case ")":
+			depth--
+		}
+		if depth == 0 && t.is("TRANSIENT") {
+			continue
+		}
+		if depth != 1 {
+			out = append(out, t)
+			continue
+		}
+		// Table-level constraint: an element starting with CONSTRAINT name,
+		// PRIMARY KEY, UNIQUE or FOREIGN KEY, right after "(" or ",".
+		prev := ""
+		if len(out) > 0 {
+			prev = bare(out[len(out)-1])
+		}
+		if prev == "," || prev == "(" {
+			j := i
+			if t.is("CONSTRAINT") && i+2 < len(toks) {
+				j = i + 2
+			}
+			if toks[j].is("PRIMARY") || toks[j].is("UNIQUE") || toks[j].is("FOREIGN") {
+				end := endOfElement(toks, j)
+				if prev == "," {
+					out = out[:len(out)-1]
+				}
+				i = end - 1
+				if prev == "(" && end < len(toks) && bare(toks[end]) == "," {
+					i = end // drop the following comma instead
+				}
+				continue
+			}
+		}
+		// Column-level: PRIMARY KEY, UNIQUE, REFERENCES t(c), CONSTRAINT name.
+		switch {
+		case t.is("CONSTRAINT") && i+2 < len(toks) && (toks[i+2].is("PRIMARY") || toks[i+2].is("UNIQUE") || toks[i+2].is("REFERENCES") || toks[i+2].is("FOREIGN")):
+			i++ // drop CONSTRAINT name; the constraint itself follows
+		case t.is("PRIMARY") && i+1 < len(toks) && toks[i+1].is("KEY"):
+			i++
+		case t.is("UNIQUE"):
+		case t.is("REFERENCES"):
+			i++ // table name
+			if i+1 < len(toks) && bare(toks[i+1]) == "(" {
+				i = skipParens(toks, i+1)
+			}
+		default:
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// endOfElement returns the index of the "," or ")" that ends the column list
+// element containing i.
+func endOfElement(toks []token, i int) int {
+	depth := 0
+	for j := i; j < len(toks); j++ {
+		switch bare(toks[j]) {
+		case "(":
+			depth++
+		case ")":
+			if depth == 0 {
+				return j
+			}
+			depth--
+		case ",":
+			if depth == 0 {
+				return j
+			}
+		}
+	}
+	return len(toks)
+}

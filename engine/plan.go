@@ -25,6 +25,10 @@ const (
 	KindSQL   = "sql"
 )
 
+// PlanSchemaVersion is the plan format version engine/schemas/plan.schema.json
+// describes; plans this code writes (dbt import) carry it.
+const PlanSchemaVersion = "1"
+
 // Materializations of a model.
 const (
 	MaterializedTable = "table"

@@ -1,0 +1,674 @@
+// Package dbt turns a dbt manifest (target/manifest.json, schema v4 to v12)
+// into a dvtrun plan that runs on SQLite (and on any warehouse that takes
+// one-part relation names).
+//
+// Usage, as `dvtrun plan import-dbt MANIFEST --project-dir DIR [-o FILE]`
+// does it:
+//
+//	res, err := dbt.Import(manifestBytes, dbt.Options{ProjectDir: dir, OutDir: filepath.Dir(file)})
+//	if err != nil { ... }              // unreadable manifest, or no usable plan
+//	for _, p := range res.Problems { } // nodes that were not imported, by id
+//	out, err := res.YAML()             // or res.JSON(); write to FILE
+//
+// What becomes a step:
+//   - seeds → seed.<name>, reading <ProjectDir>/<original_file_path> (or
+//     <ProjectDir>/seeds/<name>.csv), the path written relative to OutDir;
+//   - models → model.<name> (versioned models: model.<name>_v<version>)
+//     with their compiled SQL (compiled_code, or compiled_sql before v7),
+//     materialized table or view; incremental and dynamic tables become
+//     tables, ephemeral and materialized views become views;
+//   - tests → test.<name>: compiled SQL when the manifest has it, otherwise
+//     the generic tests unique, not_null, accepted_values and relationships
+//     are rendered from test_metadata; severity warn is kept.
+//
+// Relation names in compiled SQL are rewritten to one quoted part:
+// "db"."schema"."orders" becomes "orders", a source becomes its identifier.
+// dependsOn comes from depends_on.nodes (sources are not steps and drop out).
+//
+// Nothing is skipped silently: a node that cannot be translated (no
+// compiled SQL, a Python model, a singular test with no SQL, a snapshot…)
+// is listed in Result.Problems with its unique_id, and so is every node that
+// depends on it, since its step could not run. The plan always passes
+// engine.Plan.Validate; Import returns an error (PLAN_INVALID) if the
+// manifest is unreadable, its schema version unsupported, or no node at all
+// could be imported.
+package dbt
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/dvtrun/dvtrun/engine"
+)
+
+// Options configures Import.
+type Options struct {
+	// ProjectDir is the dbt project's root; seed CSV files are found under it.
+	ProjectDir string
+	// OutDir is the directory the plan file will be written to: seed paths
+	// are made relative to it. Empty means the current directory.
+	OutDir string
+	// PlanID defaults to the manifest's project_name ("dbt" if none);
+	// PlanVersion defaults to "1".
+	PlanID, PlanVersion string
+}
+
+// Problem is a manifest node that did not become a step, and why.
+type Problem struct {
+	NodeID  string `json:"nodeId"`
+	Message string `json:"message"`
+}
+
+func (p Problem) String() string { return p.NodeID + ": " + p.Message }
+
+// Result is an imported plan and what could not be imported.
+type Result struct {
+	Plan          *engine.Plan
+	Problems      []Problem
+	SchemaVersion int // the manifest's schema version, 4..12
+}
+
+// YAML renders the plan as the YAML engine.ParsePlan reads. Multi-line SQL
+// is written as a literal block where that keeps it byte for byte, and
+// double-quoted otherwise (leading blank lines or indentation, trailing
+// blanks, CR): yaml.v3 block scalars do not round-trip those.
+func (r *Result) YAML() ([]byte, error) {
+	// Via JSON: yaml.Node.Encode goes through yaml.v3's own text, which is
+	// what cannot be read back.
+	js, err := json.Marshal(r.Plan)
+	if err != nil {
+		return nil, err
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(js, &doc); err != nil {
+		return nil, err
+	}
+	styleStrings(&doc)
+	var b bytes.Buffer
+	enc := yaml.NewEncoder(&b)
+	enc.SetIndent(2)
+	if err := enc.Encode(&doc); err != nil {
+		return nil, err
+	}
+	if err := enc.Close(); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
+}
+
+func styleStrings(n *yaml.Node) {
+	if n.Kind == yaml.MappingNode {
+		// JSON has no omitempty for the Duration struct: drop "timeout: 0s".
+		kept := n.Content[:0]
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if n.Content[i].Value == "timeout" && n.Content[i+1].Value == "0s" {
+				continue
+			}
+			kept = append(kept, n.Content[i], n.Content[i+1])
+		}
+		n.Content = kept
+	}
+	if n.Kind == yaml.MappingNode || n.Kind == yaml.SequenceNode {
+		n.Style = 0 // block, not JSON's flow style
+	}
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!str" {
+		n.Style = 0
+		if literalSafe(n.Value) {
+			n.Style = yaml.LiteralStyle
+		} else if strings.ContainsAny(n.Value, "\n\r\t") {
+			n.Style = yaml.DoubleQuotedStyle
+		}
+	}
+	for _, c := range n.Content {
+		styleStrings(c)
+	}
+}
+
+// literalSafe: multi-line text a literal block keeps exactly.
+func literalSafe(s string) bool {
+	if !strings.Contains(s, "\n") || strings.ContainsAny(s, "\r\t") {
+		return false
+	}
+	if s[0] == ' ' || s[0] == '\n' {
+		return false
+	}
+	for _, line := range strings.Split(s, "\n") {
+		if strings.HasSuffix(line, " ") {
+			return false
+		}
+	}
+	// Literal blocks keep one final newline or none (|-), not several.
+	return !strings.HasSuffix(s, "\n\n")
+}
+
+// JSON renders the plan as indented JSON.
+func (r *Result) JSON() ([]byte, error) {
+	b, err := json.MarshalIndent(r.Plan, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
+}
+
+// Supported manifest schema versions.
+const (
+	MinSchemaVersion = 4
+	MaxSchemaVersion = 12
+)
+
+// manifest is the part of a dbt manifest the importer reads; it is common
+// to schemas v4..v12.
+type manifest struct {
+	Metadata struct {
+		SchemaVersion string `json:"dbt_schema_version"`
+		DbtVersion    string `json:"dbt_version"`
+		ProjectName   string `json:"project_name"`
+	} `json:"metadata"`
+	Nodes   map[string]*node   `json:"nodes"`
+	Sources map[string]*source `json:"sources"`
+}
+
+type node struct {
+	UniqueID         string `json:"unique_id"`
+	ResourceType     string `json:"resource_type"`
+	Name             string `json:"name"`
+	Alias            string `json:"alias"`
+	Database         string `json:"database"`
+	Schema           string `json:"schema"`
+	PackageName      string `json:"package_name"`
+	OriginalFilePath string `json:"original_file_path"`
+	RelationName     string `json:"relation_name"`
+	Language         string `json:"language"`
+	CompiledCode     string `json:"compiled_code"`
+	CompiledSQL      string `json:"compiled_sql"`
+	Version          any    `json:"version"` // a number or a string
+	AttachedNode     string `json:"attached_node"`
+	ColumnName       string `json:"column_name"`
+	Config           struct {
+		Materialized string `json:"materialized"`
+		Severity     string `json:"severity"`
+		Where        string `json:"where"`
+		Delimiter    string `json:"delimiter"`
+		Enabled      *bool  `json:"enabled"`
+	} `json:"config"`
+	DependsOn struct {
+		Nodes []string `json:"nodes"`
+	} `json:"depends_on"`
+	TestMetadata *struct {
+		Name      string         `json:"name"`
+		Namespace string         `json:"namespace"`
+		Kwargs    map[string]any `json:"kwargs"`
+	} `json:"test_metadata"`
+}
+
+type source struct {
+	UniqueID     string `json:"unique_id"`
+	Name         string `json:"name"`
+	Identifier   string `json:"identifier"`
+	Database     string `json:"database"`
+	Schema       string `json:"schema"`
+	RelationName string `json:"relation_name"`
+}
+
+var schemaVersionRE = regexp.MustCompile(`/manifest/v(\d+)\.json$`)
+
+// Import converts a manifest. See the package documentation.
+func Import(data []byte, opts Options) (*Result, error) {
+	var m manifest
+	if err := json.Unmarshal(data, &m); err != nil {
+		return nil, engine.Errorf(engine.CodePlanInvalid, "the dbt manifest is not valid JSON: %w", err)
+	}
+	sm := schemaVersionRE.FindStringSubmatch(m.Metadata.SchemaVersion)
+	if sm == nil {
+		return nil, engine.Errorf(engine.CodePlanInvalid, "the dbt manifest has no metadata.dbt_schema_version like .../manifest/v12.json (got %q)", m.Metadata.SchemaVersion)
+	}
+	ver, err := strconv.Atoi(sm[1])
+	if err != nil || ver < MinSchemaVersion || ver > MaxSchemaVersion {
+		return nil, engine.Errorf(engine.CodePlanInvalid, "dbt manifest schema v%s is not supported (v%d to v%d are)", sm[1], MinSchemaVersion, MaxSchemaVersion)
+	}
+	im := &importer{m: &m, opts: opts, version: ver, steps: map[string]*engine.PlanStep{}, stepOf: map[string]string{}, failed: map[string]string{}}
+	return im.run()
+}
+
+type importer struct {
+	m       *manifest
+	opts    Options
+	version int
+
+	ids      []string                    // node ids, sorted
+	steps    map[string]*engine.PlanStep // by node id
+	stepOf   map[string]string           // node id → step id
+	failed   map[string]string           // node id → why it is not a step
+	problems []Problem
+	renames  []rename // relation names in compiled SQL → one-part names
+}
+
+type rename struct{ from, to string }
+
+func (im *importer) fail(id, format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	im.failed[id] = msg
+	delete(im.steps, id)
+	delete(im.stepOf, id)
+}
+
+func (im *importer) run() (*Result, error) {
+	for id, n := range im.m.Nodes {
+		if n == nil {
+			return nil, engine.Errorf(engine.CodePlanInvalid, "dbt manifest node %s is null", id)
+		}
+		if n.UniqueID == "" {
+			n.UniqueID = id
+		}
+		im.ids = append(im.ids, id)
+	}
+	sort.Strings(im.ids)
+	im.collectRenames()
+
+	// Pass 1: each node on its own.
+	for _, id := range im.ids {
+		n := im.m.Nodes[id]
+		if n.Config.Enabled != nil && !*n.Config.Enabled {
+			im.fail(id, "disabled")
+			continue
+		}
+		switch n.ResourceType {
+		case "seed":
+			im.seed(n)
+		case "model":
+			im.model(n)
+		case "test":
+			im.test(n)
+		case "snapshot":
+			im.fail(id, "snapshots are not supported (they need SCD history, not a rebuild)")
+		case "analysis":
+			im.fail(id, "analyses are not run by dbt build; not imported")
+		case "operation":
+			im.fail(id, "hooks and operations are not imported")
+		default:
+			im.fail(id, "resource type %q is not supported", n.ResourceType)
+		}
+	}
+	// Step ids and relations must be unique; a clash is a problem for the
+	// later node (in id order), not a silent overwrite.
+	seenStep, seenRel := map[string]string{}, map[string]string{}
+	for _, id := range im.ids {
+		st, ok := im.steps[id]
+		if !ok {
+			continue
+		}
+		if other, dup := seenStep[st.ID]; dup {
+			// Tests of the same name in two places differ by the hash dbt
+			// appends to their unique_id.
+			n := im.m.Nodes[id]
+			h := strings.TrimPrefix(id, "test."+n.PackageName+"."+n.Name+".")
+			alt := st.ID + "_" + h
+			if st.Kind != engine.KindTest || h == id || h == "" || strings.Contains(h, ".") || seenStep[alt] != "" {
+				im.fail(id, "its step id %s is taken by %s", st.ID, other)
+				continue
+			}
+			st.ID = alt
+			im.stepOf[id] = alt
+		}
+		if st.Kind != engine.KindTest {
+			rel := strings.ToLower(st.Relation())
+			if other, dup := seenRel[rel]; dup {
+				im.fail(id, "builds relation %s, which %s builds too (SQLite has one schema)", st.Relation(), other)
+				continue
+			}
+			seenRel[rel] = id
+		}
+		seenStep[st.ID] = id
+	}
+
+	// Pass 2: dependencies, until no more nodes fail (a failure makes its
+	// dependents fail).
+	for changed := true; changed; {
+		changed = false
+		for _, id := range im.ids {
+			st, ok := im.steps[id]
+			if !ok {
+				continue
+			}
+			st.DependsOn = st.DependsOn[:0]
+			seen := map[string]bool{}
+			for _, dep := range im.m.Nodes[id].DependsOn.Nodes {
+				if _, isSource := im.m.Sources[dep]; isSource || strings.HasPrefix(dep, "source.") {
+					continue // external tables: not steps
+				}
+				if strings.HasPrefix(dep, "metric.") || strings.HasPrefix(dep, "semantic_model.") {
+					continue
+				}
+				if why, bad := im.failed[dep]; bad {
+					im.fail(id, "depends on %s, which was not imported (%s)", dep, firstClause(why))
+					changed = true
+					break
+				}
+				sid, ok := im.stepOf[dep]
+				if !ok {
+					im.fail(id, "depends on %s, which is not in the manifest's nodes", dep)
+					changed = true
+					break
+				}
+				if !seen[sid] && sid != st.ID {
+					seen[sid] = true
+					st.DependsOn = append(st.DependsOn, sid)
+				}
+			}
+		}
+	}
+
+	p := &engine.Plan{
+		PlanID:        im.opts.PlanID,
+		PlanVersion:   im.opts.PlanVersion,
+		SchemaVersion: engine.PlanSchemaVersion,
+		Metadata: engine.PlanMetadata{
+			Name:          fmt.Sprintf("imported from dbt project %s (dbt %s, manifest v%d)", orDefault(im.m.Metadata.ProjectName, "?"), orDefault(im.m.Metadata.DbtVersion, "?"), im.version),
+			TargetAdapter: "any",
+		},
+	}
+	if p.PlanID == "" {
+		p.PlanID = orDefault(strings.ReplaceAll(im.m.Metadata.ProjectName, "|", "_"), "dbt")
+	}
+	if p.PlanVersion == "" {
+		p.PlanVersion = "1"
+	}
+	// Steps in a stable order: seeds, models, tests, each by node id.
+	rank := map[string]int{engine.KindSeed: 0, engine.KindModel: 1, engine.KindTest: 2}
+	var order []string
+	for _, id := range im.ids {
+		if _, ok := im.steps[id]; ok {
+			order = append(order, id)
+		}
+	}
+	sort.SliceStable(order, func(i, j int) bool { return rank[im.steps[order[i]].Kind] < rank[im.steps[order[j]].Kind] })
+	for _, id := range order {
+		st := im.steps[id]
+		if len(st.DependsOn) == 0 {
+			st.DependsOn = nil
+		}
+		p.Steps = append(p.Steps, *st)
+	}
+	for _, id := range im.ids {
+		if why, ok := im.failed[id]; ok {
+			im.problems = append(im.problems, Problem{NodeID: id, Message: why})
+		}
+	}
+	res := &Result{Plan: p, Problems: im.problems, SchemaVersion: im.version}
+	if len(p.Steps) == 0 {
+		return res, engine.Errorf(engine.CodePlanInvalid, "no node of the dbt manifest could be imported (%d problems)", len(im.problems))
+	}
+	if err := p.Validate(); err != nil {
+		return res, fmt.Errorf("the imported plan is not valid: %w", err)
+	}
+	return res, nil
+}
+
+func firstClause(s string) string {
+	if i := strings.Index(s, " ("); i > 0 {
+		return s[:i]
+	}
+	return s
+}
+
+func orDefault(s, d string) string {
+	if s == "" {
+		return d
+	}
+	return s
+}
+
+// relationName is what the node builds: its alias (dbt's default alias of
+// a versioned model is <name>_v<version>).
+func (n *node) relationName() string {
+	if n.Alias != "" {
+		return n.Alias
+	}
+	if v := n.version(); v != "" {
+		return n.Name + "_v" + v
+	}
+	return n.Name
+}
+
+func (n *node) version() string {
+	switch v := n.Version.(type) {
+	case nil:
+		return ""
+	case float64:
+		return strconv.FormatFloat(v, 'f', -1, 64)
+	case string:
+		return v
+	}
+	return fmt.Sprint(n.Version)
+}
+
+// stepName is <name> in the step id: the relation for seeds and models
+// (unique by construction), the test's name for tests.
+func (n *node) stepName() string {
+	if n.ResourceType == "test" {
+		return n.Name
+	}
+	name := n.Name
+	if v := n.version(); v != "" {
+		name += "_v" + v
+	}
+	return name
+}
+
+func (n *node) compiled() string {
+	if n.CompiledCode != "" {
+		return n.CompiledCode
+	}
+	return n.CompiledSQL
+}
+
+func (im *importer) newStep(n *node, kind string) (*engine.PlanStep, bool) {
+	name := n.stepName()
+	if name == "" {
+		im.fail(n.UniqueID, "the node has no name")
+		return nil, false
+	}
+	st := &engine.PlanStep{ID: kind + "." + name, Kind: kind}
+	if strings.Contains(st.ID, "|") {
+		im.fail(n.UniqueID, "its name %q contains '|', which step ids may not", name)
+		return nil, false
+	}
+	if kind != engine.KindTest {
+		rel := n.relationName()
+		if !identRE.MatchString(rel) {
+			im.fail(n.UniqueID, "relation name %q is not a plain identifier (letters, digits, _ and $)", rel)
+			return nil, false
+		}
+		st.Name = rel
+	}
+	im.steps[n.UniqueID] = st
+	im.stepOf[n.UniqueID] = st.ID
+	return st, true
+}
+
+// identRE is engine.Plan's rule for relation names.
+var identRE = regexp.MustCompile(`^[A-Za-z_\p{L}][A-Za-z0-9_$\p{L}\p{N}]*$`)
+
+func (im *importer) seed(n *node) {
+	if d := n.Config.Delimiter; d != "" && d != "," {
+		im.fail(n.UniqueID, "seed delimiter %q is not supported (CSV with commas only)", d)
+		return
+	}
+	var candidates []string
+	if n.OriginalFilePath != "" {
+		candidates = append(candidates, filepath.Join(im.opts.ProjectDir, filepath.FromSlash(n.OriginalFilePath)))
+	}
+	candidates = append(candidates, filepath.Join(im.opts.ProjectDir, "seeds", n.Name+".csv"))
+	path := ""
+	for _, c := range candidates {
+		if fi, err := os.Stat(c); err == nil && !fi.IsDir() {
+			path = c
+			break
+		}
+	}
+	if path == "" {
+		im.fail(n.UniqueID, "seed CSV not found (looked for %s)", strings.Join(candidates, ", "))
+		return
+	}
+	rel, err := relativeTo(im.opts.OutDir, path)
+	if err != nil {
+		im.fail(n.UniqueID, "seed CSV %s: %v", path, err)
+		return
+	}
+	st, ok := im.newStep(n, engine.KindSeed)
+	if !ok {
+		return
+	}
+	st.Path = filepath.ToSlash(rel)
+}
+
+func relativeTo(dir, path string) (string, error) {
+	if dir == "" {
+		dir = "."
+	}
+	ad, err := filepath.Abs(dir)
+	if err != nil {
+		return "", err
+	}
+	ap, err := filepath.Abs(path)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Rel(ad, ap)
+}
+
+func (im *importer) model(n *node) {
+	if n.Language != "" && n.Language != "sql" {
+		im.fail(n.UniqueID, "%s models are not supported", n.Language)
+		return
+	}
+	mat := ""
+	switch m := strings.ToLower(n.Config.Materialized); m {
+	case "table", "incremental", "dynamic_table":
+		// An incremental model is rebuilt in full: correct, if slower.
+		mat = engine.MaterializedTable
+	case "view", "ephemeral", "materialized_view", "":
+		// An ephemeral model is already inlined in its dependents' compiled
+		// SQL as a CTE; as a view it is harmless and testable.
+		mat = engine.MaterializedView
+	default:
+		im.fail(n.UniqueID, "materialization %q is not supported", n.Config.Materialized)
+		return
+	}
+	sql := n.compiled()
+	if strings.TrimSpace(sql) == "" {
+		im.fail(n.UniqueID, "no compiled SQL in the manifest (run dbt compile, not dbt parse)")
+		return
+	}
+	st, ok := im.newStep(n, engine.KindModel)
+	if !ok {
+		return
+	}
+	st.Materialized = mat
+	st.SQL = im.rewrite(sql)
+}
+
+func (im *importer) test(n *node) {
+	sql := n.compiled()
+	if strings.TrimSpace(sql) != "" {
+		sql = im.rewrite(sql)
+	} else {
+		var err error
+		sql, err = im.renderGeneric(n)
+		if err != nil {
+			im.fail(n.UniqueID, "%v", err)
+			return
+		}
+	}
+	st, ok := im.newStep(n, engine.KindTest)
+	if !ok {
+		return
+	}
+	st.SQL = sql
+	if strings.EqualFold(n.Config.Severity, "warn") {
+		st.Severity = engine.SeverityWarn
+	}
+}
+
+// collectRenames lists every way the manifest names a relation it knows —
+// relation_name, and database.schema.alias quoted and bare — with the
+// one-part quoted name it becomes, longest first so that a three-part name
+// is replaced before the two-part name inside it.
+func (im *importer) collectRenames() {
+	seen := map[string]bool{}
+	add := func(to string, relationName, db, schema, name string) {
+		if to == "" {
+			return
+		}
+		q := quoteIdent(to)
+		forms := []string{relationName}
+		if name != "" && schema != "" {
+			forms = append(forms, quoteIdent(schema)+"."+quoteIdent(name), schema+"."+name)
+			if db != "" {
+				forms = append(forms, quoteIdent(db)+"."+quoteIdent(schema)+"."+quoteIdent(name), db+"."+schema+"."+name)
+			}
+		}
+		for _, f := range forms {
+			if f != "" && f != q && !seen[f] {
+				seen[f] = true
+				im.renames = append(im.renames, rename{f, q})
+			}
+		}
+	}
+	for _, id := range im.ids {
+		n := im.m.Nodes[id]
+		switch n.ResourceType {
+		case "seed", "model", "snapshot":
+			add(n.relationName(), n.RelationName, n.Database, n.Schema, n.relationName())
+		}
+	}
+	var sids []string
+	for id := range im.m.Sources {
+		sids = append(sids, id)
+	}
+	sort.Strings(sids)
+	for _, id := range sids {
+		s := im.m.Sources[id]
+		if s == nil {
+			continue
+		}
+		ident := orDefault(s.Identifier, s.Name)
+		add(ident, s.RelationName, s.Database, s.Schema, ident)
+	}
+	sort.SliceStable(im.renames, func(i, j int) bool { return len(im.renames[i].from) > len(im.renames[j].from) })
+}
+
+// threePartRE matches a fully quoted "db"."schema"."name" (or with
+// backticks) that no manifest node names, e.g. a table outside dbt.
+var threePartRE = regexp.MustCompile("(?:\"(?:[^\"]|\"\")+\"\\.){1,2}(\"(?:[^\"]|\"\")+\")|(?:`[^`]+`\\.){1,2}`([^`]+)`")
+
+// rewrite replaces multi-part relation names in compiled SQL with one-part
+// quoted names. Unquoted forms are replaced only at word boundaries.
+func (im *importer) rewrite(sql string) string {
+	for _, r := range im.renames {
+		if strings.HasPrefix(r.from, `"`) || strings.HasPrefix(r.from, "`") {
+			sql = strings.ReplaceAll(sql, r.from, r.to)
+			continue
+		}
+		re := regexp.MustCompile(`(^|[^\w."])` + regexp.QuoteMeta(r.from) + `($|[^\w."])`)
+		sql = re.ReplaceAllString(sql, "${1}"+strings.ReplaceAll(r.to, "$", "$$")+"${2}")
+	}
+	return threePartRE.ReplaceAllStringFunc(sql, func(s string) string {
+		m := threePartRE.FindStringSubmatch(s)
+		if m[1] != "" {
+			return m[1]
+		}
+		return quoteIdent(m[2])
+	})
+}
+
+func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }

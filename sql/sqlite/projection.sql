@@ -58,7 +58,7 @@ attempt_rels AS (
 -- The table made total: every (state, event) with the state it leads to,
 -- NULL when not allowed, so the recursion needs inner joins only. A state
 -- nothing leaves is terminal.
-run_moves AS (
+run_moves AS MATERIALIZED (
     SELECT rs.s AS from_status, k.event_type, t.to_status,
            NOT EXISTS (SELECT 1 FROM dvt_transitions x WHERE x.entity = 'RUN' AND x.from_status = t.to_status) AS terminal
     FROM run_states rs
@@ -67,7 +67,7 @@ run_moves AS (
       ON t.entity = 'RUN' AND t.from_status = rs.s AND t.event_type = k.event_type
     WHERE k.entity = 'RUN'
 ),
-step_moves AS (
+step_moves AS MATERIALIZED (
     SELECT ss.s AS from_status, k.event_type, rs.s AS run_status, ar.rel, MAX(t.to_status) AS to_status
     FROM step_states ss
     CROSS JOIN kinds k
@@ -138,7 +138,7 @@ run_chain (run_id, n, run_seq, event_id, event_type, step_id, persisted_at, targ
     JOIN run_moves m ON m.from_status = c.status AND m.event_type = a.event_type
 ),
 -- Step events with the run status they are checked against.
-step_events AS (
+step_events AS MATERIALIZED (
     SELECT a.*, COALESCE(rc.status, 'NONE') AS run_status
     FROM applied a
     LEFT JOIN run_chain rc ON rc.run_id = a.run_id AND rc.n = a.k
@@ -213,14 +213,14 @@ run_last AS (
     SELECT * FROM (SELECT run_chain.*, ROW_NUMBER() OVER (PARTITION BY run_id ORDER BY n DESC) AS r FROM run_chain) WHERE r = 1
 ),
 -- first_seq: where the log first names the step (the Go snapshot's order).
-step_last AS (
+step_last AS MATERIALIZED (
     SELECT * FROM (
         SELECT step_chain.*,
                MIN(run_seq) OVER (PARTITION BY run_id, step_id) AS first_seq,
                ROW_NUMBER() OVER (PARTITION BY run_id, step_id ORDER BY n DESC) AS r
         FROM step_chain) WHERE r = 1
 ),
-violations AS (
+violations AS MATERIALIZED (
     SELECT run_id, 'RUN' AS entity, step_id, run_seq, event_id, event_type, persisted_at, prior, target
     FROM run_chain WHERE ok = 0
     UNION ALL

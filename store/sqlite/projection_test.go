@@ -2,6 +2,8 @@ package sqlite_test
 
 import (
 	"context"
+	"database/sql"
+	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/dvtrun/dvtrun/engine"
 	"github.com/dvtrun/dvtrun/engine/eventgen"
+	sqlfiles "github.com/dvtrun/dvtrun/sql"
 	"github.com/dvtrun/dvtrun/store/sqlite"
 )
 
@@ -106,7 +109,8 @@ func reportDiffs(t *testing.T, what string, diffs []engine.SnapshotDiff) {
 
 // TestProjectionSQLEqualsGo is the property of issue #5 on SQLite: for
 // 1,000 generated streams (fixed seeds) the SQL projection equals the Go
-// reducer field for field — over all runs in one statement, and run by run.
+// reducer field for field — over all runs in one statement, through the
+// audit views, and run by run (every tenth run).
 func TestProjectionSQLEqualsGo(t *testing.T) {
 	ctx := context.Background()
 	n := uint64(1000)
@@ -122,6 +126,7 @@ func TestProjectionSQLEqualsGo(t *testing.T) {
 	if len(all) != len(streams) {
 		t.Fatalf("ProjectAllSQL returned %d runs, want %d", len(all), len(streams))
 	}
+	views := viewSnapshots(t, s)
 	failures := 0
 	for runID, events := range streams {
 		want := engine.Project(runID, events)
@@ -138,6 +143,13 @@ func TestProjectionSQLEqualsGo(t *testing.T) {
 			reportDiffs(t, runID+": ProjectAllSQL vs Go", d)
 			failures++
 		}
+		if d := engine.DiffSnapshots(views[runID], want); len(d) > 0 {
+			reportDiffs(t, runID+": audit views vs Go", d)
+			failures++
+		}
+		if runID[len(runID)-1] != '5' {
+			continue // the run-scoped statement differs only in its scope: a tenth of the runs suffice
+		}
 		one, err := s.ProjectSQL(ctx, runID)
 		if err != nil {
 			t.Fatal(err)
@@ -150,4 +162,147 @@ func TestProjectionSQLEqualsGo(t *testing.T) {
 			t.Fatal("stopping after 5 failing runs")
 		}
 	}
+}
+
+// viewSnapshots assembles snapshots from the audit views dvt_run_snapshots,
+// dvt_step_snapshots and dvt_violations, so the property test holds the
+// views to the Go reducer too.
+func viewSnapshots(t *testing.T, s *sqlite.Store) map[string]engine.Snapshot {
+	t.Helper()
+	ctx := context.Background()
+	out := map[string]engine.Snapshot{}
+	type runRow struct {
+		RunID        string         `db:"run_id"`
+		Tenant       string         `db:"tenant_id"`
+		Project      string         `db:"project_id"`
+		Env          string         `db:"environment_id"`
+		Status       string         `db:"status"`
+		Substatus    string         `db:"substatus"`
+		LastEventSeq int64          `db:"last_event_seq"`
+		Inconsistent bool           `db:"inconsistent"`
+		StartedAt    sql.NullString `db:"started_at"`
+		CompletedAt  sql.NullString `db:"completed_at"`
+		DurationMs   int64          `db:"duration_ms"`
+		HasError     bool           `db:"has_error"`
+		ErrCode      sql.NullString `db:"error_code"`
+		ErrMessage   sql.NullString `db:"error_message"`
+		ErrRetryable sql.NullBool   `db:"error_retryable"`
+	}
+	var runs []runRow
+	if err := s.DB().SelectContext(ctx, &runs, `SELECT run_id, tenant_id, project_id, environment_id, status, substatus, last_event_seq,
+		inconsistent, started_at, completed_at, duration_ms, has_error, error_code, error_message, error_retryable FROM dvt_run_snapshots`); err != nil {
+		t.Fatal(err)
+	}
+	errInfo := func(has bool, code, msg sql.NullString, retry sql.NullBool) *engine.ErrorInfo {
+		if !has {
+			return nil
+		}
+		return &engine.ErrorInfo{Code: code.String, Message: msg.String, Retryable: retry.Bool}
+	}
+	for _, r := range runs {
+		out[r.RunID] = engine.Snapshot{RunID: r.RunID, TenantID: r.Tenant, ProjectID: r.Project, EnvironmentID: r.Env,
+			Status: engine.RunStatus(r.Status), Substatus: r.Substatus, LastEventSeq: r.LastEventSeq, Inconsistent: r.Inconsistent,
+			StartedAt: mustTime(t, r.StartedAt), CompletedAt: mustTime(t, r.CompletedAt), DurationMs: r.DurationMs,
+			Error: errInfo(r.HasError, r.ErrCode, r.ErrMessage, r.ErrRetryable)}
+	}
+	type stepRow struct {
+		RunID        string         `db:"run_id"`
+		StepID       string         `db:"step_id"`
+		Status       string         `db:"status"`
+		Logical      int            `db:"logical_attempt_id"`
+		Engine       int            `db:"engine_attempt_id"`
+		StartedAt    sql.NullString `db:"started_at"`
+		CompletedAt  sql.NullString `db:"completed_at"`
+		DurationMs   int64          `db:"duration_ms"`
+		HasError     bool           `db:"has_error"`
+		ErrCode      sql.NullString `db:"error_code"`
+		ErrMessage   sql.NullString `db:"error_message"`
+		ErrRetryable sql.NullBool   `db:"error_retryable"`
+		SkipReason   sql.NullString `db:"skip_reason"`
+		Artifacts    sql.NullString `db:"artifacts"`
+		LastEventSeq int64          `db:"last_event_seq"`
+	}
+	var steps []stepRow
+	if err := s.DB().SelectContext(ctx, &steps, `SELECT run_id, step_id, status, logical_attempt_id, engine_attempt_id, started_at, completed_at,
+		duration_ms, has_error, error_code, error_message, error_retryable, skip_reason, artifacts, last_event_seq
+		FROM dvt_step_snapshots ORDER BY run_id, first_seq`); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range steps {
+		snap := out[r.RunID]
+		st := engine.StepSnapshot{StepID: r.StepID, Status: engine.StepStatus(r.Status), LogicalAttemptID: r.Logical, EngineAttemptID: r.Engine,
+			StartedAt: mustTime(t, r.StartedAt), CompletedAt: mustTime(t, r.CompletedAt), DurationMs: r.DurationMs,
+			Error: errInfo(r.HasError, r.ErrCode, r.ErrMessage, r.ErrRetryable), SkipReason: r.SkipReason.String, LastEventSeq: r.LastEventSeq}
+		if r.Artifacts.Valid && json.Unmarshal([]byte(r.Artifacts.String), &st.Artifacts) != nil {
+			st.Artifacts = nil
+		}
+		snap.Steps = append(snap.Steps, st)
+		out[r.RunID] = snap
+	}
+	type violationRow struct {
+		RunID     string `db:"run_id"`
+		RunSeq    int64  `db:"run_seq"`
+		EventID   string `db:"event_id"`
+		EventType string `db:"event_type"`
+		Entity    string `db:"entity"`
+		StepID    string `db:"step_id"`
+		Prior     string `db:"prior_state"`
+		Attempted string `db:"attempted_state"`
+		Persisted string `db:"persisted_at"`
+	}
+	var vs []violationRow
+	if err := s.DB().SelectContext(ctx, &vs, `SELECT run_id, run_seq, event_id, event_type, entity, step_id, prior_state, attempted_state, persisted_at
+		FROM dvt_violations ORDER BY run_id, run_seq`); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range vs {
+		snap := out[v.RunID]
+		snap.Violations = append(snap.Violations, engine.Violation{EventID: v.EventID, EventType: engine.EventType(v.EventType), RunSeq: v.RunSeq,
+			PersistedAt: mustTime(t, sql.NullString{String: v.Persisted, Valid: true}), Entity: v.Entity, StepID: v.StepID,
+			PriorState: v.Prior, AttemptedState: v.Attempted})
+		out[v.RunID] = snap
+	}
+	return out
+}
+
+func mustTime(t *testing.T, v sql.NullString) time.Time {
+	t.Helper()
+	if !v.Valid {
+		return time.Time{}
+	}
+	at, err := time.Parse(time.RFC3339Nano, v.String)
+	if err != nil {
+		t.Fatalf("time %q: %v", v.String, err)
+	}
+	return at
+}
+
+// TestAuditViewsRepeatTheProjection keeps the recursive CTEs of the audit
+// view dvt_event_states identical to those of the projection statement: the
+// property test checks both against Go, and this catches an edit to one
+// that was not made to the other before any stream has to.
+func TestAuditViewsRepeatTheProjection(t *testing.T) {
+	q, err := sqlfiles.Queries(sqlfiles.SQLite, "projection.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cte, _, ok := strings.Cut(q["project"], "run_last AS")
+	if !ok {
+		t.Fatal("projection.sql: no run_last CTE to cut at")
+	}
+	cte = strings.TrimRight(strings.TrimSpace(cte), ",")
+	cte = strings.Replace(cte, "FROM (/*scope*/)", "FROM dvt_run_events", 1)
+	migs, err := sqlfiles.Migrations(sqlfiles.SQLite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range migs {
+		if strings.Contains(m.SQL, "CREATE VIEW dvt_event_states") {
+			if !strings.Contains(m.SQL, cte) {
+				t.Fatalf("migration %s: dvt_event_states does not repeat the CTEs of projection.sql", m.Name)
+			}
+			return
+		}
+	}
+	t.Fatal("no migration creates dvt_event_states")
 }

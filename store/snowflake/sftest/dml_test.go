@@ -1,0 +1,205 @@
+package sftest
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"testing"
+
+	"github.com/snowflakedb/gosnowflake"
+)
+
+// TestRowsAffected checks the statement type ids and count columns that make
+// RowsAffected work for each kind of DML.
+func TestRowsAffected(t *testing.T) {
+	_, db := openDB(t)
+	mustExec(t, db, "CREATE TABLE t (id INT PRIMARY KEY, v STRING)")
+	tests := []struct {
+		name string
+		sql  string
+		want int64
+	}{
+		{"insert", "INSERT INTO t VALUES (1, 'a'), (2, 'b'), (3, 'c')", 3},
+		{"update", "UPDATE t SET v = 'z' WHERE id >= 2", 2},
+		{"delete", "DELETE FROM t WHERE id = 3", 1},
+		{"merge insert", `MERGE INTO t USING (SELECT 4 AS id, 'd' AS v UNION ALL SELECT 1, 'dup') s ON t.id = s.id
+			WHEN NOT MATCHED THEN INSERT (id, v) VALUES (s.id, s.v)`, 1},
+		{"merge update", `MERGE INTO t USING (SELECT 4 AS id, 'e' AS v) s ON t.id = s.id
+			WHEN MATCHED THEN UPDATE SET v = s.v`, 1},
+		{"insert select none", "INSERT INTO t SELECT * FROM t WHERE 1 = 0", 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			n, err := mustExec(t, db, tc.sql).RowsAffected()
+			if err != nil {
+				t.Fatalf("RowsAffected: %v", err)
+			}
+			if n != tc.want {
+				t.Fatalf("RowsAffected = %d, want %d", n, tc.want)
+			}
+		})
+	}
+	// PRIMARY KEY is not enforced, as in Snowflake.
+	mustExec(t, db, "INSERT INTO t VALUES (1, 'again')")
+	var n int
+	if err := db.QueryRowContext(ctxT(t), "SELECT COUNT(*) FROM t WHERE id = 1").Scan(&n); err != nil || n != 2 {
+		t.Fatalf("duplicate key rows = %d, %v; want 2", n, err)
+	}
+}
+
+// TestStatementsReturningRows checks that rows come back whatever the
+// statement starts with.
+func TestStatementsReturningRows(t *testing.T) {
+	_, db := openDB(t)
+	tests := []struct{ name, sql string }{
+		{"with", "WITH x AS (SELECT 7 AS n) SELECT n FROM x"},
+		{"line comment", "-- leading comment\nSELECT 7"},
+		{"slash comment", "// snowflake comment\nSELECT 7"},
+		{"block comment", "/* c */ SELECT 7"},
+		{"parenthesis", "(SELECT 7)"},
+		{"union in parens", "(SELECT 7) UNION ALL (SELECT 7) LIMIT 1"},
+		{"trailing semicolon", "SELECT 7;"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var n int
+			if err := db.QueryRowContext(ctxT(t), tc.sql).Scan(&n); err != nil {
+				t.Fatalf("%q: %v", tc.sql, err)
+			}
+			if n != 7 {
+				t.Fatalf("got %d", n)
+			}
+		})
+	}
+}
+
+// TestStringLiterals checks that literals reach DuckDB with Snowflake's
+// meaning: '' and \' are quotes, \\ a backslash, \n a newline.
+func TestStringLiterals(t *testing.T) {
+	_, db := openDB(t)
+	tests := []struct{ name, lit, want string }{
+		{"doubled quote", `'it''s'`, "it's"},
+		{"backslash quote", `'it\'s'`, "it's"},
+		{"backslash", `'a\\b'`, `a\b`},
+		{"escaped newline", `'a\nb'`, "a\nb"},
+		{"raw newline", "'a\nb'", "a\nb"},
+		{"double quotes", `'say "hi"'`, `say "hi"`},
+		{"semicolon and comment markers", `'a; -- b /* c */'`, "a; -- b /* c */"},
+		{"dollar quoted", `$$it's \n$$`, `it's \n`},
+		{"question mark", `'?'`, "?"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var got string
+			if err := db.QueryRowContext(ctxT(t), "SELECT "+tc.lit).Scan(&got); err != nil {
+				t.Fatalf("select %s: %v", tc.lit, err)
+			}
+			if got != tc.want {
+				t.Fatalf("got %q, want %q", got, tc.want)
+			}
+		})
+	}
+	// A bound value is stored verbatim.
+	mustExec(t, db, "CREATE TABLE s (v STRING)")
+	v := "q' \" \\ \n ; --"
+	mustExec(t, db, "INSERT INTO s VALUES (?)", v)
+	var got string
+	if err := db.QueryRowContext(ctxT(t), "SELECT v FROM s").Scan(&got); err != nil || got != v {
+		t.Fatalf("bound string = %q, %v; want %q", got, err, v)
+	}
+}
+
+// TestTransactionsPerSession checks that each session has its own
+// transaction: uncommitted rows are invisible to others and one session's
+// ROLLBACK does not undo another's writes.
+func TestTransactionsPerSession(t *testing.T) {
+	_, db := openDB(t)
+	ctx := ctxT(t)
+	mustExec(t, db, "CREATE TABLE tx (id INT)")
+
+	tx1, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx2, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, tx1, "INSERT INTO tx VALUES (1)")
+	mustExec(t, tx2, "INSERT INTO tx VALUES (2)")
+
+	count := func(q interface {
+		QueryRowContext(context.Context, string, ...any) *sql.Row
+	}) int {
+		t.Helper()
+		var n int
+		if err := q.QueryRowContext(ctx, "SELECT COUNT(*) FROM tx").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := count(db); n != 0 {
+		t.Fatalf("uncommitted rows visible outside: %d", n)
+	}
+	if n := count(tx1); n != 1 {
+		t.Fatalf("tx1 sees %d rows, want its own 1", n)
+	}
+	if err := tx2.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx1.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	var ids []int
+	rows, err := db.QueryContext(ctx, "SELECT id FROM tx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var id int
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	if len(ids) != 1 || ids[0] != 1 {
+		t.Fatalf("after commit/rollback rows = %v, want [1]", ids)
+	}
+}
+
+// TestWriteConflict checks that two open transactions updating the same row
+// get a Snowflake-shaped, recognisable error instead of DuckDB's message,
+// and that the loser's transaction ends cleanly.
+func TestWriteConflict(t *testing.T) {
+	_, db := openDB(t)
+	ctx := ctxT(t)
+	mustExec(t, db, "CREATE TABLE seq (run_id STRING, next_seq INT)")
+	mustExec(t, db, "INSERT INTO seq VALUES ('r1', 1)")
+
+	tx1, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx2, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, tx1, "UPDATE seq SET next_seq = next_seq + 1 WHERE run_id = 'r1'")
+	_, err2 := tx2.ExecContext(ctx, "UPDATE seq SET next_seq = next_seq + 1 WHERE run_id = 'r1'")
+	if err := tx1.Commit(); err != nil {
+		t.Fatalf("first writer commit: %v", err)
+	}
+	if err2 == nil {
+		err2 = tx2.Commit()
+	} else if rerr := tx2.Rollback(); rerr != nil {
+		t.Fatalf("rollback after conflict: %v", rerr)
+	}
+	var se *gosnowflake.SnowflakeError
+	if !errors.As(err2, &se) || se.Number != 625 || se.SQLState != "57014" {
+		t.Fatalf("conflict error = %v, want SnowflakeError 000625/57014", err2)
+	}
+	var n int
+	if err := db.QueryRowContext(ctx, "SELECT next_seq FROM seq").Scan(&n); err != nil || n != 2 {
+		t.Fatalf("next_seq = %d, %v; want 2", n, err)
+	}
+}

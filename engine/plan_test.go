@@ -1,0 +1,286 @@
+package engine
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"testing/fstest"
+	"time"
+)
+
+// basePlan is a small valid plan; the tests below break it one way at a
+// time.
+const basePlan = `
+planId: p
+planVersion: 3
+schemaVersion: "1"
+metadata: {targetAdapter: any}
+steps:
+  - {id: seed.raw, kind: seed, path: seeds/raw.csv}
+  - {id: model.stg, kind: model, materialized: view, sql: "select * from raw", dependsOn: [seed.raw]}
+  - {id: model.final, kind: model, materialized: table, sql: "select id from stg", dependsOn: [model.stg], retries: 2, timeout: 30s}
+  - {id: test.not_null_final_id, kind: test, severity: warn, sql: "select * from final where id is null", dependsOn: [model.final]}
+  - {id: sql.grant, kind: sql, sql: "update final set x = 1", dependsOn: [model.final], secrets: [{name: API_TOKEN}]}
+`
+
+func TestParsePlan(t *testing.T) {
+	tests := []struct {
+		name, text string
+	}{
+		{"YAML", basePlan},
+		{"JSON", `{"planId": "p", "planVersion": "3", "steps": [{"id": "sql.a", "kind": "sql", "sql": "select 1", "timeout": 30}]}`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := ParsePlan([]byte(tc.text), "p.yaml")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.PlanID != "p" || p.PlanVersion != "3" {
+				t.Errorf("identity %q %q", p.PlanID, p.PlanVersion)
+			}
+			if err := p.Validate(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	p, _ := ParsePlan([]byte(basePlan), "p.yaml")
+	final, _ := p.Step("model.final")
+	if final.Timeout.Duration != 30*time.Second || final.Retries != 2 || final.Relation() != "final" {
+		t.Errorf("model.final = %+v", final)
+	}
+}
+
+func TestParsePlanRejects(t *testing.T) {
+	tests := []struct {
+		name, text, want string
+	}{
+		{"not YAML", "planId: [", "not valid YAML or JSON"},
+		{"not a mapping", "- 1\n- 2", "does not match the plan schema"},
+		{"missing planId", `{"planVersion": "1", "steps": []}`, "planId"},
+		{"unknown field", `{"planId": "p", "planVersion": "1", "steps": [], "extra": 1}`, "extra"},
+		{"unknown step field", `{"planId": "p", "planVersion": "1", "steps": [{"id": "a", "kind": "sql", "password": "x"}]}`, "password"},
+		{"negative retries", `{"planId": "p", "planVersion": "1", "steps": [{"id": "a", "kind": "sql", "retries": -1}]}`, "retries"},
+		{"bad timeout", `{"planId": "p", "planVersion": "1", "steps": [{"id": "a", "kind": "sql", "timeout": "soon"}]}`, "soon"},
+		{"planVersion as a float", "planId: p\nplanVersion: 1.5\nsteps: []", "planVersion"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ParsePlan([]byte(tc.text), "bad.yaml")
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			if CodeOf(err) != CodePlanInvalid || !strings.Contains(err.Error(), "bad.yaml") || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("got %v, want PLAN_INVALID naming bad.yaml and %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestValidate(t *testing.T) {
+	tests := []struct {
+		name   string
+		mutate func(p *Plan)
+		want   []string
+	}{
+		{"duplicate id", func(p *Plan) { p.Steps[2].ID = "model.stg" }, []string{"step model.stg: duplicate id"}},
+		{"pipe in id", func(p *Plan) { p.Steps[4].ID = "sql.a|b" }, []string{"step sql.a|b: id contains '|'"}},
+		{"pipe in planVersion", func(p *Plan) { p.PlanVersion = "1|2" }, []string{`planVersion "1|2" contains '|'`}},
+		{"no id", func(p *Plan) { p.Steps[4].ID = "" }, []string{"step #5 has no id"}},
+		{"unknown dependency", func(p *Plan) { p.Steps[1].DependsOn = []string{"seed.nope"} }, []string{"step model.stg: depends on unknown step seed.nope"}},
+		{"self dependency", func(p *Plan) { p.Steps[1].DependsOn = []string{"model.stg"} }, []string{"step model.stg: depends on itself"}},
+		{"cycle", func(p *Plan) { p.Steps[1].DependsOn = []string{"test.not_null_final_id"} }, []string{"dependency cycle: model.stg -> test.not_null_final_id -> model.final -> model.stg"}},
+		{"empty SQL", func(p *Plan) { p.Steps[3].SQL = "  \n" }, []string{"step test.not_null_final_id: SQL is empty"}},
+		{"seed without path", func(p *Plan) { p.Steps[0].Path = "" }, []string{"step seed.raw: a seed needs the path"}},
+		{"materialization", func(p *Plan) { p.Steps[1].Materialized = "incremental" }, []string{`step model.stg: materialized "incremental"`}},
+		{"severity", func(p *Plan) { p.Steps[3].Severity = "fatal" }, []string{`step test.not_null_final_id: severity "fatal"`}},
+		{"unknown kind", func(p *Plan) { p.Steps[4].Kind = "python" }, []string{`step sql.grant: unknown kind "python"`}},
+		{"relation not an identifier", func(p *Plan) { p.Steps[1].Name = `stg"; drop table x; --` }, []string{"step model.stg: relation name"}},
+		{"relation built twice, any case", func(p *Plan) { p.Steps[2].Name = "STG" }, []string{"step model.final: builds STG, which step model.stg builds too"}},
+		{"negative timeout", func(p *Plan) { p.Steps[2].Timeout.Duration = -time.Second }, []string{"step model.final: timeout -1s is negative"}},
+		{"secret name", func(p *Plan) { p.Steps[4].Secrets[0].Name = "A-B" }, []string{`step sql.grant: secret name "A-B"`}},
+		{"every problem reported", func(p *Plan) { p.Steps[0].Path = ""; p.Steps[3].SQL = "" }, []string{"step seed.raw:", "step test.not_null_final_id:"}},
+		{"no steps", func(p *Plan) { p.Steps = nil }, []string{"the plan has no steps"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := ParsePlan([]byte(basePlan), "p.yaml")
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.mutate(p)
+			err = p.Validate()
+			if err == nil {
+				t.Fatal("valid")
+			}
+			if CodeOf(err) != CodePlanInvalid {
+				t.Errorf("code %q", CodeOf(err))
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("%v\ndoes not say %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestOrder(t *testing.T) {
+	p := &Plan{PlanID: "p", PlanVersion: "1", Steps: []PlanStep{
+		{ID: "test.t", Kind: KindTest, SQL: "x", DependsOn: []string{"model.b", "model.a"}},
+		{ID: "model.b", Kind: KindModel, SQL: "x", DependsOn: []string{"seed.s"}},
+		{ID: "sql.free", Kind: KindSQL, SQL: "x"},
+		{ID: "model.a", Kind: KindModel, SQL: "x", DependsOn: []string{"seed.s"}},
+		{ID: "seed.s", Kind: KindSeed, Path: "s.csv"},
+	}}
+	if err := p.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, s := range p.Order() {
+		got = append(got, s.ID)
+	}
+	// Ready steps in plan order, wave by wave.
+	want := []string{"sql.free", "seed.s", "model.b", "model.a", "test.t"}
+	if !slices.Equal(got, want) {
+		t.Errorf("order %v, want %v", got, want)
+	}
+	if deps := p.Dependents()["seed.s"]; !slices.Equal(deps, []string{"model.b", "model.a"}) {
+		t.Errorf("dependents of seed.s: %v", deps)
+	}
+}
+
+func TestLoadPlan(t *testing.T) {
+	// model.final's SQL comes from a file relative to the plan.
+	text := strings.Replace(basePlan, `sql: "select id from stg"`, `path: models/final.sql`, 1)
+	fsys := fstest.MapFS{
+		"proj/plan.yaml":        {Data: []byte(text)},
+		"proj/models/final.sql": {Data: []byte("select id from file")},
+	}
+	p, ref, err := LoadPlan(fsys, "proj/plan.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256([]byte(text))
+	if ref.SHA256 != hex.EncodeToString(sum[:]) || ref.PlanID != "p" || ref.PlanVersion != "3" || ref.URI != "proj/plan.yaml" {
+		t.Errorf("ref %+v", ref)
+	}
+	if final, _ := p.Step("model.final"); final.SQL != "select id from file" {
+		t.Errorf("model.final SQL %q", final.SQL)
+	}
+	if seed, _ := p.Step("seed.raw"); seed.SQL != "" || p.Dir != "proj" {
+		t.Errorf("seed %+v, dir %q", seed, p.Dir)
+	}
+	if err := CheckPlanRef(ref, []byte(text)); err != nil {
+		t.Error(err)
+	}
+	if err := CheckPlanRef(ref, []byte(text+" ")); CodeOf(err) != CodePlanHashMismatch {
+		t.Errorf("changed bytes: %v", err)
+	}
+
+	delete(fsys, "proj/models/final.sql")
+	if _, _, err := LoadPlan(fsys, "proj/plan.yaml"); CodeOf(err) != CodePlanInvalid || !strings.Contains(err.Error(), "step model.final: cannot read models/final.sql") {
+		t.Errorf("missing SQL file: %v", err)
+	}
+	if _, _, err := LoadPlan(fsys, "proj/none.yaml"); CodeOf(err) != CodePlanInvalid {
+		t.Errorf("missing plan: %v", err)
+	}
+}
+
+// FuzzParsePlan: parsing and validating any bytes never panics, every
+// refusal is PLAN_INVALID, and a valid plan orders all its steps after
+// their dependencies.
+func FuzzParsePlan(f *testing.F) {
+	f.Add([]byte(basePlan))
+	f.Add([]byte(`{"planId": "p", "planVersion": "1", "steps": [{"id": "a.b", "kind": "sql", "sql": "x", "dependsOn": ["a.b"]}]}`))
+	f.Add([]byte("planId: p\nplanVersion: 1\nsteps:\n  - &s {id: x.a, kind: sql, sql: q}\n  - *s\n"))
+	f.Add([]byte("planId: p\nplanVersion: 1\nsteps: [{id: t.a, kind: test, sql: q, timeout: 1e300}]"))
+	if b, err := os.ReadFile(filepath.Join("..", "plans", "shop", "plan.yaml")); err == nil {
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		p, err := ParsePlan(data, "fuzz.yaml")
+		if err != nil {
+			if CodeOf(err) != CodePlanInvalid {
+				t.Fatalf("ParsePlan error without PLAN_INVALID: %v", err)
+			}
+			return
+		}
+		if err := p.Validate(); err != nil {
+			if CodeOf(err) != CodePlanInvalid {
+				t.Fatalf("Validate error without PLAN_INVALID: %v", err)
+			}
+			return
+		}
+		order := p.Order()
+		if len(order) != len(p.Steps) {
+			t.Fatalf("Order returned %d of %d steps", len(order), len(p.Steps))
+		}
+		pos := map[string]int{}
+		for i, s := range order {
+			pos[s.ID] = i
+		}
+		for _, s := range order {
+			for _, d := range s.DependsOn {
+				if pos[d] >= pos[s.ID] {
+					t.Fatalf("%s ordered before its dependency %s", s.ID, d)
+				}
+			}
+		}
+	})
+}
+
+// FuzzReadSeed: any bytes give a table or a PLAN_INVALID error naming the
+// file; a table's rows have one value per column, of the column's type.
+func FuzzReadSeed(f *testing.F) {
+	for _, s := range []string{
+		"id,name\n1,a\n2,b\n",
+		"id,note\r\n1,\"a, b\"\r\n2,\"x\r\ny\"\r\n",
+		"\ufeffa,b\n1.5,\n,NaN\n",
+		"a,b\n1\n",
+		"a,\"b\n",
+		"a,a\n",
+	} {
+		f.Add([]byte(s))
+	}
+	if b, err := os.ReadFile(filepath.Join("..", "plans", "shop", "seeds", "raw_products.csv")); err == nil {
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		tab, err := ReadSeed(strings.NewReader(string(data)), "fuzz.csv")
+		if err != nil {
+			if CodeOf(err) != CodePlanInvalid || !strings.Contains(err.Error(), "fuzz.csv") {
+				t.Fatalf("error %v: want PLAN_INVALID naming the file", err)
+			}
+			return
+		}
+		if len(tab.Columns) == 0 || len(tab.Types) != len(tab.Columns) {
+			t.Fatalf("columns %v types %v", tab.Columns, tab.Types)
+		}
+		for i, row := range tab.Rows {
+			if len(row) != len(tab.Columns) {
+				t.Fatalf("row %d has %d values for %d columns", i, len(row), len(tab.Columns))
+			}
+			for c, v := range row {
+				ok := false
+				switch v.(type) {
+				case nil:
+					ok = true
+				case int64:
+					ok = tab.Types[c] == TypeInteger
+				case float64:
+					ok = tab.Types[c] == TypeReal
+				case string:
+					ok = tab.Types[c] == TypeText && v != ""
+				}
+				if !ok {
+					t.Fatalf("row %d column %s: %#v in a %s column", i, tab.Columns[c], v, tab.Types[c])
+				}
+			}
+		}
+	})
+}

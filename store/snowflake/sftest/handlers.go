@@ -75,17 +75,17 @@ func (s *Server) handleLogin(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) checkCredentials(user, password, authenticator, token string) *sfError {
 	fail := newSFError(CodeAuthFailed, "08001", "Incorrect username or password was specified.")
-	if user == "" || s.opts.User != "" && !strings.EqualFold(user, s.opts.User) {
+	if s.opts.User != "" && user != "" && !strings.EqualFold(user, s.opts.User) {
 		return fail
 	}
 	switch strings.ToUpper(authenticator) {
-	case "SNOWFLAKE_JWT":
+	case "SNOWFLAKE_JWT": // the user is inside the JWT, LOGIN_NAME is not sent
 		if strings.Count(token, ".") != 2 {
 			return newSFError("390144", "08001", "JWT token is invalid.")
 		}
 		return nil
 	case "", "SNOWFLAKE":
-		if password == "" || s.opts.Password != "" && password != s.opts.Password {
+		if user == "" || password == "" || s.opts.Password != "" && password != s.opts.Password {
 			return fail
 		}
 		return nil

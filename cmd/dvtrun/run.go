@@ -351,7 +351,7 @@ func describe(s engine.PlanStep) string {
 	case engine.KindModel:
 		m := s.Materialized
 		if m == "" {
-			m = engine.MaterializedTable
+			m = engine.MaterializedView // dbt's default, and the runner's
 		}
 		return "sql " + m + " model " + rel
 	case engine.KindTest:

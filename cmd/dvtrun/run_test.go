@@ -224,7 +224,7 @@ func TestRunSQLSyntaxError(t *testing.T) {
 	h := newHarness(t)
 	r := h.run("run", fixture("syntax", "plan.yaml"))
 	wantError(t, r, exitFailed, "STEP_FAILED", "model.typo")
-	if !strings.Contains(r.stdout, "ERROR creating sql table model typo") {
+	if !strings.Contains(r.stdout, "ERROR creating sql view model typo") {
 		t.Errorf("output:\n%s", r.stdout)
 	}
 	snap := h.checkLog(h.onlyRun())

@@ -1,0 +1,127 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dvtrun/dvtrun/engine"
+)
+
+// buildBinary compiles the CLI once per test binary run.
+func buildBinary(t *testing.T) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	bin := filepath.Join(t.TempDir(), "dvtrun")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// TestProcess runs the real binary: exit codes through os.Exit, and SIGINT
+// interrupting a step's SQL so that the run can be resumed.
+func TestProcess(t *testing.T) {
+	bin := buildBinary(t)
+	h := newHarness(t)
+	env := append(os.Environ(), "DVT_STORE="+h.env["DVT_STORE"], "DVT_WAREHOUSE="+h.env["DVT_WAREHOUSE"])
+	exits := []struct {
+		args []string
+		code int
+	}{
+		{[]string{"--help"}, 0},
+		{[]string{"plan", "validate", fixture("ok", "plan.yaml")}, 0},
+		{[]string{"plan", "validate", fixture("cycle", "plan.yaml")}, 2},
+		{[]string{"status", "--nope"}, 2},
+		{[]string{"run", fixture("syntax", "plan.yaml")}, 1},
+	}
+	for _, e := range exits {
+		cmd := exec.Command(bin, e.args...)
+		cmd.Env = env
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		err := cmd.Run()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if code != e.code {
+			t.Errorf("%v: exit %d, want %d (stderr %q)", e.args, code, e.code, stderr.String())
+		}
+		if e.code != 0 && strings.Count(stderr.String(), "\n") != 1 {
+			t.Errorf("%v: stderr is not one line: %q", e.args, stderr.String())
+		}
+	}
+
+	t.Run("SIGINT", func(t *testing.T) {
+		h := newHarness(t)
+		env := append(os.Environ(), "DVT_STORE="+h.env["DVT_STORE"], "DVT_WAREHOUSE="+h.env["DVT_WAREHOUSE"])
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, bin, "run", "--threads", "1", fixture("slow", "plan.yaml"))
+		cmd.Env = env
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		sc := bufio.NewScanner(stdout)
+		var out strings.Builder
+		for sc.Scan() {
+			out.WriteString(sc.Text() + "\n")
+			if strings.Contains(sc.Text(), "START sql table model slow") {
+				time.Sleep(200 * time.Millisecond) // let its SQL start
+				if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+					t.Fatal(err)
+				}
+				break
+			}
+		}
+		interrupted := time.Now()
+		for sc.Scan() {
+			out.WriteString(sc.Text() + "\n")
+		}
+		err = cmd.Wait()
+		if took := time.Since(interrupted); took > 10*time.Second {
+			t.Errorf("the run took %s to stop after SIGINT", took)
+		}
+		ee, ok := err.(*exec.ExitError)
+		if !ok || ee.ExitCode() != exitInterrupted {
+			t.Fatalf("exit %v, want %d\n%s\n%s", err, exitInterrupted, out.String(), stderr.String())
+		}
+		r := result{exitInterrupted, out.String(), stderr.String()}
+		wantError(t, r, exitInterrupted, "STEP_CANCELLED", "dvtrun resume")
+		if !strings.Contains(r.stdout, "Continue with: dvtrun resume") {
+			t.Errorf("stdout does not say how to resume:\n%s", r.stdout)
+		}
+		snap := h.statusOf(h.onlyRun())
+		if snap.Status.Terminal() {
+			t.Errorf("the interrupted run is %s: it cannot be resumed", snap.Status)
+		}
+		for _, s := range snap.Steps {
+			if s.StepID == "model.fast" && s.Status != engine.StepStatusSuccess {
+				t.Errorf("model.fast is %s", s.Status)
+			}
+			if s.StepID == "model.after" && s.Status != engine.StepStatusPending {
+				t.Errorf("model.after is %s: it ran after the interrupt", s.Status)
+			}
+		}
+		h.checkLog(snap.RunID)
+	})
+}

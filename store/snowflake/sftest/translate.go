@@ -199,6 +199,13 @@ func rewriteTypes(toks []token) []token {
 		switch {
 		case (t.upper() == "NUMBER" || t.upper() == "NUMERIC" || t.upper() == "DECIMAL") && !hasArgs:
 			out = append(out, token{kind: tkWord, text: pre + "DECIMAL(38,0)"})
+		case hasArgs && strings.HasPrefix(t.upper(), "TIMESTAMP") && i+3 < len(toks) && bare(toks[i+2]) == "9" && bare(toks[i+3]) == ")":
+			// TIMESTAMP_xx(9) keeps nanoseconds, which DuckDB's TIMESTAMPTZ
+			// (microseconds) would drop; TIMESTAMP_NS holds the instant in
+			// UTC (a cast from text applies the offset) and reads back as
+			// timestamp_ntz. Added for store/snowflake's event timestamps.
+			out = append(out, token{kind: tkWord, text: pre + "TIMESTAMP_NS"})
+			i += 3
 		case hasArgs && typeWithLength[t.upper()]:
 			out = append(out, token{kind: tkWord, text: pre + duck})
 			i = skipParens(toks, i+1)

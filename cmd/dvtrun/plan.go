@@ -3,8 +3,12 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/dbt"
 )
 
 func cmdPlan(ctx context.Context, c *cli, args []string) error {
@@ -40,11 +44,65 @@ func cmdPlanValidate(_ context.Context, c *cli, args []string) error {
 }
 
 func cmdPlanImportDBT(_ context.Context, c *cli, args []string) error {
-	fs := c.newFlagSet("plan import-dbt", "MANIFEST", "Turn a dbt manifest (target/manifest.json) into a dvtrun plan.")
-	fs.String("project-dir", "", "the dbt project `DIR` (seed CSVs and SQL paths resolve against it)")
-	fs.String("o", "", "write the plan to `FILE` instead of stdout")
-	if _, err := c.parse(fs, args, 1, 1); err != nil {
+	fs := c.newFlagSet("plan import-dbt", "MANIFEST", "Turn a dbt manifest (target/manifest.json) into a dvtrun plan. Nodes that cannot be\ntranslated are listed by id; the plan written always validates.")
+	projectDir := fs.String("project-dir", "", "the dbt project `DIR` (seed CSVs resolve against it; default: the manifest's directory's parent)")
+	out := fs.String("o", "", "write the plan to `FILE` instead of stdout (.json: JSON, otherwise YAML)")
+	planID := fs.String("plan-id", "", "the plan's `ID` (default: the dbt project name)")
+	planVersion := fs.String("plan-version", "", "the plan's `VERSION` (default 1)")
+	strict := fs.Bool("strict", false, "exit 1 if any node could not be imported")
+	pos, err := c.parse(fs, args, 1, 1)
+	if err != nil {
 		return err
 	}
-	return engine.Errorf(engine.CodeInvalidArgument, "plan import-dbt is not available in this build yet")
+	data, err := os.ReadFile(pos[0])
+	if err != nil {
+		return engine.Errorf(engine.CodeInvalidArgument, "cannot read the dbt manifest %s: %v", pos[0], pathError(err))
+	}
+	dir := *projectDir
+	if dir == "" {
+		dir = filepath.Dir(filepath.Dir(pos[0]))
+	}
+	outDir := "."
+	if *out != "" {
+		outDir = filepath.Dir(*out)
+	}
+	res, err := dbt.Import(data, dbt.Options{ProjectDir: dir, OutDir: outDir, PlanID: *planID, PlanVersion: *planVersion})
+	if err != nil {
+		return err
+	}
+	var text []byte
+	if strings.EqualFold(filepath.Ext(*out), ".json") {
+		text, err = res.JSON()
+	} else {
+		text, err = res.YAML()
+	}
+	if err != nil {
+		return err
+	}
+	// The plan goes to stdout unless -o: the report goes where it does not
+	// mix with the plan.
+	report := c.stdout
+	if *out == "" {
+		report = c.stderr
+		if _, err := c.stdout.Write(text); err != nil {
+			return err
+		}
+	} else if err := writeFileAtomic(*out, text); err != nil {
+		return err
+	}
+	where := "stdout"
+	if *out != "" {
+		where = *out
+	}
+	fmt.Fprintf(report, "imported %d steps from dbt manifest v%d into plan %s@%s (%s)\n", len(res.Plan.Steps), res.SchemaVersion, res.Plan.PlanID, res.Plan.PlanVersion, where)
+	if len(res.Problems) > 0 {
+		fmt.Fprintf(report, "%d node(s) not imported:\n", len(res.Problems))
+		for _, p := range res.Problems {
+			fmt.Fprintf(report, "  %s: %s\n", p.NodeID, oneLine(p.Message))
+		}
+		if *strict {
+			return &exitError{code: exitFailed, err: engine.Errorf(engine.CodePlanInvalid, "%d dbt node(s) could not be imported (--strict)", len(res.Problems))}
+		}
+	}
+	return nil
 }

@@ -1,0 +1,156 @@
+package sqlite_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/dvtrun/dvtrun/engine"
+)
+
+// projectionCase is a hand-written stream of testdata/projection_cases.json
+// with the snapshot fields it must project to, whatever the projection.
+type projectionCase struct {
+	Name   string `json:"name"`
+	Events []struct {
+		Type    engine.EventType `json:"type"`
+		Step    string           `json:"step"`
+		Attempt int              `json:"attempt"`
+		Engine  int              `json:"engine"`
+		Seq     int64            `json:"seq"`
+		AtNs    int64            `json:"atNs"`
+		Payload json.RawMessage  `json:"payload"`
+	} `json:"events"`
+	Want struct {
+		Status       engine.RunStatus `json:"status"`
+		Substatus    string           `json:"substatus"`
+		LastEventSeq int64            `json:"lastEventSeq"`
+		Inconsistent bool             `json:"inconsistent"`
+		Violations   []int64          `json:"violations"`
+		Error        string           `json:"error"`
+		Steps        []struct {
+			ID               string            `json:"id"`
+			Status           engine.StepStatus `json:"status"`
+			LogicalAttemptID int               `json:"logicalAttemptId"`
+			EngineAttemptID  int               `json:"engineAttemptId"`
+			DurationMs       int64             `json:"durationMs"`
+			Error            string            `json:"error"`
+			LastEventSeq     int64             `json:"lastEventSeq"`
+		} `json:"steps"`
+	} `json:"want"`
+}
+
+func (c projectionCase) records(runID string) []engine.RunEventRecord {
+	base := time.Date(2026, 2, 1, 12, 0, 0, 0, time.UTC)
+	var out []engine.RunEventRecord
+	seq := int64(0)
+	for i, e := range c.Events {
+		seq++
+		if e.Seq != 0 {
+			seq = e.Seq
+		}
+		at := base.Add(time.Duration(i) * time.Second)
+		if e.AtNs != 0 {
+			at = base.Add(time.Duration(e.AtNs))
+		}
+		r := engine.RunEventRecord{RunSeq: seq, PersistedAt: base.Add(time.Duration(i)*time.Second + time.Millisecond)}
+		r.RunID, r.TenantID, r.ProjectID, r.EnvironmentID, r.PlanID, r.PlanVersion = runID, "t", "p", "e", "plan", "1"
+		r.EventID = fmt.Sprintf("%s-ev-%d", runID, seq)
+		r.IdempotencyKey = fmt.Sprintf("%s-key-%d", runID, seq)
+		r.EventType, r.StepID, r.EmittedAt, r.Payload = e.Type, e.Step, at, e.Payload
+		r.LogicalAttemptID, r.EngineAttemptID = max(e.Attempt, 1), max(e.Engine, 1)
+		out = append(out, r)
+	}
+	return out
+}
+
+func errCode(e *engine.ErrorInfo) string {
+	if e == nil {
+		return ""
+	}
+	return e.Code
+}
+
+// TestProjectionCases checks hand-written edge cases against expected
+// snapshots written down independently of either projection, then the SQL
+// projection against the Go reducer on the same cases.
+func TestProjectionCases(t *testing.T) {
+	b, err := os.ReadFile("testdata/projection_cases.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cases []projectionCase
+	if err := json.Unmarshal(b, &cases); err != nil {
+		t.Fatal(err)
+	}
+	s := openProjectionStore(t)
+	streams := map[string][]engine.RunEventRecord{}
+	for i, c := range cases {
+		id := fmt.Sprintf("case-%02d", i)
+		streams[id] = c.records(id)
+	}
+	insertRaw(t, s, streams)
+	for i, c := range cases {
+		id := fmt.Sprintf("case-%02d", i)
+		t.Run(c.Name, func(t *testing.T) {
+			goSnap := engine.Project(id, streams[id])
+			sqlSnap, err := s.ProjectSQL(context.Background(), id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for side, snap := range map[string]engine.Snapshot{"go": goSnap, "sql": sqlSnap} {
+				w := c.Want
+				var seqs []int64
+				for _, v := range snap.Violations {
+					seqs = append(seqs, v.RunSeq)
+				}
+				if snap.Status != w.Status || snap.Substatus != w.Substatus || snap.LastEventSeq != w.LastEventSeq ||
+					snap.Inconsistent != w.Inconsistent || !slices.Equal(seqs, w.Violations) || errCode(snap.Error) != w.Error {
+					t.Errorf("%s: run = %s/%q seq %d inconsistent %v violations %v error %q; want %s/%q seq %d inconsistent %v violations %v error %q",
+						side, snap.Status, snap.Substatus, snap.LastEventSeq, snap.Inconsistent, seqs, errCode(snap.Error),
+						w.Status, w.Substatus, w.LastEventSeq, w.Inconsistent, w.Violations, w.Error)
+				}
+				if len(snap.Steps) != len(w.Steps) {
+					t.Fatalf("%s: %d steps, want %d", side, len(snap.Steps), len(w.Steps))
+				}
+				for j, ws := range w.Steps {
+					st := snap.Steps[j]
+					if st.StepID != ws.ID || st.Status != ws.Status || st.LogicalAttemptID != ws.LogicalAttemptID || st.EngineAttemptID != ws.EngineAttemptID ||
+						st.DurationMs != ws.DurationMs || errCode(st.Error) != ws.Error || st.LastEventSeq != ws.LastEventSeq {
+						t.Errorf("%s: step %d = %+v, want %+v", side, j, st, ws)
+					}
+				}
+			}
+			if d := engine.DiffSnapshots(sqlSnap, goSnap); len(d) > 0 {
+				reportDiffs(t, "ProjectSQL vs Go", d)
+			}
+		})
+	}
+}
+
+func TestProjectSQLUnknownAndEmptyRuns(t *testing.T) {
+	ctx := context.Background()
+	s := openProjectionStore(t)
+	if _, err := s.ProjectSQL(ctx, "no-such-run"); engine.CodeOf(err) != engine.CodeRunNotFound {
+		t.Fatalf("unknown run: err = %v, want %s", err, engine.CodeRunNotFound)
+	}
+	if _, err := s.DB().ExecContext(ctx, `INSERT INTO dvt_runs (run_id, tenant_id, project_id, environment_id, plan_id, plan_version, plan_sha256, target_adapter, created_at)
+		VALUES ('empty', 't', 'p', 'e', 'plan', '1', 'sha', 'local', '2026-01-01T00:00:00.000000000Z')`); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := s.ProjectSQL(ctx, "empty")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := engine.DiffSnapshots(snap, engine.Project("empty", nil)); len(d) > 0 || snap.Steps == nil {
+		t.Fatalf("run without events: %+v, diffs %+v", snap, d)
+	}
+	all, err := s.ProjectAllSQL(ctx)
+	if err != nil || len(all) != 0 {
+		t.Fatalf("ProjectAllSQL over a log without events = %v, %v; want no runs", all, err)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/snowflakedb/gosnowflake"
 )
@@ -74,7 +75,8 @@ func TestStatementsReturningRows(t *testing.T) {
 }
 
 // TestStringLiterals checks that literals reach DuckDB with Snowflake's
-// meaning: '' and \' are quotes, \\ a backslash, \n a newline.
+// meaning: doubled quotes and backslash-quote are quotes, a double backslash
+// is one backslash, backslash-n a newline.
 func TestStringLiterals(t *testing.T) {
 	_, db := openDB(t)
 	tests := []struct{ name, lit, want string }{
@@ -167,10 +169,10 @@ func TestTransactionsPerSession(t *testing.T) {
 	}
 }
 
-// TestWriteConflict checks that two open transactions updating the same row
-// get a Snowflake-shaped, recognisable error instead of DuckDB's message,
-// and that the loser's transaction ends cleanly.
-func TestWriteConflict(t *testing.T) {
+// TestUpdateWaitsForLock checks Snowflake's lock wait: a second
+// transaction's UPDATE of the same table blocks until the first commits,
+// then runs on the committed data.
+func TestUpdateWaitsForLock(t *testing.T) {
 	_, db := openDB(t)
 	ctx := ctxT(t)
 	mustExec(t, db, "CREATE TABLE seq (run_id STRING, next_seq INT)")
@@ -185,21 +187,102 @@ func TestWriteConflict(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustExec(t, tx1, "UPDATE seq SET next_seq = next_seq + 1 WHERE run_id = 'r1'")
-	_, err2 := tx2.ExecContext(ctx, "UPDATE seq SET next_seq = next_seq + 1 WHERE run_id = 'r1'")
+	done := make(chan error, 1)
+	go func() {
+		_, err := tx2.ExecContext(ctx, "UPDATE seq SET next_seq = next_seq + 10 WHERE run_id = 'r1'")
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("second UPDATE did not wait for the lock: %v", err)
+	case <-time.After(200 * time.Millisecond):
+	}
 	if err := tx1.Commit(); err != nil {
-		t.Fatalf("first writer commit: %v", err)
+		t.Fatalf("first commit: %v", err)
 	}
-	if err2 == nil {
-		err2 = tx2.Commit()
-	} else if rerr := tx2.Rollback(); rerr != nil {
-		t.Fatalf("rollback after conflict: %v", rerr)
+	if err := <-done; err != nil {
+		t.Fatalf("second UPDATE after the lock was released: %v", err)
 	}
-	var se *gosnowflake.SnowflakeError
-	if !errors.As(err2, &se) || se.Number != 625 || se.SQLState != "57014" {
-		t.Fatalf("conflict error = %v, want SnowflakeError 000625/57014", err2)
+	if err := tx2.Commit(); err != nil {
+		t.Fatalf("second commit: %v", err)
 	}
 	var n int
-	if err := db.QueryRowContext(ctx, "SELECT next_seq FROM seq").Scan(&n); err != nil || n != 2 {
-		t.Fatalf("next_seq = %d, %v; want 2", n, err)
+	if err := db.QueryRowContext(ctx, "SELECT next_seq FROM seq").Scan(&n); err != nil || n != 12 {
+		t.Fatalf("next_seq = %d, %v; want 12 (both increments)", n, err)
+	}
+}
+
+// TestConflictErrors checks the cases DuckDB cannot wait out: they fail with
+// Snowflake's 000625/57014, which the store treats as retryable, and the
+// failed transaction ends cleanly.
+func TestConflictErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		run  func(t *testing.T, db *sql.DB, tx1, tx2 *sql.Tx) error // returns tx2's error
+	}{
+		{"stale snapshot", func(t *testing.T, db *sql.DB, tx1, tx2 *sql.Tx) error {
+			// tx2 reads first, so its snapshot predates tx1's commit.
+			var n int
+			if err := tx2.QueryRowContext(ctxT(t), "SELECT next_seq FROM seq").Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			mustExec(t, tx1, "UPDATE seq SET next_seq = next_seq + 1")
+			if err := tx1.Commit(); err != nil {
+				t.Fatal(err)
+			}
+			_, err := tx2.ExecContext(ctxT(t), "UPDATE seq SET next_seq = next_seq + 1")
+			return err
+		}},
+		{"deadlock", func(t *testing.T, db *sql.DB, tx1, tx2 *sql.Tx) error {
+			mustExec(t, tx1, "UPDATE seq SET next_seq = next_seq + 1")
+			mustExec(t, tx2, "DELETE FROM other")
+			waiting := make(chan error, 1)
+			go func() {
+				_, err := tx1.ExecContext(ctxT(t), "DELETE FROM other")
+				waiting <- err
+			}()
+			time.Sleep(100 * time.Millisecond) // let tx1 queue on tx2's lock
+			_, err := tx2.ExecContext(ctxT(t), "UPDATE seq SET next_seq = next_seq + 1")
+			if err == nil {
+				t.Fatal("deadlock not detected")
+			}
+			if rerr := tx2.Rollback(); rerr != nil {
+				t.Fatal(rerr)
+			}
+			if werr := <-waiting; werr != nil {
+				t.Fatalf("survivor of the deadlock: %v", werr)
+			}
+			if cerr := tx1.Commit(); cerr != nil {
+				t.Fatal(cerr)
+			}
+			return err
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, db := openDB(t)
+			ctx := ctxT(t)
+			mustExec(t, db, "CREATE TABLE seq (next_seq INT)")
+			mustExec(t, db, "CREATE TABLE other (x INT)")
+			mustExec(t, db, "INSERT INTO seq VALUES (1)")
+			tx1, err := db.BeginTx(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tx2, err := db.BeginTx(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = tc.run(t, db, tx1, tx2)
+			var se *gosnowflake.SnowflakeError
+			if !errors.As(err, &se) || se.Number != 625 || se.SQLState != "57014" {
+				t.Fatalf("error = %v, want SnowflakeError 000625/57014", err)
+			}
+			_ = tx2.Rollback()
+			var n int
+			if err := db.QueryRowContext(ctx, "SELECT next_seq FROM seq").Scan(&n); err != nil || n != 2 {
+				t.Fatalf("next_seq = %d, %v; want 2 (only the winner's update)", n, err)
+			}
+		})
 	}
 }

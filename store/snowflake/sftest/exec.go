@@ -22,9 +22,11 @@ import (
 type session struct {
 	id     int64
 	conn   *sql.Conn
+	locks  *lockManager
 	mu     sync.Mutex // one request at a time, as on a real session
-	inTx   bool
-	doomed bool // DuckDB aborted the open transaction; only ROLLBACK/COMMIT end it
+	inTx   bool       // the client opened a transaction
+	duckTx bool       // … and DuckDB's transaction has started (lazily, see begin)
+	doomed bool       // DuckDB aborted the open transaction; only ROLLBACK/COMMIT end it
 	params map[string]string
 	db, sc string
 }
@@ -41,13 +43,9 @@ func (s *session) execStmt(ctx context.Context, st *stmt, binds map[string]bindP
 	w0, w1 := st.word(0), st.word(1)
 	switch {
 	case w0 == "BEGIN" || w0 == "START" && w1 == "TRANSACTION":
-		if s.inTx { // Snowflake ignores a BEGIN inside a transaction
-			return statusResult(stmtTCL, "Statement executed successfully."), nil
-		}
-		if err := s.rawExec(ctx, "BEGIN TRANSACTION"); err != nil {
-			return nil, err
-		}
-		s.inTx, s.doomed = true, false
+		// Snowflake ignores a BEGIN inside a transaction. DuckDB's own
+		// transaction starts with the first statement (see begin).
+		s.inTx = true
 		return statusResult(stmtTCL, "Statement executed successfully."), nil
 	case w0 == "COMMIT" || w0 == "ROLLBACK" || w0 == "ABORT":
 		return s.endTx(ctx, w0 == "COMMIT")
@@ -65,24 +63,50 @@ func (s *session) execStmt(ctx context.Context, st *stmt, binds map[string]bindP
 	if err != nil {
 		return nil, err
 	}
+	if table := lockTarget(st, s.db, s.sc); table != "" {
+		if err := s.locks.acquire(ctx, s, table); err != nil {
+			return nil, err
+		}
+		if !s.inTx {
+			defer s.locks.releaseAll(s)
+		}
+	}
+	if err := s.begin(ctx); err != nil {
+		return nil, err
+	}
 	var res *result
 	err = s.conn.Raw(func(dc any) error {
 		var rerr error
-		res, rerr = runDuck(ctx, dc.(*duckdb.Conn), st, args, arrayLen, s.inTx)
+		res, rerr = runDuck(ctx, dc.(*duckdb.Conn), st, args, arrayLen, s.duckTx)
 		return rerr
 	})
 	if err != nil {
 		var de *duckdb.Error
-		if s.inTx && errors.As(err, &de) && de.Type == duckdb.ErrorTypeTransaction {
+		if s.duckTx && errors.As(err, &de) && de.Type == duckdb.ErrorTypeTransaction {
 			// DuckDB has invalidated the transaction; roll it back now so
 			// the connection stays usable, and fail what follows until the
 			// client ends the transaction.
 			_ = s.rawExec(context.WithoutCancel(ctx), "ROLLBACK")
-			s.doomed = true
+			s.duckTx, s.doomed = false, true
 		}
 		return nil, err
 	}
 	return res, nil
+}
+
+// begin starts DuckDB's transaction for an open client transaction, right
+// before its first statement runs: a transaction that starts with UPDATE
+// then takes its snapshot after the table lock is granted, so it sees the
+// previous holder's commit, as Snowflake's read committed would.
+func (s *session) begin(ctx context.Context) error {
+	if !s.inTx || s.duckTx {
+		return nil
+	}
+	if err := s.rawExec(ctx, "BEGIN TRANSACTION"); err != nil {
+		return err
+	}
+	s.duckTx = true
+	return nil
 }
 
 func (s *session) rawExec(ctx context.Context, q string) error {
@@ -96,15 +120,13 @@ func (s *session) rawExec(ctx context.Context, q string) error {
 // Snowflake.
 func (s *session) endTx(ctx context.Context, commit bool) (*result, error) {
 	ok := statusResult(stmtTCL, "Statement executed successfully.")
-	if !s.inTx {
-		return ok, nil
+	defer s.locks.releaseAll(s)
+	wasDoomed, open := s.doomed, s.duckTx
+	s.inTx, s.duckTx, s.doomed = false, false, false
+	if wasDoomed && commit {
+		return nil, newSFError(CodeLockConflict, "57014", "Transaction was aborted by a conflict and has been rolled back")
 	}
-	s.inTx = false
-	if s.doomed {
-		s.doomed = false
-		if commit {
-			return nil, newSFError(CodeLockConflict, "57014", "Transaction was aborted by a conflict and has been rolled back")
-		}
+	if !open {
 		return ok, nil
 	}
 	q := "ROLLBACK"

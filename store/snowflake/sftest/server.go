@@ -46,9 +46,10 @@ type LoggedQuery struct {
 
 // Server is a Snowflake-protocol server executing on embedded DuckDB.
 type Server struct {
-	opts Options
-	db   *sql.DB
-	tmp  string
+	opts  Options
+	db    *sql.DB
+	tmp   string
+	locks *lockManager
 
 	mu        sync.Mutex
 	sessions  map[string]*session // by session token
@@ -87,6 +88,7 @@ func New(opts Options) (*Server, error) {
 	return &Server{
 		opts:     opts,
 		db:       db,
+		locks:    newLockManager(),
 		sessions: map[string]*session{},
 		masters:  map[string]*session{},
 		byID:     map[int64]*session{},

@@ -1,0 +1,140 @@
+package sftest
+
+import (
+	"context"
+	"strings"
+	"sync"
+)
+
+// maxLockWaiters mirrors Snowflake: the 21st statement queued on one lock
+// is aborted with 000625 instead of waiting.
+const maxLockWaiters = 20
+
+// lockManager gives UPDATE, DELETE and MERGE Snowflake's table locks: the
+// statement waits until no other transaction holds the table, and the lock
+// is held until COMMIT or ROLLBACK. DuckDB alone would instead fail the
+// second writer with a conflict.
+type lockManager struct {
+	mu      sync.Mutex
+	holders map[string]*session // table → holding session
+	waiting map[*session]string // session → table it waits for
+	changed chan struct{}       // closed and replaced on every release
+}
+
+func newLockManager() *lockManager {
+	return &lockManager{holders: map[string]*session{}, waiting: map[*session]string{}, changed: make(chan struct{})}
+}
+
+// acquire takes table's lock for sess, waiting while another session holds
+// it. It fails with 000625 when too many statements wait or when waiting
+// would deadlock, and with the context's error when the request ends.
+func (m *lockManager) acquire(ctx context.Context, sess *session, table string) error {
+	m.mu.Lock()
+	for {
+		h := m.holders[table]
+		if h == nil || h == sess {
+			m.holders[table] = sess
+			delete(m.waiting, sess)
+			m.mu.Unlock()
+			return nil
+		}
+		if err := m.checkWait(sess, table, h); err != nil {
+			delete(m.waiting, sess)
+			m.mu.Unlock()
+			return err
+		}
+		m.waiting[sess] = table
+		ch := m.changed
+		m.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			m.mu.Lock()
+			delete(m.waiting, sess)
+			m.mu.Unlock()
+			return ctx.Err()
+		}
+		m.mu.Lock()
+	}
+}
+
+// checkWait refuses a wait that would exceed the waiter limit or close a
+// cycle in the waits-for graph. Callers hold m.mu.
+func (m *lockManager) checkWait(sess *session, table string, holder *session) error {
+	n := 0
+	for s, t := range m.waiting {
+		if t == table && s != sess {
+			n++
+		}
+	}
+	if n >= maxLockWaiters {
+		return newSFError(CodeLockConflict, "57014",
+			"Statement aborted because the number of waiters for the lock on table %s exceeds the %d statements limit.", table, maxLockWaiters)
+	}
+	for h, steps := holder, 0; h != nil && steps <= len(m.waiting); steps++ {
+		t, waits := m.waiting[h]
+		if !waits {
+			break
+		}
+		h = m.holders[t]
+		if h == sess {
+			return newSFError(CodeLockConflict, "57014",
+				"Transaction aborted because of a deadlock on table %s; the other transaction holds a lock this one waits for.", table)
+		}
+	}
+	return nil
+}
+
+// releaseAll frees every lock sess holds.
+func (m *lockManager) releaseAll(sess *session) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	freed := false
+	for t, h := range m.holders {
+		if h == sess {
+			delete(m.holders, t)
+			freed = true
+		}
+	}
+	if freed {
+		close(m.changed)
+		m.changed = make(chan struct{})
+	}
+}
+
+// lockTarget names the table an UPDATE, DELETE or MERGE writes, qualified
+// with the session's database and schema when the statement does not, or
+// "" for other statements.
+func lockTarget(st *stmt, db, sc string) string {
+	i := 0
+	switch st.word(0) {
+	case "UPDATE":
+		i = 1
+	case "DELETE", "MERGE":
+		i = 2 // DELETE FROM t, MERGE INTO t
+	default:
+		return ""
+	}
+	var parts []string
+	for ; i < len(st.toks); i += 2 {
+		t := st.toks[i]
+		switch t.kind {
+		case tkWord:
+			parts = append(parts, t.upper())
+		case tkQuoted:
+			parts = append(parts, t.val)
+		default:
+			return ""
+		}
+		if i+1 >= len(st.toks) || bare(st.toks[i+1]) != "." {
+			break
+		}
+	}
+	switch len(parts) {
+	case 1:
+		parts = []string{db, sc, parts[0]}
+	case 2:
+		parts = []string{db, parts[0], parts[1]}
+	}
+	return strings.Join(parts, ".")
+}

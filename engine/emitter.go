@@ -107,7 +107,15 @@ func (em *emitter) emit(ctx context.Context, ems ...emission) ([]RunEventRecord,
 		}
 		events = append(events, e)
 	}
-	run, steps, err := CheckTransitions(em.run, em.steps, events)
+	// Check against the states of the steps the batch touches only: copying
+	// every step's state per batch would make a run quadratic.
+	touched := make(map[string]StepState, len(events))
+	for _, e := range events {
+		if st, ok := em.steps[e.StepID]; ok && e.StepID != "" {
+			touched[e.StepID] = st
+		}
+	}
+	run, steps, err := CheckTransitions(em.run, touched, events)
 	if err != nil {
 		// Layer 1: never emit what the transition table forbids.
 		ee := err.(*Error)
@@ -128,6 +136,9 @@ func (em *emitter) emit(ctx context.Context, ems ...emission) ([]RunEventRecord,
 	for _, r := range res.Deduped {
 		em.ids[r.IdempotencyKey] = r.EventID // the store's record is authoritative
 	}
-	em.run, em.steps = run, steps
+	em.run = run
+	for id, st := range steps {
+		em.steps[id] = st
+	}
 	return res.Records(), nil
 }

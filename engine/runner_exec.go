@@ -536,10 +536,8 @@ func listIDs(ids []string) string {
 }
 
 // schedule starts what may start: steps the log showed RUNNING (they are in
-// flight already, even while PAUSED), then, while the run is RUNNING and
-// fail-fast has not tripped, ready steps and RETRY_STEP steps, up to
-// Threads at once. The StepStarted events of the steps started together go
-// in one batch.
+// flight already, even while PAUSED), then ready steps (see pickStarts),
+// whose StepStarted events go in one batch.
 func (r *runner) schedule(ctx context.Context) error {
 	for len(r.rerun) > 0 && len(r.inflight) < r.cfg.Threads {
 		i := r.rerun[0]
@@ -547,8 +545,24 @@ func (r *runner) schedule(ctx context.Context) error {
 		r.engineAtt[i]++
 		r.dispatch(ctx, i)
 	}
-	if r.run != StatusRunning || r.failFast != "" {
+	starts, ems := r.pickStarts(nil)
+	if len(starts) == 0 {
 		return nil
+	}
+	if err := r.emit(ctx, ems...); err != nil {
+		return err
+	}
+	r.launch(ctx, starts)
+	return nil
+}
+
+// pickStarts takes, while the run is RUNNING and fail-fast has not
+// tripped, ready steps and RETRY_STEP steps up to Threads in flight, and
+// appends their StepStarted events to ems. The caller emits them, then
+// launches the steps.
+func (r *runner) pickStarts(ems []emission) ([]int, []emission) {
+	if r.run != StatusRunning || r.failFast != "" {
+		return nil, ems
 	}
 	var starts []int
 	for len(r.inflight)+len(starts) < r.cfg.Threads && r.ready.Len() > 0 {
@@ -557,18 +571,16 @@ func (r *runner) schedule(ctx context.Context) error {
 			starts = append(starts, i)
 		}
 	}
-	if len(starts) == 0 {
-		return nil
-	}
-	ems := make([]emission, len(starts))
-	for k, i := range starts {
+	for _, i := range starts {
 		delete(r.retry, i)
 		r.engineAtt[i] = 1
-		ems[k] = emission{typ: StepStarted, step: r.steps[i].ID, attempt: r.logical[i], payload: startedPayload(r.steps[i])}
+		ems = append(ems, emission{typ: StepStarted, step: r.steps[i].ID, attempt: r.logical[i], payload: startedPayload(r.steps[i])})
 	}
-	if err := r.emit(ctx, ems...); err != nil {
-		return err
-	}
+	return starts, ems
+}
+
+// launch runs steps whose StepStarted is recorded.
+func (r *runner) launch(ctx context.Context, starts []int) {
 	for _, i := range starts {
 		r.setStatus(i, StepStatusRunning)
 		if r.order[i] == 0 {
@@ -579,7 +591,6 @@ func (r *runner) schedule(ctx context.Context) error {
 			EngineAttempt: 1, LogicalAttempt: r.logical[i]})
 		r.dispatch(ctx, i)
 	}
-	return nil
 }
 
 func startedPayload(s PlanStep) map[string]any {
@@ -615,10 +626,13 @@ func (r *runner) dispatch(ctx context.Context, i int) {
 }
 
 // complete records the outcomes that arrived together in one batch (see
-// completion), closing the run when this was the last work.
+// completion) with the StepStarted of the steps that may start now — one
+// append for both halves, which halves the store's transactions — or with
+// the run's closing event when this was the last work.
 func (r *runner) complete(ctx context.Context, outs []outcome) error {
 	ems, reports := r.completion(outs, nil, nil)
-	if x, ok := r.final(); ok {
+	starts, ems := r.pickStarts(ems)
+	if x, ok := r.final(); ok && len(starts) == 0 {
 		ems = append(ems, x)
 		r.run = RunStatus(mustTarget(x.typ))
 	}
@@ -629,6 +643,7 @@ func (r *runner) complete(ctx context.Context, outs []outcome) error {
 		return err
 	}
 	r.reportAll(reports)
+	r.launch(ctx, starts)
 	return nil
 }
 

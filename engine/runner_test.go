@@ -632,7 +632,7 @@ func TestStoreGoesAwayMidRun(t *testing.T) {
 	ids := []string{"a", "b", "c", "d", "e"}
 	p := chain(ids, map[string][]string{"b": {"a"}, "c": {"b"}, "d": {"c"}, "e": {"d"}})
 	runID := h.start(p)
-	h.log.downAt.Store(4) // RunStarted, a started, a done, b started; then b's outcome fails
+	h.log.downAt.Store(3) // RunStarted; a started; a done + b started; then b's outcome fails
 	snap, err := h.eng.Execute(h.ctx, runID, p, h.wh)
 	if engine.CodeOf(err) != engine.CodeStoreUnavailable {
 		t.Fatalf("Execute returned %v, want STORE_UNAVAILABLE", err)

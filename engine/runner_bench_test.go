@@ -1,0 +1,220 @@
+package engine_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/store/sqlite"
+)
+
+// Targets (issue #3): the runner adds at most 1 ms per step over running
+// the same statements directly, and a 10,000-step run stays under 200 MB.
+
+// benchPlan is n trivial sql steps; every third depends on the step seven
+// before it and every fifth on the one before, so the DAG has both chains
+// and independent branches for the threads.
+func benchPlan(n int) *engine.Plan {
+	p := &engine.Plan{PlanID: "bench", PlanVersion: "1"}
+	for i := range n {
+		s := engine.PlanStep{ID: fmt.Sprintf("sql.s%05d", i), Kind: engine.KindSQL, SQL: "select 1"}
+		if i%3 == 0 && i >= 7 {
+			s.DependsOn = append(s.DependsOn, fmt.Sprintf("sql.s%05d", i-7))
+		}
+		if i%5 == 0 && i >= 1 {
+			s.DependsOn = append(s.DependsOn, fmt.Sprintf("sql.s%05d", i-1))
+		}
+		p.Steps = append(p.Steps, s)
+	}
+	return p
+}
+
+type benchIDs struct {
+	mu sync.Mutex
+	n  uint64
+}
+
+func (b *benchIDs) NewID() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.n++
+	return fmt.Sprintf("%08x-0000-4000-8000-%012x", time.Now().Unix()&0xffffffff, b.n)
+}
+
+// benchRun opens a fresh state store and warehouse, runs p once and
+// returns how long StartRun + Execute took and the warehouse (open; the
+// caller closes it).
+func benchRun(b *testing.B, p *engine.Plan, threads int) (time.Duration, *sqlite.Warehouse) {
+	b.Helper()
+	ctx := context.Background()
+	dir := b.TempDir()
+	st, err := sqlite.Open(ctx, filepath.Join(dir, "state.db"), sqlite.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	wh, err := sqlite.OpenWarehouse(ctx, filepath.Join(dir, "warehouse.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	eng := &engine.Engine{
+		Log: st, Clock: engine.ClockFunc(time.Now), IDs: &benchIDs{},
+		Config: engine.Config{TenantID: "acme", ProjectID: "bench", EnvironmentID: "bench", Threads: threads, Owner: "bench"},
+	}
+	start := time.Now()
+	runID, err := eng.StartRun(ctx, engine.StartRequest{Plan: p})
+	if err != nil {
+		b.Fatal(err)
+	}
+	snap, err := eng.Execute(ctx, runID, p, wh)
+	elapsed := time.Since(start)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if snap.Status != engine.StatusCompleted {
+		b.Fatalf("run %s: %+v", snap.Status, snap.Error)
+	}
+	return elapsed, wh
+}
+
+// direct runs the plan's statements one after another through the
+// warehouse's RunStep (what a step costs without the runner) and through
+// the database handle alone.
+func direct(b *testing.B, wh *sqlite.Warehouse, p *engine.Plan) (runStep, exec time.Duration) {
+	b.Helper()
+	ctx := context.Background()
+	start := time.Now()
+	for _, s := range p.Steps {
+		if _, err := wh.RunStep(ctx, engine.StepRequest{StepID: s.ID, Kind: s.Kind, SQL: s.SQL}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	runStep = time.Since(start)
+	start = time.Now()
+	for _, s := range p.Steps {
+		if _, err := wh.DB().ExecContext(ctx, s.SQL); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return runStep, time.Since(start)
+}
+
+func BenchmarkRunner2000Steps(b *testing.B) {
+	const n = 2000
+	p := benchPlan(n)
+	var runner, viaRunStep, viaExec time.Duration
+	for range b.N {
+		elapsed, wh := benchRun(b, p, 4)
+		b.StopTimer()
+		rs, ex := direct(b, wh, p)
+		wh.Close()
+		b.StartTimer()
+		runner += elapsed
+		viaRunStep += rs
+		viaExec += ex
+	}
+	steps := float64(n * b.N)
+	b.ReportMetric(steps/runner.Seconds(), "steps/s")
+	b.ReportMetric(float64((runner-viaRunStep).Microseconds())/1000/steps, "overhead-ms/step")
+	b.ReportMetric(float64((runner-viaExec).Microseconds())/1000/steps, "overhead-vs-exec-ms/step")
+}
+
+func BenchmarkDirect2000(b *testing.B) {
+	const n = 2000
+	p := benchPlan(n)
+	ctx := context.Background()
+	wh, err := sqlite.OpenWarehouse(ctx, filepath.Join(b.TempDir(), "warehouse.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer wh.Close()
+	b.Run("exec", func(b *testing.B) {
+		for range b.N {
+			for _, s := range p.Steps {
+				if _, err := wh.DB().ExecContext(ctx, s.SQL); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "steps/s")
+	})
+	b.Run("runstep", func(b *testing.B) {
+		for range b.N {
+			for _, s := range p.Steps {
+				if _, err := wh.RunStep(ctx, engine.StepRequest{StepID: s.ID, Kind: s.Kind, SQL: s.SQL}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "steps/s")
+	})
+}
+
+// BenchmarkRunner10000StepsMemory reports the peak Go heap while a
+// 10,000-step run executes (sampled every 5 ms) and the process's peak RSS.
+func BenchmarkRunner10000StepsMemory(b *testing.B) {
+	if testing.Short() {
+		b.Skip("10,000 steps")
+	}
+	const n = 10000
+	p := benchPlan(n)
+	var peak uint64
+	for range b.N {
+		runtime.GC()
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var ms runtime.MemStats
+			t := time.NewTicker(5 * time.Millisecond)
+			defer t.Stop()
+			for {
+				runtime.ReadMemStats(&ms)
+				peak = max(peak, ms.HeapAlloc)
+				select {
+				case <-stop:
+					return
+				case <-t.C:
+				}
+			}
+		}()
+		_, wh := benchRun(b, p, 4)
+		close(stop)
+		wg.Wait()
+		wh.Close()
+	}
+	b.ReportMetric(float64(peak)/(1<<20), "peak-heap-MB")
+	if rss := peakRSS(); rss > 0 {
+		b.ReportMetric(float64(rss)/(1<<20), "peak-rss-MB")
+	}
+}
+
+// peakRSS reads VmHWM (Linux); 0 elsewhere.
+func peakRSS() uint64 {
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
+			kb, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			if err != nil {
+				return 0
+			}
+			return kb << 10
+		}
+	}
+	return 0
+}

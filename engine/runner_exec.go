@@ -143,7 +143,7 @@ func (e *Engine) execute(ctx context.Context, runID string, p *Plan, wh Warehous
 func (e *Engine) heartbeat(ctx context.Context, runID string, cfg Config) <-chan struct{} {
 	lost := make(chan struct{})
 	go func() {
-		t := time.NewTicker(cfg.LeaseTTL / 3)
+		t := time.NewTicker(max(cfg.LeaseTTL/3, time.Millisecond))
 		defer t.Stop()
 		for {
 			select {

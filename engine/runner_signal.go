@@ -143,6 +143,9 @@ func (r *runner) cancel(ctx context.Context, sg Signal, cancelled emission) erro
 		case o := <-r.results:
 			outs = append(outs, o)
 		case <-ctx.Done():
+			for _, o := range outs {
+				delete(r.inflight, o.i) // drain must not wait for them again
+			}
 			return fmt.Errorf("run %s interrupted while cancelling: %w", r.runID, ctx.Err())
 		}
 	}

@@ -669,3 +669,62 @@ func evTypes(evs []engine.RunEventRecord) []engine.EventType {
 	}
 	return out
 }
+
+func TestLeaseLostStopsTheRun(t *testing.T) {
+	h := newHarness(t)
+	h.eng.Config.LeaseTTL = 30 * time.Millisecond
+	p := chain([]string{"long", "next"}, map[string][]string{"next": {"long"}})
+	started := make(chan string, 1)
+	h.wh.set("long", blockUntilDone(started))
+	runID := h.start(p)
+	done := h.execAsync(h.ctx, runID, p)
+	recv(t, started)
+	// Another runner takes over, as if this one had stalled past its TTL.
+	if err := h.store.ReleaseLease(h.ctx, runID, "runner-a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.store.AcquireLease(h.ctx, runID, "runner-b", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	res := h.wait(done)
+	if !errors.Is(res.err, engine.ErrLeaseHeld) {
+		t.Fatalf("Execute returned %v, want LEASE_HELD", res.err)
+	}
+	if !errors.Is(h.wh.ctxErr("long"), context.Canceled) {
+		t.Errorf("the running step's context ended with %v", h.wh.ctxErr("long"))
+	}
+	if got := types(h.events(runID), "long"); !slices.Equal(got, []engine.EventType{engine.StepStarted}) {
+		t.Errorf("long's events %v: a runner without the lease wrote its outcome", got)
+	}
+}
+
+func TestExecuteRefuses(t *testing.T) {
+	h := newHarness(t)
+	p := chain([]string{"a"}, nil)
+	runID := h.start(p)
+	other := chain([]string{"a"}, nil)
+	other.PlanVersion = "2"
+	cyclic := chain([]string{"a", "b"}, map[string][]string{"a": {"b"}, "b": {"a"}})
+	for _, tc := range []struct {
+		name  string
+		runID string
+		plan  *engine.Plan
+		wh    engine.Warehouse
+		want  engine.Code
+	}{
+		{"another plan version", runID, other, h.wh, engine.CodePlanHashMismatch},
+		{"invalid plan", runID, cyclic, h.wh, engine.CodePlanInvalid},
+		{"no warehouse", runID, p, nil, engine.CodeInvalidArgument},
+		{"unknown run", "00000000-0000-4000-8000-ffffffffffff", p, h.wh, engine.CodeRunNotFound},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := h.eng.Execute(h.ctx, tc.runID, tc.plan, tc.wh)
+			if engine.CodeOf(err) != tc.want {
+				t.Errorf("err %v, want %s", err, tc.want)
+			}
+		})
+	}
+	if n := len(h.events(runID)); n != 1 {
+		t.Errorf("refused Executes wrote %d events", n-1)
+	}
+}

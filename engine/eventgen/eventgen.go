@@ -124,6 +124,8 @@ func (g *gen) run() {
 		}
 		if g.status == engine.StatusPaused {
 			switch {
+			case g.r.chance(0.06):
+				return // stop while paused, steps maybe still draining
 			case g.r.chance(0.1):
 				g.emit(engine.RunCancelled, "", 1, reason("operator cancel"))
 				return
@@ -274,10 +276,10 @@ func (g *gen) odd() {
 		g.emit(types[g.r.intn(len(types))], st.id, 1+g.r.intn(3), errPayload("ODD", "run event with a step"))
 	case 2: // a step-level event without a step: opaque
 		g.emit(engine.StepStarted, "", st.attempt+1, nil)
-	case 3: // a step event of the current attempt, emitted in the past
-		g.back = time.Duration(1+g.r.intn(10)) * time.Second
-		if st.status == engine.StepStatusRunning {
-			g.emit(engine.StepCompleted, st.id, st.attempt, nil)
+	case 3: // a step event emitted in the past: a negative duration
+		g.back = time.Duration(5+g.r.intn(30)) * time.Second
+		if i := g.pick(engine.StepStatusRunning); i >= 0 {
+			g.emit(engine.StepCompleted, g.steps[i].id, g.steps[i].attempt, nil)
 		} else {
 			g.emit(engine.StepStarted, st.id, st.attempt+1, nil)
 		}

@@ -126,6 +126,7 @@ func TestProjectionSQLEqualsGo(t *testing.T) {
 	if len(all) != len(streams) {
 		t.Fatalf("ProjectAllSQL returned %d runs, want %d", len(all), len(streams))
 	}
+	requireVariety(t, streams)
 	views := viewSnapshots(t, s)
 	failures := 0
 	for runID, events := range streams {
@@ -305,4 +306,62 @@ func TestAuditViewsRepeatTheProjection(t *testing.T) {
 		}
 	}
 	t.Fatal("no migration creates dvt_event_states")
+}
+
+// requireVariety guards the corpus: equality proves little on streams that
+// never exercise a rule. Each case must occur in at least 20 runs.
+func requireVariety(t *testing.T, streams map[string][]engine.RunEventRecord) {
+	t.Helper()
+	count := map[string]int{}
+	for runID, events := range streams {
+		snap := engine.Project(runID, events)
+		seen := map[string]bool{}
+		mark := func(c string) { seen[c] = true }
+		keys := map[string]bool{}
+		for _, e := range events {
+			if keys[e.IdempotencyKey] {
+				mark("re-delivery")
+			}
+			keys[e.IdempotencyKey] = true
+			if !e.EventType.Known() {
+				mark("unknown type")
+			}
+			if e.LogicalAttemptID < 1 || e.LogicalAttemptID > 64 {
+				mark("attempt outside 1..64")
+			}
+			if e.StepID != "" && !e.EventType.StepLevel() && e.EventType.Known() {
+				mark("run event with a step id")
+			}
+		}
+		for _, v := range snap.Violations {
+			mark("violation " + v.Entity)
+		}
+		if snap.Substatus == engine.SubstatusDraining {
+			mark("draining")
+		}
+		mark("status " + string(snap.Status))
+		for _, st := range snap.Steps {
+			mark("step " + string(st.Status))
+			switch {
+			case st.LogicalAttemptID > 1 && st.Status == engine.StepStatusSuccess:
+				mark("retried step succeeded")
+			case st.DurationMs < 0:
+				mark("negative duration")
+			case len(st.Artifacts) > 0:
+				mark("artifacts")
+			case st.Status == engine.StepStatusFailed && st.Error == nil:
+				mark("failure without a decodable error")
+			}
+		}
+		for c := range seen {
+			count[c]++
+		}
+	}
+	for _, c := range []string{"re-delivery", "unknown type", "attempt outside 1..64", "run event with a step id", "violation RUN", "violation STEP",
+		"draining", "status COMPLETED", "status FAILED", "status CANCELLED", "status PAUSED", "status RUNNING", "step SKIPPED", "step FAILED",
+		"step RUNNING", "step PENDING", "retried step succeeded", "negative duration", "artifacts", "failure without a decodable error"} {
+		if count[c] < 20 {
+			t.Errorf("only %d of %d generated runs have %s", count[c], len(streams), c)
+		}
+	}
 }

@@ -29,6 +29,19 @@ func ConfigFromDSN(dsn string) (*gosnowflake.Config, error) {
 	if err != nil {
 		return nil, engine.Errorf(engine.CodeInvalidArgument, "Snowflake DSN %s: %v", RedactDSN(dsn), err)
 	}
+	if keyFile != "" {
+		if a, ok := paramValue(dsn, "authenticator"); ok && !strings.EqualFold(a, gosnowflake.AuthTypeJwt.String()) {
+			return nil, engine.Errorf(engine.CodeInvalidArgument, "Snowflake DSN %s: privateKeyFile needs authenticator=SNOWFLAKE_JWT, not %s", RedactDSN(dsn), a)
+		} else if !ok {
+			// Set before parsing: the driver refuses a DSN without a
+			// password unless it knows the authentication is by key.
+			sep := "?"
+			if strings.Contains(rest, "?") {
+				sep = "&"
+			}
+			rest += sep + "authenticator=SNOWFLAKE_JWT"
+		}
+	}
 	cfg, err := gosnowflake.ParseDSN(rest)
 	if err != nil {
 		return nil, engine.Errorf(engine.CodeInvalidArgument, "Snowflake DSN %s: %s", RedactDSN(dsn), scrubText(err.Error(), secretsOfDSN(dsn)))
@@ -39,12 +52,6 @@ func ConfigFromDSN(dsn string) (*gosnowflake.Config, error) {
 			return nil, engine.Errorf(engine.CodeInvalidArgument, "Snowflake DSN %s: privateKeyFile: %v", RedactDSN(dsn), err)
 		}
 		cfg.PrivateKey = key
-		if !hasParam(dsn, "authenticator") {
-			cfg.Authenticator = gosnowflake.AuthTypeJwt
-		}
-		if cfg.Authenticator != gosnowflake.AuthTypeJwt {
-			return nil, engine.Errorf(engine.CodeInvalidArgument, "Snowflake DSN %s: privateKeyFile needs authenticator=SNOWFLAKE_JWT, not %s", RedactDSN(dsn), cfg.Authenticator)
-		}
 	}
 	return cfg, nil
 }
@@ -71,13 +78,16 @@ func cutParam(dsn, name string) (string, string, error) {
 	return dsn[:i] + "?" + q.Encode(), v, nil
 }
 
-func hasParam(dsn, name string) bool {
+func paramValue(dsn, name string) (string, bool) {
 	i := strings.LastIndexByte(dsn, '?')
 	if i < 0 {
-		return false
+		return "", false
 	}
 	q, err := url.ParseQuery(dsn[i+1:])
-	return err == nil && q.Has(name)
+	if err != nil || !q.Has(name) {
+		return "", false
+	}
+	return q.Get(name), true
 }
 
 func readPrivateKey(path string) (*rsa.PrivateKey, error) {

@@ -35,9 +35,9 @@ func intLit(n int64) string { return strconv.FormatInt(n, 10) }
 // tsText is how timestamps travel to Snowflake as text (bound or hex
 // encoded) before a CAST to TIMESTAMP_TZ(9): UTC, nanoseconds, explicit
 // offset.
-func tsText(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05.000000000 +00:00") }
+func tsText(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000000000+00:00") }
 
-var slot = regexp.MustCompile(`/\*:([a-z_]+)\*/`)
+var slot = regexp.MustCompile(`/\*:([a-z0-9_]+)\*/`)
 
 // render fills the /*:name*/ slots of a statement with literals made by
 // hexLit, hexOrNull or intLit, and /*rows*/ with rows of such literals. A
@@ -54,6 +54,9 @@ func render(stmt string, vals map[string]string, rows [][]string) (string, error
 	})
 	if missing != "" {
 		return "", fmt.Errorf("snowflake: statement slot %q has no value", missing)
+	}
+	if strings.Contains(out, "/*:") {
+		return "", fmt.Errorf("snowflake: statement has a malformed slot: %.80s", out[strings.Index(out, "/*:"):])
 	}
 	if strings.Contains(out, "/*rows*/") {
 		if len(rows) == 0 {

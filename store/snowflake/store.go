@@ -143,17 +143,23 @@ func (s *Store) migrate(ctx context.Context) error {
 		}
 		return out, nil
 	}
-	for _, name := range []string{"create_locks", "create_schema_version"} {
-		if _, err := s.db.ExecContext(ctx, s.q[name]); err != nil {
-			return s.classify("prepare migrations", err)
+	// Creating the lock table and the version table is idempotent; two
+	// processes doing it at once may conflict, and simply try again.
+	var todo []sqlfiles.Migration
+	err = s.withRetry(ctx, func() error {
+		for _, name := range []string{"create_locks", "create_schema_version"} {
+			if _, err := s.db.ExecContext(ctx, s.q[name]); err != nil {
+				return s.classify("prepare migrations", err)
+			}
 		}
-	}
-	todo, err := pending()
+		if todo, err = pending(); err != nil || len(todo) == 0 {
+			return err
+		}
+		_, err := s.db.ExecContext(ctx, s.q["ensure_migrate_lock"])
+		return s.classify("prepare migrations", err)
+	})
 	if err != nil || len(todo) == 0 {
 		return err
-	}
-	if _, err := s.db.ExecContext(ctx, s.q["ensure_migrate_lock"]); err != nil {
-		return s.classify("prepare migrations", err)
 	}
 	owner := uuid.NewString()
 	if err := s.acquireMigrateLock(ctx, owner); err != nil {

@@ -1,0 +1,316 @@
+package snowflake_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/store"
+	"github.com/dvtrun/dvtrun/store/snowflake"
+	"github.com/dvtrun/dvtrun/store/snowflake/sftest"
+	"github.com/dvtrun/dvtrun/store/storetest"
+)
+
+var ctx = context.Background()
+
+// fakeClock is the store clock of a test, advanced by hand.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(time.Microsecond) // strictly increasing, like a real clock
+	return c.t
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+func newClock() *fakeClock { return &fakeClock{t: time.Date(2026, 4, 1, 9, 0, 0, 0, time.UTC)} }
+
+func openStore(t testing.TB, dsn string, opts snowflake.Options) *snowflake.Store {
+	t.Helper()
+	s, err := snowflake.Open(ctx, dsn, opts)
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	return s
+}
+
+// TestConformance runs the store suite on the Snowflake-protocol test
+// server through gosnowflake. Each Open is a new *sql.DB (its own sessions)
+// on the same server database. The concurrency case runs 4 writers × 10
+// appends instead of 8 × 25: every conflict costs the test server a
+// rollback and a retry, and the package must test in about two minutes.
+func TestConformance(t *testing.T) {
+	srv := sftest.Start(t)
+	dsn := srv.DSN("dvt", "conformance")
+	clock := newClock()
+	storetest.Run(t, storetest.Backend{
+		Open: func(t *testing.T) store.Store {
+			return openStore(t, dsn, snowflake.Options{Now: clock.Now})
+		},
+		Advance:          clock.Advance,
+		Writers:          4,
+		AppendsPerWriter: 10,
+	})
+}
+
+// TestConformanceOnSnowflake runs the same suite against a real account
+// when DVT_SNOWFLAKE_DSN names one (a gosnowflake DSN; use a scratch
+// schema: the suite creates the dvt_ tables in it).
+func TestConformanceOnSnowflake(t *testing.T) {
+	dsn := os.Getenv("DVT_SNOWFLAKE_DSN")
+	if dsn == "" {
+		t.Skip("DVT_SNOWFLAKE_DSN is not set: no Snowflake account to run the conformance suite against")
+	}
+	storetest.Run(t, storetest.Backend{
+		Open: func(t *testing.T) store.Store {
+			return openStore(t, dsn, snowflake.Options{})
+		},
+	})
+}
+
+// TestConcurrentMigrations: two processes opening a fresh schema at the
+// same moment apply each migration once.
+func TestConcurrentMigrations(t *testing.T) {
+	srv := sftest.Start(t)
+	dsn := srv.DSN("dvt", "migrate_race")
+	const openers = 3
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	errs := make(chan error, openers)
+	for range openers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			s, err := snowflake.Open(ctx, dsn, snowflake.Options{RetryBase: 5 * time.Millisecond})
+			if err != nil {
+				errs <- err
+				return
+			}
+			s.Close()
+		}()
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("concurrent open: %v", err)
+	}
+	s := openStore(t, dsn, snowflake.Options{})
+	defer s.Close()
+	rows, err := s.DB().QueryContext(ctx, `SELECT version, COUNT(*) FROM dvt_schema_version GROUP BY version ORDER BY version`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	versions := 0
+	for rows.Next() {
+		var v, n int
+		if err := rows.Scan(&v, &n); err != nil {
+			t.Fatal(err)
+		}
+		if n != 1 {
+			t.Errorf("migration %d recorded %d times", v, n)
+		}
+		versions++
+	}
+	if versions < 3 {
+		t.Fatalf("%d migrations recorded, want at least 3", versions)
+	}
+	for table, want := range map[string]int{"dvt_transitions": len(engine.Transitions), "dvt_locks WHERE lock_name = 'bootstrap'": 1} {
+		var n int
+		if err := s.DB().QueryRowContext(ctx, "SELECT COUNT(*) FROM "+table).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n != want {
+			t.Errorf("%s: %d rows, want %d (a migration ran twice)", table, n, want)
+		}
+	}
+}
+
+// hostile holds every character sequence that could end a literal or a
+// statement if values were spliced into SQL.
+const hostile = "it's a \"quote\" \\ back\\\\slash $$ dollar $$ ; DROP TABLE dvt_runs; -- comment\n/* block */ line2\r\n\ttab ünïcødé ✓ %s ?"
+
+// TestHostilePayloadRoundTrip: values travelling as hex literals in
+// multi-statement requests come back exactly.
+func TestHostilePayloadRoundTrip(t *testing.T) {
+	srv := sftest.Start(t)
+	s := openStore(t, srv.DSN("dvt", "hostile"), snowflake.Options{})
+	defer s.Close()
+	f := storetest.NewFixture()
+	f.Meta.PlanSHA256 = hostile
+	f.Meta.ProviderRunRef = hostile
+	f.Bootstrap(t, s)
+	payload, err := json.Marshal(map[string]any{"rowsAffected": 1, "outputs": map[string]any{"note": hostile, "list": []string{hostile, "'", "\\", "$$", ";", "--"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := f.Event(engine.StepStarted, "model.o'brien;--x", 1)
+	done := f.Event(engine.StepCompleted, "model.o'brien;--x", 1)
+	done.Payload = payload
+	if _, err := s.AppendAndEnqueue(ctx, f.Meta.RunID, []engine.RunEventWrite{start, done}); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := s.ListEvents(ctx, f.Meta.RunID, 2, 0)
+	if err != nil || len(recs) != 2 {
+		t.Fatalf("events %v %v", recs, err)
+	}
+	if recs[0].StepID != start.StepID {
+		t.Errorf("stepId %q, want %q", recs[0].StepID, start.StepID)
+	}
+	var got, want any
+	json.Unmarshal(recs[1].Payload, &got)
+	json.Unmarshal(payload, &want)
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("payload\n got %s\nwant %s", recs[1].Payload, payload)
+	}
+	meta, err := s.GetRun(ctx, f.Meta.RunID)
+	if err != nil || meta.PlanSHA256 != hostile || meta.ProviderRunRef != hostile {
+		t.Errorf("run metadata %q %q (%v)", meta.PlanSHA256, meta.ProviderRunRef, err)
+	}
+	sig, err := s.SendSignal(ctx, engine.Signal{SignalID: uuid.NewString(), RunID: f.Meta.RunID, Type: engine.SignalPause, Reason: hostile, RequestedBy: hostile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := s.ListSignals(ctx, f.Meta.RunID, 0)
+	if err != nil || len(list) != 1 || list[0].Reason != hostile || list[0].RequestedBy != hostile || list[0].Seq != sig.Seq {
+		t.Fatalf("signals %+v %v", list, err)
+	}
+	var n int
+	if err := s.DB().QueryRowContext(ctx, "SELECT COUNT(*) FROM dvt_runs").Scan(&n); err != nil || n != 1 {
+		t.Fatalf("dvt_runs has %d rows (%v)", n, err)
+	}
+}
+
+// countingTransport counts the HTTP requests the driver makes, by kind:
+// query requests, result fetches of multi-statement children, the rest.
+type countingTransport struct {
+	base                   http.RoundTripper
+	queries, results, rest atomic.Int64
+}
+
+func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	switch p := r.URL.Path; {
+	case strings.HasSuffix(p, "/query-request"):
+		c.queries.Add(1)
+	case strings.HasPrefix(p, "/queries/") && strings.HasSuffix(p, "/result"):
+		c.results.Add(1)
+	default:
+		c.rest.Add(1)
+	}
+	return c.base.RoundTrip(r)
+}
+
+func (c *countingTransport) reset() { c.queries.Store(0); c.results.Store(0); c.rest.Store(0) }
+
+// TestRequestsPerAppend: an append batch costs three query requests,
+// transaction control included, whatever the outcome. The server's count
+// and the client's agree.
+func TestRequestsPerAppend(t *testing.T) {
+	srv := sftest.Start(t)
+	tr := &countingTransport{base: http.DefaultTransport}
+	s := openStore(t, srv.DSN("dvt", "requests"), snowflake.Options{Transporter: tr})
+	defer s.Close()
+	f := storetest.NewFixture()
+	f.Bootstrap(t, s)
+	var ten []engine.RunEventWrite
+	for i := range 5 {
+		ten = append(ten, f.Event(engine.StepStarted, fmt.Sprintf("m%d", i), 1), f.Event(engine.StepCompleted, fmt.Sprintf("m%d", i), 1))
+	}
+	one := []engine.RunEventWrite{f.Event(engine.StepStarted, "solo", 1)}
+	cases := []struct {
+		name     string
+		events   []engine.RunEventWrite
+		wantCode engine.Code
+	}{
+		{name: "one new event", events: one},
+		{name: "ten new events over five steps", events: ten},
+		{name: "all duplicates", events: ten},
+		{name: "refused by Layer 2", events: []engine.RunEventWrite{f.Event(engine.StepCompleted, "never-started", 1)}, wantCode: engine.CodeInvalidTransition},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			srv.ResetCounters()
+			tr.reset()
+			_, err := s.AppendAndEnqueue(ctx, f.Meta.RunID, c.events)
+			if engine.CodeOf(err) != c.wantCode {
+				t.Fatalf("error %v, want code %q", err, c.wantCode)
+			}
+			if n := srv.QueryRequests(); n != 3 {
+				t.Errorf("server saw %d query requests, want 3", n)
+			}
+			if n := tr.queries.Load(); n != 3 {
+				t.Errorf("driver sent %d query requests, want 3", n)
+			}
+			t.Logf("%s: %d query requests, %d result fetches, %d other", c.name, tr.queries.Load(), tr.results.Load(), tr.rest.Load())
+		})
+	}
+}
+
+// BenchmarkAppend measures appends on the test server: query requests and
+// HTTP requests per batch, and the median latency of one append.
+func BenchmarkAppend(b *testing.B) {
+	for _, size := range []int{1, 10} {
+		b.Run(fmt.Sprintf("batch=%d", size), func(b *testing.B) {
+			srv := sftest.Start(b)
+			tr := &countingTransport{base: http.DefaultTransport}
+			s := openStore(b, srv.DSN("dvt", "bench"), snowflake.Options{Transporter: tr})
+			defer s.Close()
+			f := storetest.NewFixture()
+			f.Bootstrap(b, s)
+			events := make([]engine.RunEventWrite, b.N*size)
+			for i := range events {
+				typ := engine.StepStarted
+				if i%2 == 1 {
+					typ = engine.StepCompleted
+				}
+				events[i] = f.Event(typ, fmt.Sprintf("model.m%07d", i/2), 1)
+			}
+			lat := make([]time.Duration, 0, b.N)
+			srv.ResetCounters()
+			tr.reset()
+			b.ResetTimer()
+			for i := range b.N {
+				t0 := time.Now()
+				if _, err := s.AppendAndEnqueue(ctx, f.Meta.RunID, events[i*size:(i+1)*size]); err != nil {
+					b.Fatal(err)
+				}
+				lat = append(lat, time.Since(t0))
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(srv.QueryRequests())/float64(b.N), "queries/op")
+			b.ReportMetric(float64(tr.queries.Load()+tr.results.Load()+tr.rest.Load())/float64(b.N), "http/op")
+			b.ReportMetric(float64(median(lat).Microseconds())/1000, "ms-median")
+		})
+	}
+}
+
+func median(d []time.Duration) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[len(s)/2]
+}

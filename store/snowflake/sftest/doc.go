@@ -1,16 +1,141 @@
 // Package sftest is a Snowflake-protocol test server executing on embedded
 // DuckDB, so that Snowflake code is tested through the real gosnowflake
-// driver without a Snowflake account. Start(t) serves on a loopback port;
-// DSN/Config/OpenDB point gosnowflake at it over plain http.
+// driver (v1.19.1) without a Snowflake account. Start(t) serves on a
+// loopback port; DSN, Config and OpenDB point gosnowflake at it over plain
+// http (Protocol "http", telemetry off, one attempt per request).
+// Command sfserver runs it standalone and prints a DSN.
 //
-// Protocol (checked against gosnowflake v1.19.1): login-request (password,
-// or SNOWFLAKE_JWT with any well-formed JWT — the signature is not
-// verified), token-request, heartbeat, session delete, query-request with
-// bindings, abort-request, and GET /queries/<id>/result for the statements
-// of a multi-statement request. Results are always JSON
-// (queryResultFormat "json": rowtype + rowset).
+// # Protocol
 //
-// Sessions: each session token owns one DuckDB connection, so BEGIN/COMMIT/
-// ROLLBACK are per session. BEGIN inside a transaction and COMMIT/ROLLBACK
-// outside one are no-ops, as in Snowflake.
+// Endpoints: POST /session/v1/login-request (password, or SNOWFLAKE_JWT
+// with any well-formed JWT — the signature is not verified, and the driver
+// sends no LOGIN_NAME for it), /session/token-request (renewal with the
+// master token), /session/heartbeat, /session?delete=true (close; rolls back
+// an open transaction), /queries/v1/query-request, /queries/v1/abort-request
+// ({"requestId"}; 000605 when nothing runs, which the driver accepts) and
+// GET /queries/<id>/result, which the driver calls for the statements of a
+// multi-statement request (for Exec only for the DML ones).
+//
+// Results are always JSON (queryResultFormat "json", rowtype + rowset, no
+// chunks). Rowtype names are lower-case Snowflake types: fixed (with
+// precision/scale; integers are fixed(38,0)), real, text, boolean, date,
+// time, timestamp_ntz, timestamp_ltz (DuckDB TIMESTAMPTZ), variant (DuckDB
+// JSON), array, object, binary. Values are strings in Snowflake's wire form:
+// decimals as text, booleans "1"/"0", dates as days since the epoch,
+// timestamps as "seconds.nanoseconds" since the epoch (floor seconds,
+// non-negative fraction, as the driver parses them), binary as upper-case
+// hex, VARIANT as JSON printed like Snowflake (sorted keys, 2-space
+// indentation); NULL is JSON null. Every response carries data.queryId.
+//
+// Statement type ids: 0x1000 for anything DuckDB says returns rows (so WITH,
+// comments or "(" in front do not matter), 0x3100/0x3200/0x3300/0x3400 for
+// INSERT/UPDATE/DELETE/MERGE with Snowflake's count columns ("number of rows
+// inserted", …; DuckDB gives MERGE one count, reported as inserted),
+// 0x4100 ALTER SESSION, 0x4300 USE, 0x5000 BEGIN/COMMIT/ROLLBACK, 0x6000
+// other DDL (a "status" column), 0xA000 multi-statement with resultIds and
+// resultTypes.
+//
+// Bindings ("1", "2", … → {type, value}): TEXT, FIXED, REAL, BOOLEAN,
+// TIMESTAMP_NTZ/LTZ (nanoseconds since the epoch), TIMESTAMP_TZ
+// ("nanoseconds offset+1440"), DATE (milliseconds since the epoch), TIME
+// (nanoseconds since midnight), BINARY (hex), and JSON text for
+// ARRAY/OBJECT/VARIANT. Array binds (gosnowflake.Array) run the statement
+// once per row inside one transaction and report the summed count. Binds
+// in a multi-statement request are refused (000002), as by Snowflake.
+//
+// Several statements in one request are refused with 000008 unless
+// MULTI_STATEMENT_COUNT (request parameter, or session parameter from the
+// DSN or ALTER SESSION) is 0 or their number. A failing statement ends the
+// request with its error; a transaction the request opened is then rolled
+// back, so a failed batch leaves neither locks nor half its writes.
+//
+// A requestId (URL parameter) that was answered before gets the same answer
+// again without executing, as Snowflake executes a requestId once; a retry
+// arriving while the first is running waits for it. Canceled requests are
+// forgotten so that they can run when sent again. Closing the HTTP request
+// or abort-request interrupts DuckDB through the request context.
+//
+// QUERY_TAG comes from ALTER SESSION SET QUERY_TAG, the login's session
+// parameters, or the request parameter gosnowflake.WithQueryTag sends; it is
+// recorded with every statement in QueryLog.
+//
+// # Sessions, transactions and locks
+//
+// Each session owns one DuckDB connection, so its transaction is invisible
+// to and independent of every other session. BEGIN inside a transaction and
+// COMMIT/ROLLBACK outside one are no-ops, as in Snowflake. DuckDB's
+// transaction starts with the first statement after BEGIN, not at BEGIN.
+//
+// UPDATE, DELETE and MERGE take Snowflake's table lock: another
+// transaction's write to the same table waits until COMMIT/ROLLBACK (or its
+// request ends). Because DuckDB's transaction starts after the lock is
+// granted, a transaction that begins by locking sees the previous holder's
+// commit, as under Snowflake's read committed. What DuckDB's snapshot
+// isolation cannot wait out is reported as Snowflake error 000625 (sqlState
+// 57014), the code Snowflake gives a statement aborted while waiting for a
+// lock, so clients treat all of these as "roll back and retry":
+//   - a DuckDB write-write conflict (a transaction that read before another
+//     committed, then writes the same rows); the DuckDB transaction is rolled
+//     back at once, later statements fail with 000625 and COMMIT fails
+//     until the client ends the transaction;
+//   - a wait that would deadlock;
+//   - a 21st waiter on one lock.
+//
+// # Names
+//
+// Database and schema names from the DSN and USE are upper-cased; each
+// database is an attached in-memory DuckDB database shared by all sessions,
+// created on first use with its schema. DuckDB resolves identifiers
+// case-insensitively whether quoted or not, so "t" and T name the same
+// table (in Snowflake they differ) — use one spelling per object. Result
+// column names are upper-cased unless the statement wrote them quoted,
+// which is how Snowflake names unquoted columns.
+//
+// # Rewrites
+//
+// The server lexes Snowflake SQL (strings with doubled quotes and backslash
+// escapes, $$ strings, "identifiers", --, // and block comments) and
+// rewrites tokens, never the inside of a literal or quoted identifier:
+//   - string literals are re-emitted in DuckDB form (backslash escapes
+//     decoded: \' \" \\ \n \t \r \b \f \0); $$…$$ becomes a plain literal;
+//   - :1, :2 binds become $1, $2;
+//   - in type position (after ::, after AS inside CAST, after a column name
+//     inside parentheses): NUMBER/NUMERIC/DECIMAL without precision →
+//     DECIMAL(38,0), with precision → DECIMAL(p,s); INT, INTEGER, SMALLINT,
+//     TINYINT, BYTEINT → BIGINT; STRING, TEXT, CHAR…, VARCHAR(n) → VARCHAR;
+//     TIMESTAMP_NTZ, DATETIME → TIMESTAMP; TIMESTAMP_LTZ, TIMESTAMP_TZ →
+//     TIMESTAMPTZ; any TIMESTAMP_xx(9) → TIMESTAMP_NS so nanoseconds survive
+//     (it holds the UTC instant and reads back as timestamp_ntz); VARIANT,
+//     OBJECT, ARRAY → JSON; FLOAT, FLOAT4, FLOAT8, REAL, DOUBLE → DOUBLE;
+//     BINARY, VARBINARY → BLOB;
+//   - col:a:b → json_extract(col, '$.a.b'); col:a::string (any cast to a
+//     non-semi-structured type) → json_extract_string(col, '$.a')::VARCHAR,
+//     since Snowflake's cast drops a JSON string's quotes;
+//   - functions: PARSE_JSON → json, TRY_PARSE_JSON → try(json(…)),
+//     TO_VARIANT/TO_JSON → to_json, IFF → if, CURRENT_TIMESTAMP() →
+//     get_current_timestamp(), SYSDATE() → (get_current_timestamp() AT TIME
+//     ZONE 'UTC'), HEX_DECODE_STRING → decode(unhex(…)),
+//     TRY_HEX_DECODE_STRING → try(decode(unhex(…))), HEX_ENCODE → hex,
+//     OBJECT_CONSTRUCT → json_object, ARRAY_CONSTRUCT → json_array;
+//   - CREATE TABLE: PRIMARY KEY, UNIQUE, FOREIGN KEY/REFERENCES constraints
+//     (column- and table-level, named or not) are dropped, since Snowflake
+//     does not enforce them; TRANSIENT is dropped;
+//   - handled by the server itself: BEGIN/START TRANSACTION, COMMIT,
+//     ROLLBACK, ALTER SESSION SET/UNSET, USE [DATABASE|SCHEMA], USE
+//     WAREHOUSE/ROLE (no-ops), CREATE DATABASE.
+//
+// MERGE INTO … USING … WHEN [NOT] MATCHED, CREATE OR REPLACE TABLE|VIEW …
+// AS and CURRENT_TIMESTAMP without parentheses run on DuckDB (1.5) as they
+// are.
+//
+// # Known gaps
+//
+// No arrow results, result chunks, async execution, stage binds (the
+// driver only uses them above client_stage_array_binding_threshold, which
+// the server never sets), PUT/GET, SHOW/DESCRIBE or INFORMATION_SCHEMA in
+// Snowflake's shape. TIMESTAMP_TZ keeps the instant, not the offset. A
+// runtime error other than a conflict inside an explicit transaction leaves
+// DuckDB's transaction aborted (later statements fail until ROLLBACK),
+// where Snowflake would keep it usable. Large integers inside VARIANT
+// values lose precision beyond 2^53 (duckdb-go decodes JSON to float64).
 package sftest

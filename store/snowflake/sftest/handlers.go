@@ -41,6 +41,12 @@ func (s *Server) handleLogin(w http.ResponseWriter, r *http.Request) {
 	for k, v := range d.SessionParams {
 		sess.params[strings.ToUpper(k)] = fmt.Sprint(v)
 	}
+	// Timestamps without a zone are UTC, whatever the host's zone is.
+	if err := sess.rawExec(r.Context(), "SET TimeZone = 'UTC'"); err != nil {
+		_ = conn.Close()
+		writeJSON(w, errResponse(mapError(err), ""))
+		return
+	}
 	q := r.URL.Query()
 	if err := sess.setContext(r.Context(), strings.ToUpper(q.Get("databaseName")), strings.ToUpper(q.Get("schemaName"))); err != nil {
 		_ = conn.Close()

@@ -110,7 +110,7 @@ func rewriteLiterals(toks []token) []token {
 		case t.kind == tkString:
 			t.text = strings.TrimSuffix(t.text, bare(t)) + duckString(t.val)
 		case t.kind == tkPunct && bare(t) == ":" && i+1 < len(toks) && toks[i+1].kind == tkNumber &&
-			!strings.HasPrefix(toks[i+1].text, " ") && (i == 0 || !endsOperand(toks[i-1])):
+			!strings.HasPrefix(toks[i+1].text, " ") && (i == 0 || !endsOperand(toks[i-1]) || isKeyword(toks[i-1])):
 			t = token{kind: tkParam, text: strings.TrimSuffix(t.text, ":") + "$" + toks[i+1].text}
 			i++
 		}

@@ -43,7 +43,7 @@ type Config struct {
 // RetryPolicy governs transient-error retries of a step (new engine
 // attempts of the same logical attempt).
 type RetryPolicy struct {
-	Max     int           // retries after the first attempt (default 3)
+	Max     int           // retries after the first attempt (default 3; negative: none)
 	Initial time.Duration // first backoff (default 200ms)
 	Ceiling time.Duration // largest backoff (default 5s)
 	Jitter  float64       // ± fraction of each backoff (default 0.2)

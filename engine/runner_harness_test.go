@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -395,16 +394,3 @@ func stepOf(s engine.Snapshot, id string) engine.StepSnapshot {
 	st, _ := s.Step(id)
 	return st
 }
-
-func errorOf(t *testing.T, e engine.RunEventRecord) engine.ErrorInfo {
-	t.Helper()
-	var v struct {
-		Error engine.ErrorInfo `json:"error"`
-	}
-	if err := json.Unmarshal(e.Payload, &v); err != nil {
-		t.Fatal(err)
-	}
-	return v.Error
-}
-
-func contains(s, sub string) bool { return strings.Contains(s, sub) }

@@ -728,3 +728,48 @@ func TestExecuteRefuses(t *testing.T) {
 		t.Errorf("refused Executes wrote %d events", n-1)
 	}
 }
+
+func TestResumeOfPausedRunWaitsForResume(t *testing.T) {
+	h := newHarness(t)
+	h.eng.Config.Threads = 1
+	p := chain([]string{"a", "b"}, nil)
+	started := make(chan string, 1)
+	h.wh.set("a", func(ctx context.Context, req engine.StepRequest, call int) (engine.StepResult, error) {
+		if call == 1 {
+			return blockUntilDone(started)(ctx, req, call)
+		}
+		return engine.StepResult{}, nil
+	})
+	runID := h.start(p)
+	ctx, crash := context.WithCancel(h.ctx)
+	done := h.execAsync(ctx, runID, p)
+	recv(t, started)
+	h.signal(runID, engine.SignalPause, "")
+	waitUntil(t, "PAUSED", func() bool { return h.status(runID).Status == engine.StatusPaused })
+	crash()
+	if res := h.wait(done); res.err == nil {
+		t.Fatal("interrupted Execute returned no error")
+	}
+
+	done = h.execAsync(h.ctx, runID, p)
+	// The resumed runner finishes the step that was in flight (draining)
+	// but starts nothing new and does not handle the PAUSE again.
+	waitUntil(t, "a drained", func() bool { return stepOf(h.status(runID), "a").Status == engine.StepStatusSuccess })
+	time.Sleep(20 * time.Millisecond)
+	if s := h.status(runID); s.Status != engine.StatusPaused || len(h.wh.requests("b")) != 0 {
+		t.Fatalf("run %s, b ran %d times", s.Status, len(h.wh.requests("b")))
+	}
+	h.signal(runID, engine.SignalResume, "")
+	res := h.wait(done)
+	if res.err != nil {
+		t.Fatal(res.err)
+	}
+	evs := h.events(runID)
+	snap := checkLog(t, evs, res.snap)
+	if snap.Status != engine.StatusCompleted || len(ofType(evs, engine.RunPaused)) != 1 || len(ofType(evs, engine.SignalAccepted)) != 2 {
+		t.Errorf("run %s, events %v", snap.Status, evTypes(evs))
+	}
+	if a := stepOf(snap, "a"); a.EngineAttemptID != 2 {
+		t.Errorf("a %+v, want engine attempt 2", a)
+	}
+}

@@ -2,7 +2,7 @@
 // DuckDB, so that Snowflake code is tested through the real gosnowflake
 // driver (v1.19.1) without a Snowflake account. Start(t) serves on a
 // loopback port; DSN, Config and OpenDB point gosnowflake at it over plain
-// http (Protocol "http", telemetry off, one attempt per request).
+// http (Protocol "http", one attempt per request).
 // Command sfserver runs it standalone and prints a DSN.
 //
 // # Protocol

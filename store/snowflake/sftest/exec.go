@@ -192,7 +192,7 @@ func (s *session) use(ctx context.Context, st *stmt) (*result, error) {
 			parts = append(parts, t.val)
 		}
 	}
-	db, sc := s.db, s.sc
+	db, sc := s.db, ""
 	switch {
 	case kind == "DATABASE" && len(parts) == 1:
 		db, sc = parts[0], "PUBLIC"

@@ -210,17 +210,6 @@ func splitStatements(toks []token) [][]token {
 	return out
 }
 
-// significant returns the tokens that are neither space nor comments.
-func significant(toks []token) []token {
-	var out []token
-	for _, t := range toks {
-		if t.kind != tkSpace && t.kind != tkComment {
-			out = append(out, t)
-		}
-	}
-	return out
-}
-
 func render(toks []token) string {
 	var b strings.Builder
 	for _, t := range toks {

@@ -46,7 +46,6 @@ type rowType struct {
 
 // result is the outcome of one statement.
 type result struct {
-	queryID  string
 	stmtType int64
 	rowType  []rowType
 	rowSet   [][]*string

@@ -161,7 +161,7 @@ func (s *Server) OpenDB(t testing.TB, database, schema string) *sql.DB {
 func (s *Server) Addr() string { return s.addr }
 
 // Config returns a driver configuration pointing at the server over plain
-// http, with telemetry off.
+// http. Telemetry the driver sends is accepted and dropped.
 func (s *Server) Config(database, schema string) *gosnowflake.Config {
 	host, port, _ := net.SplitHostPort(s.addr)
 	p, _ := strconv.Atoi(port)
@@ -173,16 +173,15 @@ func (s *Server) Config(database, schema string) *gosnowflake.Config {
 		pass = "sftest"
 	}
 	return &gosnowflake.Config{
-		Account:          "sftest",
-		User:             user,
-		Password:         pass,
-		Host:             host,
-		Port:             p,
-		Protocol:         "http",
-		Database:         database,
-		Schema:           schema,
-		Warehouse:        "SFTEST_WH",
-		DisableTelemetry: true,
+		Account:   "sftest",
+		User:      user,
+		Password:  pass,
+		Host:      host,
+		Port:      p,
+		Protocol:  "http",
+		Database:  database,
+		Schema:    schema,
+		Warehouse: "SFTEST_WH",
 		// One attempt per request: the driver's retries would hide errors.
 		MaxRetryCount: 1,
 	}

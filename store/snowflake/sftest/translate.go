@@ -63,8 +63,6 @@ func compact(toks []token) []token {
 // bare returns the token text without the separator compact added.
 func bare(t token) string { return strings.TrimPrefix(t.text, " ") }
 
-func tok(kind tokKind, text string) token { return token{kind: kind, text: " " + text} }
-
 // snowflakeTypes maps Snowflake type names to DuckDB ones. NUMBER without
 // precision is NUMBER(38,0) in Snowflake; the integer aliases are also
 // NUMBER(38,0) there and become 64-bit BIGINT here.

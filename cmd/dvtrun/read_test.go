@@ -310,3 +310,36 @@ func TestInvalidPlans(t *testing.T) {
 		}
 	})
 }
+
+// TestInconsistentRun: a log with an invalid transition (written with the
+// store's append-time check off) is shown as INCONSISTENT with the ignored
+// event, and both projections agree on it.
+func TestInconsistentRun(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, h.statePath(), sqlite.Options{DisableTransitionChecks: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := storetest.NewFixture()
+	f.Meta.TenantID, f.Meta.ProjectID, f.Meta.EnvironmentID = "default", "default", "dev"
+	f.Bootstrap(t, st)
+	// model.x completes without having started: Policy A ignores it.
+	if _, err := st.AppendAndEnqueue(ctx, f.Meta.RunID, []engine.RunEventWrite{f.Event(engine.StepCompleted, "model.x", 1)}); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+
+	r := h.run("status", f.Meta.RunID)
+	for _, want := range []string{"INCONSISTENT", "StepCompleted", "SEQ", "3 "} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("status does not show %q:\n%s", want, r.stdout)
+		}
+	}
+	if r := h.run("runs"); !strings.Contains(r.stdout, "RUNNING (INCONSISTENT)") {
+		t.Errorf("runs does not flag the run:\n%s", r.stdout)
+	}
+	if r := h.run("verify", f.Meta.RunID); r.code != 0 {
+		t.Errorf("verify: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+}

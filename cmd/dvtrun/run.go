@@ -280,6 +280,12 @@ func (c *cli) finishRun(ctx context.Context, con *console, runID, planPath strin
 		return &exitError{code: exitInterrupted, err: engine.Errorf(engine.CodeStepCancelled, "run %s interrupted; continue it with `dvtrun resume %s %s`", runID, runID, planPath)}
 	}
 	if err != nil {
+		// The input was accepted before the run started: a store or lease
+		// failure now is an operational failure (exit 1), not bad input.
+		switch engine.CodeOf(err) {
+		case engine.CodeStoreUnavailable, engine.CodeStoreCorrupt, "":
+			return &exitError{code: exitFailed, err: err}
+		}
 		return err
 	}
 	con.summary()

@@ -99,17 +99,17 @@ func (e *Engine) execute(ctx context.Context, runID string, p *Plan, wh Warehous
 	if err := e.Log.AcquireLease(ctx, runID, cfg.Owner, cfg.LeaseTTL); err != nil {
 		return Snapshot{}, err
 	}
+	runCtx, stopRun := context.WithCancel(ctx)
+	leaseLost, beating := e.heartbeat(runCtx, runID, cfg)
 	defer func() {
+		stopRun()
+		<-beating // no renewal may land after the release
 		// Release even when ctx ended: another runner may take over at once
 		// instead of waiting for the lease to expire.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		_ = e.Log.ReleaseLease(rctx, runID, cfg.Owner)
 	}()
-
-	runCtx, stopRun := context.WithCancel(ctx)
-	defer stopRun()
-	leaseLost := e.heartbeat(runCtx, runID, cfg)
 
 	r := &runner{e: e, cfg: cfg, p: p, wh: wh, meta: meta, runID: runID, em: newEmitter(e, meta)}
 	if err := r.rebuild(runCtx); err != nil {
@@ -137,12 +137,14 @@ func (e *Engine) execute(ctx context.Context, runID string, p *Plan, wh Warehous
 	return snap, nil
 }
 
-// heartbeat renews the lease every third of its TTL. The returned channel
+// heartbeat renews the lease every third of its TTL until ctx ends. lost
 // closes when another owner took the lease: the run must stop. A renewal
-// that fails for another reason is retried at the next beat.
-func (e *Engine) heartbeat(ctx context.Context, runID string, cfg Config) <-chan struct{} {
-	lost := make(chan struct{})
+// that fails for another reason is retried at the next beat. done closes
+// when the heartbeat stopped.
+func (e *Engine) heartbeat(ctx context.Context, runID string, cfg Config) (lost, done <-chan struct{}) {
+	lostc, donec := make(chan struct{}), make(chan struct{})
 	go func() {
+		defer close(donec)
 		t := time.NewTicker(max(cfg.LeaseTTL/3, time.Millisecond))
 		defer t.Stop()
 		for {
@@ -151,13 +153,13 @@ func (e *Engine) heartbeat(ctx context.Context, runID string, cfg Config) <-chan
 				return
 			case <-t.C:
 				if err := e.Log.AcquireLease(ctx, runID, cfg.Owner, cfg.LeaseTTL); errors.Is(err, ErrLeaseHeld) {
-					close(lost)
+					close(lostc)
 					return
 				}
 			}
 		}
 	}()
-	return lost
+	return lostc, donec
 }
 
 // rebuild projects the run's log and derives the scheduler's state from it.

@@ -79,6 +79,9 @@ type runner struct {
 }
 
 func (e *Engine) execute(ctx context.Context, runID string, p *Plan, wh Warehouse) (Snapshot, error) {
+	if e.Log == nil || e.Clock == nil || e.IDs == nil {
+		return Snapshot{}, Errorf(CodeInvalidArgument, "Execute needs an engine with a state store, a clock and an ID source (run %s)", runID)
+	}
 	if p == nil || wh == nil {
 		return Snapshot{}, Errorf(CodeInvalidArgument, "Execute needs a plan and a warehouse (run %s)", runID)
 	}

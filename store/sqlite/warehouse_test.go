@@ -333,3 +333,90 @@ func TestSingleStatement(t *testing.T) {
 		}
 	}
 }
+
+// TestWarehouseBusyIsTransient: another process holding the write lock past
+// the busy timeout makes a write step fail with a transient error, which
+// the runner retries; once the lock is gone the retry succeeds.
+func TestWarehouseBusyIsTransient(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "wh.db")
+	ctx := context.Background()
+	holder, err := OpenWarehouse(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close()
+	w, err := OpenWarehouse(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	// One connection, so the short busy timeout applies to the step's.
+	w.DB().SetMaxOpenConns(1)
+	if _, err := w.DB().Exec(`PRAGMA busy_timeout = 50`); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := holder.DB().BeginTx(ctx, nil) // BEGIN IMMEDIATE: the write lock
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := engine.StepRequest{StepID: "sql.t", Kind: engine.KindSQL, SQL: "create table t(a)"}
+	_, err = w.RunStep(ctx, req)
+	if !engine.IsTransient(err) || engine.CodeOf(err) != engine.CodeStoreUnavailable || !strings.Contains(err.Error(), "busy") {
+		t.Fatalf("got %v, want a transient busy error", err)
+	}
+	if err := tx.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.RunStep(ctx, req); err != nil {
+		t.Fatalf("retry: %v", err)
+	}
+}
+
+// TestWarehouseConcurrentSteps runs what a multi-threaded runner sends at
+// once: each worker rebuilds its relation while testing its neighbour's,
+// which is being rebuilt at the same time and must never be seen missing or
+// partly built.
+func TestWarehouseConcurrentSteps(t *testing.T) {
+	w := openTestWarehouse(t)
+	run(t, w, engine.StepRequest{StepID: "seed.n", Kind: engine.KindSeed, Relation: "n", SeedPath: writeCSV(t, "n.csv", "i\n1\n2\n3\n")})
+	const workers = 8
+	rel := func(g int) string { return "m" + string(rune('a'+g%workers)) }
+	build := func(g int) (engine.StepResult, error) {
+		return w.RunStep(context.Background(), engine.StepRequest{StepID: "model." + rel(g), Kind: engine.KindModel, Relation: rel(g), Materialized: []string{"table", "view"}[g%2], SQL: "select i * 2 as j from n"})
+	}
+	for g := range workers {
+		if _, err := build(g); err != nil {
+			t.Fatal(err)
+		}
+	}
+	errs := make(chan error, workers*20)
+	done := make(chan struct{})
+	for g := range workers {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for range 5 {
+				res, err := build(g)
+				if err != nil {
+					errs <- err
+					continue
+				}
+				if g%2 == 0 && res.RowCount != 3 {
+					errs <- errors.New(rel(g) + ": wrong row count")
+				}
+				tr, err := w.RunStep(context.Background(), engine.StepRequest{StepID: "test." + rel(g+1), Kind: engine.KindTest, SQL: "select * from " + rel(g+1)})
+				if err != nil {
+					errs <- err
+				} else if tr.Failures != 3 {
+					errs <- errors.New(rel(g+1) + " seen with a partial row set")
+				}
+			}
+		}()
+	}
+	for range workers {
+		<-done
+	}
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}

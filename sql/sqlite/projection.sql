@@ -80,19 +80,42 @@ step_moves AS MATERIALIZED (
     GROUP BY ss.s, k.event_type, rs.s, ar.rel
 ),
 -- State-changing events, numbered by occurrence of their re-delivery key.
+-- The payload fields and the millisecond clock are read here, once per
+-- event (reading them beside the window functions below, or in the
+-- recursion, costs several times more). An "error" is engine.payloadError's:
+-- an object whose fields decode, else none.
 keyed AS (
     SELECT ev.*, k.entity, k.target,
            CASE WHEN k.entity = 'STEP' THEN ev.step_id ELSE '' END AS entity_id,
            ROW_NUMBER() OVER (
                PARTITION BY ev.run_id, k.entity, CASE WHEN k.entity = 'STEP' THEN ev.step_id ELSE '' END,
                             ev.event_type, ev.logical_attempt_id
-               ORDER BY ev.run_seq) AS occurrence
+               ORDER BY ev.run_seq) AS occurrence,
+           unixepoch(substr(ev.emitted_at, 1, 19)) * 1000 + CAST(substr(ev.emitted_at, 21, 3) AS INTEGER) AS emitted_ms,
+           CASE WHEN ev.event_type IN ('RunFailed', 'StepFailed') AND json_valid(ev.payload)
+                 AND json_type(ev.payload, '$.error') = 'object'
+                 AND COALESCE(json_type(ev.payload, '$.error.code'), 'null') IN ('null', 'text')
+                 AND COALESCE(json_type(ev.payload, '$.error.message'), 'null') IN ('null', 'text')
+                 AND COALESCE(json_type(ev.payload, '$.error.retryable'), 'null') IN ('null', 'true', 'false')
+                THEN 1 ELSE 0 END AS p_has_error,
+           CASE WHEN ev.event_type IN ('RunFailed', 'StepFailed') AND json_valid(ev.payload)
+                THEN json_extract(ev.payload, '$.error.code') END AS p_error_code,
+           CASE WHEN ev.event_type IN ('RunFailed', 'StepFailed') AND json_valid(ev.payload)
+                THEN json_extract(ev.payload, '$.error.message') END AS p_error_message,
+           CASE WHEN ev.event_type IN ('RunFailed', 'StepFailed') AND json_valid(ev.payload)
+                THEN COALESCE(json_type(ev.payload, '$.error.retryable') = 'true', 0) END AS p_error_retryable,
+           CASE WHEN ev.event_type = 'StepSkipped' AND json_valid(ev.payload) AND json_type(ev.payload, '$.reason') = 'text'
+                THEN json_extract(ev.payload, '$.reason') ELSE '' END AS p_reason,
+           -- The artifact list goes out as JSON text; Go decodes it as
+           -- engine.payloadArtifacts does (a list that does not decode is none).
+           CASE WHEN ev.event_type = 'StepCompleted' AND json_valid(ev.payload) AND json_type(ev.payload, '$.artifacts') = 'array'
+                THEN json_extract(ev.payload, '$.artifacts') END AS p_artifacts
     FROM ev JOIN kinds k ON k.event_type = ev.event_type
     WHERE k.entity = 'RUN' OR ev.step_id <> ''
 ),
 -- First occurrences: n numbers them per entity; k counts the run events up
 -- to each event, so a step event sees run_chain row n = k.
-applied AS (
+applied AS MATERIALIZED (
     SELECT keyed.*,
            ROW_NUMBER() OVER (PARTITION BY run_id, entity, entity_id ORDER BY run_seq) AS n,
            SUM(CASE WHEN entity = 'RUN' THEN 1 ELSE 0 END)
@@ -100,12 +123,13 @@ applied AS (
     FROM keyed WHERE occurrence = 1
 ),
 -- Row n = 0 is the run before its first event; row n is the run after its
--- n-th applied event. ok: the event was allowed (NULL on row 0).
+-- n-th applied event. ok: the event was allowed (NULL on row 0). Each
+-- column follows engine.reducer.apply.
 run_chain (run_id, n, run_seq, event_id, event_type, step_id, persisted_at, target, ok,
-           prior, status, started_at, completed_at, duration_ms,
+           prior, status, started_at, started_ms, completed_at, duration_ms,
            has_error, error_code, error_message, error_retryable) AS (
     SELECT DISTINCT run_id, 0, 0, NULL, NULL, NULL, NULL, NULL, NULL,
-           NULL, 'NONE', NULL, NULL, 0, 0, NULL, NULL, NULL
+           NULL, 'NONE', NULL, NULL, NULL, 0, 0, NULL, NULL, NULL
     FROM applied WHERE entity = 'RUN'
     UNION ALL
     SELECT c.run_id, a.n, a.run_seq, a.event_id, a.event_type, a.step_id, a.persisted_at, a.target,
@@ -113,26 +137,14 @@ run_chain (run_id, n, run_seq, event_id, event_type, step_id, persisted_at, targ
            c.status,
            COALESCE(m.to_status, c.status),
            CASE WHEN m.to_status IS NOT NULL AND a.event_type = 'RunStarted' THEN a.emitted_at ELSE c.started_at END,
+           CASE WHEN m.to_status IS NOT NULL AND a.event_type = 'RunStarted' THEN a.emitted_ms ELSE c.started_ms END,
            CASE WHEN m.to_status IS NOT NULL AND a.event_type <> 'RunStarted' AND m.terminal THEN a.emitted_at ELSE c.completed_at END,
-           CASE WHEN m.to_status IS NOT NULL AND a.event_type <> 'RunStarted' AND m.terminal THEN
-                CASE WHEN c.started_at IS NULL THEN 0
-                     ELSE (unixepoch(substr(a.emitted_at, 1, 19)) * 1000 + CAST(substr(a.emitted_at, 21, 3) AS INTEGER))
-                        - (unixepoch(substr(c.started_at, 1, 19)) * 1000 + CAST(substr(c.started_at, 21, 3) AS INTEGER)) END
-                ELSE c.duration_ms END,
-           CASE WHEN m.to_status IS NOT NULL AND a.event_type = 'RunFailed' AND m.terminal THEN
-                -- engine.payloadError: an "error" object whose fields decode, else none
-                CASE WHEN json_valid(a.payload) AND json_type(a.payload, '$.error') = 'object'
-                      AND COALESCE(json_type(a.payload, '$.error.code'), 'null') IN ('null', 'text')
-                      AND COALESCE(json_type(a.payload, '$.error.message'), 'null') IN ('null', 'text')
-                      AND COALESCE(json_type(a.payload, '$.error.retryable'), 'null') IN ('null', 'true', 'false')
-                     THEN 1 ELSE 0 END
-                ELSE c.has_error END,
-           CASE WHEN m.to_status IS NOT NULL AND a.event_type = 'RunFailed' AND m.terminal AND json_valid(a.payload)
-                THEN json_extract(a.payload, '$.error.code') ELSE c.error_code END,
-           CASE WHEN m.to_status IS NOT NULL AND a.event_type = 'RunFailed' AND m.terminal AND json_valid(a.payload)
-                THEN json_extract(a.payload, '$.error.message') ELSE c.error_message END,
-           CASE WHEN m.to_status IS NOT NULL AND a.event_type = 'RunFailed' AND m.terminal AND json_valid(a.payload)
-                THEN COALESCE(json_type(a.payload, '$.error.retryable') = 'true', 0) ELSE c.error_retryable END
+           CASE WHEN m.to_status IS NOT NULL AND a.event_type <> 'RunStarted' AND m.terminal
+                THEN COALESCE(a.emitted_ms - c.started_ms, 0) ELSE c.duration_ms END,
+           CASE WHEN m.to_status IS NOT NULL AND a.event_type = 'RunFailed' AND m.terminal THEN a.p_has_error ELSE c.has_error END,
+           CASE WHEN m.to_status IS NOT NULL AND a.event_type = 'RunFailed' AND m.terminal THEN a.p_error_code ELSE c.error_code END,
+           CASE WHEN m.to_status IS NOT NULL AND a.event_type = 'RunFailed' AND m.terminal THEN a.p_error_message ELSE c.error_message END,
+           CASE WHEN m.to_status IS NOT NULL AND a.event_type = 'RunFailed' AND m.terminal THEN a.p_error_retryable ELSE c.error_retryable END
     FROM run_chain c
     JOIN applied a ON a.run_id = c.run_id AND a.entity = 'RUN' AND a.entity_id = '' AND a.n = c.n + 1
     JOIN run_moves m ON m.from_status = c.status AND m.event_type = a.event_type
@@ -145,12 +157,13 @@ step_events AS MATERIALIZED (
     WHERE a.entity = 'STEP'
 ),
 -- Row n = 0 is the step when the log first names it (PENDING, attempt 0).
+-- Each column follows engine.reducer.applyStep.
 step_chain (run_id, step_id, n, run_seq, event_id, event_type, persisted_at, target, ok,
             prior, status, logical_attempt_id, engine_attempt_id, last_event_seq,
-            started_at, completed_at, duration_ms,
+            started_at, started_ms, completed_at, duration_ms,
             has_error, error_code, error_message, error_retryable, skip_reason, artifacts) AS (
     SELECT run_id, step_id, 0, run_seq, NULL, NULL, NULL, NULL, NULL,
-           NULL, 'PENDING', 0, 0, 0, NULL, NULL, 0, 0, NULL, NULL, NULL, NULL, NULL
+           NULL, 'PENDING', 0, 0, 0, NULL, NULL, NULL, 0, 0, NULL, NULL, NULL, NULL, NULL
     FROM step_events WHERE n = 1
     UNION ALL
     SELECT c.run_id, c.step_id, e.n, e.run_seq, e.event_id, e.event_type, e.persisted_at, e.target,
@@ -161,48 +174,33 @@ step_chain (run_id, step_id, n, run_seq, event_id, event_type, persisted_at, tar
            CASE WHEN m.to_status IS NOT NULL THEN e.engine_attempt_id ELSE c.engine_attempt_id END,
            CASE WHEN m.to_status IS NOT NULL THEN e.run_seq ELSE c.last_event_seq END,
            CASE WHEN m.to_status IS NOT NULL AND e.event_type = 'StepStarted' THEN e.emitted_at ELSE c.started_at END,
+           CASE WHEN m.to_status IS NOT NULL AND e.event_type = 'StepStarted' THEN e.emitted_ms ELSE c.started_ms END,
            CASE WHEN m.to_status IS NULL THEN c.completed_at
                 WHEN e.event_type = 'StepStarted' THEN NULL
                 WHEN e.event_type IN ('StepCompleted', 'StepFailed') THEN e.emitted_at
                 ELSE c.completed_at END,
            CASE WHEN m.to_status IS NULL THEN c.duration_ms
                 WHEN e.event_type = 'StepStarted' THEN 0
-                WHEN e.event_type IN ('StepCompleted', 'StepFailed') THEN
-                     CASE WHEN c.started_at IS NULL THEN 0
-                          ELSE (unixepoch(substr(e.emitted_at, 1, 19)) * 1000 + CAST(substr(e.emitted_at, 21, 3) AS INTEGER))
-                             - (unixepoch(substr(c.started_at, 1, 19)) * 1000 + CAST(substr(c.started_at, 21, 3) AS INTEGER)) END
+                WHEN e.event_type IN ('StepCompleted', 'StepFailed') THEN COALESCE(e.emitted_ms - c.started_ms, 0)
                 ELSE c.duration_ms END,
            CASE WHEN m.to_status IS NULL THEN c.has_error
                 WHEN e.event_type = 'StepStarted' THEN 0
-                WHEN e.event_type = 'StepFailed' THEN
-                     CASE WHEN json_valid(e.payload) AND json_type(e.payload, '$.error') = 'object'
-                           AND COALESCE(json_type(e.payload, '$.error.code'), 'null') IN ('null', 'text')
-                           AND COALESCE(json_type(e.payload, '$.error.message'), 'null') IN ('null', 'text')
-                           AND COALESCE(json_type(e.payload, '$.error.retryable'), 'null') IN ('null', 'true', 'false')
-                          THEN 1 ELSE 0 END
+                WHEN e.event_type = 'StepFailed' THEN e.p_has_error
                 ELSE c.has_error END,
            CASE WHEN m.to_status IS NULL THEN c.error_code
                 WHEN e.event_type = 'StepStarted' THEN NULL
-                WHEN e.event_type = 'StepFailed' AND json_valid(e.payload) THEN json_extract(e.payload, '$.error.code')
+                WHEN e.event_type = 'StepFailed' THEN e.p_error_code
                 ELSE c.error_code END,
            CASE WHEN m.to_status IS NULL THEN c.error_message
                 WHEN e.event_type = 'StepStarted' THEN NULL
-                WHEN e.event_type = 'StepFailed' AND json_valid(e.payload) THEN json_extract(e.payload, '$.error.message')
+                WHEN e.event_type = 'StepFailed' THEN e.p_error_message
                 ELSE c.error_message END,
            CASE WHEN m.to_status IS NULL THEN c.error_retryable
                 WHEN e.event_type = 'StepStarted' THEN NULL
-                WHEN e.event_type = 'StepFailed' AND json_valid(e.payload) THEN COALESCE(json_type(e.payload, '$.error.retryable') = 'true', 0)
+                WHEN e.event_type = 'StepFailed' THEN e.p_error_retryable
                 ELSE c.error_retryable END,
-           CASE WHEN m.to_status IS NOT NULL AND e.event_type = 'StepSkipped' THEN
-                CASE WHEN json_valid(e.payload) AND json_type(e.payload, '$.reason') = 'text'
-                     THEN json_extract(e.payload, '$.reason') ELSE '' END
-                ELSE c.skip_reason END,
-           -- The artifact list goes out as JSON text; Go decodes it as
-           -- engine.payloadArtifacts does (a list that does not decode is none).
-           CASE WHEN m.to_status IS NOT NULL AND e.event_type = 'StepCompleted' THEN
-                CASE WHEN json_valid(e.payload) AND json_type(e.payload, '$.artifacts') = 'array'
-                     THEN json_extract(e.payload, '$.artifacts') END
-                ELSE c.artifacts END
+           CASE WHEN m.to_status IS NOT NULL AND e.event_type = 'StepSkipped' THEN e.p_reason ELSE c.skip_reason END,
+           CASE WHEN m.to_status IS NOT NULL AND e.event_type = 'StepCompleted' THEN e.p_artifacts ELSE c.artifacts END
     FROM step_chain c
     JOIN step_events e ON e.run_id = c.run_id AND e.entity_id = c.step_id AND e.n = c.n + 1
     JOIN step_moves m ON m.from_status = c.status AND m.event_type = e.event_type AND m.run_status = e.run_status

@@ -252,7 +252,12 @@ type importer struct {
 	renames  []rename // relation names in compiled SQL → one-part names
 }
 
-type rename struct{ from, to string }
+// rename replaces one spelling of a relation name; unquoted spellings
+// (db.schema.name) match only as whole names, through re.
+type rename struct {
+	from, to string
+	re       *regexp.Regexp
+}
 
 func (im *importer) fail(id, format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
@@ -618,10 +623,15 @@ func (im *importer) collectRenames() {
 			}
 		}
 		for _, f := range forms {
-			if f != "" && f != q && !seen[f] {
-				seen[f] = true
-				im.renames = append(im.renames, rename{f, q})
+			if f == "" || f == q || seen[f] {
+				continue
 			}
+			seen[f] = true
+			r := rename{from: f, to: q}
+			if !strings.HasPrefix(f, `"`) && !strings.HasPrefix(f, "`") {
+				r.re = regexp.MustCompile(`(^|[^\w."])` + regexp.QuoteMeta(f) + `($|[^\w."])`)
+			}
+			im.renames = append(im.renames, r)
 		}
 	}
 	for _, id := range im.ids {
@@ -655,12 +665,11 @@ var threePartRE = regexp.MustCompile("(?:\"(?:[^\"]|\"\")+\"\\.){1,2}(\"(?:[^\"]
 // quoted names. Unquoted forms are replaced only at word boundaries.
 func (im *importer) rewrite(sql string) string {
 	for _, r := range im.renames {
-		if strings.HasPrefix(r.from, `"`) || strings.HasPrefix(r.from, "`") {
+		if r.re == nil {
 			sql = strings.ReplaceAll(sql, r.from, r.to)
 			continue
 		}
-		re := regexp.MustCompile(`(^|[^\w."])` + regexp.QuoteMeta(r.from) + `($|[^\w."])`)
-		sql = re.ReplaceAllString(sql, "${1}"+strings.ReplaceAll(r.to, "$", "$$")+"${2}")
+		sql = r.re.ReplaceAllString(sql, "${1}"+strings.ReplaceAll(r.to, "$", "$$")+"${2}")
 	}
 	return threePartRE.ReplaceAllStringFunc(sql, func(s string) string {
 		m := threePartRE.FindStringSubmatch(s)

@@ -161,8 +161,9 @@ var (
 // "{{ get_where_subquery(...) }}") into a quoted relation name.
 func (im *importer) resolveRef(expr string) (string, error) {
 	if m := sourceRE.FindStringSubmatch(expr); m != nil {
-		for _, s := range im.m.Sources {
-			if s != nil && s.Name == m[2] && strings.Contains(s.UniqueID, "."+m[1]+"."+m[2]) {
+		// unique_id is source.<package>.<source_name>.<table name>.
+		for id, s := range im.m.Sources {
+			if s != nil && strings.HasSuffix(id, "."+m[1]+"."+m[2]) {
 				return quoteIdent(orDefault(s.Identifier, s.Name)), nil
 			}
 		}

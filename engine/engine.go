@@ -97,8 +97,8 @@ type Engine struct {
 	Log     EventLog
 	Clock   Clock
 	IDs     IDSource
-	Rand    func() float64                                   // uniform in [0,1), for jitter
-	Sleep   func(ctx context.Context, d time.Duration) error // waits d or until ctx ends
+	Rand    func() float64                                   // uniform in [0,1), for jitter (nil: no jitter)
+	Sleep   func(ctx context.Context, d time.Duration) error // waits d or until ctx ends (nil: a timer)
 	Secrets SecretLookup
 	Observe Observer // nil: no progress reports
 	Config  Config

@@ -2,6 +2,10 @@ package main
 
 import (
 	"context"
+	"io"
+	"sync"
+
+	"github.com/snowflakedb/gosnowflake"
 
 	"github.com/dvtrun/dvtrun/store/snowflake"
 	"github.com/dvtrun/dvtrun/store/sqlite"
@@ -19,12 +23,21 @@ var (
 // to leave behind, so read commands open it like writers do (its migrations
 // are idempotent).
 func openSnowflakeStore(ctx context.Context, dsn string, _ bool) (stateStore, error) {
+	quietDriver()
 	return snowflake.Open(ctx, dsn, snowflake.Options{})
 }
 
 func openSnowflakeWarehouse(ctx context.Context, dsn string) (warehouse, error) {
+	quietDriver()
 	return snowflake.OpenWarehouse(ctx, dsn)
 }
+
+// quietDriver silences gosnowflake's own logger: it writes to stderr, where
+// the CLI promises one line per error, and the stores already return (and
+// scrub) every error it would log.
+var quietDriver = sync.OnceFunc(func() {
+	gosnowflake.GetLogger().SetOutput(io.Discard)
+})
 
 func openSQLiteWarehouse(ctx context.Context, path string) (warehouse, error) {
 	return sqlite.OpenWarehouse(ctx, path)

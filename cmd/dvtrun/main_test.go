@@ -232,3 +232,24 @@ func TestReadSecretsFile(t *testing.T) {
 		}
 	}
 }
+
+// TestSnowflakeDSNNeverPrinted: a Snowflake DSN the driver refuses is
+// reported without its password, and a refused warehouse records no run.
+func TestSnowflakeDSNNeverPrinted(t *testing.T) {
+	const password = "Sup3rS3cret"
+	cases := [][]string{
+		{"--store", "snowflake://alice:" + password + "@", "runs"},
+		{"--warehouse", "snowflake://alice:" + password + "@", "run", fixture("ok", "plan.yaml")},
+	}
+	for _, args := range cases {
+		h := newHarness(t)
+		r := h.run(args...)
+		wantError(t, r, exitUsage, "INVALID_ARGUMENT")
+		if strings.Contains(r.stdout+r.stderr, password) {
+			t.Errorf("%v: the password was printed: %q", args, r.stderr)
+		}
+		if _, err := os.Stat(h.statePath()); err == nil && countRuns(t, h.statePath()) != 0 {
+			t.Errorf("%v: a run was recorded", args)
+		}
+	}
+}

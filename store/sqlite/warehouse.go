@@ -307,6 +307,9 @@ func (w *Warehouse) runSQL(ctx context.Context, req engine.StepRequest) (engine.
 	if strings.TrimSpace(req.SQL) == "" {
 		return engine.StepResult{}, engine.Errorf(engine.CodePlanInvalid, "sql step %s: SQL is empty", req.StepID)
 	}
+	if stmt := transactionControl(req.SQL); stmt != "" {
+		return engine.StepResult{}, engine.Errorf(engine.CodePlanInvalid, "sql step %s: %q controls the transaction; the step already runs in one", req.StepID, stmt)
+	}
 	if err := w.acquire(ctx); err != nil {
 		return engine.StepResult{}, err
 	}

@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"errors"
+	"slices"
 	"strings"
 )
 
@@ -81,4 +82,90 @@ func skipUntil(s string, i int, end string) int {
 		return i + k + len(end)
 	}
 	return len(s)
+}
+
+// transactionControl returns the first statement of sql that would end or
+// nest the transaction a sql step runs in (BEGIN, COMMIT, END, ROLLBACK,
+// SAVEPOINT, RELEASE), or "". A COMMIT in the middle would make the
+// statements before it permanent and leave the rest outside any
+// transaction. The BEGIN … END of a CREATE TRIGGER body is not one.
+func transactionControl(sql string) string {
+	inTrigger := false
+	for _, stmt := range splitStatements(sql) {
+		words := leadingWords(stmt, 4)
+		if len(words) == 0 {
+			continue
+		}
+		if inTrigger {
+			if words[0] == "END" {
+				inTrigger = false
+			}
+			continue
+		}
+		if words[0] == "CREATE" && slices.Contains(words[1:], "TRIGGER") {
+			inTrigger = true
+			continue
+		}
+		switch words[0] {
+		case "BEGIN", "COMMIT", "END", "ROLLBACK", "SAVEPOINT", "RELEASE":
+			return strings.TrimSpace(stmt)
+		}
+	}
+	return ""
+}
+
+// splitStatements cuts sql at top-level ';' (outside quotes and comments).
+func splitStatements(sql string) []string {
+	var out []string
+	start, i := 0, 0
+	for i < len(sql) {
+		switch c := sql[i]; {
+		case c == '\'' || c == '"' || c == '`':
+			i = skipQuoted(sql, i, c)
+		case c == '[':
+			i = skipUntil(sql, i+1, "]")
+		case c == '-' && strings.HasPrefix(sql[i:], "--"):
+			i = skipUntil(sql, i+2, "\n")
+		case c == '/' && strings.HasPrefix(sql[i:], "/*"):
+			i = skipUntil(sql, i+2, "*/")
+		case c == ';':
+			out = append(out, sql[start:i])
+			i++
+			start = i
+		default:
+			i++
+		}
+	}
+	return append(out, sql[start:])
+}
+
+// leadingWords returns up to n upper-cased words at the start of stmt,
+// after blanks and comments.
+func leadingWords(stmt string, n int) []string {
+	var words []string
+	i := 0
+	for i < len(stmt) && len(words) < n {
+		switch c := stmt[i]; {
+		case strings.HasPrefix(stmt[i:], "--"):
+			i = skipUntil(stmt, i+2, "\n")
+		case strings.HasPrefix(stmt[i:], "/*"):
+			i = skipUntil(stmt, i+2, "*/")
+		case c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v':
+			i++
+		case isWordByte(c):
+			j := i
+			for j < len(stmt) && isWordByte(stmt[j]) {
+				j++
+			}
+			words = append(words, strings.ToUpper(stmt[i:j]))
+			i = j
+		default:
+			return words
+		}
+	}
+	return words
+}
+
+func isWordByte(c byte) bool {
+	return c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
 }

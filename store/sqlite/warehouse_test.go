@@ -140,6 +140,8 @@ func TestWarehouseStepErrors(t *testing.T) {
 		{"reserved relation prefix", engine.StepRequest{StepID: "model.x", Kind: engine.KindModel, Relation: "sqlite_stat9", SQL: "select 1"}, engine.CodePlanInvalid, "reserved prefix"},
 		{"unknown materialization", engine.StepRequest{StepID: "model.inc", Kind: engine.KindModel, Relation: "inc", Materialized: "incremental", SQL: "select 1"}, engine.CodePlanInvalid, "not table or view"},
 		{"unknown kind", engine.StepRequest{StepID: "x.y", Kind: "snapshot"}, engine.CodeInvalidArgument, "unknown kind"},
+		{"sql step with COMMIT", engine.StepRequest{StepID: "sql.c", Kind: engine.KindSQL, SQL: "delete from base; commit; insert into base values (3)"}, engine.CodePlanInvalid, `"commit" controls the transaction`},
+		{"sql step with BEGIN after a comment", engine.StepRequest{StepID: "sql.b", Kind: engine.KindSQL, SQL: "/* x */ -- y\n Begin immediate; delete from base"}, engine.CodePlanInvalid, "controls the transaction"},
 		{"sql step failing midway rolls back", engine.StepRequest{StepID: "sql.s", Kind: engine.KindSQL, SQL: "delete from base; insert into nowhere values (1)"}, engine.CodeStepFailed, "nowhere"},
 	}
 	for _, tc := range tests {
@@ -418,5 +420,23 @@ func TestWarehouseConcurrentSteps(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Error(err)
+	}
+}
+
+func TestTransactionControl(t *testing.T) {
+	tests := []struct{ sql, want string }{
+		{"delete from t; insert into t values (1)", ""},
+		{"delete from t; COMMIT; insert into t values (1)", "COMMIT"},
+		{"rollback", "rollback"},
+		{"savepoint a; delete from t; release a", "savepoint a"},
+		{"select 'commit;'; select \"end\"", ""},
+		{"-- commit\nselect 1", ""},
+		{"create trigger tr after insert on t begin insert into u values (1); delete from v; end; delete from t", ""},
+		{"create temp trigger tr after insert on t begin select 1; end; end", "end"},
+	}
+	for _, tc := range tests {
+		if got := transactionControl(tc.sql); got != tc.want {
+			t.Errorf("transactionControl(%q) = %q, want %q", tc.sql, got, tc.want)
+		}
 	}
 }

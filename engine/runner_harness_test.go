@@ -114,13 +114,15 @@ type countingLog struct {
 	batches [][]engine.RunEventWrite
 	down    atomic.Bool
 	downAt  atomic.Int64 // > 0: go down once this many appends succeeded
+	// refuse, when set, fails the appends it returns true for.
+	refuse atomic.Pointer[func([]engine.RunEventWrite) bool]
 }
 
 func (l *countingLog) AppendAndEnqueue(ctx context.Context, runID string, events []engine.RunEventWrite) (engine.AppendResult, error) {
 	if n := l.downAt.Load(); n > 0 && int64(l.appends()) >= n {
 		l.down.Store(true)
 	}
-	if l.down.Load() {
+	if f := l.refuse.Load(); l.down.Load() || (f != nil && (*f)(events)) {
 		return engine.AppendResult{}, engine.Errorf(engine.CodeStoreUnavailable, "state store went away")
 	}
 	res, err := l.Store.AppendAndEnqueue(ctx, runID, events)

@@ -773,3 +773,49 @@ func TestResumeOfPausedRunWaitsForResume(t *testing.T) {
 		t.Errorf("a %+v, want engine attempt 2", a)
 	}
 }
+
+func TestResumeStartsAnAcceptedRetry(t *testing.T) {
+	h := newHarness(t)
+	p := chain([]string{"a", "slow"}, nil)
+	h.wh.set("a", func(_ context.Context, _ engine.StepRequest, call int) (engine.StepResult, error) {
+		if call == 1 {
+			return engine.StepResult{}, errors.New("divide by zero")
+		}
+		return engine.StepResult{}, nil
+	})
+	h.wh.set("slow", func(ctx context.Context, req engine.StepRequest, call int) (engine.StepResult, error) {
+		if call == 1 {
+			return blockUntilDone(nil)(ctx, req, call)
+		}
+		return engine.StepResult{}, nil
+	})
+	// The runner stops between accepting RETRY_STEP and starting the retry.
+	refuse := func(evs []engine.RunEventWrite) bool {
+		return slices.ContainsFunc(evs, func(e engine.RunEventWrite) bool { return e.EventType == engine.StepStarted && e.LogicalAttemptID == 2 })
+	}
+	h.log.refuse.Store(&refuse)
+	runID := h.start(p)
+	done := h.execAsync(h.ctx, runID, p)
+	waitUntil(t, "a failed", func() bool { return stepOf(h.status(runID), "a").Status == engine.StepStatusFailed })
+	h.signal(runID, engine.SignalRetryStep, "a")
+	if res := h.wait(done); engine.CodeOf(res.err) != engine.CodeStoreUnavailable {
+		t.Fatalf("Execute returned %v, want STORE_UNAVAILABLE", res.err)
+	}
+	if n := len(ofType(h.events(runID), engine.SignalAccepted)); n != 1 {
+		t.Fatalf("%d SignalAccepted before the resume", n)
+	}
+
+	h.log.refuse.Store(nil)
+	snap, err := h.eng.Resume(h.ctx, runID, p, h.wh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := h.events(runID)
+	snap = checkLog(t, evs, snap)
+	if a := stepOf(snap, "a"); a.Status != engine.StepStatusSuccess || a.LogicalAttemptID != 2 || snap.Status != engine.StatusCompleted {
+		t.Errorf("a %+v, run %s", a, snap.Status)
+	}
+	if n := len(ofType(evs, engine.SignalAccepted)); n != 1 {
+		t.Errorf("the RETRY_STEP was handled %d times", n)
+	}
+}

@@ -165,3 +165,92 @@ func SnapshotOf(s Snapshot) Snapshot {
 	}
 	return s
 }
+
+// ProjectionRow is one row of a SQL projection (sql/<dialect>/projection.sql):
+// a run, one of its steps, or one of its violations. The SQL decides every
+// value; SnapshotAssembler only puts the rows together.
+type ProjectionRow struct {
+	Kind          string // RUN, STEP or VIOLATION
+	RunID, StepID string
+	Ord           int64 // a step's first-mention runSeq, a violation's runSeq
+	Status        string
+	Substatus     string
+	LastEventSeq  int64
+	Inconsistent  bool
+
+	TenantID, ProjectID, EnvironmentID string
+	LogicalAttemptID, EngineAttemptID  int
+	StartedAt, CompletedAt             time.Time
+	DurationMs                         int64
+	Error                              *ErrorInfo
+	SkipReason                         string
+	Artifacts                          string // the JSON array, "" for none
+
+	EventID, EventType         string // violations
+	PersistedAt                time.Time
+	Entity                     string
+	PriorState, AttemptedState string
+}
+
+// SnapshotAssembler builds snapshots from projection rows ordered by run,
+// then the run row, its steps in first-mention order, its violations in
+// runSeq order.
+type SnapshotAssembler struct {
+	out map[string]Snapshot
+	cur Snapshot
+}
+
+// Add takes the next row.
+func (a *SnapshotAssembler) Add(r ProjectionRow) error {
+	if a.out == nil {
+		a.out = make(map[string]Snapshot)
+	}
+	if r.Kind != "RUN" && r.RunID != a.cur.RunID {
+		return Errorf(CodeStoreCorrupt, "projection: a %s row of run %s came without its run row", r.Kind, r.RunID)
+	}
+	switch r.Kind {
+	case "RUN":
+		a.flush()
+		a.cur = Snapshot{
+			RunID: r.RunID, TenantID: r.TenantID, ProjectID: r.ProjectID, EnvironmentID: r.EnvironmentID,
+			Status: RunStatus(r.Status), Substatus: r.Substatus, LastEventSeq: r.LastEventSeq,
+			Inconsistent: r.Inconsistent, StartedAt: r.StartedAt, CompletedAt: r.CompletedAt,
+			DurationMs: r.DurationMs, Error: r.Error, Steps: []StepSnapshot{},
+		}
+	case "STEP":
+		st := StepSnapshot{
+			StepID: r.StepID, Status: StepStatus(r.Status), LogicalAttemptID: r.LogicalAttemptID,
+			EngineAttemptID: r.EngineAttemptID, StartedAt: r.StartedAt, CompletedAt: r.CompletedAt,
+			DurationMs: r.DurationMs, Error: r.Error, SkipReason: r.SkipReason, LastEventSeq: r.LastEventSeq,
+		}
+		// As payloadArtifacts: a list that does not decode is none.
+		if r.Artifacts != "" && json.Unmarshal([]byte(r.Artifacts), &st.Artifacts) != nil {
+			st.Artifacts = nil
+		}
+		a.cur.Steps = append(a.cur.Steps, st)
+	case "VIOLATION":
+		a.cur.Violations = append(a.cur.Violations, Violation{
+			EventID: r.EventID, EventType: EventType(r.EventType), RunSeq: r.Ord, PersistedAt: r.PersistedAt,
+			Entity: r.Entity, StepID: r.StepID, PriorState: r.PriorState, AttemptedState: r.AttemptedState,
+		})
+	default:
+		return Errorf(CodeStoreCorrupt, "projection: unknown row kind %q for run %s", r.Kind, r.RunID)
+	}
+	return nil
+}
+
+func (a *SnapshotAssembler) flush() {
+	if a.cur.RunID != "" {
+		a.out[a.cur.RunID] = SnapshotOf(a.cur)
+	}
+	a.cur = Snapshot{}
+}
+
+// Snapshots returns the snapshots assembled so far, by run id.
+func (a *SnapshotAssembler) Snapshots() map[string]Snapshot {
+	if a.out == nil {
+		a.out = make(map[string]Snapshot)
+	}
+	a.flush()
+	return a.out
+}

@@ -3,7 +3,6 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"strings"
 	"sync"
@@ -93,113 +92,49 @@ func (s *Store) ProjectAllGo(ctx context.Context) (map[string]engine.Snapshot, e
 	return out, nil
 }
 
-// projectionRow is one row of the projection: a run, a step or a violation.
-type projectionRow struct {
-	kind, runID, stepID                string
-	ord                                int64
-	status, substatus                  string
-	lastEventSeq                       int64
-	inconsistent                       bool
-	tenant, project, env               string
-	logicalAttempt, engineAttempt      int
-	startedAt, completedAt             sql.NullString
-	durationMs                         int64
-	hasError                           bool
-	errCode, errMessage                sql.NullString
-	errRetryable                       sql.NullBool
-	skipReason, artifacts              sql.NullString
-	eventID, eventType, persistedAt    sql.NullString
-	entity, priorState, attemptedState sql.NullString
-}
-
-// projectRows runs a projection statement and assembles its rows — already
-// decided by SQL — into snapshots: the rows come ordered by run, then run
-// row, step rows in first-mention order, violations in runSeq order.
+// projectRows runs a projection statement and hands its rows — already
+// decided by SQL — to engine.SnapshotAssembler.
 func (s *Store) projectRows(ctx context.Context, query string, args ...any) (map[string]engine.Snapshot, error) {
 	rows, err := s.db.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, classify(s.path, err)
 	}
 	defer rows.Close()
-	out := make(map[string]engine.Snapshot)
-	var cur engine.Snapshot
-	flush := func() {
-		if cur.RunID != "" {
-			out[cur.RunID] = engine.SnapshotOf(cur)
-		}
-	}
+	var asm engine.SnapshotAssembler
 	for rows.Next() {
-		var r projectionRow
-		if err := rows.Scan(&r.kind, &r.runID, &r.stepID, &r.ord, &r.status, &r.substatus, &r.lastEventSeq, &r.inconsistent,
-			&r.tenant, &r.project, &r.env, &r.logicalAttempt, &r.engineAttempt, &r.startedAt, &r.completedAt, &r.durationMs,
-			&r.hasError, &r.errCode, &r.errMessage, &r.errRetryable, &r.skipReason, &r.artifacts,
-			&r.eventID, &r.eventType, &r.persistedAt, &r.entity, &r.priorState, &r.attemptedState); err != nil {
+		var r engine.ProjectionRow
+		var started, completed, persisted, errCode, errMessage, skip, artifacts sql.NullString
+		var eventID, eventType, entity, prior, attempted sql.NullString
+		var hasError bool
+		var retryable sql.NullBool
+		if err := rows.Scan(&r.Kind, &r.RunID, &r.StepID, &r.Ord, &r.Status, &r.Substatus, &r.LastEventSeq, &r.Inconsistent,
+			&r.TenantID, &r.ProjectID, &r.EnvironmentID, &r.LogicalAttemptID, &r.EngineAttemptID, &started, &completed, &r.DurationMs,
+			&hasError, &errCode, &errMessage, &retryable, &skip, &artifacts,
+			&eventID, &eventType, &persisted, &entity, &prior, &attempted); err != nil {
 			return nil, classify(s.path, err)
 		}
-		switch r.kind {
-		case "RUN":
-			flush()
-			cur = engine.Snapshot{
-				RunID: r.runID, TenantID: r.tenant, ProjectID: r.project, EnvironmentID: r.env,
-				Status: engine.RunStatus(r.status), Substatus: r.substatus, LastEventSeq: r.lastEventSeq,
-				Inconsistent: r.inconsistent, DurationMs: r.durationMs, Steps: []engine.StepSnapshot{},
-			}
-			if cur.StartedAt, err = parseTime(r.runID, "started_at", r.startedAt); err != nil {
-				return nil, err
-			}
-			if cur.CompletedAt, err = parseTime(r.runID, "completed_at", r.completedAt); err != nil {
-				return nil, err
-			}
-			cur.Error = errorInfo(r)
-		case "STEP":
-			if r.runID != cur.RunID {
-				return nil, engine.Errorf(engine.CodeStoreCorrupt, "projection: step %s of run %s came without its run row", r.stepID, r.runID)
-			}
-			st := engine.StepSnapshot{
-				StepID: r.stepID, Status: engine.StepStatus(r.status), LogicalAttemptID: r.logicalAttempt,
-				EngineAttemptID: r.engineAttempt, DurationMs: r.durationMs, Error: errorInfo(r),
-				SkipReason: r.skipReason.String, LastEventSeq: r.lastEventSeq,
-			}
-			if st.StartedAt, err = parseTime(r.runID, "started_at", r.startedAt); err != nil {
-				return nil, err
-			}
-			if st.CompletedAt, err = parseTime(r.runID, "completed_at", r.completedAt); err != nil {
-				return nil, err
-			}
-			if r.artifacts.Valid {
-				// As engine.payloadArtifacts: a list that does not decode is none.
-				if json.Unmarshal([]byte(r.artifacts.String), &st.Artifacts) != nil {
-					st.Artifacts = nil
-				}
-			}
-			cur.Steps = append(cur.Steps, st)
-		case "VIOLATION":
-			if r.runID != cur.RunID {
-				return nil, engine.Errorf(engine.CodeStoreCorrupt, "projection: violation at runSeq %d of run %s came without its run row", r.ord, r.runID)
-			}
-			at, err := parseTime(r.runID, "persisted_at", r.persistedAt)
-			if err != nil {
-				return nil, err
-			}
-			cur.Violations = append(cur.Violations, engine.Violation{
-				EventID: r.eventID.String, EventType: engine.EventType(r.eventType.String), RunSeq: r.ord,
-				PersistedAt: at, Entity: r.entity.String, StepID: r.stepID,
-				PriorState: r.priorState.String, AttemptedState: r.attemptedState.String,
-			})
+		if r.StartedAt, err = parseTime(r.RunID, "started_at", started); err != nil {
+			return nil, err
+		}
+		if r.CompletedAt, err = parseTime(r.RunID, "completed_at", completed); err != nil {
+			return nil, err
+		}
+		if r.PersistedAt, err = parseTime(r.RunID, "persisted_at", persisted); err != nil {
+			return nil, err
+		}
+		if hasError {
+			r.Error = &engine.ErrorInfo{Code: errCode.String, Message: errMessage.String, Retryable: retryable.Bool}
+		}
+		r.SkipReason, r.Artifacts = skip.String, artifacts.String
+		r.EventID, r.EventType, r.Entity, r.PriorState, r.AttemptedState = eventID.String, eventType.String, entity.String, prior.String, attempted.String
+		if err := asm.Add(r); err != nil {
+			return nil, err
 		}
 	}
 	if err := rows.Err(); err != nil {
 		return nil, classify(s.path, err)
 	}
-	flush()
-	return out, nil
-}
-
-func errorInfo(r projectionRow) *engine.ErrorInfo {
-	if !r.hasError {
-		return nil
-	}
-	return &engine.ErrorInfo{Code: r.errCode.String, Message: r.errMessage.String, Retryable: r.errRetryable.Bool}
+	return asm.Snapshots(), nil
 }
 
 func parseTime(runID, column string, v sql.NullString) (time.Time, error) {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -31,16 +32,53 @@ func cmdPlan(ctx context.Context, c *cli, args []string) error {
 func cmdPlanValidate(_ context.Context, c *cli, args []string) error {
 	fs := c.newFlagSet("plan validate", "PLAN", "Validate a plan without writing anything: schema, ids, dependencies, cycles.\nExit 0 when valid, 2 with every problem named otherwise.")
 	wantSHA := fs.String("plan-sha256", "", "also require the plan file to hash to `HEX`")
+	asJSON := fs.Bool("json", false, "print the verdict as JSON (problems listed one by one)")
 	pos, err := c.parse(fs, args, 1, 1)
 	if err != nil {
 		return err
 	}
 	p, ref, _, err := loadPlan(pos[0], *wantSHA)
+	if *asJSON {
+		v := planVerdict{Valid: err == nil, Problems: []string{}}
+		if err == nil {
+			v.PlanID, v.PlanVersion, v.Steps, v.SHA256 = p.PlanID, p.PlanVersion, len(p.Steps), ref.SHA256
+		} else {
+			v.Code, v.Problems = engine.CodeOf(err), problemsOf(err)
+		}
+		if perr := c.printJSON(v); perr != nil {
+			return perr
+		}
+	}
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(c.stdout, "OK: plan %s@%s is valid: %d steps (sha256 %s)\n", p.PlanID, p.PlanVersion, len(p.Steps), ref.SHA256)
+	if !*asJSON {
+		fmt.Fprintf(c.stdout, "OK: plan %s@%s is valid: %d steps (sha256 %s)\n", p.PlanID, p.PlanVersion, len(p.Steps), ref.SHA256)
+	}
 	return nil
+}
+
+type planVerdict struct {
+	Valid       bool        `json:"valid"`
+	PlanID      string      `json:"planId,omitempty"`
+	PlanVersion string      `json:"planVersion,omitempty"`
+	Steps       int         `json:"steps,omitempty"`
+	SHA256      string      `json:"sha256,omitempty"`
+	Code        engine.Code `json:"code,omitempty"`
+	Problems    []string    `json:"problems"`
+}
+
+// problemsOf lists a validation error's problems one by one (Validate puts
+// them in Meta["problems"]); other errors are one problem.
+func problemsOf(err error) []string {
+	var e *engine.Error
+	if errors.As(err, &e) {
+		if ps, ok := e.Meta["problems"].([]string); ok {
+			return ps
+		}
+		return []string{e.Msg}
+	}
+	return []string{err.Error()}
 }
 
 func cmdPlanImportDBT(_ context.Context, c *cli, args []string) error {

@@ -303,6 +303,18 @@ func TestInvalidPlans(t *testing.T) {
 			wantError(t, h.run(append(args, plan)...), exitUsage, c.code, c.msgs...)
 		})
 	}
+	t.Run("problems as JSON", func(t *testing.T) {
+		h := newHarness(t)
+		r := h.run("plan", "validate", "--json", fixture("unknowndep", "plan.yaml"))
+		wantError(t, r, exitUsage, "PLAN_INVALID")
+		var v planVerdict
+		if err := json.Unmarshal([]byte(r.stdout), &v); err != nil {
+			t.Fatal(err)
+		}
+		if v.Valid || v.Code != engine.CodePlanInvalid || len(v.Problems) != 1 || v.Problems[0] != "step model.a: depends on unknown step model.ghost" {
+			t.Errorf("verdict %+v", v)
+		}
+	})
 	t.Run("valid", func(t *testing.T) {
 		r := newHarness(t).run("plan", "validate", fixture("ok", "plan.yaml"))
 		if r.code != 0 || !strings.Contains(r.stdout, "OK") || !strings.Contains(r.stdout, "5 steps") {

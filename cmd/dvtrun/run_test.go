@@ -378,3 +378,22 @@ func TestResumeRefusesAnotherPlan(t *testing.T) {
 	seedFailedRun(t, h.statePath())
 	wantError(t, h.run("resume", fixedRunID, fixture("ok", "plan.yaml")), exitUsage, "PLAN_HASH_MISMATCH", fixedRunID)
 }
+
+func TestRunFailingTest(t *testing.T) {
+	h := newHarness(t)
+	r := h.run("run", "--threads", "1", fixture("testfail", "plan.yaml"))
+	wantError(t, r, exitFailed, "STEP_FAILED", "test.no_short_names")
+	for _, re := range []string{
+		`(?m)^2 of 3 FAIL 3 no_short_names \.+ \[FAIL 3 in \d+\.\d\ds\]$`,
+		`(?m)^3 of 3 WARN 3 few_short_names \.+ \[WARN 3 in \d+\.\d\ds\]$`,
+		`(?m)^Done\. PASS=1 WARN=1 ERROR=1 SKIP=0 TOTAL=3$`,
+	} {
+		if !regexp.MustCompile(re).MatchString(r.stdout) {
+			t.Errorf("output does not match %s:\n%s", re, r.stdout)
+		}
+	}
+	snap := h.checkLog(h.onlyRun())
+	if snap.Status != engine.StatusFailed {
+		t.Errorf("run is %s", snap.Status)
+	}
+}

@@ -26,7 +26,8 @@
 // dependsOn comes from depends_on.nodes (sources are not steps and drop out).
 //
 // Nothing is skipped silently: a node that cannot be translated (no
-// compiled SQL, a Python model, a singular test with no SQL, a snapshot…)
+// compiled SQL, a Python model, a singular test with no SQL, a snapshot, a
+// unit test…)
 // is listed in Result.Problems with its unique_id, and so is every node that
 // depends on it, since its step could not run. The plan always passes
 // engine.Plan.Validate; Import returns an error (PLAN_INVALID) if the
@@ -175,6 +176,9 @@ type manifest struct {
 	} `json:"metadata"`
 	Nodes   map[string]*node   `json:"nodes"`
 	Sources map[string]*source `json:"sources"`
+	// UnitTests (v12) are run by dbt build but need dbt to render their
+	// fixtures: each is reported, none imported.
+	UnitTests map[string]json.RawMessage `json:"unit_tests"`
 }
 
 type node struct {
@@ -403,6 +407,11 @@ func (im *importer) run() (*Result, error) {
 		}
 		p.Steps = append(p.Steps, *st)
 	}
+	for id := range im.m.UnitTests {
+		im.failed[id] = "unit tests are not imported (their fixtures need dbt to render)"
+		im.ids = append(im.ids, id)
+	}
+	sort.Strings(im.ids)
 	for _, id := range im.ids {
 		if why, ok := im.failed[id]; ok {
 			im.problems = append(im.problems, Problem{NodeID: id, Message: why})

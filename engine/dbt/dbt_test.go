@@ -121,6 +121,7 @@ func TestImportFixtures(t *testing.T) {
 				"test.market.assert_revenue_positive": "singular test with no compiled SQL",
 				"test.market.dbt_utils_expression_is_true_stall_revenue_revenue_0.9d0e1f2a3b": "dbt_utils.expression_is_true",
 				"test.market.not_null_forecast_stall_id.0f1e2d3c4b":                           "depends on model.market.forecast",
+				"unit_test.market.stg_sales.test_payment_lowercased":                          "unit tests are not imported",
 			},
 			sql: map[string][]string{
 				"model.stall_revenue":                   {`left join "vendors" as v`, `from "stg_sales"`},

@@ -33,13 +33,14 @@ func FuzzImportManifest(f *testing.F) {
 			t.Fatalf("imported plan invalid: %v", err)
 		}
 		var m struct {
-			Nodes map[string]json.RawMessage `json:"nodes"`
+			Nodes     map[string]json.RawMessage `json:"nodes"`
+			UnitTests map[string]json.RawMessage `json:"unit_tests"`
 		}
 		if err := json.Unmarshal(data, &m); err != nil {
 			t.Fatalf("Import accepted what json rejects: %v", err)
 		}
-		if len(res.Plan.Steps)+len(res.Problems) != len(m.Nodes) {
-			t.Fatalf("%d nodes became %d steps and %d problems", len(m.Nodes), len(res.Plan.Steps), len(res.Problems))
+		if len(res.Plan.Steps)+len(res.Problems) != len(m.Nodes)+len(m.UnitTests) {
+			t.Fatalf("%d nodes and %d unit tests became %d steps and %d problems", len(m.Nodes), len(m.UnitTests), len(res.Plan.Steps), len(res.Problems))
 		}
 		y, err := res.YAML()
 		if err != nil {

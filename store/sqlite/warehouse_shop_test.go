@@ -9,14 +9,14 @@ import (
 	"github.com/dvtrun/dvtrun/engine"
 )
 
-// osSource reads plan files from the real file system.
-type osSource struct{}
+// whOSSource reads plan files from the real file system.
+type whOSSource struct{}
 
-func (osSource) ReadFile(name string) ([]byte, error) { return os.ReadFile(name) }
+func (whOSSource) ReadFile(name string) ([]byte, error) { return os.ReadFile(name) }
 
 // requestFor builds the request the runner sends for a step of a loaded
 // plan: seed paths resolve against the plan's directory.
-func requestFor(p *engine.Plan, s engine.PlanStep) engine.StepRequest {
+func whRequestFor(p *engine.Plan, s engine.PlanStep) engine.StepRequest {
 	req := engine.StepRequest{RunID: "run-1", StepID: s.ID, Kind: s.Kind, Materialized: s.Materialized, SQL: s.SQL, Severity: s.Severity}
 	if s.Kind == engine.KindSeed || s.Kind == engine.KindModel {
 		req.Relation = s.Relation()
@@ -30,7 +30,7 @@ func requestFor(p *engine.Plan, s engine.PlanStep) engine.StepRequest {
 // TestShopPlanRuns runs the example project end to end, twice (a rerun
 // replaces every relation and must give the same answers).
 func TestShopPlanRuns(t *testing.T) {
-	p, ref, err := engine.LoadPlan(osSource{}, filepath.Join("..", "..", "plans", "shop", "plan.yaml"))
+	p, ref, err := engine.LoadPlan(whOSSource{}, filepath.Join("..", "..", "plans", "shop", "plan.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,10 +47,10 @@ func TestShopPlanRuns(t *testing.T) {
 		"model.orders_enriched": 48, "model.customer_summary": 30, "model.product_sales": 20,
 	}
 	kinds := map[string]int{}
-	w := openTestWarehouse(t)
+	w := openWarehouseT(t)
 	for pass := 1; pass <= 2; pass++ {
 		for _, s := range p.Order() {
-			res, err := w.RunStep(context.Background(), requestFor(p, s))
+			res, err := w.RunStep(context.Background(), whRequestFor(p, s))
 			if err != nil {
 				t.Fatalf("pass %d: %s: %v", pass, s.ID, err)
 			}
@@ -81,14 +81,14 @@ func TestShopPlanRuns(t *testing.T) {
 	}
 	// Customers who never ordered are in the summary with zero, not NULL.
 	// Customers 27-30 never ordered.
-	if got := queryStrings(t, w, `SELECT group_concat(customer_id) FROM customer_summary WHERE number_of_orders = 0 AND lifetime_value = 0 AND customer_id > 26`); got[0] != "27,28,29,30" {
+	if got := whQueryStrings(t, w, `SELECT group_concat(customer_id) FROM customer_summary WHERE number_of_orders = 0 AND lifetime_value = 0 AND customer_id > 26`); got[0] != "27,28,29,30" {
 		t.Errorf("customers without orders: %v, want 27-30", got)
 	}
-	if got := queryStrings(t, w, `SELECT count(*) FROM customer_summary WHERE number_of_orders IS NULL OR lifetime_value IS NULL`); got[0] != "0" {
+	if got := whQueryStrings(t, w, `SELECT count(*) FROM customer_summary WHERE number_of_orders IS NULL OR lifetime_value IS NULL`); got[0] != "0" {
 		t.Errorf("%s summaries with NULLs", got[0])
 	}
 	// The quoted comma in the CRLF seed survived.
-	if got := queryStrings(t, w, `SELECT product_name FROM stg_products WHERE product_id = 4`); len(got) != 1 || got[0] != "Mug, large" {
+	if got := whQueryStrings(t, w, `SELECT product_name FROM stg_products WHERE product_id = 4`); len(got) != 1 || got[0] != "Mug, large" {
 		t.Errorf("product 4: %q", got)
 	}
 }

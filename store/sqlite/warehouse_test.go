@@ -12,7 +12,7 @@ import (
 	"github.com/dvtrun/dvtrun/engine"
 )
 
-func openTestWarehouse(t *testing.T) *Warehouse {
+func openWarehouseT(t *testing.T) *Warehouse {
 	t.Helper()
 	w, err := OpenWarehouse(context.Background(), filepath.Join(t.TempDir(), "sub", "wh.db"))
 	if err != nil {
@@ -22,7 +22,7 @@ func openTestWarehouse(t *testing.T) *Warehouse {
 	return w
 }
 
-func writeCSV(t *testing.T, name, body string) string {
+func whWriteCSV(t *testing.T, name, body string) string {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), name)
 	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
@@ -31,7 +31,7 @@ func writeCSV(t *testing.T, name, body string) string {
 	return p
 }
 
-func run(t *testing.T, w *Warehouse, req engine.StepRequest) engine.StepResult {
+func whRun(t *testing.T, w *Warehouse, req engine.StepRequest) engine.StepResult {
 	t.Helper()
 	res, err := w.RunStep(context.Background(), req)
 	if err != nil {
@@ -40,7 +40,7 @@ func run(t *testing.T, w *Warehouse, req engine.StepRequest) engine.StepResult {
 	return res
 }
 
-func queryStrings(t *testing.T, w *Warehouse, q string) []string {
+func whQueryStrings(t *testing.T, w *Warehouse, q string) []string {
 	t.Helper()
 	rows, err := w.DB().Query(q)
 	if err != nil {
@@ -97,12 +97,12 @@ func TestWarehouseSeeds(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			w := openTestWarehouse(t)
-			res := run(t, w, engine.StepRequest{StepID: "seed.s", Kind: engine.KindSeed, Relation: "s", SeedPath: writeCSV(t, "s.csv", tc.csv)})
+			w := openWarehouseT(t)
+			res := whRun(t, w, engine.StepRequest{StepID: "seed.s", Kind: engine.KindSeed, Relation: "s", SeedPath: whWriteCSV(t, "s.csv", tc.csv)})
 			if res.RowCount != tc.rows {
 				t.Errorf("RowCount %d, want %d", res.RowCount, tc.rows)
 			}
-			if got := queryStrings(t, w, tc.query); strings.Join(got, "\x00") != strings.Join(tc.want, "\x00") {
+			if got := whQueryStrings(t, w, tc.query); strings.Join(got, "\x00") != strings.Join(tc.want, "\x00") {
 				t.Errorf("rows %q, want %q", got, tc.want)
 			}
 			rows, err := w.DB().Query(`SELECT * FROM s LIMIT 1`)
@@ -112,7 +112,7 @@ func TestWarehouseSeeds(t *testing.T) {
 			names, _ := rows.Columns()
 			rows.Close()
 			for i, n := range names {
-				got := queryStrings(t, w, `SELECT typeof(`+quoteIdent(n)+`) FROM s LIMIT 1`)
+				got := whQueryStrings(t, w, `SELECT typeof(`+quoteIdent(n)+`) FROM s LIMIT 1`)
 				if len(got) != 1 || got[0] != tc.typesSQL[i] {
 					t.Errorf("column %s: typeof %v, want %s", n, got, tc.typesSQL[i])
 				}
@@ -122,15 +122,15 @@ func TestWarehouseSeeds(t *testing.T) {
 }
 
 func TestWarehouseStepErrors(t *testing.T) {
-	w := openTestWarehouse(t)
-	run(t, w, engine.StepRequest{StepID: "seed.base", Kind: engine.KindSeed, Relation: "base", SeedPath: writeCSV(t, "base.csv", "id\n1\n2\n")})
+	w := openWarehouseT(t)
+	whRun(t, w, engine.StepRequest{StepID: "seed.base", Kind: engine.KindSeed, Relation: "base", SeedPath: whWriteCSV(t, "base.csv", "id\n1\n2\n")})
 	tests := []struct {
 		name string
 		req  engine.StepRequest
 		code engine.Code
 		want string
 	}{
-		{"malformed CSV row names file:line", engine.StepRequest{StepID: "seed.bad", Kind: engine.KindSeed, Relation: "bad", SeedPath: writeCSV(t, "bad.csv", "a,b\r\n1,2\r\n3\r\n")}, engine.CodePlanInvalid, "bad.csv:3: the row has 1 fields"},
+		{"malformed CSV row names file:line", engine.StepRequest{StepID: "seed.bad", Kind: engine.KindSeed, Relation: "bad", SeedPath: whWriteCSV(t, "bad.csv", "a,b\r\n1,2\r\n3\r\n")}, engine.CodePlanInvalid, "bad.csv:3: the row has 1 fields"},
 		{"missing CSV", engine.StepRequest{StepID: "seed.gone", Kind: engine.KindSeed, Relation: "gone", SeedPath: filepath.Join(t.TempDir(), "nope.csv")}, engine.CodePlanInvalid, "seed seed.gone: cannot read its CSV file"},
 		{"model syntax error", engine.StepRequest{StepID: "model.m", Kind: engine.KindModel, Relation: "m", Materialized: "table", SQL: "selec 1"}, engine.CodeStepFailed, "step model.m:"},
 		{"view over a missing table", engine.StepRequest{StepID: "model.v", Kind: engine.KindModel, Relation: "v", Materialized: "view", SQL: "select * from missing_table"}, engine.CodeStepFailed, "missing_table"},
@@ -159,18 +159,18 @@ func TestWarehouseStepErrors(t *testing.T) {
 		})
 	}
 	// None of the failures touched base.
-	if got := queryStrings(t, w, `SELECT group_concat(id) FROM base`); got[0] != "1,2" {
+	if got := whQueryStrings(t, w, `SELECT group_concat(id) FROM base`); got[0] != "1,2" {
 		t.Errorf("base = %v after failed steps", got)
 	}
 }
 
 func TestWarehouseAtomicReplace(t *testing.T) {
-	w := openTestWarehouse(t)
+	w := openWarehouseT(t)
 	seed := func(body string) engine.StepResult {
-		return run(t, w, engine.StepRequest{StepID: "seed.items", Kind: engine.KindSeed, Relation: "items", SeedPath: writeCSV(t, "items.csv", body)})
+		return whRun(t, w, engine.StepRequest{StepID: "seed.items", Kind: engine.KindSeed, Relation: "items", SeedPath: whWriteCSV(t, "items.csv", body)})
 	}
 	seed("id,price\n1,10\n2,20\n")
-	run(t, w, engine.StepRequest{StepID: "model.items_v", Kind: engine.KindModel, Relation: "items_v", Materialized: "view", SQL: "select id, price * 2 as double_price from items"})
+	whRun(t, w, engine.StepRequest{StepID: "model.items_v", Kind: engine.KindModel, Relation: "items_v", Materialized: "view", SQL: "select id, price * 2 as double_price from items"})
 	model := func(sql string) (engine.StepResult, error) {
 		return w.RunStep(context.Background(), engine.StepRequest{StepID: "model.totals", Kind: engine.KindModel, Relation: "totals", Materialized: "table", SQL: sql})
 	}
@@ -183,7 +183,7 @@ func TestWarehouseAtomicReplace(t *testing.T) {
 	if res := seed("id,price,extra\n1,1,x\n2,2,y\n3,3,z\n"); res.RowCount != 3 {
 		t.Errorf("reseed RowCount %d", res.RowCount)
 	}
-	if got := queryStrings(t, w, `SELECT sum(double_price) FROM items_v`); got[0] != "12" {
+	if got := whQueryStrings(t, w, `SELECT sum(double_price) FROM items_v`); got[0] != "12" {
 		t.Errorf("view over rebuilt seed: %v", got)
 	}
 
@@ -191,7 +191,7 @@ func TestWarehouseAtomicReplace(t *testing.T) {
 	if _, err := model("select total from no_such_relation"); engine.CodeOf(err) != engine.CodeStepFailed {
 		t.Fatalf("failing model: %v", err)
 	}
-	if got := queryStrings(t, w, `SELECT total FROM totals`); len(got) != 1 || got[0] != "60" {
+	if got := whQueryStrings(t, w, `SELECT total FROM totals`); len(got) != 1 || got[0] != "60" {
 		t.Errorf("totals after failed rebuild: %v, want the old 60", got)
 	}
 
@@ -199,14 +199,14 @@ func TestWarehouseAtomicReplace(t *testing.T) {
 	if res, err := model("select sum(double_price) as total from items_v union all select 0"); err != nil || res.RowCount != 2 {
 		t.Fatalf("rebuild: %v %+v", err, res)
 	}
-	if got := queryStrings(t, w, `SELECT name FROM sqlite_master WHERE name LIKE 'dvt_tmp%'`); len(got) != 0 {
+	if got := whQueryStrings(t, w, `SELECT name FROM sqlite_master WHERE name LIKE 'dvt_tmp%'`); len(got) != 0 {
 		t.Errorf("left behind: %v", got)
 	}
 
 	// A table model may become a view and back.
 	for _, mat := range []string{"view", "table"} {
-		res := run(t, w, engine.StepRequest{StepID: "model.totals", Kind: engine.KindModel, Relation: "totals", Materialized: mat, SQL: "select 1 as total"})
-		kind := queryStrings(t, w, `SELECT type FROM sqlite_master WHERE name = 'totals'`)
+		res := whRun(t, w, engine.StepRequest{StepID: "model.totals", Kind: engine.KindModel, Relation: "totals", Materialized: mat, SQL: "select 1 as total"})
+		kind := whQueryStrings(t, w, `SELECT type FROM sqlite_master WHERE name = 'totals'`)
 		if len(kind) != 1 || kind[0] != mat {
 			t.Errorf("totals is %v, want %s", kind, mat)
 		}
@@ -217,8 +217,8 @@ func TestWarehouseAtomicReplace(t *testing.T) {
 }
 
 func TestWarehouseTestsAndSQL(t *testing.T) {
-	w := openTestWarehouse(t)
-	run(t, w, engine.StepRequest{StepID: "seed.p", Kind: engine.KindSeed, Relation: "p", SeedPath: writeCSV(t, "p.csv", "id,status\n1,ok\n2,bad\n3,\n4,bad\n")})
+	w := openWarehouseT(t)
+	whRun(t, w, engine.StepRequest{StepID: "seed.p", Kind: engine.KindSeed, Relation: "p", SeedPath: whWriteCSV(t, "p.csv", "id,status\n1,ok\n2,bad\n3,\n4,bad\n")})
 	tests := []struct {
 		name     string
 		sql      string
@@ -234,24 +234,24 @@ func TestWarehouseTestsAndSQL(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			res := run(t, w, engine.StepRequest{StepID: "test.x", Kind: engine.KindTest, SQL: tc.sql, Params: tc.params, Severity: engine.SeverityWarn})
+			res := whRun(t, w, engine.StepRequest{StepID: "test.x", Kind: engine.KindTest, SQL: tc.sql, Params: tc.params, Severity: engine.SeverityWarn})
 			if res.Failures != tc.failures {
 				t.Errorf("Failures %d, want %d", res.Failures, tc.failures)
 			}
 		})
 	}
 
-	res := run(t, w, engine.StepRequest{StepID: "sql.fix", Kind: engine.KindSQL, SQL: "create table audit(n);\nupdate p set status = ? where status = 'bad';\ninsert into audit values (1);", Params: []any{"fixed"}})
+	res := whRun(t, w, engine.StepRequest{StepID: "sql.fix", Kind: engine.KindSQL, SQL: "create table audit(n);\nupdate p set status = ? where status = 'bad';\ninsert into audit values (1);", Params: []any{"fixed"}})
 	if res.RowsAffected != 3 {
 		t.Errorf("RowsAffected %d, want 3 (2 updates + 1 insert)", res.RowsAffected)
 	}
-	if got := queryStrings(t, w, `SELECT count(*) FROM p WHERE status = 'fixed'`); got[0] != "2" {
+	if got := whQueryStrings(t, w, `SELECT count(*) FROM p WHERE status = 'fixed'`); got[0] != "2" {
 		t.Errorf("update not applied: %v", got)
 	}
 }
 
 func TestWarehouseCancellation(t *testing.T) {
-	w := openTestWarehouse(t)
+	w := openWarehouseT(t)
 	// A query that runs for minutes unless interrupted.
 	slow := "with recursive c(i) as (select 1 union all select i + 1 from c where i < 1000000000) select i from c where i < 0"
 	for _, kind := range []string{engine.KindTest, engine.KindModel, engine.KindSQL} {
@@ -273,7 +273,7 @@ func TestWarehouseCancellation(t *testing.T) {
 		})
 	}
 	// The connection pool is still usable, and nothing was built.
-	if got := queryStrings(t, w, `SELECT count(*) FROM sqlite_master WHERE name LIKE '%slow%'`); got[0] != "0" {
+	if got := whQueryStrings(t, w, `SELECT count(*) FROM sqlite_master WHERE name LIKE '%slow%'`); got[0] != "0" {
 		t.Errorf("relations left: %v", got)
 	}
 	// An already cancelled context runs nothing.
@@ -379,8 +379,8 @@ func TestWarehouseBusyIsTransient(t *testing.T) {
 // which is being rebuilt at the same time and must never be seen missing or
 // partly built.
 func TestWarehouseConcurrentSteps(t *testing.T) {
-	w := openTestWarehouse(t)
-	run(t, w, engine.StepRequest{StepID: "seed.n", Kind: engine.KindSeed, Relation: "n", SeedPath: writeCSV(t, "n.csv", "i\n1\n2\n3\n")})
+	w := openWarehouseT(t)
+	whRun(t, w, engine.StepRequest{StepID: "seed.n", Kind: engine.KindSeed, Relation: "n", SeedPath: whWriteCSV(t, "n.csv", "i\n1\n2\n3\n")})
 	const workers = 8
 	rel := func(g int) string { return "m" + string(rune('a'+g%workers)) }
 	build := func(g int) (engine.StepResult, error) {

@@ -42,6 +42,8 @@ func ReadSeed(r io.Reader, name string) (*SeedTable, error) {
 	if err != nil {
 		return nil, seedErr(name, nil, 0, err)
 	}
+	// Blank lines before the header are skipped; name the header's own line.
+	hline, _ := cr.FieldPos(0)
 	seen := map[string]bool{}
 	for i, h := range header {
 		if i == 0 {
@@ -49,11 +51,11 @@ func ReadSeed(r io.Reader, name string) (*SeedTable, error) {
 		}
 		h = strings.TrimSpace(h)
 		if h == "" {
-			return nil, Errorf(CodePlanInvalid, "seed %s:1: column %d has no name", name, i+1)
+			return nil, Errorf(CodePlanInvalid, "seed %s:%d: column %d has no name", name, hline, i+1)
 		}
 		// SQL names are case-insensitive: Id and ID would be one column.
 		if seen[strings.ToLower(h)] {
-			return nil, Errorf(CodePlanInvalid, "seed %s:1: column %q appears twice", name, h)
+			return nil, Errorf(CodePlanInvalid, "seed %s:%d: column %q appears twice", name, hline, h)
 		}
 		seen[strings.ToLower(h)] = true
 		header[i] = h

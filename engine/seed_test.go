@@ -103,6 +103,7 @@ func TestReadSeedErrors(t *testing.T) {
 		{"bare quote", "a,b\n1,x\"y\n", "s.csv:2:"},
 		{"unterminated quote", "a,b\n1,2\n3,\"oops\n", "s.csv:3:"},
 		{"empty column name", "a,,c\n1,2,3\n", "s.csv:1: column 2 has no name"},
+		{"header after blank lines", "\n\nx,\n1,2\n", "s.csv:3: column 2 has no name"},
 		{"duplicate column, any case", "Id,name,ID\n", `s.csv:1: column "ID" appears twice`},
 	}
 	for _, tc := range tests {

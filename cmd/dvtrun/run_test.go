@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"database/sql"
+	"encoding/hex"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -143,7 +145,12 @@ func TestRunShopPlan(t *testing.T) {
 
 func TestRunConsoleOutput(t *testing.T) {
 	h := newHarness(t)
-	r := h.run("run", "--threads", "2", fixture("ok", "plan.yaml"))
+	data, err := os.ReadFile(fixture("ok", "plan.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(data)
+	r := h.run("run", "--threads", "2", "--run-request-id", "req-42", "--plan-sha256", hex.EncodeToString(sum[:]), fixture("ok", "plan.yaml"))
 	if r.code != 0 {
 		t.Fatalf("exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
@@ -164,6 +171,9 @@ func TestRunConsoleOutput(t *testing.T) {
 	runID := h.onlyRun()
 	if s := h.statusOf(runID); s.Status != engine.StatusCompleted {
 		t.Errorf("run is %s", s.Status)
+	}
+	if r := h.run("runs", "--json"); !strings.Contains(r.stdout, `"runRequestId": "req-42"`) || !strings.Contains(r.stdout, hex.EncodeToString(sum[:])) {
+		t.Errorf("the run request id or the plan sha256 was not recorded:\n%s", r.stdout)
 	}
 	h.checkLog(runID)
 }

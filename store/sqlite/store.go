@@ -231,11 +231,8 @@ func classify(path string, err error) error {
 	return fmt.Errorf("sqlite state store %s: %w", path, err)
 }
 
-// inList returns n comma-separated placeholders for an IN clause.
-func inList(q string, n int) string {
-	return strings.Replace(q, "/*keys*/", placeholders(n), 1)
-}
-
+// placeholders returns n comma-separated ? for an IN (...) or VALUES list:
+// the only SQL text built in Go, and it holds no values.
 func placeholders(n int) string { return strings.TrimSuffix(strings.Repeat("?,", n), ",") }
 
 // runRow is what the append path reads of a run, under its lock.

@@ -1,0 +1,149 @@
+package snowflake
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strings"
+	"sync"
+
+	"github.com/dvtrun/dvtrun/engine"
+	sqlfiles "github.com/dvtrun/dvtrun/sql"
+)
+
+// projectionQueries holds the statements of sql/snowflake/projection.sql,
+// the projection in its two scopes.
+type projectionQueries struct{ run, all, events string }
+
+var loadProjection = sync.OnceValues(func() (projectionQueries, error) {
+	q, err := sqlfiles.Queries(sqlfiles.Snowflake, "projection.sql")
+	if err != nil {
+		return projectionQueries{}, err
+	}
+	body := q["project"]
+	if !strings.Contains(body, "/*scope*/") || q["scope_run"] == "" || q["scope_all"] == "" || q["list_all_events"] == "" {
+		return projectionQueries{}, errors.New("sqlfiles: snowflake/projection.sql lacks project, scope_run, scope_all or list_all_events")
+	}
+	// Both scopes are fixed text from the same file.
+	return projectionQueries{
+		run:    strings.Replace(body, "/*scope*/", q["scope_run"], 1),
+		all:    strings.Replace(body, "/*scope*/", q["scope_all"], 1),
+		events: q["list_all_events"],
+	}, nil
+})
+
+// ProjectSQL computes a run's snapshot with the SQL projection alone (the
+// recursive CTEs of sql/snowflake/projection.sql over dvt_run_events and
+// dvt_transitions), in one request. It must equal engine.Project over the
+// same events. RUN_NOT_FOUND for an unknown run.
+func (s *Store) ProjectSQL(ctx context.Context, runID string) (engine.Snapshot, error) {
+	q, err := loadProjection()
+	if err != nil {
+		return engine.Snapshot{}, err
+	}
+	snaps, err := s.projectRows(ctx, q.run, runID)
+	if err != nil {
+		return engine.Snapshot{}, err
+	}
+	if snap, ok := snaps[runID]; ok {
+		return snap, nil
+	}
+	// A run with no events yet projects to its initial state; an unknown
+	// run is an error.
+	if _, err := s.GetRun(ctx, runID); err != nil {
+		return engine.Snapshot{}, err
+	}
+	return engine.SnapshotOf(engine.Snapshot{RunID: runID, Status: engine.StatusNone}), nil
+}
+
+// ProjectAllSQL computes the snapshot of every run that has events, with one
+// statement over the whole log.
+func (s *Store) ProjectAllSQL(ctx context.Context) (map[string]engine.Snapshot, error) {
+	q, err := loadProjection()
+	if err != nil {
+		return nil, err
+	}
+	return s.projectRows(ctx, q.all)
+}
+
+// ProjectAllGo reduces every run's events with the Go reducer, reading the
+// log in one ordered query: the reference ProjectAllSQL is compared with.
+func (s *Store) ProjectAllGo(ctx context.Context) (map[string]engine.Snapshot, error) {
+	q, err := loadProjection()
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.db.QueryContext(ctx, q.events)
+	if err != nil {
+		return nil, s.classify("read the event log", err)
+	}
+	defer rows.Close()
+	out := make(map[string]engine.Snapshot)
+	var run []engine.RunEventRecord
+	flush := func() {
+		if len(run) > 0 {
+			out[run[0].RunID] = engine.Project(run[0].RunID, run)
+		}
+		run = nil
+	}
+	for rows.Next() {
+		r, err := scanEvent(rows)
+		if err != nil {
+			return nil, s.classify("read the event log", err)
+		}
+		if len(run) > 0 && run[0].RunID != r.RunID {
+			flush()
+		}
+		run = append(run, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.classify("read the event log", err)
+	}
+	flush()
+	return out, nil
+}
+
+// projectRows runs a projection statement and hands its rows — already
+// decided by SQL — to engine.SnapshotAssembler.
+func (s *Store) projectRows(ctx context.Context, query string, args ...any) (map[string]engine.Snapshot, error) {
+	rows, err := s.db.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, s.classify("project", err)
+	}
+	defer rows.Close()
+	var asm engine.SnapshotAssembler
+	for rows.Next() {
+		var r engine.ProjectionRow
+		var started, completed, persisted sql.NullTime
+		var errCode, errMessage, skip, artifacts, eventID, eventType, entity, prior, attempted sql.NullString
+		var hasError, inconsistent, retryable sql.NullBool
+		if err := rows.Scan(&r.Kind, &r.RunID, &r.StepID, &r.Ord, &r.Status, &r.Substatus, &r.LastEventSeq, &inconsistent,
+			&r.TenantID, &r.ProjectID, &r.EnvironmentID, &r.LogicalAttemptID, &r.EngineAttemptID, &started, &completed, &r.DurationMs,
+			&hasError, &errCode, &errMessage, &retryable, &skip, &artifacts,
+			&eventID, &eventType, &persisted, &entity, &prior, &attempted); err != nil {
+			return nil, s.classify("project", err)
+		}
+		r.Inconsistent = inconsistent.Bool
+		if started.Valid {
+			r.StartedAt = started.Time.UTC()
+		}
+		if completed.Valid {
+			r.CompletedAt = completed.Time.UTC()
+		}
+		if persisted.Valid {
+			r.PersistedAt = persisted.Time.UTC()
+		}
+		if hasError.Bool {
+			r.Error = &engine.ErrorInfo{Code: errCode.String, Message: errMessage.String, Retryable: retryable.Bool}
+		}
+		r.SkipReason, r.Artifacts = skip.String, artifacts.String
+		r.EventID, r.EventType, r.Entity, r.PriorState, r.AttemptedState = eventID.String, eventType.String, entity.String, prior.String, attempted.String
+		if err := asm.Add(r); err != nil {
+			return nil, err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.classify("project", err)
+	}
+	return asm.Snapshots(), nil
+}

@@ -23,6 +23,12 @@ func main() {
 	// SIGINT/SIGTERM cancel the context: a run stops scheduling, in-flight SQL
 	// is interrupted, and `dvtrun resume` can carry on later.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() {
+		// After the first signal, restore the default: a second Ctrl-C
+		// kills at once if the clean stop takes too long.
+		<-ctx.Done()
+		stop()
+	}()
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr, os.Getenv)
 	stop()
 	os.Exit(code)

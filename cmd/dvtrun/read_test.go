@@ -355,3 +355,13 @@ func TestInconsistentRun(t *testing.T) {
 		t.Errorf("verify: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 }
+
+// TestRefusedByTheAdapter: a valid plan the local adapter cannot run is
+// refused with exit 2 and no run row.
+func TestRefusedByTheAdapter(t *testing.T) {
+	h := newHarness(t)
+	wantError(t, h.run("run", fixture("adapter", "plan.yaml")), exitUsage, "TARGET_ADAPTER_MISMATCH", "airflow")
+	if n := countRuns(t, h.statePath()); n != 0 {
+		t.Errorf("%d runs recorded", n)
+	}
+}

@@ -259,6 +259,18 @@ func cmdResume(ctx context.Context, c *cli, args []string) error {
 	if !strings.EqualFold(meta.PlanSHA256, ref.SHA256) {
 		return engine.Errorf(engine.CodePlanHashMismatch, "run %s started with plan sha256 %s but %s has sha256 %s", meta.RunID, meta.PlanSHA256, pos[1], ref.SHA256)
 	}
+	// Terminal runs are immutable: say so instead of printing an empty run.
+	snap, err := c.engineFor(st).GetRunStatus(ctx, meta.RunID)
+	if err != nil {
+		return err
+	}
+	switch {
+	case snap.Status == engine.StatusCompleted:
+		fmt.Fprintf(c.stdout, "Run %s is already COMPLETED: nothing to resume.\n", meta.RunID)
+		return nil
+	case snap.Status.Terminal():
+		return engine.Errorf(engine.CodeInvalidArgument, "run %s is already %s and cannot be resumed; start a new run", meta.RunID, snap.Status)
+	}
 	wh, targetName, err := c.openWarehouse(ctx)
 	if err != nil {
 		return err
@@ -268,7 +280,7 @@ func cmdResume(ctx context.Context, c *cli, args []string) error {
 	eng := c.runEngine(st, f, con, lookup)
 	fmt.Fprintf(c.stdout, "Resuming run %s of plan %s@%s\n", meta.RunID, p.PlanID, p.PlanVersion)
 	con.start = time.Now()
-	snap, err := eng.Resume(ctx, meta.RunID, p, wh)
+	snap, err = eng.Resume(ctx, meta.RunID, p, wh)
 	return c.finishRun(ctx, con, meta.RunID, pos[1], snap, err)
 }
 

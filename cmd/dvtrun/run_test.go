@@ -365,6 +365,9 @@ func TestInterruptAndResume(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("resume: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
+	if again := h.run("resume", runID, plan); again.code != 0 || !strings.Contains(again.stdout, "already COMPLETED") {
+		t.Errorf("resuming a completed run: exit %d, %q %q", again.code, again.stdout, again.stderr)
+	}
 	after := h.checkLog(runID)
 	if after.Status != engine.StatusCompleted || len(after.Steps) != 5 {
 		t.Errorf("after resume: %s with %d steps", after.Status, len(after.Steps))
@@ -383,10 +386,26 @@ func TestInterruptAndResume(t *testing.T) {
 	}
 }
 
-func TestResumeRefusesAnotherPlan(t *testing.T) {
+func TestResumeRefused(t *testing.T) {
 	h := newHarness(t)
 	seedFailedRun(t, h.statePath())
 	wantError(t, h.run("resume", fixedRunID, fixture("ok", "plan.yaml")), exitUsage, "PLAN_HASH_MISMATCH", fixedRunID)
+
+	r := h.run("run", fixture("syntax", "plan.yaml"))
+	if r.code != exitFailed {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	var failed string
+	for _, line := range strings.Split(r.stdout, "\n") {
+		if id, ok := strings.CutPrefix(line, "Run "); ok && strings.HasSuffix(id, " FAILED") {
+			failed = strings.TrimSuffix(id, " FAILED")
+		}
+	}
+	n := len(h.events(failed))
+	wantError(t, h.run("resume", failed, fixture("syntax", "plan.yaml")), exitUsage, "INVALID_ARGUMENT", "already FAILED")
+	if got := len(h.events(failed)); got != n {
+		t.Errorf("a refused resume appended %d events", got-n)
+	}
 }
 
 func TestRunFailingTest(t *testing.T) {

@@ -1,6 +1,7 @@
 package snowflake_test
 
 import (
+	"database/sql"
 	"fmt"
 	"strings"
 	"testing"
@@ -94,6 +95,7 @@ func reportDiffs(t *testing.T, what string, diffs []engine.SnapshotDiff) {
 // dialect, through gosnowflake and the DuckDB-backed test server: for 1,000
 // generated streams (fixed seeds) the SQL projection equals the Go reducer
 // over the same stored log, field for field — all runs in one statement,
+// through the audit views,
 // and run by run for every hundredth run.
 func TestProjectionSQLEqualsGo(t *testing.T) {
 	n := uint64(1000)
@@ -128,6 +130,7 @@ func TestProjectionSQLEqualsGo(t *testing.T) {
 	if len(goSnaps) != len(streams) || len(sqlSnaps) != len(streams) {
 		t.Fatalf("%d runs loaded, Go projected %d, SQL %d", len(streams), len(goSnaps), len(sqlSnaps))
 	}
+	views := viewSnapshots(t, s)
 	failures := 0
 	for runID, events := range streams {
 		want := goSnaps[runID]
@@ -139,6 +142,10 @@ func TestProjectionSQLEqualsGo(t *testing.T) {
 		}
 		if d := engine.DiffSnapshots(sqlSnaps[runID], want); len(d) > 0 {
 			reportDiffs(t, runID+": ProjectAllSQL vs Go", d)
+			failures++
+		}
+		if d := engine.DiffSnapshots(views[runID], want); len(d) > 0 {
+			reportDiffs(t, runID+": audit views vs Go", d)
 			failures++
 		}
 		if !strings.HasSuffix(runID, "25") {
@@ -165,4 +172,66 @@ func TestProjectSQLUnknownRun(t *testing.T) {
 	if _, err := s.ProjectSQL(ctx, "no-such-run"); engine.CodeOf(err) != engine.CodeRunNotFound {
 		t.Fatalf("unknown run: err = %v, want %s", err, engine.CodeRunNotFound)
 	}
+}
+
+// viewSnapshots assembles snapshots from the audit views dvt_run_snapshots,
+// dvt_step_snapshots and dvt_violations, holding them to the Go reducer too.
+func viewSnapshots(t *testing.T, s *snowflake.Store) map[string]engine.Snapshot {
+	t.Helper()
+	var asm engine.SnapshotAssembler
+	rows, err := s.DB().QueryContext(ctx, `
+		SELECT 'RUN' AS kind, run_id, '' AS step_id, 0 AS ord, status, substatus, last_event_seq, inconsistent,
+		       tenant_id, project_id, environment_id, 0 AS logical_attempt_id, 0 AS engine_attempt_id,
+		       started_at, completed_at, duration_ms, has_error, error_code, error_message, error_retryable,
+		       CAST(NULL AS VARCHAR) AS skip_reason, CAST(NULL AS VARCHAR) AS artifacts,
+		       CAST(NULL AS VARCHAR) AS event_id, CAST(NULL AS VARCHAR) AS event_type, CAST(NULL AS TIMESTAMP_TZ(9)) AS persisted_at,
+		       CAST(NULL AS VARCHAR) AS entity, CAST(NULL AS VARCHAR) AS prior_state, CAST(NULL AS VARCHAR) AS attempted_state
+		FROM dvt_run_snapshots
+		UNION ALL
+		SELECT 'STEP', run_id, step_id, first_seq, status, '', last_event_seq, FALSE, '', '', '',
+		       logical_attempt_id, engine_attempt_id, started_at, completed_at, duration_ms,
+		       has_error, error_code, error_message, error_retryable, skip_reason, artifacts,
+		       NULL, NULL, NULL, NULL, NULL, NULL
+		FROM dvt_step_snapshots
+		UNION ALL
+		SELECT 'VIOLATION', run_id, step_id, run_seq, '', '', 0, TRUE, '', '', '', 0, 0, NULL, NULL, 0,
+		       FALSE, NULL, NULL, NULL, NULL, NULL,
+		       event_id, event_type, persisted_at, entity, prior_state, attempted_state
+		FROM dvt_violations
+		ORDER BY run_id, kind, ord`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var r engine.ProjectionRow
+		var started, completed, persisted sql.NullTime
+		var errCode, errMessage, skip, artifacts, eventID, eventType, entity, prior, attempted sql.NullString
+		var hasError, retryable sql.NullBool
+		if err := rows.Scan(&r.Kind, &r.RunID, &r.StepID, &r.Ord, &r.Status, &r.Substatus, &r.LastEventSeq, &r.Inconsistent,
+			&r.TenantID, &r.ProjectID, &r.EnvironmentID, &r.LogicalAttemptID, &r.EngineAttemptID, &started, &completed, &r.DurationMs,
+			&hasError, &errCode, &errMessage, &retryable, &skip, &artifacts,
+			&eventID, &eventType, &persisted, &entity, &prior, &attempted); err != nil {
+			t.Fatal(err)
+		}
+		r.StartedAt, r.CompletedAt, r.PersistedAt = started.Time.UTC(), completed.Time.UTC(), persisted.Time.UTC()
+		if !started.Valid {
+			r.StartedAt = time.Time{}
+		}
+		if !completed.Valid {
+			r.CompletedAt = time.Time{}
+		}
+		if hasError.Bool {
+			r.Error = &engine.ErrorInfo{Code: errCode.String, Message: errMessage.String, Retryable: retryable.Bool}
+		}
+		r.SkipReason, r.Artifacts = skip.String, artifacts.String
+		r.EventID, r.EventType, r.Entity, r.PriorState, r.AttemptedState = eventID.String, eventType.String, entity.String, prior.String, attempted.String
+		if err := asm.Add(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return asm.Snapshots()
 }

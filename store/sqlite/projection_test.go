@@ -279,33 +279,38 @@ func mustTime(t *testing.T, v sql.NullString) time.Time {
 }
 
 // TestAuditViewsRepeatTheProjection keeps the recursive CTEs of the audit
-// view dvt_event_states identical to those of the projection statement: the
-// property test checks both against Go, and this catches an edit to one
-// that was not made to the other before any stream has to.
+// view dvt_event_states identical to those of the projection statement, in
+// each dialect: the property tests check both against Go, and this catches
+// an edit to one that was not made to the other before any stream has to.
 func TestAuditViewsRepeatTheProjection(t *testing.T) {
-	q, err := sqlfiles.Queries(sqlfiles.SQLite, "projection.sql")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cte, _, ok := strings.Cut(q["project"], "run_last AS")
-	if !ok {
-		t.Fatal("projection.sql: no run_last CTE to cut at")
-	}
-	cte = strings.TrimRight(strings.TrimSpace(cte), ",")
-	cte = strings.Replace(cte, "FROM (/*scope*/)", "FROM dvt_run_events", 1)
-	migs, err := sqlfiles.Migrations(sqlfiles.SQLite)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range migs {
-		if strings.Contains(m.SQL, "CREATE VIEW dvt_event_states") {
-			if !strings.Contains(m.SQL, cte) {
-				t.Fatalf("migration %s: dvt_event_states does not repeat the CTEs of projection.sql", m.Name)
+	for _, dialect := range []string{sqlfiles.SQLite, sqlfiles.Snowflake} {
+		q, err := sqlfiles.Queries(dialect, "projection.sql")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cte, _, ok := strings.Cut(q["project"], "run_last AS")
+		if !ok {
+			t.Fatalf("%s/projection.sql: no run_last CTE to cut at", dialect)
+		}
+		cte = strings.TrimRight(strings.TrimSpace(cte), ",")
+		cte = strings.Replace(cte, "FROM (/*scope*/)", "FROM dvt_run_events", 1)
+		migs, err := sqlfiles.Migrations(dialect)
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := false
+		for _, m := range migs {
+			if strings.Contains(m.SQL, "VIEW dvt_event_states AS") {
+				found = true
+				if !strings.Contains(m.SQL, cte) {
+					t.Errorf("%s migration %s: dvt_event_states does not repeat the CTEs of projection.sql", dialect, m.Name)
+				}
 			}
-			return
+		}
+		if !found {
+			t.Errorf("no %s migration creates dvt_event_states", dialect)
 		}
 	}
-	t.Fatal("no migration creates dvt_event_states")
 }
 
 // requireVariety guards the corpus: equality proves little on streams that

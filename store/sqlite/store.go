@@ -661,9 +661,14 @@ func (s *Store) ReserveEventIDs(ctx context.Context, runID string, candidates ma
 	}
 	defer tx.Rollback()
 	now := s.now()
+	// A run reserves every step's first-attempt keys in one call, thousands
+	// for a large plan: the statements are prepared once per transaction.
+	persisted := tx.StmtContext(ctx, s.stmts["persisted_event_id"])
+	reserve := tx.StmtContext(ctx, s.stmts["reserve_event_id"])
+	reserved := tx.StmtContext(ctx, s.stmts["reserved_event_id"])
 	for key, candidate := range candidates {
 		var id string
-		err := tx.GetContext(ctx, &id, s.q["persisted_event_id"], runID, key)
+		err := persisted.QueryRowContext(ctx, runID, key).Scan(&id)
 		if err == nil {
 			out[key] = id
 			continue
@@ -671,10 +676,10 @@ func (s *Store) ReserveEventIDs(ctx context.Context, runID string, candidates ma
 		if !errors.Is(err, sql.ErrNoRows) {
 			return nil, classify(s.path, err)
 		}
-		if _, err := s.exec(ctx, tx, "reserve_event_id", runID, key, candidate, now); err != nil {
+		if _, err := reserve.ExecContext(ctx, runID, key, candidate, now); err != nil {
 			return nil, classify(s.path, err)
 		}
-		if err := tx.GetContext(ctx, &id, s.q["reserved_event_id"], runID, key); err != nil {
+		if err := reserved.QueryRowContext(ctx, runID, key).Scan(&id); err != nil {
 			return nil, classify(s.path, err)
 		}
 		out[key] = id

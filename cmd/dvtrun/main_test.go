@@ -98,8 +98,8 @@ func TestHelp(t *testing.T) {
 		{[]string{"events", "--help"}, []string{"-json", "-after", "-limit"}},
 		{[]string{"export", "--help"}, []string{"-format", "-o"}},
 		{[]string{"plan", "--help"}, []string{"validate", "import-dbt"}},
-		{[]string{"plan", "validate", "--help"}, []string{"-plan-sha256"}},
-		{[]string{"plan", "import-dbt", "--help"}, []string{"-project-dir", "-o"}},
+		{[]string{"plan", "validate", "--help"}, []string{"-plan-sha256", "-json"}},
+		{[]string{"plan", "import-dbt", "--help"}, []string{"-project-dir", "-o", "-strict"}},
 		{[]string{"verify", "--help"}, []string{"-all", "-json"}},
 		{[]string{"help", "events"}, []string{"-after"}},
 	}
@@ -157,9 +157,11 @@ func TestUsageErrors(t *testing.T) {
 }
 
 func TestNoArgumentsPrintsUsage(t *testing.T) {
-	r := newHarness(t).run()
-	if r.code != exitUsage || !strings.Contains(r.stderr, "Usage: dvtrun") {
-		t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
+	for _, args := range [][]string{{}, {"plan"}} {
+		r := newHarness(t).run(args...)
+		if r.code != exitUsage || !strings.Contains(r.stderr, "Usage: dvtrun") || r.stdout != "" {
+			t.Errorf("%v: exit %d, stderr %q, stdout %q", args, r.code, r.stderr, r.stdout)
+		}
 	}
 }
 

@@ -14,7 +14,11 @@ import (
 
 func cmdPlan(ctx context.Context, c *cli, args []string) error {
 	if len(args) == 0 || args[0] == "--help" || args[0] == "-h" || args[0] == "help" {
-		fmt.Fprintln(c.stdout, "Usage: dvtrun plan validate PLAN\n       dvtrun plan import-dbt MANIFEST --project-dir DIR [-o plan.yaml]\n\nRun `dvtrun plan SUBCOMMAND --help` for its flags.")
+		w := c.stdout
+		if len(args) == 0 {
+			w = c.stderr // a usage error
+		}
+		fmt.Fprintln(w, "Usage: dvtrun plan validate PLAN\n       dvtrun plan import-dbt MANIFEST --project-dir DIR [-o plan.yaml]\n\nRun `dvtrun plan SUBCOMMAND --help` for its flags.")
 		if len(args) == 0 {
 			return &exitError{code: exitUsage}
 		}

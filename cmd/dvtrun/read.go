@@ -88,6 +88,10 @@ func cmdRuns(ctx context.Context, c *cli, args []string) error {
 		engine.RunMetadata
 		Status       engine.RunStatus `json:"status"`
 		Inconsistent bool             `json:"inconsistent,omitempty"`
+		Steps        int              `json:"steps"`          // steps the log mentions
+		Succeeded    int              `json:"stepsSucceeded"` // of those, SUCCESS
+		DurationMs   int64            `json:"durationMs,omitempty"`
+		completed    bool
 	}
 	rows := make([]row, 0, len(runs))
 	for _, m := range runs {
@@ -96,19 +100,25 @@ func cmdRuns(ctx context.Context, c *cli, args []string) error {
 			return err
 		}
 		snap := engine.Project(m.RunID, evs)
-		rows = append(rows, row{m, snap.Status, snap.Inconsistent})
+		r := row{RunMetadata: m, Status: snap.Status, Inconsistent: snap.Inconsistent, Steps: len(snap.Steps), DurationMs: snap.DurationMs, completed: !snap.CompletedAt.IsZero()}
+		for _, s := range snap.Steps {
+			if s.Status == engine.StepStatusSuccess {
+				r.Succeeded++
+			}
+		}
+		rows = append(rows, r)
 	}
 	if *asJSON {
 		return c.printJSON(rows)
 	}
 	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "RUN_ID\tPLAN\tSTATUS\tCREATED")
+	fmt.Fprintln(tw, "RUN_ID\tPLAN\tSTATUS\tSTEPS OK\tDURATION\tCREATED")
 	for _, r := range rows {
 		status := string(r.Status)
 		if r.Inconsistent {
 			status += " (INCONSISTENT)"
 		}
-		fmt.Fprintf(tw, "%s\t%s@%s\t%s\t%s\n", r.RunID, r.PlanID, r.PlanVersion, status, fmtTime(r.CreatedAt))
+		fmt.Fprintf(tw, "%s\t%s@%s\t%s\t%d/%d\t%s\t%s\n", r.RunID, r.PlanID, r.PlanVersion, status, r.Succeeded, r.Steps, fmtMs(r.DurationMs, r.completed), fmtTime(r.CreatedAt))
 	}
 	return tw.Flush()
 }
@@ -188,13 +198,14 @@ func (c *cli) printStatus(meta engine.RunMetadata, snap engine.Snapshot) {
 		if s.Error != nil {
 			detail = s.Error.Code + ": " + s.Error.Message
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d.%d\t%s\t%s\n", s.StepID, s.Status, s.LogicalAttemptID, s.EngineAttemptID, fmtMs(s.DurationMs, s.CompletedAt), c.redact(oneLine(detail)))
+		fmt.Fprintf(tw, "%s\t%s\t%d.%d\t%s\t%s\n", s.StepID, s.Status, s.LogicalAttemptID, s.EngineAttemptID, fmtMs(s.DurationMs, !s.CompletedAt.IsZero()), c.redact(oneLine(detail)))
 	}
 	tw.Flush()
 }
 
-func fmtMs(ms int64, completed time.Time) string {
-	if completed.IsZero() {
+// fmtMs renders a duration in seconds; "" when the thing has not finished.
+func fmtMs(ms int64, finished bool) string {
+	if !finished {
 		return ""
 	}
 	return strconv.FormatFloat(float64(ms)/1000, 'f', 3, 64) + "s"

@@ -129,7 +129,7 @@ func TestEventsAndRuns(t *testing.T) {
 	}
 
 	r = h.run("runs")
-	if r.code != 0 || !strings.Contains(r.stdout, fixedRunID) || !strings.Contains(r.stdout, "FAILED") {
+	if r.code != 0 || !regexp.MustCompile(fixedRunID+` +shop_plan@7 +FAILED +1/3 +0\.007s `).MatchString(r.stdout) {
 		t.Errorf("runs: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	r = h.run("runs", "--json", "--limit", "5")
@@ -242,6 +242,23 @@ func TestStoreErrors(t *testing.T) {
 			h := newHarness(t)
 			seedFailedRun(t, h.statePath())
 			wantError(t, h.run(args...), exitUsage, "RUN_NOT_FOUND", unknown)
+		})
+	}
+	odd := []struct {
+		name  string
+		setup func(path string) error
+		code  string
+	}{
+		{"empty file", func(p string) error { return os.WriteFile(p, nil, 0o644) }, "STORE_CORRUPT"},
+		{"a directory", func(p string) error { return os.Mkdir(p, 0o755) }, "STORE_UNAVAILABLE"},
+	}
+	for _, o := range odd {
+		t.Run(o.name, func(t *testing.T) {
+			h := newHarness(t)
+			if err := o.setup(h.statePath()); err != nil {
+				t.Fatal(err)
+			}
+			wantError(t, h.run("status", unknown), exitUsage, o.code)
 		})
 	}
 	t.Run("run of another tenant", func(t *testing.T) {

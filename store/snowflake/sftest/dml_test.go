@@ -233,6 +233,19 @@ func TestConflictErrors(t *testing.T) {
 			_, err := tx2.ExecContext(ctxT(t), "UPDATE seq SET next_seq = next_seq + 1")
 			return err
 		}},
+		{"lock timeout", func(t *testing.T, db *sql.DB, tx1, tx2 *sql.Tx) error {
+			mustExec(t, tx2, "ALTER SESSION SET LOCK_TIMEOUT = 0")
+			mustExec(t, tx1, "UPDATE seq SET next_seq = next_seq + 1")
+			start := time.Now()
+			_, err := tx2.ExecContext(ctxT(t), "UPDATE seq SET next_seq = next_seq + 1")
+			if d := time.Since(start); d > time.Second {
+				t.Fatalf("LOCK_TIMEOUT = 0 waited %v", d)
+			}
+			if cerr := tx1.Commit(); cerr != nil {
+				t.Fatal(cerr)
+			}
+			return err
+		}},
 		{"deadlock", func(t *testing.T, db *sql.DB, tx1, tx2 *sql.Tx) error {
 			mustExec(t, tx1, "UPDATE seq SET next_seq = next_seq + 1")
 			mustExec(t, tx2, "DELETE FROM other")

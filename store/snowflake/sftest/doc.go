@@ -68,7 +68,9 @@
 //
 // UPDATE, DELETE and MERGE take Snowflake's table lock: another
 // transaction's write to the same table waits until COMMIT/ROLLBACK (or its
-// request ends). Because DuckDB's transaction starts after the lock is
+// request ends), at most the session's LOCK_TIMEOUT in seconds (0: fail at
+// once) or Options.LockTimeout (default 5s rather than Snowflake's 12 hours,
+// so a forgotten transaction fails a test instead of hanging it). Because DuckDB's transaction starts after the lock is
 // granted, a transaction that begins by locking sees the previous holder's
 // commit, as under Snowflake's read committed. What DuckDB's snapshot
 // isolation cannot wait out is reported as Snowflake error 000625 (sqlState
@@ -78,7 +80,7 @@
 //     committed, then writes the same rows); the DuckDB transaction is rolled
 //     back at once, later statements fail with 000625 and COMMIT fails
 //     until the client ends the transaction;
-//   - a wait that would deadlock;
+//   - a lock wait beyond the timeout, or one that would deadlock;
 //   - a 21st waiter on one lock.
 //
 // # Names

@@ -20,15 +20,17 @@ import (
 // session is one Snowflake session: its own DuckDB connection, so its
 // transaction is isolated from every other session's.
 type session struct {
-	id     int64
-	conn   *sql.Conn
-	locks  *lockManager
-	mu     sync.Mutex // one request at a time, as on a real session
-	inTx   bool       // the client opened a transaction
-	duckTx bool       // … and DuckDB's transaction has started (lazily, see begin)
-	doomed bool       // DuckDB aborted the open transaction; only ROLLBACK/COMMIT end it
-	params map[string]string
-	db, sc string
+	id    int64
+	conn  *sql.Conn
+	locks *lockManager
+	// defaultLockTimeout applies without a LOCK_TIMEOUT session parameter.
+	defaultLockTimeout time.Duration
+	mu                 sync.Mutex // one request at a time, as on a real session
+	inTx               bool       // the client opened a transaction
+	duckTx             bool       // … and DuckDB's transaction has started (lazily, see begin)
+	doomed             bool       // DuckDB aborted the open transaction; only ROLLBACK/COMMIT end it
+	params             map[string]string
+	db, sc             string
 }
 
 // bindParam is one entry of the request's bindings map.
@@ -64,7 +66,7 @@ func (s *session) execStmt(ctx context.Context, st *stmt, binds map[string]bindP
 		return nil, err
 	}
 	if table := lockTarget(st, s.db, s.sc); table != "" {
-		if err := s.locks.acquire(ctx, s, table); err != nil {
+		if err := s.locks.acquire(ctx, s, table, s.lockTimeout()); err != nil {
 			return nil, err
 		}
 		if !s.inTx {
@@ -92,6 +94,16 @@ func (s *session) execStmt(ctx context.Context, st *stmt, binds map[string]bindP
 		return nil, err
 	}
 	return res, nil
+}
+
+// lockTimeout is the session's LOCK_TIMEOUT (seconds) or the server default.
+func (s *session) lockTimeout() time.Duration {
+	if v, ok := s.params["LOCK_TIMEOUT"]; ok {
+		if n, err := strconv.Atoi(v); err == nil && n >= 0 {
+			return time.Duration(n) * time.Second
+		}
+	}
+	return s.defaultLockTimeout
 }
 
 // begin starts DuckDB's transaction for an open client transaction, right

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"sync"
+	"time"
 )
 
 // maxLockWaiters mirrors Snowflake: the 21st statement queued on one lock
@@ -26,9 +27,13 @@ func newLockManager() *lockManager {
 }
 
 // acquire takes table's lock for sess, waiting while another session holds
-// it. It fails with 000625 when too many statements wait or when waiting
-// would deadlock, and with the context's error when the request ends.
-func (m *lockManager) acquire(ctx context.Context, sess *session, table string) error {
+// it, at most timeout (0: not at all, as Snowflake's LOCK_TIMEOUT = 0). It
+// fails with 000625 when the wait times out, when too many statements wait
+// or when waiting would deadlock, and with the context's error when the
+// request ends.
+func (m *lockManager) acquire(ctx context.Context, sess *session, table string, timeout time.Duration) error {
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
 	m.mu.Lock()
 	for {
 		h := m.holders[table]
@@ -43,11 +48,20 @@ func (m *lockManager) acquire(ctx context.Context, sess *session, table string) 
 			m.mu.Unlock()
 			return err
 		}
+		if timeout <= 0 {
+			m.mu.Unlock()
+			return lockTimeoutError(table)
+		}
 		m.waiting[sess] = table
 		ch := m.changed
 		m.mu.Unlock()
 		select {
 		case <-ch:
+		case <-timer.C:
+			m.mu.Lock()
+			delete(m.waiting, sess)
+			m.mu.Unlock()
+			return lockTimeoutError(table)
 		case <-ctx.Done():
 			m.mu.Lock()
 			delete(m.waiting, sess)
@@ -56,6 +70,11 @@ func (m *lockManager) acquire(ctx context.Context, sess *session, table string) 
 		}
 		m.mu.Lock()
 	}
+}
+
+func lockTimeoutError(table string) error {
+	return newSFError(CodeLockConflict, "57014",
+		"Statement aborted because the lock on table %s held by another transaction was not released within LOCK_TIMEOUT.", table)
 }
 
 // checkWait refuses a wait that would exceed the waiter limit or close a

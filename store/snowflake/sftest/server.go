@@ -15,6 +15,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/snowflakedb/gosnowflake"
@@ -29,6 +30,11 @@ type Options struct {
 	User, Password string
 	// Path is a DuckDB database file; empty means in-memory.
 	Path string
+	// LockTimeout is how long UPDATE/DELETE/MERGE wait for another
+	// transaction's table lock when the session sets no LOCK_TIMEOUT
+	// (seconds, 0 = do not wait). Default 5s, not Snowflake's 12 hours, so
+	// that a test that forgets a transaction fails instead of hanging.
+	LockTimeout time.Duration
 	// Logf, when set, receives one line per request (e.g. t.Logf).
 	Logf func(format string, args ...any)
 }
@@ -81,6 +87,9 @@ const maxRemembered = 10000
 
 // New opens a fresh DuckDB database for the server.
 func New(opts Options) (*Server, error) {
+	if opts.LockTimeout == 0 {
+		opts.LockTimeout = 5 * time.Second
+	}
 	db, err := sql.Open("duckdb", opts.Path)
 	if err != nil {
 		return nil, fmt.Errorf("open duckdb: %w", err)

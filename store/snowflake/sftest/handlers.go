@@ -115,6 +115,7 @@ func (s *Server) handleRenew(w http.ResponseWriter, r *http.Request) {
 	if ok {
 		token = "ST-" + uuid.NewString()
 		delete(s.sessions, body.OldSessionToken)
+		delete(s.expired, body.OldSessionToken)
 		s.sessions[token] = sess
 	}
 	s.mu.Unlock()
@@ -129,8 +130,8 @@ func (s *Server) handleRenew(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
-	if _, ok := s.sessionFor(r); !ok {
-		writeJSON(w, errResponse(errNoSession, ""))
+	if _, e := s.sessionFor(r); e != nil {
+		writeJSON(w, errResponse(e, ""))
 		return
 	}
 	writeJSON(w, okResponse(nil))
@@ -150,6 +151,11 @@ func (s *Server) handleSessionClose(w http.ResponseWriter, r *http.Request) {
 		for k, v := range s.sessions {
 			if v == sess {
 				delete(s.sessions, k)
+			}
+		}
+		for k, v := range s.expired {
+			if v == sess {
+				delete(s.expired, k)
 			}
 		}
 		for k, v := range s.masters {
@@ -201,8 +207,8 @@ func (s *Server) handleAbort(w http.ResponseWriter, r *http.Request) {
 // request (GET /queries/<id>/result).
 func (s *Server) handleResult(w http.ResponseWriter, r *http.Request) {
 	s.resultRequests.Add(1)
-	if _, ok := s.sessionFor(r); !ok {
-		writeJSON(w, errResponse(errNoSession, ""))
+	if _, e := s.sessionFor(r); e != nil {
+		writeJSON(w, errResponse(e, ""))
 		return
 	}
 	id := r.PathValue("id")
@@ -221,9 +227,9 @@ func (s *Server) handleResult(w http.ResponseWriter, r *http.Request) {
 // with the same requestId, and Snowflake executes a requestId once.
 func (s *Server) handleQuery(w http.ResponseWriter, r *http.Request) {
 	s.queryRequests.Add(1)
-	sess, ok := s.sessionFor(r)
-	if !ok {
-		writeJSON(w, errResponse(errNoSession, ""))
+	sess, e := s.sessionFor(r)
+	if e != nil {
+		writeJSON(w, errResponse(e, ""))
 		return
 	}
 	var req queryRequest

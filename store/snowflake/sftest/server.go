@@ -59,6 +59,7 @@ type Server struct {
 
 	mu        sync.Mutex
 	sessions  map[string]*session // by session token
+	expired   map[string]*session // expired session tokens, until renewed
 	masters   map[string]*session // by master token
 	byID      map[int64]*session
 	nextID    int64
@@ -99,6 +100,7 @@ func New(opts Options) (*Server, error) {
 		db:       db,
 		locks:    newLockManager(),
 		sessions: map[string]*session{},
+		expired:  map[string]*session{},
 		masters:  map[string]*session{},
 		byID:     map[int64]*session{},
 		running:  map[string]context.CancelFunc{},
@@ -306,13 +308,32 @@ func writeBody(w http.ResponseWriter, b []byte) {
 	_, _ = w.Write(b)
 }
 
-// sessionFor finds the session of the request's "Snowflake Token".
-func (s *Server) sessionFor(r *http.Request) (*session, bool) {
+// sessionFor finds the session of the request's "Snowflake Token": an
+// expired token gets 390112, on which the driver renews it with the master
+// token and retries.
+func (s *Server) sessionFor(r *http.Request) (*session, *sfError) {
 	tok := tokenOf(r)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	sess, ok := s.sessions[tok]
-	return sess, ok
+	if sess, ok := s.sessions[tok]; ok {
+		return sess, nil
+	}
+	if _, ok := s.expired[tok]; ok {
+		return nil, errTokenExpired
+	}
+	return nil, errNoSession
+}
+
+// ExpireTokens expires every session token now, as Snowflake does after
+// validityInSeconds, so tests can exercise the driver's token renewal.
+// Sessions, their transactions and master tokens stay valid.
+func (s *Server) ExpireTokens() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for tok, sess := range s.sessions {
+		s.expired[tok] = sess
+		delete(s.sessions, tok)
+	}
 }
 
 func tokenOf(r *http.Request) string {
@@ -322,5 +343,7 @@ func tokenOf(r *http.Request) string {
 }
 
 func newQueryID() string { return uuid.NewString() }
+
+var errTokenExpired = newSFError(codeSessionExpiredRC, "08001", "Session token expired.")
 
 var errNoSession = newSFError(CodeSessionGone, "08001", "Session no longer exists.  New login required to access the service.")

@@ -1,0 +1,261 @@
+package sftest
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/url"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/snowflakedb/gosnowflake"
+)
+
+// wire is a minimal client of the server's REST protocol, for what the
+// driver does not let a test control (request ids in flight, abort, tokens).
+type wire struct {
+	t    *testing.T
+	srv  *Server
+	tok  string
+	mtok string
+}
+
+type wireResp struct {
+	Data struct {
+		Token        string      `json:"token"`
+		MasterToken  string      `json:"masterToken"`
+		SessionToken string      `json:"sessionToken"`
+		QueryID      string      `json:"queryId"`
+		SQLState     string      `json:"sqlState"`
+		RowSet       [][]*string `json:"rowset"`
+	} `json:"data"`
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Success bool   `json:"success"`
+}
+
+func (w *wire) post(path string, q url.Values, token string, body any) wireResp {
+	w.t.Helper()
+	b, err := json.Marshal(body)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	u := "http://" + w.srv.Addr() + path
+	if q != nil {
+		u += "?" + q.Encode()
+	}
+	req, err := http.NewRequest(http.MethodPost, u, bytes.NewReader(b))
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", `Snowflake Token="`+token+`"`)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		w.t.Errorf("post %s: %v", path, err)
+		return wireResp{}
+	}
+	defer resp.Body.Close()
+	var out wireResp
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		w.t.Errorf("decode %s: %v", path, err)
+	}
+	return out
+}
+
+func login(t *testing.T, srv *Server) *wire {
+	t.Helper()
+	w := &wire{t: t, srv: srv}
+	r := w.post("/session/v1/login-request", url.Values{"databaseName": {"dvt"}}, "",
+		map[string]any{"data": map[string]any{"LOGIN_NAME": "u", "PASSWORD": "p"}})
+	if !r.Success || r.Data.Token == "" {
+		t.Fatalf("login: %+v", r)
+	}
+	w.tok, w.mtok = r.Data.Token, r.Data.MasterToken
+	return w
+}
+
+func (w *wire) query(reqID, sqlText string) wireResp {
+	return w.post("/queries/v1/query-request", url.Values{"requestId": {reqID}}, w.tok,
+		map[string]any{"sqlText": sqlText})
+}
+
+// TestSessionEndpoints walks a session through heartbeat, renewal and close.
+func TestSessionEndpoints(t *testing.T) {
+	srv := Start(t)
+	w := login(t, srv)
+	if r := w.post("/session/heartbeat", nil, w.tok, nil); !r.Success {
+		t.Fatalf("heartbeat: %+v", r)
+	}
+	old := w.tok
+	r := w.post("/session/token-request", nil, w.mtok, map[string]string{"oldSessionToken": old, "requestType": "RENEW"})
+	if !r.Success || r.Data.SessionToken == "" || r.Data.SessionToken == old {
+		t.Fatalf("renew: %+v", r)
+	}
+	w.tok = r.Data.SessionToken
+	if r := w.query("q1", "SELECT 1"); !r.Success || *r.Data.RowSet[0][0] != "1" {
+		t.Fatalf("query with renewed token: %+v", r)
+	}
+	if r := w.post("/queries/v1/query-request", nil, old, map[string]any{"sqlText": "SELECT 1"}); r.Success || r.Code != CodeSessionGone {
+		t.Fatalf("old token after renewal: %+v", r)
+	}
+	if r := w.post("/session", url.Values{"delete": {"true"}}, w.tok, nil); !r.Success {
+		t.Fatalf("close: %+v", r)
+	}
+	if r := w.query("q2", "SELECT 1"); r.Success || r.Code != CodeSessionGone {
+		t.Fatalf("query after close: %+v", r)
+	}
+}
+
+// TestDriverRenewsExpiredToken checks that the driver recovers from an
+// expired token (390112) through token-request, mid-transaction.
+func TestDriverRenewsExpiredToken(t *testing.T) {
+	srv, db := openDB(t)
+	ctx := ctxT(t)
+	mustExec(t, db, "CREATE TABLE r (id INT)")
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, tx, "INSERT INTO r VALUES (1)")
+	srv.ExpireTokens()
+	mustExec(t, tx, "INSERT INTO r VALUES (2)")
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM r").Scan(&n); err != nil || n != 2 {
+		t.Fatalf("rows = %d, %v; want 2 in the same transaction", n, err)
+	}
+}
+
+// TestCloseRollsBack checks that closing a session rolls back its open
+// transaction.
+func TestCloseRollsBack(t *testing.T) {
+	srv, db := openDB(t)
+	ctx := ctxT(t)
+	mustExec(t, db, "CREATE TABLE c (id INT)")
+	other := srv.OpenDB(t, "DVT", "PUBLIC")
+	conn, err := other.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, conn, "BEGIN")
+	mustExec(t, conn, "INSERT INTO c VALUES (1)")
+	_ = conn.Close()
+	if err := other.Close(); err != nil { // the driver deletes the session
+		t.Fatal(err)
+	}
+	var n int
+	if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM c").Scan(&n); err != nil || n != 0 {
+		t.Fatalf("rows after close = %d, %v; want 0", n, err)
+	}
+}
+
+const slowSQL = "SELECT COUNT(*) FROM range(100000000000) a WHERE a.range % 7 = 3"
+
+// TestAbortRequest cancels a running statement by its requestId.
+func TestAbortRequest(t *testing.T) {
+	srv := Start(t)
+	w := login(t, srv)
+	done := make(chan wireResp, 1)
+	go func() { done <- w.query("slow-1", slowSQL) }()
+	waitRunning(t, srv, "slow-1")
+	if r := w.post("/queries/v1/abort-request", nil, w.tok, map[string]string{"requestId": "slow-1"}); !r.Success {
+		t.Fatalf("abort: %+v", r)
+	}
+	select {
+	case r := <-done:
+		if r.Success || r.Code != CodeCanceled || r.Data.QueryID == "" {
+			t.Fatalf("aborted query answered %+v, want 000604 with a query id", r)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("abort did not stop the statement")
+	}
+	if r := w.post("/queries/v1/abort-request", nil, w.tok, map[string]string{"requestId": "slow-1"}); r.Success || r.Code != CodeNotExecuting {
+		t.Fatalf("abort of a finished request: %+v, want 000605", r)
+	}
+	// A canceled request may be sent again and then runs.
+	if r := w.query("slow-1", "SELECT 5"); !r.Success || *r.Data.RowSet[0][0] != "5" {
+		t.Fatalf("resent canceled request: %+v", r)
+	}
+}
+
+func waitRunning(t *testing.T, srv *Server, reqID string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		srv.mu.Lock()
+		_, ok := srv.running[reqID]
+		srv.mu.Unlock()
+		if ok {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("request %s never started", reqID)
+}
+
+// TestRetryWhileRunning checks that a retry arriving while the first
+// attempt runs waits for it and gets the same answer.
+func TestRetryWhileRunning(t *testing.T) {
+	srv := Start(t)
+	w := login(t, srv)
+	if r := w.query("ddl", "CREATE TABLE d (n INT)"); !r.Success {
+		t.Fatalf("create: %+v", r)
+	}
+	insert := "INSERT INTO d SELECT COUNT(*) FROM range(300000000) a WHERE a.range % 7 = 3"
+	var wg sync.WaitGroup
+	answers := make([]wireResp, 2)
+	for i := range answers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			answers[i] = w.query("same-id", insert)
+		}()
+		if i == 0 {
+			waitRunning(t, srv, "same-id")
+		}
+	}
+	wg.Wait()
+	for i, r := range answers {
+		if !r.Success || r.Data.QueryID != answers[0].Data.QueryID {
+			t.Fatalf("answer %d = %+v, want the first answer", i, r)
+		}
+	}
+	if r := w.query("count", "SELECT COUNT(*) FROM d"); !r.Success || *r.Data.RowSet[0][0] != "1" {
+		t.Fatalf("rows: %+v, want 1", r)
+	}
+}
+
+// TestErrorShape checks that failures arrive as Snowflake errors with code,
+// SQL state and query id.
+func TestErrorShape(t *testing.T) {
+	_, db := openDB(t)
+	tests := []struct {
+		name     string
+		sql      string
+		code     int
+		sqlState string
+	}{
+		{"syntax", "SELEC 1", 1003, "42000"},
+		{"missing table", "SELECT * FROM no_such_table", 2003, "42S02"},
+		{"bad cast", "SELECT 'abc'::INT", 100038, "22018"},
+		{"empty", "  ;  ", 900, "42000"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := db.ExecContext(ctxT(t), tc.sql)
+			var se *gosnowflake.SnowflakeError
+			if !errors.As(err, &se) {
+				t.Fatalf("error %v is not a SnowflakeError", err)
+			}
+			if se.Number != tc.code || se.SQLState != tc.sqlState || se.QueryID == "" {
+				t.Fatalf("got %d/%s qid %q (%s), want %d/%s", se.Number, se.SQLState, se.QueryID, se.Message, tc.code, tc.sqlState)
+			}
+		})
+	}
+}

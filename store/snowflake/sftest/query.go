@@ -156,10 +156,16 @@ func (s *Server) data(res *result, qid string, sess *session) *queryData {
 	}
 }
 
+// maxLogged bounds QueryLog so that benchmarks do not grow it forever.
+const maxLogged = 50000
+
 func (s *Server) appendLog(e LoggedQuery) {
 	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.log) >= maxLogged {
+		s.log = append(s.log[:0], s.log[len(s.log)-maxLogged/2:]...)
+	}
 	s.log = append(s.log, e)
-	s.mu.Unlock()
 }
 
 func (s *Server) storeResult(qid string, body []byte) {

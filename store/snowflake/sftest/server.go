@@ -222,7 +222,8 @@ func (s *Server) ResetCounters() {
 	s.resultRequests.Store(0)
 }
 
-// QueryLog returns a copy of the statements executed so far.
+// QueryLog returns a copy of the statements executed so far (the most
+// recent 25,000 to 50,000 once more have run).
 func (s *Server) QueryLog() []LoggedQuery {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -259,3 +259,33 @@ func TestErrorShape(t *testing.T) {
 		})
 	}
 }
+
+// TestDatabasesAndSchemas checks USE, CREATE SCHEMA/DATABASE and qualified
+// names.
+func TestDatabasesAndSchemas(t *testing.T) {
+	_, db := openDB(t)
+	ctx := ctxT(t)
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for _, q := range []string{
+		"CREATE SCHEMA IF NOT EXISTS staging",
+		"USE SCHEMA staging",
+		"CREATE TABLE s1 (id INT)",
+		"INSERT INTO DVT.STAGING.s1 VALUES (1)",
+		"CREATE DATABASE IF NOT EXISTS other_db",
+		"USE DATABASE other_db",
+		"CREATE TABLE o1 (id INT)",
+		"INSERT INTO o1 SELECT id + 1 FROM dvt.staging.s1",
+		"USE WAREHOUSE wh",
+		"USE ROLE r",
+	} {
+		mustExec(t, conn, q)
+	}
+	var n int
+	if err := conn.QueryRowContext(ctx, "SELECT id FROM OTHER_DB.PUBLIC.O1").Scan(&n); err != nil || n != 2 {
+		t.Fatalf("id = %d, %v; want 2", n, err)
+	}
+}

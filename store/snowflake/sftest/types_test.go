@@ -17,9 +17,11 @@ func TestBindRoundTrip(t *testing.T) {
 	_, db := openDB(t)
 	mustExec(t, db, `CREATE TABLE binds (
 		n NUMBER(38,0), d NUMBER(10,2), f FLOAT, s VARCHAR(100), b BOOLEAN,
-		ntz TIMESTAMP_NTZ, ltz TIMESTAMP_LTZ, tz TIMESTAMP_TZ, dt DATE, bin BINARY, v VARIANT)`)
+		ntz TIMESTAMP_NTZ, ltz TIMESTAMP_LTZ, tz TIMESTAMP_TZ, dt DATE, bin BINARY, v VARIANT,
+		ns TIMESTAMP_NTZ(9), nstz TIMESTAMP_TZ(9))`)
 
 	ts := time.Date(2026, 3, 4, 5, 6, 7, 123456000, time.UTC)
+	tsNano := time.Date(2026, 3, 4, 5, 6, 7, 123456789, time.UTC)
 	day := time.Date(2026, 3, 4, 0, 0, 0, 0, time.UTC)
 	ctx := ctxT(t)
 	tests := []struct {
@@ -37,6 +39,8 @@ func TestBindRoundTrip(t *testing.T) {
 		{"timestamp_ntz", "ntz", []any{ts}, ts},
 		{"timestamp_ltz", "ltz", []any{gosnowflake.DataTypeTimestampLtz, ts}, ts},
 		{"timestamp_tz", "tz", []any{gosnowflake.DataTypeTimestampTz, ts.In(time.FixedZone("", 2*3600))}, ts},
+		{"timestamp_ntz(9) nanoseconds", "ns", []any{tsNano}, tsNano},
+		{"timestamp_tz(9) nanoseconds", "nstz", []any{gosnowflake.DataTypeTimestampTz, tsNano.In(time.FixedZone("", -5*3600))}, tsNano},
 		{"date", "dt", []any{gosnowflake.DataTypeDate, day}, day},
 		{"binary", "bin", []any{gosnowflake.DataTypeBinary, []byte{0, 1, 0xfe}}, []byte{0, 1, 0xfe}},
 		{"null", "s", []any{nil}, sql.NullString{}},

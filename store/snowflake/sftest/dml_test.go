@@ -299,3 +299,50 @@ func TestConflictErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestFailedStatementInTransaction checks what follows a failed statement
+// in a transaction: a compilation error leaves the transaction usable, as in
+// Snowflake; an execution error, which aborts DuckDB's transaction, makes
+// every later statement and COMMIT fail instead of losing writes silently.
+func TestFailedStatementInTransaction(t *testing.T) {
+	tests := []struct {
+		name      string
+		bad       string
+		badCode   int
+		afterCode int // of the next INSERT and of COMMIT; 0: they succeed
+		wantRows  int
+	}{
+		{"compilation error", "SELECT * FROM no_such_table", 2003, 0, 2},
+		{"execution error", "SELECT 'abc'::INT", 100038, 603, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, db := openDB(t)
+			ctx := ctxT(t)
+			mustExec(t, db, "CREATE TABLE f (id INT)")
+			conn, err := db.Conn(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			mustExec(t, conn, "BEGIN")
+			mustExec(t, conn, "INSERT INTO f VALUES (1)")
+			if _, err := conn.ExecContext(ctx, tc.bad); sfCode(err) != tc.badCode {
+				t.Fatalf("bad statement: %v, want %d", err, tc.badCode)
+			}
+			_, err = conn.ExecContext(ctx, "INSERT INTO f VALUES (2)")
+			if got := max(sfCode(err), 0); got != tc.afterCode {
+				t.Fatalf("insert after: %v, want code %d", err, tc.afterCode)
+			}
+			_, err = conn.ExecContext(ctx, "COMMIT")
+			if got := max(sfCode(err), 0); got != tc.afterCode {
+				t.Fatalf("commit: %v, want code %d", err, tc.afterCode)
+			}
+			var n int
+			if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM f").Scan(&n); err != nil || n != tc.wantRows {
+				t.Fatalf("rows = %d, %v; want %d", n, err, tc.wantRows)
+			}
+			mustExec(t, conn, "INSERT INTO f VALUES (3)") // the session works again
+		})
+	}
+}

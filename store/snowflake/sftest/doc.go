@@ -136,8 +136,10 @@
 // driver only uses them above client_stage_array_binding_threshold, which
 // the server never sets), PUT/GET, SHOW/DESCRIBE or INFORMATION_SCHEMA in
 // Snowflake's shape. TIMESTAMP_TZ keeps the instant, not the offset. A
-// runtime error other than a conflict inside an explicit transaction leaves
-// DuckDB's transaction aborted (later statements fail until ROLLBACK),
-// where Snowflake would keep it usable. Large integers inside VARIANT
+// runtime error (e.g. a failed cast) inside an explicit transaction aborts
+// DuckDB's transaction, where Snowflake rolls back only the statement: the
+// server rolls the transaction back at once and answers every later
+// statement and COMMIT with 000603 (sqlState 25P02) until ROLLBACK, so a
+// COMMIT never silently drops the earlier writes. Large integers inside VARIANT
 // values lose precision beyond 2^53 (duckdb-go decodes JSON to float64).
 package sftest

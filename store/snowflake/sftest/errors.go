@@ -20,6 +20,7 @@ const (
 	CodeObjectNotFound   = "002003" // object does not exist
 	CodeConversion       = "100038" // numeric/string conversion failed
 	CodeExecution        = "100000" // any other execution error
+	CodeTxAborted        = "000603" // sftest only: an earlier error aborted DuckDB's transaction
 	CodeSessionGone      = "390111" // session no longer exists
 	CodeAuthFailed       = "390100" // incorrect username or password
 	codeSessionExpiredRC = "390112" // the driver renews the token on this code

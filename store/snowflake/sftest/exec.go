@@ -28,7 +28,7 @@ type session struct {
 	mu                 sync.Mutex // one request at a time, as on a real session
 	inTx               bool       // the client opened a transaction
 	duckTx             bool       // … and DuckDB's transaction has started (lazily, see begin)
-	doomed             bool       // DuckDB aborted the open transaction; only ROLLBACK/COMMIT end it
+	doomed             *sfError   // why DuckDB aborted the open transaction; only ROLLBACK/COMMIT end it
 	params             map[string]string
 	db, sc             string
 }
@@ -58,8 +58,8 @@ func (s *session) execStmt(ctx context.Context, st *stmt, binds map[string]bindP
 	case w0 == "CREATE" && (w1 == "DATABASE" || st.word(3) == "DATABASE"):
 		return s.createDatabase(ctx, st)
 	}
-	if s.doomed {
-		return nil, newSFError(CodeLockConflict, "57014", "Transaction was aborted by a conflict; issue ROLLBACK")
+	if s.doomed != nil {
+		return nil, s.doomed
 	}
 	args, arrayLen, err := decodeBindings(binds)
 	if err != nil {
@@ -82,18 +82,38 @@ func (s *session) execStmt(ctx context.Context, st *stmt, binds map[string]bindP
 		res, rerr = runDuck(ctx, dc.(*duckdb.Conn), st, args, arrayLen, s.duckTx)
 		return rerr
 	})
+	if err != nil && s.duckTx {
+		s.checkAborted(ctx, err)
+	}
 	if err != nil {
-		var de *duckdb.Error
-		if s.duckTx && errors.As(err, &de) && de.Type == duckdb.ErrorTypeTransaction {
-			// DuckDB has invalidated the transaction; roll it back now so
-			// the connection stays usable, and fail what follows until the
-			// client ends the transaction.
-			_ = s.rawExec(context.WithoutCancel(ctx), "ROLLBACK")
-			s.duckTx, s.doomed = false, true
-		}
 		return nil, err
 	}
 	return res, nil
+}
+
+// checkAborted handles a failed statement inside a transaction. DuckDB
+// aborts its transaction on a conflict and on most execution errors, where
+// Snowflake rolls back only the statement. Since DuckDB cannot continue,
+// its transaction is rolled back at once (freeing the connection), and
+// every later statement and COMMIT fail loudly until the client ends the
+// transaction — never a COMMIT that silently drops the earlier writes.
+func (s *session) checkAborted(ctx context.Context, stmtErr error) {
+	var de *duckdb.Error
+	conflict := errors.As(stmtErr, &de) && de.Type == duckdb.ErrorTypeTransaction
+	if !conflict {
+		// Did this error abort DuckDB's transaction? Ask it.
+		if err := s.rawExec(context.WithoutCancel(ctx), "SELECT 1"); err == nil {
+			return
+		}
+	}
+	_ = s.rawExec(context.WithoutCancel(ctx), "ROLLBACK")
+	s.duckTx = false
+	if conflict {
+		s.doomed = newSFError(CodeLockConflict, "57014", "Transaction was aborted by a conflict and has been rolled back; issue ROLLBACK and retry")
+		return
+	}
+	s.doomed = newSFError(CodeTxAborted, "25P02",
+		"sftest: an earlier statement's error aborted the transaction (DuckDB cannot continue a transaction after a failed statement, Snowflake can); it has been rolled back, issue ROLLBACK")
 }
 
 // lockTimeout is the session's LOCK_TIMEOUT (seconds) or the server default.
@@ -133,10 +153,10 @@ func (s *session) rawExec(ctx context.Context, q string) error {
 func (s *session) endTx(ctx context.Context, commit bool) (*result, error) {
 	ok := statusResult(stmtTCL, "Statement executed successfully.")
 	defer s.locks.releaseAll(s)
-	wasDoomed, open := s.doomed, s.duckTx
-	s.inTx, s.duckTx, s.doomed = false, false, false
-	if wasDoomed && commit {
-		return nil, newSFError(CodeLockConflict, "57014", "Transaction was aborted by a conflict and has been rolled back")
+	doomed, open := s.doomed, s.duckTx
+	s.inTx, s.duckTx, s.doomed = false, false, nil
+	if doomed != nil && commit {
+		return nil, doomed
 	}
 	if !open {
 		return ok, nil

@@ -26,10 +26,12 @@ type projectionCase struct {
 		Engine  int              `json:"engine"`
 		Seq     int64            `json:"seq"`
 		AtNs    int64            `json:"atNs"`
+		Tenant  *string          `json:"tenant"` // the event's tenant, project and environment; default "t", "p", "e"
 		Payload json.RawMessage  `json:"payload"`
 	} `json:"events"`
 	Want struct {
 		Status       engine.RunStatus `json:"status"`
+		TenantID     *string          `json:"tenantId"` // checked when given
 		Substatus    string           `json:"substatus"`
 		LastEventSeq int64            `json:"lastEventSeq"`
 		Inconsistent bool             `json:"inconsistent"`
@@ -62,6 +64,9 @@ func (c projectionCase) records(runID string) []engine.RunEventRecord {
 		}
 		r := engine.RunEventRecord{RunSeq: seq, PersistedAt: base.Add(time.Duration(i)*time.Second + time.Millisecond)}
 		r.RunID, r.TenantID, r.ProjectID, r.EnvironmentID, r.PlanID, r.PlanVersion = runID, "t", "p", "e", "plan", "1"
+		if e.Tenant != nil {
+			r.TenantID, r.ProjectID, r.EnvironmentID = *e.Tenant, *e.Tenant, *e.Tenant
+		}
 		r.EventID = fmt.Sprintf("%s-ev-%d", runID, seq)
 		r.IdempotencyKey = fmt.Sprintf("%s-key-%d", runID, seq)
 		r.EventType, r.StepID, r.EmittedAt, r.Payload = e.Type, e.Step, at, e.Payload
@@ -116,6 +121,9 @@ func TestProjectionCases(t *testing.T) {
 					t.Errorf("%s: run = %s/%q seq %d inconsistent %v violations %v error %q; want %s/%q seq %d inconsistent %v violations %v error %q",
 						side, snap.Status, snap.Substatus, snap.LastEventSeq, snap.Inconsistent, seqs, errCode(snap.Error),
 						w.Status, w.Substatus, w.LastEventSeq, w.Inconsistent, w.Violations, w.Error)
+				}
+				if w.TenantID != nil && (snap.TenantID != *w.TenantID || snap.ProjectID != *w.TenantID || snap.EnvironmentID != *w.TenantID) {
+					t.Errorf("%s: tenancy %s/%s/%s, want %s for each", side, snap.TenantID, snap.ProjectID, snap.EnvironmentID, *w.TenantID)
 				}
 				if len(snap.Steps) != len(w.Steps) {
 					t.Fatalf("%s: %d steps, want %d", side, len(snap.Steps), len(w.Steps))

@@ -2,7 +2,9 @@ package snowflake_test
 
 import (
 	"database/sql"
+	"encoding/json"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -279,5 +281,79 @@ func TestProjectionOfAppendedRun(t *testing.T) {
 	}
 	if d := engine.DiffSnapshots(all[f.Meta.RunID], want); len(d) > 0 || len(all) != 1 {
 		reportDiffs(t, "ProjectAllGo vs Go over ListEvents", d)
+	}
+}
+
+// TestProjectionCases runs the hand-written edge cases of
+// store/sqlite/testdata/projection_cases.json (whose expected snapshots the
+// SQLite test checks against both projections) through the Snowflake
+// projection and requires the Go reducer's snapshot over the stored log.
+func TestProjectionCases(t *testing.T) {
+	b, err := os.ReadFile("../sqlite/testdata/projection_cases.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cases []struct {
+		Name   string `json:"name"`
+		Events []struct {
+			Type    engine.EventType `json:"type"`
+			Step    string           `json:"step"`
+			Attempt int              `json:"attempt"`
+			Engine  int              `json:"engine"`
+			Seq     int64            `json:"seq"`
+			AtNs    int64            `json:"atNs"`
+			Tenant  *string          `json:"tenant"`
+			Payload json.RawMessage  `json:"payload"`
+		} `json:"events"`
+	}
+	if err := json.Unmarshal(b, &cases); err != nil {
+		t.Fatal(err)
+	}
+	base := time.Date(2026, 2, 1, 12, 0, 0, 0, time.UTC)
+	streams := map[string][]engine.RunEventRecord{}
+	names := map[string]string{}
+	for i, c := range cases {
+		id := fmt.Sprintf("case-%02d", i)
+		names[id] = c.Name
+		seq := int64(0)
+		for j, e := range c.Events {
+			seq++
+			if e.Seq != 0 {
+				seq = e.Seq
+			}
+			at := base.Add(time.Duration(j) * time.Second)
+			if e.AtNs != 0 {
+				at = base.Add(time.Duration(e.AtNs))
+			}
+			r := engine.RunEventRecord{RunSeq: seq, PersistedAt: base.Add(time.Duration(j)*time.Second + time.Millisecond)}
+			r.RunID, r.TenantID, r.ProjectID, r.EnvironmentID, r.PlanID, r.PlanVersion = id, "t", "p", "e", "plan", "1"
+			if e.Tenant != nil {
+				r.TenantID, r.ProjectID, r.EnvironmentID = *e.Tenant, *e.Tenant, *e.Tenant
+			}
+			r.EventID, r.IdempotencyKey = fmt.Sprintf("%s-ev-%d", id, seq), fmt.Sprintf("%s-key-%d", id, seq)
+			r.EventType, r.StepID, r.EmittedAt, r.Payload = e.Type, e.Step, at, e.Payload
+			r.LogicalAttemptID, r.EngineAttemptID = max(e.Attempt, 1), max(e.Engine, 1)
+			streams[id] = append(streams[id], r)
+		}
+	}
+	srv := sftest.Start(t)
+	s := openStore(t, srv.DSN("dvt", "projection_cases"), snowflake.Options{})
+	t.Cleanup(func() { s.Close() })
+	loadRaw(t, s, streams)
+	sqlSnaps, err := s.ProjectAllSQL(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id := range streams {
+		events, err := s.ListEvents(ctx, id, 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(events) != len(streams[id]) {
+			t.Fatalf("%s: %d events stored, %d written", names[id], len(events), len(streams[id]))
+		}
+		if d := engine.DiffSnapshots(sqlSnaps[id], engine.Project(id, events)); len(d) > 0 {
+			reportDiffs(t, names[id], d)
+		}
 	}
 }

@@ -40,6 +40,25 @@ func TestRowsAffected(t *testing.T) {
 			}
 		})
 	}
+	// MERGE reports a count per kind of clause, under Snowflake's names.
+	rows, err := db.QueryContext(ctxT(t), `MERGE INTO t USING (SELECT 4 AS id, 'f' AS v UNION ALL SELECT 9, 'g') s
+		ON t.id = s.id WHEN MATCHED THEN UPDATE SET v = s.v WHEN NOT MATCHED THEN INSERT (id, v) VALUES (s.id, s.v)`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cols, _ := rows.Columns()
+	var ins, upd int64
+	if !rows.Next() {
+		t.Fatal("MERGE returned no count row")
+	}
+	if err := rows.Scan(&ins, &upd); err != nil {
+		t.Fatal(err)
+	}
+	_ = rows.Close()
+	if len(cols) != 2 || cols[0] != "number of rows inserted" || cols[1] != "number of rows updated" || ins != 1 || upd != 1 {
+		t.Fatalf("MERGE result %v = %d, %d; want inserted 1, updated 1", cols, ins, upd)
+	}
+
 	// PRIMARY KEY is not enforced, as in Snowflake.
 	mustExec(t, db, "INSERT INTO t VALUES (1, 'again')")
 	var n int

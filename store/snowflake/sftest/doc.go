@@ -30,7 +30,8 @@
 // Statement type ids: 0x1000 for anything DuckDB says returns rows (so WITH,
 // comments or "(" in front do not matter), 0x3100/0x3200/0x3300/0x3400 for
 // INSERT/UPDATE/DELETE/MERGE with Snowflake's count columns ("number of rows
-// inserted", …; DuckDB gives MERGE one count, reported as inserted),
+// inserted", …; MERGE gets one column per kind of WHEN clause, counted from
+// DuckDB's RETURNING merge_action, which the server appends),
 // 0x4100 ALTER SESSION, 0x4300 USE, 0x5000 BEGIN/COMMIT/ROLLBACK, 0x6000
 // other DDL (a "status" column), 0xA000 multi-statement with resultIds and
 // resultTypes.

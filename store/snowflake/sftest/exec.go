@@ -438,6 +438,9 @@ func runDuck(ctx context.Context, c *duckdb.Conn, st *stmt, args [][]driver.Name
 		return nil, err
 	}
 	defer rows.Close()
+	if kind == stmtMerge {
+		return readMerge(rows, st)
+	}
 	if kind != stmtSelect && kind != stmtDDL {
 		n, err := readCount(rows)
 		if err != nil {
@@ -479,9 +482,8 @@ func dmlResult(kind int64, n int64) *result {
 	case stmtDelete:
 		return countResult(kind, []string{"number of rows deleted"}, []int64{n})
 	}
-	// DuckDB reports one count for MERGE; Snowflake splits it by action.
-	// The sum is what RowsAffected returns either way.
-	return countResult(kind, []string{"number of rows inserted", "number of rows updated"}, []int64{n, 0})
+	// Array-bound MERGE: only the total is known.
+	return countResult(kind, []string{"number of rows inserted"}, []int64{n})
 }
 
 // readCount reads the single "Count" row DuckDB returns for DML.
@@ -505,6 +507,48 @@ func readCount(rows driver.Rows) (int64, error) {
 			total += v.Int64()
 		}
 	}
+}
+
+// readMerge counts the merge_action rows of a MERGE … RETURNING into
+// Snowflake's columns, one per kind of clause the statement has.
+func readMerge(rows driver.Rows, st *stmt) (*result, error) {
+	counts := map[string]int64{}
+	dest := make([]driver.Value, len(rows.Columns()))
+	for {
+		err := rows.Next(dest)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		if a, ok := dest[0].(string); ok {
+			counts[strings.ToUpper(a)]++
+		}
+	}
+	var names []string
+	var values []int64
+	for _, c := range []struct{ action, name string }{
+		{"INSERT", "number of rows inserted"},
+		{"UPDATE", "number of rows updated"},
+		{"DELETE", "number of rows deleted"},
+	} {
+		if hasThen(st, c.action) {
+			names = append(names, c.name)
+			values = append(values, counts[c.action])
+		}
+	}
+	return countResult(stmtMerge, names, values), nil
+}
+
+// hasThen reports whether the statement has a "THEN action" clause.
+func hasThen(st *stmt, action string) bool {
+	for i := 0; i+1 < len(st.toks); i++ {
+		if st.toks[i].is("THEN") && st.toks[i+1].is(action) {
+			return true
+		}
+	}
+	return false
 }
 
 // runArray executes a statement once per row of an array bind, inside a

@@ -36,6 +36,11 @@ func parseRequest(sqlText string) ([]*stmt, error) {
 			}
 		}
 		s.duck = render(translate(s.toks))
+		if s.word(0) == "MERGE" {
+			// Snowflake reports MERGE counts per action; DuckDB tells the
+			// action of each row only through RETURNING.
+			s.duck += " RETURNING merge_action"
+		}
 		out = append(out, s)
 	}
 	return out, nil

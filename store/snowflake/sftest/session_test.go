@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"sync"
@@ -30,6 +31,9 @@ type wireResp struct {
 		QueryID      string      `json:"queryId"`
 		SQLState     string      `json:"sqlState"`
 		RowSet       [][]*string `json:"rowset"`
+		RowType      []rowType   `json:"rowtype"`
+		StmtType     int64       `json:"statementTypeId"`
+		Format       string      `json:"queryResultFormat"`
 	} `json:"data"`
 	Code    string `json:"code"`
 	Message string `json:"message"`
@@ -287,5 +291,40 @@ func TestDatabasesAndSchemas(t *testing.T) {
 	var n int
 	if err := conn.QueryRowContext(ctx, "SELECT id FROM OTHER_DB.PUBLIC.O1").Scan(&n); err != nil || n != 2 {
 		t.Fatalf("id = %d, %v; want 2", n, err)
+	}
+}
+
+// TestStatementTypeIDs pins the statementTypeId and first column the driver
+// sees for each kind of statement.
+func TestStatementTypeIDs(t *testing.T) {
+	srv := Start(t)
+	w := login(t, srv)
+	tests := []struct {
+		sql    string
+		id     int64
+		column string
+	}{
+		{"CREATE TABLE k (id INT)", 0x6000, "status"},
+		{"BEGIN", 0x5000, "status"},
+		{"INSERT INTO k VALUES (1), (2)", 0x3100, "number of rows inserted"},
+		{"UPDATE k SET id = id + 1", 0x3200, "number of rows updated"},
+		{"DELETE FROM k WHERE id = 3", 0x3300, "number of rows deleted"},
+		{"MERGE INTO k USING (SELECT 5 AS id) s ON k.id = s.id WHEN NOT MATCHED THEN INSERT (id) VALUES (s.id)", 0x3400, "number of rows inserted"},
+		{"COMMIT", 0x5000, "status"},
+		{"ALTER SESSION SET QUERY_TAG = 't'", 0x4100, "status"},
+		{"USE SCHEMA public", 0x4300, "status"},
+		{"SELECT id FROM k ORDER BY id", 0x1000, "ID"},
+		{"WITH x AS (SELECT 1 AS one) SELECT one FROM x", 0x1000, "ONE"},
+		{"DROP TABLE k", 0x6000, "status"},
+	}
+	for i, tc := range tests {
+		r := w.query(fmt.Sprintf("st-%d", i), tc.sql)
+		if !r.Success {
+			t.Fatalf("%s: %+v", tc.sql, r)
+		}
+		if r.Data.StmtType != tc.id || len(r.Data.RowType) == 0 || r.Data.RowType[0].Name != tc.column || r.Data.Format != "json" || r.Data.QueryID == "" {
+			t.Errorf("%s: statementTypeId %#x, rowtype %+v, format %q, queryId %q; want %#x and column %q",
+				tc.sql, r.Data.StmtType, r.Data.RowType, r.Data.Format, r.Data.QueryID, tc.id, tc.column)
+		}
 	}
 }

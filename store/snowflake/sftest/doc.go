@@ -111,7 +111,8 @@
 //     (it holds the UTC instant and reads back as timestamp_ntz); VARIANT,
 //     OBJECT, ARRAY → JSON; FLOAT, FLOAT4, FLOAT8, REAL, DOUBLE → DOUBLE;
 //     BINARY, VARBINARY → BLOB;
-//   - col:a:b → json_extract(col, '$.a.b'); col:a::string (any cast to a
+//   - col:a:b (also col:a.b, col:a[0], col:"key") → json_extract(col,
+//     '$.a.b'); col:a::string (any cast to a
 //     non-semi-structured type) → json_extract_string(col, '$.a')::VARCHAR,
 //     since Snowflake's cast drops a JSON string's quotes;
 //   - functions: PARSE_JSON → json, TRY_PARSE_JSON → try(json(…)),

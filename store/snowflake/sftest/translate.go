@@ -152,26 +152,27 @@ func rewriteVariantPaths(toks []token) []token {
 			pre = " "
 		}
 		out = out[:start]
-		var path []string
+		var path strings.Builder
 		j := i
-		for j+1 < len(toks) && toks[j].kind == tkPunct && bare(toks[j]) == ":" && (toks[j+1].kind == tkWord || toks[j+1].kind == tkQuoted) {
-			name := bare(toks[j+1])
-			if toks[j+1].kind == tkQuoted {
-				name = toks[j+1].val
-			}
-			path = append(path, name)
-			j += 2
-			// .field continues the path too
-			for j+1 < len(toks) && bare(toks[j]) == "." && (toks[j+1].kind == tkWord || toks[j+1].kind == tkQuoted) {
-				name := bare(toks[j+1])
-				if toks[j+1].kind == tkQuoted {
-					name = toks[j+1].val
+		for j+1 < len(toks) {
+			sep, next := bare(toks[j]), toks[j+1]
+			switch {
+			case (sep == ":" || sep == ".") && (next.kind == tkWord || next.kind == tkQuoted):
+				name := bare(next)
+				if next.kind == tkQuoted {
+					name = next.val
 				}
-				path = append(path, name)
+				path.WriteString("." + jsonKey(name))
 				j += 2
+				continue
+			case sep == "[" && next.kind == tkNumber && j+2 < len(toks) && bare(toks[j+2]) == "]":
+				path.WriteString("[" + bare(next) + "]")
+				j += 3
+				continue
 			}
+			break
 		}
-		jsonPath := "$." + strings.Join(path, ".")
+		jsonPath := "$" + path.String()
 		fn := "json_extract"
 		if j+1 < len(toks) && bare(toks[j]) == "::" && toks[j+1].kind == tkWord {
 			switch toks[j+1].upper() {
@@ -184,6 +185,16 @@ func rewriteVariantPaths(toks []token) []token {
 		i = j - 1
 	}
 	return out
+}
+
+// jsonKey quotes a JSON path key unless it is a plain identifier.
+func jsonKey(name string) string {
+	for i := 0; i < len(name); i++ {
+		if !isIdentPart(name[i]) {
+			return `"` + strings.ReplaceAll(name, `"`, `\"`) + `"`
+		}
+	}
+	return name
 }
 
 // rewriteTypes translates Snowflake type names in type position: after ::,

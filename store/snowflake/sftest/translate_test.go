@@ -29,6 +29,8 @@ func TestTranslate(t *testing.T) {
 		{"variant path as string", "SELECT payload:error:code::string FROM t", "SELECT json_extract_string(payload, '$.error.code')::VARCHAR FROM t"},
 		{"variant path qualified", "SELECT e.payload:a.b FROM t e", "SELECT json_extract(e.payload, '$.a.b') FROM t e"},
 		{"variant path cast to number", "SELECT payload:n::NUMBER(10,0) FROM t", "SELECT json_extract_string(payload, '$.n')::DECIMAL(10,0) FROM t"},
+		{"variant path with index", "SELECT payload:items[0]:name::string FROM t", "SELECT json_extract_string(payload, '$.items[0].name')::VARCHAR FROM t"},
+		{"variant path quoted key", `SELECT payload:"my key" FROM t`, `SELECT json_extract(payload, '$."my key"') FROM t`},
 		{"numbered binds", "SELECT :1, :2", "SELECT $1, $2"},
 		{"literal escapes", `SELECT 'a\'b', 'c\\d', 'e''f'`, `SELECT 'a''b', 'c\d', 'e''f'`},
 		{"literals untouched", "SELECT 'PARSE_JSON(x) NUMBER a:b ::string'", "SELECT 'PARSE_JSON(x) NUMBER a:b ::string'"},
@@ -87,11 +89,12 @@ func TestSnowflakeFunctions(t *testing.T) {
 	_, db := openDB(t)
 	ctx := ctxT(t)
 	mustExec(t, db, `CREATE TABLE ev (id INT, payload VARIANT)`)
-	mustExec(t, db, `INSERT INTO ev SELECT 1, PARSE_JSON('{"error": {"code": "E1", "n": 5}, "ok": false}')`)
+	mustExec(t, db, `INSERT INTO ev SELECT 1, PARSE_JSON('{"error": {"code": "E1", "n": 5}, "ok": false, "list": [{"k": "a"}, {"k": "b"}]}')`)
 	mustExec(t, db, `INSERT INTO ev SELECT 2, TO_VARIANT('plain')`)
 	tests := []struct{ name, sql, want string }{
 		{"variant path string", "SELECT payload:error:code::string FROM ev WHERE id = 1", "E1"},
 		{"variant path number", "SELECT (payload:error:n::NUMBER + 1)::STRING FROM ev WHERE id = 1", "6"},
+		{"variant path index", "SELECT payload:list[1]:k::string FROM ev WHERE id = 1", "b"},
 		{"variant path missing", "SELECT COALESCE(payload:nope::string, 'null') FROM ev WHERE id = 1", "null"},
 		{"to_variant string", "SELECT payload FROM ev WHERE id = 2", `"plain"`},
 		{"iff", "SELECT IFF(1 < 2, 'yes', 'no')", "yes"},

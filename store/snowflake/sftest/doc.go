@@ -123,7 +123,9 @@
 //     OBJECT_CONSTRUCT → json_object, ARRAY_CONSTRUCT → json_array;
 //   - CREATE TABLE: PRIMARY KEY, UNIQUE, FOREIGN KEY/REFERENCES constraints
 //     (column- and table-level, named or not) are dropped, since Snowflake
-//     does not enforce them; TRANSIENT is dropped;
+//     does not enforce them; so are TRANSIENT, CLUSTER BY (…), COMMENT = '…',
+//     DATA_RETENTION_TIME_IN_DAYS = n, CHANGE_TRACKING = b, COPY GRANTS and
+//     column COMMENT '…';
 //   - handled by the server itself: BEGIN/START TRANSACTION, COMMIT,
 //     ROLLBACK, ALTER SESSION SET/UNSET, USE [DATABASE|SCHEMA], USE
 //     WAREHOUSE/ROLE (no-ops), CREATE DATABASE.

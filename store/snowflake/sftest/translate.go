@@ -366,8 +366,8 @@ func isCreateTable(toks []token) bool {
 }
 
 // stripConstraints removes PRIMARY KEY, UNIQUE and FOREIGN KEY constraints
-// (Snowflake does not enforce them, DuckDB would) and the TRANSIENT keyword
-// from a CREATE TABLE.
+// (Snowflake does not enforce them, DuckDB would), the TRANSIENT keyword and
+// Snowflake-only options from a CREATE TABLE.
 func stripConstraints(toks []token) []token {
 	var out []token
 	depth := 0
@@ -380,6 +380,10 @@ func stripConstraints(toks []token) []token {
 			depth--
 		}
 		if depth == 0 && t.is("TRANSIENT") {
+			continue
+		}
+		if n := snowflakeTableOption(toks, i, depth); n > 0 {
+			i += n - 1
 			continue
 		}
 		if depth != 1 {
@@ -426,6 +430,31 @@ func stripConstraints(toks []token) []token {
 		}
 	}
 	return out
+}
+
+// snowflakeTableOption returns how many tokens at i form a Snowflake-only
+// table or column option DuckDB does not know (CLUSTER BY (…), COMMENT =
+// '…', DATA_RETENTION_TIME_IN_DAYS = n, CHANGE_TRACKING = b, COPY GRANTS,
+// column COMMENT '…'), or 0.
+func snowflakeTableOption(toks []token, i, depth int) int {
+	t := toks[i]
+	next := func(k int) token {
+		if i+k < len(toks) {
+			return toks[i+k]
+		}
+		return token{}
+	}
+	switch {
+	case depth == 0 && t.is("CLUSTER") && next(1).is("BY") && bare(next(2)) == "(":
+		return skipParens(toks, i+2) - i + 1
+	case depth == 0 && (t.is("COMMENT") || t.is("DATA_RETENTION_TIME_IN_DAYS") || t.is("CHANGE_TRACKING")) && bare(next(1)) == "=":
+		return 3
+	case depth == 0 && t.is("COPY") && next(1).is("GRANTS"):
+		return 2
+	case depth == 1 && t.is("COMMENT") && next(1).kind == tkString:
+		return 2
+	}
+	return 0
 }
 
 // endOfElement returns the index of the "," or ")" that ends the column list

@@ -22,6 +22,8 @@ func TestTranslate(t *testing.T) {
 		{"table-level constraints", "CREATE TABLE t (a INT, b INT, PRIMARY KEY (a), CONSTRAINT u UNIQUE (a, b), FOREIGN KEY (b) REFERENCES o (id))", "CREATE TABLE t (a BIGINT, b BIGINT)"},
 		{"constraint first", "CREATE TABLE t (PRIMARY KEY (a), a INT)", "CREATE TABLE t ( a BIGINT)"},
 		{"transient", "CREATE OR REPLACE TRANSIENT TABLE t AS SELECT 1 AS a", "CREATE OR REPLACE TABLE t AS SELECT 1 AS a"},
+		{"snowflake table options", "CREATE TABLE t (a INT COMMENT 'the a', b INT) CLUSTER BY (a, b) COMMENT = 'table' DATA_RETENTION_TIME_IN_DAYS = 1 COPY GRANTS",
+			"CREATE TABLE t (a BIGINT, b BIGINT)"},
 		{"functions", "SELECT PARSE_JSON(a), TO_VARIANT(b), IFF(c, 1, 2), HEX_ENCODE(d)", "SELECT json(a), to_json(b), if(c, 1, 2), hex(d)"},
 		{"hex decode", "SELECT HEX_DECODE_STRING('41'), TRY_HEX_DECODE_STRING(x)", "SELECT decode(unhex('41')), try(decode(unhex(x)))"},
 		{"nested rewrites", "SELECT PARSE_JSON(HEX_DECODE_STRING(v.p))", "SELECT json(decode(unhex(v.p)))"},

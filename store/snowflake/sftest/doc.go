@@ -120,7 +120,11 @@
 //     get_current_timestamp(), SYSDATE() → (get_current_timestamp() AT TIME
 //     ZONE 'UTC'), HEX_DECODE_STRING → decode(unhex(…)),
 //     TRY_HEX_DECODE_STRING → try(decode(unhex(…))), HEX_ENCODE → hex,
-//     OBJECT_CONSTRUCT → json_object, ARRAY_CONSTRUCT → json_array;
+//     OBJECT_CONSTRUCT → json_object, ARRAY_CONSTRUCT → json_array, NVL →
+//     coalesce, ZEROIFNULL(x) → coalesce(x, 0), ARRAY_SIZE →
+//     json_array_length; DATEDIFF, TIMESTAMPDIFF, DATE_TRUNC and DATE_PART
+//     get their bare date part quoted; DATEADD/TIMESTAMPADD(part, n, ts) →
+//     ((ts) + (n) * INTERVAL '1 part');
 //   - CREATE TABLE: PRIMARY KEY, UNIQUE, FOREIGN KEY/REFERENCES constraints
 //     (column- and table-level, named or not) are dropped, since Snowflake
 //     does not enforce them; so are TRANSIENT, CLUSTER BY (…), COMMENT = '…',

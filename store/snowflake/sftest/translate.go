@@ -96,6 +96,7 @@ func translate(in []token) []token {
 	toks = rewriteLiterals(toks)
 	toks = rewriteVariantPaths(toks)
 	toks = rewriteTypes(toks)
+	toks = rewriteDateFunctions(toks)
 	toks = rewriteFunctions(toks)
 	if isCreateTable(toks) {
 		toks = stripConstraints(toks)
@@ -321,7 +322,95 @@ var functionRewrites = map[string][2]string{
 	"TRY_HEX_DECODE_STRING": {"try(decode(unhex(", ")))"},
 	"HEX_ENCODE":            {"hex(", ")"},
 	"OBJECT_CONSTRUCT":      {"json_object(", ")"},
+	"NVL":                   {"coalesce(", ")"},
+	"ZEROIFNULL":            {"coalesce(", ", 0)"},
+	"ARRAY_SIZE":            {"json_array_length(", ")"},
 	"ARRAY_CONSTRUCT":       {"json_array(", ")"},
+}
+
+// rewriteDateFunctions gives DATEDIFF, TIMESTAMPDIFF, DATE_TRUNC and
+// DATE_PART a quoted date part where Snowflake allows a bare word (day,
+// millisecond …), and turns DATEADD/TIMESTAMPADD(part, n, ts), which DuckDB
+// lacks, into (ts + (n) * INTERVAL '1 part').
+func rewriteDateFunctions(toks []token) []token {
+	var out []token
+	for i := 0; i < len(toks); i++ {
+		t := toks[i]
+		if t.kind != tkWord || i+2 >= len(toks) || bare(toks[i+1]) != "(" || i > 0 && bare(toks[i-1]) == "." {
+			out = append(out, t)
+			continue
+		}
+		pre := strings.TrimSuffix(t.text, bare(t))
+		switch t.upper() {
+		case "DATEADD", "TIMESTAMPADD":
+			closeAt := skipParens(toks, i+1)
+			args := splitArgs(toks[i+2 : closeAt])
+			part, ok := datePart(args)
+			if !ok || len(args) != 3 {
+				break
+			}
+			out = append(out, token{kind: tkPunct, text: pre + "(("})
+			out = append(out, rewriteDateFunctions(trimLead(args[2]))...)
+			out = append(out, token{kind: tkPunct, text: ") + ("})
+			out = append(out, rewriteDateFunctions(trimLead(args[1]))...)
+			out = append(out, token{kind: tkPunct, text: ") * INTERVAL " + duckString("1 "+part) + ")"})
+			i = closeAt
+			continue
+		case "DATEDIFF", "TIMESTAMPDIFF", "DATE_TRUNC", "DATE_PART":
+			if toks[i+2].kind == tkWord && i+3 < len(toks) && bare(toks[i+3]) == "," {
+				out = append(out, t, toks[i+1], token{kind: tkString, text: duckString(strings.ToLower(bare(toks[i+2])))})
+				i += 2
+				continue
+			}
+		}
+		out = append(out, t)
+	}
+	return out
+}
+
+// datePart reads the first argument of a date function: a bare word or a
+// string literal.
+func datePart(args [][]token) (string, bool) {
+	if len(args) == 0 || len(args[0]) != 1 {
+		return "", false
+	}
+	switch a := args[0][0]; a.kind {
+	case tkWord:
+		return strings.ToLower(bare(a)), true
+	case tkString:
+		return strings.ToLower(a.val), true
+	}
+	return "", false
+}
+
+// trimLead drops the separator before the first token.
+func trimLead(toks []token) []token {
+	if len(toks) == 0 {
+		return toks
+	}
+	out := append([]token(nil), toks...)
+	out[0].text = bare(out[0])
+	return out
+}
+
+// splitArgs splits a function's argument tokens at top-level commas.
+func splitArgs(toks []token) [][]token {
+	var args [][]token
+	depth, start := 0, 0
+	for i, t := range toks {
+		switch bare(t) {
+		case "(":
+			depth++
+		case ")":
+			depth--
+		case ",":
+			if depth == 0 {
+				args = append(args, toks[start:i])
+				start = i + 1
+			}
+		}
+	}
+	return append(args, toks[start:])
 }
 
 // rewriteFunctions renames the functions in functionRewrites, wrapping

@@ -365,3 +365,25 @@ func TestFailedStatementInTransaction(t *testing.T) {
 		})
 	}
 }
+
+// TestDDLCommitsTransaction checks Snowflake's implicit commit: DDL in an
+// open transaction commits it first and leaves the session in autocommit.
+func TestDDLCommitsTransaction(t *testing.T) {
+	_, db := openDB(t)
+	ctx := ctxT(t)
+	mustExec(t, db, "CREATE TABLE a (id INT)")
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	mustExec(t, conn, "BEGIN")
+	mustExec(t, conn, "INSERT INTO a VALUES (1)")
+	mustExec(t, conn, "CREATE TABLE b (id INT)")
+	mustExec(t, conn, "INSERT INTO a VALUES (2)") // autocommit again
+	mustExec(t, conn, "ROLLBACK")                 // nothing to roll back
+	var n int
+	if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM a").Scan(&n); err != nil || n != 2 {
+		t.Fatalf("rows = %d, %v; want 2", n, err)
+	}
+}

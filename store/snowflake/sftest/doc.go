@@ -64,7 +64,9 @@
 //
 // Each session owns one DuckDB connection, so its transaction is invisible
 // to and independent of every other session. BEGIN inside a transaction and
-// COMMIT/ROLLBACK outside one are no-ops, as in Snowflake. DuckDB's
+// COMMIT/ROLLBACK outside one are no-ops, and DDL (CREATE, ALTER, DROP,
+// UNDROP, COMMENT, GRANT, REVOKE) commits an open transaction first and
+// leaves the session in autocommit, as in Snowflake. DuckDB's
 // transaction starts with the first statement after BEGIN, not at BEGIN.
 //
 // UPDATE, DELETE and MERGE take Snowflake's table lock: another

@@ -29,6 +29,13 @@ func (s *session) execStmt(ctx context.Context, st *stmt, binds map[string]bindP
 	case w0 == "CREATE" && (w1 == "DATABASE" || st.word(3) == "DATABASE"):
 		return s.createDatabase(ctx, st)
 	}
+	if s.inTx && isDDL(w0) {
+		// Snowflake commits the open transaction before DDL, runs the DDL
+		// as its own transaction and leaves the session in autocommit.
+		if _, err := s.endTx(ctx, true); err != nil {
+			return nil, err
+		}
+	}
 	if s.doomed != nil {
 		return nil, s.doomed
 	}
@@ -264,4 +271,13 @@ func readRows(rows driver.Rows, st *stmt) (*result, error) {
 		}
 		res.rowSet = append(res.rowSet, row)
 	}
+}
+
+// isDDL reports the statements that end an open transaction in Snowflake.
+func isDDL(first string) bool {
+	switch first {
+	case "CREATE", "ALTER", "DROP", "UNDROP", "COMMENT", "GRANT", "REVOKE":
+		return true
+	}
+	return false
 }

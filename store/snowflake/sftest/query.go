@@ -160,6 +160,13 @@ func (s *Server) data(res *result, qid string, sess *session) *queryData {
 const maxLogged = 50000
 
 func (s *Server) appendLog(e LoggedQuery) {
+	if s.opts.Logf != nil {
+		text := e.SQLText
+		if len(text) > 200 {
+			text = text[:200] + "…"
+		}
+		s.logf("sftest: session %d query %s err %q: %s", e.SessionID, e.QueryID, e.Err, text)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.log) >= maxLogged {

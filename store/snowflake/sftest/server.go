@@ -35,7 +35,8 @@ type Options struct {
 	// (seconds, 0 = do not wait). Default 5s, not Snowflake's 12 hours, so
 	// that a test that forgets a transaction fails instead of hanging.
 	LockTimeout time.Duration
-	// Logf, when set, receives one line per request (e.g. t.Logf).
+	// Logf, when set, receives one line per login and per statement
+	// (e.g. t.Logf).
 	Logf func(format string, args ...any)
 }
 

@@ -20,7 +20,7 @@ func main() {
 	db := flag.String("database", "DVT", "database name put in the printed DSN")
 	schema := flag.String("schema", "PUBLIC", "schema name put in the printed DSN")
 	path := flag.String("path", "", "DuckDB file (default: in-memory)")
-	verbose := flag.Bool("v", false, "log every session")
+	verbose := flag.Bool("v", false, "log every login and statement")
 	flag.Parse()
 
 	opts := sftest.Options{Path: *path}

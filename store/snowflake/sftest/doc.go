@@ -14,7 +14,9 @@
 // an open transaction), /queries/v1/query-request, /queries/v1/abort-request
 // ({"requestId"}; 000605 when nothing runs, which the driver accepts) and
 // GET /queries/<id>/result, which the driver calls for the statements of a
-// multi-statement request (for Exec only for the DML ones).
+// multi-statement request (for Exec only for the DML ones) and to collect
+// asynchronous requests (gosnowflake.WithAsyncMode: answered 333334 at
+// once, executed in the background, the result GET waits up to 40 s).
 //
 // Results are always JSON (queryResultFormat "json", rowtype + rowset, no
 // chunks). Rowtype names are lower-case Snowflake types: fixed (with
@@ -142,7 +144,7 @@
 //
 // # Known gaps
 //
-// No arrow results, result chunks, async execution, stage binds (the
+// No arrow results, result chunks, stage binds (the
 // driver only uses them above client_stage_array_binding_threshold, which
 // the server never sets), PUT/GET, SHOW/DESCRIBE or INFORMATION_SCHEMA in
 // Snowflake's shape. TIMESTAMP_TZ keeps the instant, not the offset. A

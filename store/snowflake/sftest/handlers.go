@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
 )
@@ -204,7 +205,8 @@ func (s *Server) handleAbort(w http.ResponseWriter, r *http.Request) {
 }
 
 // handleResult serves the stored result of a statement of a multi-statement
-// request (GET /queries/<id>/result).
+// request or of an asynchronous request (GET /queries/<id>/result), waiting
+// for a running one.
 func (s *Server) handleResult(w http.ResponseWriter, r *http.Request) {
 	s.resultRequests.Add(1)
 	if _, e := s.sessionFor(r); e != nil {
@@ -214,7 +216,21 @@ func (s *Server) handleResult(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	s.mu.Lock()
 	body, ok := s.results[id]
+	done, running := s.pending[id]
 	s.mu.Unlock()
+	if !ok && running {
+		select {
+		case <-done:
+			s.mu.Lock()
+			body, ok = s.results[id]
+			s.mu.Unlock()
+		case <-time.After(maxResultWait):
+			writeJSON(w, inProgress(id))
+			return
+		case <-r.Context().Done():
+			return
+		}
+	}
 	if !ok {
 		writeJSON(w, errResponse(newSFError("000709", "02000", "Statement %s not found", id), id))
 		return
@@ -253,11 +269,34 @@ func (s *Server) handleQuery(w http.ResponseWriter, r *http.Request) {
 	}
 	entry := &dedupEntry{ready: make(chan struct{})}
 	s.remember(reqID, entry)
+	qid := newQueryID()
+	if req.AsyncExec {
+		// The statement outlives this HTTP request; abort-request ends it.
+		ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
+		s.running[reqID] = cancel
+		done := make(chan struct{})
+		s.pending[qid] = done
+		entry.body = mustJSON(inProgress(qid))
+		close(entry.ready)
+		s.mu.Unlock()
+		go func() {
+			body := s.execute(ctx, sess, &req, reqID, qid)
+			cancel()
+			s.storeResult(qid, body)
+			s.mu.Lock()
+			delete(s.pending, qid)
+			delete(s.running, reqID)
+			s.mu.Unlock()
+			close(done)
+		}()
+		writeBody(w, entry.body)
+		return
+	}
 	ctx, cancel := context.WithCancel(r.Context())
 	s.running[reqID] = cancel
 	s.mu.Unlock()
 
-	body := s.execute(ctx, sess, &req, reqID)
+	body := s.execute(ctx, sess, &req, reqID, qid)
 	canceled := ctx.Err() != nil
 	cancel()
 
@@ -271,6 +310,21 @@ func (s *Server) handleQuery(w http.ResponseWriter, r *http.Request) {
 	s.mu.Unlock()
 	writeBody(w, body)
 }
+
+// inProgress is the answer to an asynchronous request (333334): the driver
+// then polls getResultUrl.
+func inProgress(qid string) response {
+	return response{
+		Data:    map[string]string{"queryId": qid, "getResultUrl": "/queries/" + qid + "/result"},
+		Code:    "333334",
+		Message: "Asynchronous execution in progress. Use provided query id to perform query monitoring and management.",
+		Success: true,
+	}
+}
+
+// maxResultWait is how long GET /queries/<id>/result waits for a running
+// asynchronous statement before answering "in progress" (Snowflake: 45 s).
+const maxResultWait = 40 * time.Second
 
 // remember records a requestId, forgetting the oldest beyond maxRemembered.
 // Callers hold s.mu.

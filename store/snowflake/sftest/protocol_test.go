@@ -321,3 +321,32 @@ func TestWrongPassword(t *testing.T) {
 		t.Fatalf("right password: %v", err)
 	}
 }
+
+// TestAsyncMode checks gosnowflake.WithAsyncMode: the request returns at
+// once (333334) and the driver collects the result from
+// /queries/<id>/result.
+func TestAsyncMode(t *testing.T) {
+	_, db := openDB(t)
+	ctx := ctxT(t)
+	mustExec(t, db, "CREATE TABLE a (id INT)")
+	actx := gosnowflake.WithAsyncMode(ctx)
+	res, err := db.ExecContext(actx, "INSERT INTO a SELECT range FROM range(3)")
+	if err != nil {
+		t.Fatalf("async exec: %v", err)
+	}
+	if n, err := res.RowsAffected(); err != nil || n != 3 {
+		t.Fatalf("async RowsAffected = %d, %v; want 3", n, err)
+	}
+	rows, err := db.QueryContext(actx, "SELECT COUNT(*) FROM a")
+	if err != nil {
+		t.Fatalf("async query: %v", err)
+	}
+	defer rows.Close()
+	var n int
+	if !rows.Next() {
+		t.Fatalf("async query returned no row: %v", rows.Err())
+	}
+	if err := rows.Scan(&n); err != nil || n != 3 {
+		t.Fatalf("async count = %d, %v; want 3", n, err)
+	}
+}

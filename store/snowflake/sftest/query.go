@@ -36,7 +36,7 @@ const maxResults = 10000
 
 // execute runs the statements of one request on the session and returns
 // the JSON answer.
-func (s *Server) execute(ctx context.Context, sess *session, req *queryRequest, reqID string) []byte {
+func (s *Server) execute(ctx context.Context, sess *session, req *queryRequest, reqID, qid string) []byte {
 	sess.mu.Lock()
 	defer sess.mu.Unlock()
 	tag := sess.params["QUERY_TAG"]
@@ -49,26 +49,25 @@ func (s *Server) execute(ctx context.Context, sess *session, req *queryRequest, 
 		s.appendLog(entry)
 		return mustJSON(errResponse(e, qid))
 	}
-	if req.AsyncExec || req.BindStage != "" {
-		return fail(newSFError(CodeCompilation, "0A000", "sftest: asynchronous execution and stage binds are not supported"), newQueryID())
+	if req.BindStage != "" {
+		return fail(newSFError(CodeCompilation, "0A000", "sftest: stage binds are not supported"), qid)
 	}
 	stmts, err := parseRequest(req.SQLText)
 	if err != nil {
-		return fail(newSFError(CodeCompilation, "42000", "SQL compilation error:\n%v", err), newQueryID())
+		return fail(newSFError(CodeCompilation, "42000", "SQL compilation error:\n%v", err), qid)
 	}
 	if len(stmts) == 0 {
-		return fail(newSFError("000900", "42000", "Empty SQL statement."), newQueryID())
+		return fail(newSFError("000900", "42000", "Empty SQL statement."), qid)
 	}
 	want, err := statementCount(req.Parameters, sess.params)
 	if err != nil {
-		return fail(newSFError(CodeCompilation, "22023", "%v", err), newQueryID())
+		return fail(newSFError(CodeCompilation, "22023", "%v", err), qid)
 	}
 	if want == 1 && len(stmts) > 1 || want > 1 && want != len(stmts) {
 		return fail(newSFError(CodeStatementCount, "0A000",
-			"Actual statement count %d did not match the desired statement count %d.", len(stmts), want), newQueryID())
+			"Actual statement count %d did not match the desired statement count %d.", len(stmts), want), qid)
 	}
 	if want == 1 {
-		qid := newQueryID()
 		res, err := sess.execStmt(ctx, stmts[0], req.Bindings)
 		if err != nil {
 			return fail(mapError(err), qid)
@@ -78,17 +77,16 @@ func (s *Server) execute(ctx context.Context, sess *session, req *queryRequest, 
 		return mustJSON(okResponse(s.data(res, qid, sess)))
 	}
 	if len(req.Bindings) > 0 {
-		return fail(newSFError("000002", "0A000", "Bind variables not supported in multiple statement queries."), newQueryID())
+		return fail(newSFError("000002", "0A000", "Bind variables not supported in multiple statement queries."), qid)
 	}
-	return s.executeMulti(ctx, sess, stmts, entry)
+	return s.executeMulti(ctx, sess, stmts, entry, qid)
 }
 
 // executeMulti runs a multi-statement request: each statement gets its own
 // query id and stored result, the answer lists them (0xA000). The first
 // failure ends the request; a transaction this request opened and left open
 // is rolled back, so a failed batch never leaves locks or half a write.
-func (s *Server) executeMulti(ctx context.Context, sess *session, stmts []*stmt, entry LoggedQuery) []byte {
-	parent := newQueryID()
+func (s *Server) executeMulti(ctx context.Context, sess *session, stmts []*stmt, entry LoggedQuery, parent string) []byte {
 	wasInTx := sess.inTx
 	var ids, types []string
 	for _, st := range stmts {

@@ -69,6 +69,7 @@ type Server struct {
 	doneLRU   []string
 	results   map[string][]byte // child results of multi-statement requests, by query id
 	resultLRU []string
+	pending   map[string]chan struct{} // asynchronous requests still running, by query id
 	log       []LoggedQuery
 
 	queryRequests  atomic.Int64
@@ -107,6 +108,7 @@ func New(opts Options) (*Server, error) {
 		running:  map[string]context.CancelFunc{},
 		done:     map[string]*dedupEntry{},
 		results:  map[string][]byte{},
+		pending:  map[string]chan struct{}{},
 	}, nil
 }
 

@@ -105,6 +105,7 @@ func TestStringLiterals(t *testing.T) {
 		{"escaped newline", `'a\nb'`, "a\nb"},
 		{"raw newline", "'a\nb'", "a\nb"},
 		{"double quotes", `'say "hi"'`, `say "hi"`},
+		{"hex, unicode and octal escapes", `'\x41\u00e9\101\q'`, "AéAq"},
 		{"semicolon and comment markers", `'a; -- b /* c */'`, "a; -- b /* c */"},
 		{"dollar quoted", `$$it's \n$$`, `it's \n`},
 		{"question mark", `'?'`, "?"},

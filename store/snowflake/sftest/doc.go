@@ -104,7 +104,8 @@
 // escapes, $$ strings, "identifiers", --, // and block comments) and
 // rewrites tokens, never the inside of a literal or quoted identifier:
 //   - string literals are re-emitted in DuckDB form (backslash escapes
-//     decoded: \' \" \\ \n \t \r \b \f \0); $$…$$ becomes a plain literal;
+//     decoded: \' \" \\ \n \t \r \b \f, octal \ooo, \xhh, \uhhhh);
+//     $$…$$ becomes a plain literal;
 //   - :1, :2 binds become $1, $2;
 //   - in type position (after ::, after AS inside CAST, after a column name
 //     inside parentheses): NUMBER/NUMERIC/DECIMAL without precision →

@@ -2,6 +2,7 @@ package sftest
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 )
 
@@ -138,29 +139,54 @@ func lexString(s string) (string, int, error) {
 			if i+1 >= len(s) {
 				return "", 0, fmt.Errorf("unterminated string literal")
 			}
-			switch e := s[i+1]; e {
-			case 'n':
-				b.WriteByte('\n')
-			case 't':
-				b.WriteByte('\t')
-			case 'r':
-				b.WriteByte('\r')
-			case 'b':
-				b.WriteByte('\b')
-			case 'f':
-				b.WriteByte('\f')
-			case '0':
-				b.WriteByte(0)
-			default: // \\ \' \" and any other character stand for themselves
-				b.WriteByte(e)
-			}
-			i += 2
+			text, n := escape(s[i+1:])
+			b.WriteString(text)
+			i += 1 + n
 		default:
 			b.WriteByte(c)
 			i++
 		}
 	}
 	return "", 0, fmt.Errorf("unterminated string literal")
+}
+
+// escape decodes the Snowflake escape sequence after a backslash: \n \t
+// \r \b \f, octal \ooo, hex \xhh, Unicode \uhhhh; any other character
+// stands for itself (\\, \', \"). It returns the text and the bytes used.
+func escape(s string) (string, int) {
+	switch s[0] {
+	case 'n':
+		return "\n", 1
+	case 't':
+		return "\t", 1
+	case 'r':
+		return "\r", 1
+	case 'b':
+		return "\b", 1
+	case 'f':
+		return "\f", 1
+	case 'x':
+		if v, err := strconv.ParseUint(prefix(s[1:], 2), 16, 8); err == nil && len(s) >= 3 {
+			return string([]byte{byte(v)}), 3
+		}
+	case 'u':
+		if v, err := strconv.ParseUint(prefix(s[1:], 4), 16, 32); err == nil && len(s) >= 5 {
+			return string(rune(v)), 5
+		}
+	}
+	if len(s) >= 3 {
+		if v, err := strconv.ParseUint(s[:3], 8, 8); err == nil {
+			return string([]byte{byte(v)}), 3
+		}
+	}
+	return s[:1], 1
+}
+
+func prefix(s string, n int) string {
+	if len(s) < n {
+		return s + "!" // never parses
+	}
+	return s[:n]
 }
 
 func isDigit(c byte) bool { return c >= '0' && c <= '9' }

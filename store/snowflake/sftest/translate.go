@@ -12,7 +12,7 @@ type stmt struct {
 	quoted map[string]bool // names written as "quoted identifiers"
 }
 
-// first returns the upper-cased n-th significant word of the statement.
+// word returns the n-th significant token upper-cased if it is a word.
 func (s *stmt) word(n int) string {
 	if n < len(s.toks) && s.toks[n].kind == tkWord {
 		return s.toks[n].upper()
@@ -46,8 +46,9 @@ func parseRequest(sqlText string) ([]*stmt, error) {
 	return out, nil
 }
 
-// compact drops space and comments, remembering in sp that a separator
-// preceded the token so that rendering keeps ">=" and "a.b" adjacent.
+// compact drops space and comments, keeping one leading space in the text of
+// a token that followed a separator, so that rendering keeps ">=" and "a.b"
+// adjacent and everything else apart.
 func compact(toks []token) []token {
 	var out []token
 	sep := false

@@ -3,7 +3,12 @@
 // driver (v1.19.1) without a Snowflake account. Start(t) serves on a
 // loopback port; DSN, Config and OpenDB point gosnowflake at it over plain
 // http (Protocol "http", one attempt per request).
-// Command sfserver runs it standalone and prints a DSN.
+// Command sfserver runs it standalone and prints a DSN. In a test:
+//
+//	srv := sftest.Start(t)                   // closed by t.Cleanup
+//	db := srv.OpenDB(t, "DVT", "PUBLIC")     // or sql.Open("snowflake", srv.DSN(…))
+//	srv.ResetCounters() … srv.QueryRequests() // round trips per operation
+//	srv.QueryLog()                           // query ids, QUERY_TAG, SQL text
 //
 // # Protocol
 //

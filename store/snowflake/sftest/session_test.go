@@ -2,6 +2,7 @@ package sftest
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -326,5 +327,44 @@ func TestStatementTypeIDs(t *testing.T) {
 			t.Errorf("%s: statementTypeId %#x, rowtype %+v, format %q, queryId %q; want %#x and column %q",
 				tc.sql, r.Data.StmtType, r.Data.RowType, r.Data.Format, r.Data.QueryID, tc.id, tc.column)
 		}
+	}
+}
+
+// TestClosedRequestStopsStatement checks that a client closing its HTTP
+// request (no abort-request) interrupts the DuckDB statement.
+func TestClosedRequestStopsStatement(t *testing.T) {
+	srv := Start(t)
+	w := login(t, srv)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	b, _ := json.Marshal(map[string]any{"sqlText": slowSQL})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost,
+		"http://"+srv.Addr()+"/queries/v1/query-request?requestId=closed-1", bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", `Snowflake Token="`+w.tok+`"`)
+	go func() {
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	waitRunning(t, srv, "closed-1")
+	cancel()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		srv.mu.Lock()
+		_, running := srv.running["closed-1"]
+		srv.mu.Unlock()
+		if !running {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("statement still running after the client closed its request")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if r := w.query("after", "SELECT 1"); !r.Success {
+		t.Fatalf("session unusable: %+v", r)
 	}
 }

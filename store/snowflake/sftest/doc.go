@@ -144,6 +144,11 @@
 //     ROLLBACK, ALTER SESSION SET/UNSET, USE [DATABASE|SCHEMA], USE
 //     WAREHOUSE/ROLE (no-ops), CREATE DATABASE.
 //
+// Results: a query with VARIANT (JSON) columns runs as SELECT … CAST(c AS
+// VARCHAR) … FROM (query) AS sftest_q(…), so the JSON text reaches the
+// server with exact numbers and JSON null intact (duckdb-go would decode it
+// to float64 and SQL NULL); a MERGE gets RETURNING merge_action appended.
+//
 // MERGE INTO … USING … WHEN [NOT] MATCHED, CREATE OR REPLACE TABLE|VIEW …
 // AS and CURRENT_TIMESTAMP without parentheses run on DuckDB (1.5) as they
 // are.
@@ -158,6 +163,5 @@
 // DuckDB's transaction, where Snowflake rolls back only the statement: the
 // server rolls the transaction back at once and answers every later
 // statement and COMMIT with 000603 (sqlState 25P02) until ROLLBACK, so a
-// COMMIT never silently drops the earlier writes. Large integers inside VARIANT
-// values lose precision beyond 2^53 (duckdb-go decodes JSON to float64).
+// COMMIT never silently drops the earlier writes.
 package sftest

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql/driver"
 	"errors"
+	"fmt"
 	"io"
 	"math/big"
 	"strings"
@@ -88,6 +89,19 @@ func runDuck(ctx context.Context, c *duckdb.Conn, st *stmt, args [][]driver.Name
 	if arrayLen >= 0 {
 		return runArray(ctx, c, p, kind, args, inTx)
 	}
+	if typ == duckdb.STATEMENT_TYPE_SELECT {
+		if wrapped, names, err := jsonAsText(ctx, c, p, st); err != nil {
+			return nil, err
+		} else if wrapped != nil {
+			defer wrapped.Close()
+			rows, err := wrapped.QueryContext(ctx, args[0])
+			if err != nil {
+				return nil, err
+			}
+			defer rows.Close()
+			return readRows(rows, st, names)
+		}
+	}
 	rows, err := p.QueryContext(ctx, args[0])
 	if err != nil {
 		return nil, err
@@ -106,7 +120,56 @@ func runDuck(ctx context.Context, c *duckdb.Conn, st *stmt, args [][]driver.Name
 	if kind == stmtDDL {
 		return statusResult(stmtDDL, "Statement executed successfully."), nil
 	}
-	return readRows(rows, st)
+	return readRows(rows, st, nil)
+}
+
+// jsonAsText re-prepares a query whose result has JSON columns so that they
+// come back as text: duckdb-go would decode them into Go values (float64
+// numbers, JSON null as SQL NULL). The query becomes a subquery whose
+// columns are renamed by position; names and JSON-ness of the original
+// columns are returned. It returns nil when there is no JSON column.
+func jsonAsText(ctx context.Context, c *duckdb.Conn, p *duckdb.Stmt, st *stmt) (*duckdb.Stmt, []jsonColumn, error) {
+	n, err := p.ColumnCount()
+	if err != nil {
+		return nil, nil, err
+	}
+	cols := make([]jsonColumn, n)
+	hasJSON := false
+	for i := range cols {
+		if cols[i].name, err = p.ColumnName(i); err != nil {
+			return nil, nil, err
+		}
+		info, err := p.ColumnTypeInfo(i)
+		if err != nil {
+			return nil, nil, err
+		}
+		cols[i].json = strings.EqualFold(info.Alias(), "JSON")
+		hasJSON = hasJSON || cols[i].json
+	}
+	if !hasJSON {
+		return nil, nil, nil
+	}
+	aliases := make([]string, n)
+	list := make([]string, n)
+	for i, col := range cols {
+		aliases[i] = fmt.Sprintf("sftest_c%d", i+1)
+		list[i] = aliases[i]
+		if col.json {
+			list[i] = "CAST(" + aliases[i] + " AS VARCHAR)"
+		}
+	}
+	q := "SELECT " + strings.Join(list, ", ") + " FROM (" + st.duck + ") AS sftest_q(" + strings.Join(aliases, ", ") + ")"
+	ps, err := c.PrepareContext(ctx, q)
+	if err != nil {
+		return nil, nil, err
+	}
+	return ps.(*duckdb.Stmt), cols, nil
+}
+
+// jsonColumn describes a result column of a query rewritten by jsonAsText.
+type jsonColumn struct {
+	name string
+	json bool
 }
 
 // stmtKind maps DuckDB's statement type to the Snowflake id class.
@@ -237,10 +300,11 @@ func runArray(ctx context.Context, c *duckdb.Conn, p *duckdb.Stmt, kind int64, a
 	return dmlResult(kind, total), nil
 }
 
-// readRows encodes a query result. Column names are upper-cased unless the
+// readRows encodes a query result; orig names the columns of a query
+// rewritten by jsonAsText. Column names are upper-cased unless the
 // statement wrote them as "quoted identifiers", mirroring how Snowflake
 // resolves unquoted names.
-func readRows(rows driver.Rows, st *stmt) (*result, error) {
+func readRows(rows driver.Rows, st *stmt, orig []jsonColumn) (*result, error) {
 	cols := rows.Columns()
 	typed, _ := rows.(driver.RowsColumnTypeDatabaseTypeName)
 	res := &result{stmtType: stmtSelect}
@@ -248,6 +312,12 @@ func readRows(rows driver.Rows, st *stmt) (*result, error) {
 		dbType := "VARCHAR"
 		if typed != nil {
 			dbType = typed.ColumnTypeDatabaseTypeName(i)
+		}
+		if orig != nil { // renamed by jsonAsText
+			name = orig[i].name
+			if orig[i].json {
+				dbType = "JSON"
+			}
 		}
 		if !st.quoted[name] {
 			name = strings.ToUpper(name)

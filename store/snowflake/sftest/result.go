@@ -172,10 +172,19 @@ func encodeValue(rt rowType, v driver.Value) (*string, error) {
 	return strp(fmt.Sprint(v)), nil
 }
 
-// jsonText renders a VARIANT value (already decoded by duckdb-go) the way
-// Snowflake prints one: JSON with two-space indentation, object keys sorted,
-// no HTML escaping.
+// jsonText renders a VARIANT value — JSON text, or a LIST/STRUCT/MAP value
+// decoded by duckdb-go — the way Snowflake prints one: JSON with two-space
+// indentation, object keys sorted, no HTML escaping.
 func jsonText(v driver.Value) (*string, error) {
+	if s, ok := v.(string); ok { // JSON text (see jsonAsText): keep numbers exact
+		dec := json.NewDecoder(strings.NewReader(s))
+		dec.UseNumber()
+		var parsed any
+		if err := dec.Decode(&parsed); err != nil {
+			return nil, fmt.Errorf("decode variant %.40q: %w", s, err)
+		}
+		v = parsed
+	}
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)

@@ -205,7 +205,10 @@ func (s *session) setContext(ctx context.Context, db, sc string) error {
 		return err
 	}
 	q := quoteIdent(db) + "." + quoteIdent(sc)
-	if err := s.rawExec(ctx, "CREATE SCHEMA IF NOT EXISTS "+q); err != nil {
+	catalogMu.Lock()
+	err := s.rawExec(ctx, "CREATE SCHEMA IF NOT EXISTS "+q)
+	catalogMu.Unlock()
+	if err != nil && !strings.Contains(err.Error(), "already exists") {
 		return err
 	}
 	if err := s.rawExec(ctx, "USE "+q); err != nil {
@@ -215,8 +218,16 @@ func (s *session) setContext(ctx context.Context, db, sc string) error {
 	return nil
 }
 
+// catalogMu serialises the creation of databases and schemas: DuckDB's IF
+// NOT EXISTS is not atomic across connections, and sessions logging in
+// together would otherwise fail with "already exists".
+var catalogMu sync.Mutex
+
 func attach(ctx context.Context, c *sql.Conn, db string) error {
-	if _, err := c.ExecContext(ctx, "ATTACH IF NOT EXISTS ':memory:' AS "+quoteIdent(db)); err != nil {
+	catalogMu.Lock()
+	defer catalogMu.Unlock()
+	_, err := c.ExecContext(ctx, "ATTACH IF NOT EXISTS ':memory:' AS "+quoteIdent(db))
+	if err != nil && !strings.Contains(err.Error(), "already exists") {
 		return fmt.Errorf("attach database %s: %w", db, err)
 	}
 	return nil

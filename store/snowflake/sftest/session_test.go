@@ -368,3 +368,27 @@ func TestClosedRequestStopsStatement(t *testing.T) {
 		t.Fatalf("session unusable: %+v", r)
 	}
 }
+
+// TestConcurrentLogins checks that sessions logging in together into a new
+// database and schema all succeed.
+func TestConcurrentLogins(t *testing.T) {
+	srv := Start(t)
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			db := srv.OpenDB(t, "fresh_db", "fresh_schema")
+			var one int
+			errs <- db.QueryRowContext(ctxT(t), "SELECT 1").Scan(&one)
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("concurrent login: %v", err)
+		}
+	}
+}

@@ -27,7 +27,8 @@
 // chunks). Rowtype names are lower-case Snowflake types: fixed (with
 // precision/scale; integers are fixed(38,0)), real, text, boolean, date,
 // time, timestamp_ntz, timestamp_ltz (DuckDB TIMESTAMPTZ), variant (DuckDB
-// JSON), array, object, binary. Values are strings in Snowflake's wire form:
+// JSON; the json extension is built into the bundled DuckDB 1.5.6, nothing
+// is downloaded), array, object, binary. Values are strings in Snowflake's wire form:
 // decimals as text, booleans "1"/"0", dates as days since the epoch,
 // timestamps as "seconds.nanoseconds" since the epoch (floor seconds,
 // non-negative fraction, as the driver parses them), binary as upper-case
@@ -80,9 +81,10 @@
 // transaction's write to the same table waits until COMMIT/ROLLBACK (or its
 // request ends), at most the session's LOCK_TIMEOUT in seconds (0: fail at
 // once) or Options.LockTimeout (default 5s rather than Snowflake's 12 hours,
-// so a forgotten transaction fails a test instead of hanging it). Because DuckDB's transaction starts after the lock is
-// granted, a transaction that begins by locking sees the previous holder's
-// commit, as under Snowflake's read committed. What DuckDB's snapshot
+// so a forgotten transaction fails a test instead of hanging it). Because
+// DuckDB's transaction starts after the lock is granted, a transaction that
+// begins by locking sees the previous holder's commit, as under Snowflake's
+// read committed. What DuckDB's snapshot
 // isolation cannot wait out is reported as Snowflake error 000625 (sqlState
 // 57014), the code Snowflake gives a statement aborted while waiting for a
 // lock, so clients treat all of these as "roll back and retry":
@@ -117,14 +119,15 @@
 //     DECIMAL(38,0), with precision → DECIMAL(p,s); INT, INTEGER, SMALLINT,
 //     TINYINT, BYTEINT → BIGINT; STRING, TEXT, CHAR…, VARCHAR(n) → VARCHAR;
 //     TIMESTAMP_NTZ, DATETIME → TIMESTAMP; TIMESTAMP_LTZ, TIMESTAMP_TZ →
-//     TIMESTAMPTZ; any TIMESTAMP_xx(9) → TIMESTAMP_NS so nanoseconds survive
+//     TIMESTAMPTZ (these keep microseconds, where Snowflake's default
+//     precision is 9); any TIMESTAMP_xx(9) → TIMESTAMP_NS so nanoseconds survive
 //     (it holds the UTC instant and reads back as timestamp_ntz); VARIANT,
 //     OBJECT, ARRAY → JSON; FLOAT, FLOAT4, FLOAT8, REAL, DOUBLE → DOUBLE;
 //     BINARY, VARBINARY → BLOB;
 //   - col:a:b (also col:a.b, col:a[0], col:"key") → json_extract(col,
-//     '$.a.b'); col:a::string (any cast to a
-//     non-semi-structured type) → json_extract_string(col, '$.a')::VARCHAR,
-//     since Snowflake's cast drops a JSON string's quotes;
+//     '$.a.b'); col:a::string (any cast to a non-semi-structured type) →
+//     json_extract_string(col, '$.a')::VARCHAR, since Snowflake's cast
+//     drops a JSON string's quotes;
 //   - functions: PARSE_JSON → json, TRY_PARSE_JSON → try(json(…)),
 //     TO_VARIANT/TO_JSON → to_json, IFF → if, CURRENT_TIMESTAMP() →
 //     get_current_timestamp(), SYSDATE() → (get_current_timestamp() AT TIME

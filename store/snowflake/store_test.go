@@ -56,9 +56,9 @@ func openStore(t testing.TB, dsn string, opts snowflake.Options) *snowflake.Stor
 
 // TestConformance runs the store suite on the Snowflake-protocol test
 // server through gosnowflake. Each Open is a new *sql.DB (its own sessions)
-// on the same server database. The concurrency case runs 4 writers × 10
-// appends instead of 8 × 25: every conflict costs the test server a
-// rollback and a retry, and the package must test in about two minutes.
+// on the same server database. The concurrency case runs at the suite's
+// default size (8 writers × 25 appends on two handles); the test server
+// reports the writers' conflicts as 000625 and the store retries them.
 func TestConformance(t *testing.T) {
 	srv := sftest.Start(t)
 	dsn := srv.DSN("dvt", "conformance")
@@ -67,9 +67,7 @@ func TestConformance(t *testing.T) {
 		Open: func(t *testing.T) store.Store {
 			return openStore(t, dsn, snowflake.Options{Now: clock.Now})
 		},
-		Advance:          clock.Advance,
-		Writers:          4,
-		AppendsPerWriter: 10,
+		Advance: clock.Advance,
 	})
 }
 
@@ -313,4 +311,35 @@ func median(d []time.Duration) time.Duration {
 	s := slices.Clone(d)
 	slices.Sort(s)
 	return s[len(s)/2]
+}
+
+// TestOpenErrorsHideThePassword: a login the server refuses fails with a
+// coded error whose text names the DSN without its password.
+func TestOpenErrorsHideThePassword(t *testing.T) {
+	const right, wrong = "Right-Pa55word-42", "Wr0ng-Pa55word-xyz"
+	srv, err := sftest.New(sftest.Options{User: "alice", Password: right})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	good := srv.DSN("dvt", "auth")
+	if !strings.Contains(good, right) {
+		t.Fatalf("test server DSN %q does not carry the password", good)
+	}
+	_, err = snowflake.Open(ctx, strings.Replace(good, right, wrong, 1), snowflake.Options{})
+	if engine.CodeOf(err) != engine.CodeStoreUnavailable {
+		t.Fatalf("open with a wrong password: %v, want STORE_UNAVAILABLE", err)
+	}
+	if strings.Contains(err.Error(), wrong) || !strings.Contains(err.Error(), "alice:***@") {
+		t.Fatalf("error shows the password or not the redacted DSN: %v", err)
+	}
+	s := openStore(t, good, snowflake.Options{})
+	defer s.Close()
+	_, err = s.GetRun(ctx, "no-such-run")
+	if engine.CodeOf(err) != engine.CodeRunNotFound || strings.Contains(err.Error(), right) {
+		t.Fatalf("GetRun of an unknown run: %v", err)
+	}
 }

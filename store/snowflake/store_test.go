@@ -343,3 +343,39 @@ func TestOpenErrorsHideThePassword(t *testing.T) {
 		t.Fatalf("GetRun of an unknown run: %v", err)
 	}
 }
+
+// TestTransitionChecksOption: Layer 2 refuses an invalid batch by default;
+// with DisableTransitionChecks the event is stored (left to the projector,
+// Policy A) and later valid events still follow the run's real state.
+func TestTransitionChecksOption(t *testing.T) {
+	srv := sftest.Start(t)
+	dsn := srv.DSN("dvt", "layer2")
+	for _, c := range []struct {
+		name    string
+		disable bool
+		want    engine.Code
+		stored  int
+	}{
+		{"checks on", false, engine.CodeInvalidTransition, 2},
+		{"checks off", true, "", 3},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := openStore(t, dsn, snowflake.Options{DisableTransitionChecks: c.disable})
+			defer s.Close()
+			f := storetest.NewFixture()
+			f.Bootstrap(t, s)
+			_, err := s.AppendAndEnqueue(ctx, f.Meta.RunID, []engine.RunEventWrite{f.Event(engine.StepCompleted, "never-started", 1)})
+			if engine.CodeOf(err) != c.want {
+				t.Fatalf("error %v, want code %q", err, c.want)
+			}
+			recs, err := s.ListEvents(ctx, f.Meta.RunID, 0, 0)
+			if err != nil || len(recs) != c.stored {
+				t.Fatalf("%d events stored (%v), want %d", len(recs), err, c.stored)
+			}
+			// The step is still PENDING either way, so starting it is valid.
+			if _, err := s.AppendAndEnqueue(ctx, f.Meta.RunID, []engine.RunEventWrite{f.Event(engine.StepStarted, "never-started", 1)}); err != nil {
+				t.Fatalf("a valid StepStarted after the refused event: %v", err)
+			}
+		})
+	}
+}

@@ -28,7 +28,9 @@ import (
 // lockedTx runs one transaction on a pinned session: lock (a statement run
 // right after BEGIN in the same request), then body, which reads under the
 // lock and returns the statements to commit, or none to roll back. The whole
-// transaction is retried when contention aborts it.
+// transaction is retried when contention aborts it. If a network failure hid
+// a COMMIT that did happen, the retry finds the events stored and reports
+// them as Deduped: the append stays exactly-once either way.
 func (s *Store) lockedTx(ctx context.Context, lock string, body func(c *sql.Conn) (script, error)) error {
 	return s.withRetry(ctx, func() error {
 		c, err := s.db.Conn(ctx)

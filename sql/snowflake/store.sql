@@ -9,18 +9,12 @@
 -- /*steps*/ take lists of ? placeholders.
 
 -- name: create_locks
-CREATE TABLE IF NOT EXISTS dvt_locks (
-    lock_name  VARCHAR NOT NULL,
-    owner      VARCHAR,
-    expires_at TIMESTAMP_TZ(9)
-);
-
--- name: ensure_migrate_lock
--- Two processes may both insert the row the first time (nothing enforces
--- uniqueness); the lock still works, since acquiring updates every
--- 'migrate' row in one statement.
-INSERT INTO dvt_locks (lock_name)
-SELECT 'migrate' WHERE NOT EXISTS (SELECT 1 FROM dvt_locks WHERE lock_name = 'migrate');
+-- The table is created with its 'migrate' row in one statement: a row
+-- inserted separately could be inserted twice by two processes at once
+-- (nothing enforces uniqueness), and two lock rows are two locks.
+CREATE TABLE IF NOT EXISTS dvt_locks AS
+SELECT CAST('migrate' AS VARCHAR) AS lock_name, CAST(NULL AS VARCHAR) AS owner,
+       CAST(NULL AS TIMESTAMP_TZ(9)) AS expires_at;
 
 -- name: acquire_migrate_lock
 UPDATE dvt_locks SET owner = ?, expires_at = CAST(? AS TIMESTAMP_TZ(9))

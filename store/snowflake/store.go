@@ -152,11 +152,8 @@ func (s *Store) migrate(ctx context.Context) error {
 				return s.classify("prepare migrations", err)
 			}
 		}
-		if todo, err = pending(); err != nil || len(todo) == 0 {
-			return err
-		}
-		_, err := s.db.ExecContext(ctx, s.q["ensure_migrate_lock"])
-		return s.classify("prepare migrations", err)
+		todo, err = pending()
+		return err
 	})
 	if err != nil || len(todo) == 0 {
 		return err

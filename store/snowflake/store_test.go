@@ -135,7 +135,7 @@ func TestConcurrentMigrations(t *testing.T) {
 	if versions < 3 {
 		t.Fatalf("%d migrations recorded, want at least 3", versions)
 	}
-	for table, want := range map[string]int{"dvt_transitions": len(engine.Transitions), "dvt_locks WHERE lock_name = 'bootstrap'": 1} {
+	for table, want := range map[string]int{"dvt_transitions": len(engine.Transitions), "dvt_locks WHERE lock_name = 'bootstrap'": 1, "dvt_locks WHERE lock_name = 'migrate'": 1} {
 		var n int
 		if err := s.DB().QueryRowContext(ctx, "SELECT COUNT(*) FROM "+table).Scan(&n); err != nil {
 			t.Fatal(err)

@@ -379,3 +379,52 @@ func TestTransitionChecksOption(t *testing.T) {
 		})
 	}
 }
+
+// TestConcurrentBootstrap: several processes bootstrapping one run id at
+// the same moment leave one run (Snowflake would not refuse a second
+// dvt_runs row by itself): one succeeds, the others get RUN_ALREADY_EXISTS.
+func TestConcurrentBootstrap(t *testing.T) {
+	srv := sftest.Start(t)
+	dsn := srv.DSN("dvt", "bootstrap_race")
+	const procs = 8
+	stores := make([]*snowflake.Store, procs)
+	for i := range stores {
+		stores[i] = openStore(t, dsn, snowflake.Options{})
+		defer stores[i].Close()
+	}
+	f := storetest.NewFixture()
+	first := []engine.RunEventWrite{f.Event(engine.RunQueued, "", 1)}
+	var wg sync.WaitGroup
+	codes := make(chan engine.Code, procs)
+	start := make(chan struct{})
+	for _, s := range stores {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			_, err := s.BootstrapRun(ctx, f.Meta, first)
+			if err != nil && engine.CodeOf(err) != engine.CodeRunAlreadyExists {
+				t.Errorf("bootstrap: %v", err)
+			}
+			codes <- engine.CodeOf(err)
+		}()
+	}
+	close(start)
+	wg.Wait()
+	close(codes)
+	ok := 0
+	for c := range codes {
+		if c == "" {
+			ok++
+		}
+	}
+	if ok != 1 {
+		t.Fatalf("%d bootstraps succeeded, want 1", ok)
+	}
+	for table, want := range map[string]int{"dvt_runs": 1, "dvt_run_seq": 1, "dvt_run_events": 1, "dvt_outbox": 1} {
+		var n int
+		if err := stores[0].DB().QueryRowContext(ctx, "SELECT COUNT(*) FROM "+table+" WHERE run_id = ?", f.Meta.RunID).Scan(&n); err != nil || n != want {
+			t.Errorf("%s: %d rows (%v), want %d", table, n, err, want)
+		}
+	}
+}

@@ -14,16 +14,12 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 INSERT INTO dvt_run_seq (run_id, next_seq, status) VALUES (?, 1, 'NONE');
 
 -- name: lock_seq
--- Writing the run's sequence row first is what serialises the writers of a
--- run; under BEGIN IMMEDIATE the database write lock is already ours, and the
--- statement also reads what the append needs.
-UPDATE dvt_run_seq SET next_seq = next_seq WHERE run_id = ?
-RETURNING next_seq, status,
-          (SELECT tenant_id FROM dvt_runs WHERE dvt_runs.run_id = dvt_run_seq.run_id),
-          (SELECT project_id FROM dvt_runs WHERE dvt_runs.run_id = dvt_run_seq.run_id),
-          (SELECT environment_id FROM dvt_runs WHERE dvt_runs.run_id = dvt_run_seq.run_id),
-          (SELECT plan_id FROM dvt_runs WHERE dvt_runs.run_id = dvt_run_seq.run_id),
-          (SELECT plan_version FROM dvt_runs WHERE dvt_runs.run_id = dvt_run_seq.run_id);
+-- Under BEGIN IMMEDIATE the database write lock is already ours, so no other
+-- writer can touch the run's sequence row until we commit: a plain read is
+-- enough here (Snowflake has no such lock and updates the row first).
+SELECT s.next_seq, s.status, r.tenant_id, r.project_id, r.environment_id, r.plan_id, r.plan_version
+FROM dvt_run_seq s JOIN dvt_runs r ON r.run_id = s.run_id
+WHERE s.run_id = ?;
 
 -- name: update_seq
 UPDATE dvt_run_seq SET next_seq = ?, status = ? WHERE run_id = ?;

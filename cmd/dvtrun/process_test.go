@@ -124,4 +124,66 @@ func TestProcess(t *testing.T) {
 		}
 		h.checkLog(snap.RunID)
 	})
+
+	t.Run("SIGKILL", func(t *testing.T) {
+		// A runner killed outright keeps its lease until the lease expires;
+		// then resume takes the run over, re-runs only the step that was in
+		// flight, and duplicates nothing in the log.
+		h := newHarness(t)
+		env := append(os.Environ(), "DVT_STORE="+h.env["DVT_STORE"], "DVT_WAREHOUSE="+h.env["DVT_WAREHOUSE"])
+		plan := fixture("slow", "plan.yaml")
+		cmd := exec.Command(bin, "run", "--threads", "1", "--lease-ttl", "2s", plan)
+		cmd.Env = env
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if strings.Contains(sc.Text(), "START sql table model slow") {
+				time.Sleep(200 * time.Millisecond)
+				break
+			}
+		}
+		if err := cmd.Process.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		cmd.Wait()
+		killed := time.Now()
+		runID := h.onlyRun()
+		if s := h.statusOf(runID); s.Status != engine.StatusRunning {
+			t.Fatalf("after SIGKILL the run is %s, want RUNNING", s.Status)
+		}
+
+		if time.Since(killed) < time.Second {
+			r := h.run("resume", runID, plan)
+			if r.code == 0 || !strings.Contains(r.stderr, "LEASE_HELD") {
+				t.Errorf("resume while the dead runner's lease holds: exit %d, %q", r.code, r.stderr)
+			}
+		}
+		time.Sleep(time.Until(killed.Add(2500 * time.Millisecond)))
+		r := h.run("resume", runID, plan)
+		if r.code != 0 {
+			t.Fatalf("resume after the lease expired: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+		}
+		snap := h.checkLog(runID)
+		if snap.Status != engine.StatusCompleted {
+			t.Fatalf("resumed run is %s", snap.Status)
+		}
+		started := map[string]int{}
+		for _, e := range h.events(runID) {
+			if e.EventType == engine.StepStarted {
+				started[e.StepID]++
+			}
+		}
+		if started["model.fast"] != 1 || started["model.slow"] != 1 || started["model.after"] != 1 {
+			t.Errorf("StepStarted per step: %v (each once: the in-flight step continues as a new engine attempt)", started)
+		}
+		if s, _ := snap.Step("model.slow"); s.EngineAttemptID < 2 {
+			t.Errorf("model.slow finished on engine attempt %d, want a new attempt after the crash", s.EngineAttemptID)
+		}
+	})
 }

@@ -162,16 +162,31 @@ type runFlags struct {
 	threads     int
 	failFast    bool
 	secretsFile string
+	leaseTTL    time.Duration
 }
 
 func (f *runFlags) register(fs interface {
 	IntVar(*int, string, int, string)
 	BoolVar(*bool, string, bool, string)
 	StringVar(*string, string, string, string)
+	DurationVar(*time.Duration, string, time.Duration, string)
 }) {
 	fs.IntVar(&f.threads, "threads", 4, "run up to `N` steps in parallel")
 	fs.BoolVar(&f.failFast, "fail-fast", false, "stop scheduling new steps after the first failure")
 	fs.StringVar(&f.secretsFile, "secrets-file", "", "`FILE` of KEY=VALUE secrets (DVT_SECRET_<NAME> in the environment wins)")
+	// A runner that dies keeps its lease until it expires; then `resume`
+	// (from any machine) may take the run over.
+	fs.DurationVar(&f.leaseTTL, "lease-ttl", 30*time.Second, "how long the run's lease outlives a runner that stopped heart-beating")
+}
+
+func (f runFlags) check() error {
+	if f.threads < 1 {
+		return engine.Errorf(engine.CodeInvalidArgument, "--threads must be at least 1")
+	}
+	if f.leaseTTL < time.Second {
+		return engine.Errorf(engine.CodeInvalidArgument, "--lease-ttl must be at least 1s")
+	}
+	return nil
 }
 
 func (c *cli) runEngine(st stateStore, f runFlags, obs engine.Observer, lookup engine.SecretLookup) *engine.Engine {
@@ -179,6 +194,7 @@ func (c *cli) runEngine(st stateStore, f runFlags, obs engine.Observer, lookup e
 	host, _ := os.Hostname()
 	eng.Config.Threads = f.threads
 	eng.Config.FailFast = f.failFast
+	eng.Config.LeaseTTL = f.leaseTTL
 	eng.Config.Owner = fmt.Sprintf("dvtrun@%s:%d", host, os.Getpid())
 	eng.Secrets = lookup
 	eng.Observe = obs
@@ -195,8 +211,8 @@ func cmdRun(ctx context.Context, c *cli, args []string) error {
 	if err != nil {
 		return err
 	}
-	if f.threads < 1 {
-		return engine.Errorf(engine.CodeInvalidArgument, "--threads must be at least 1")
+	if err := f.check(); err != nil {
+		return err
 	}
 	p, ref, data, err := loadPlan(pos[0], *wantSHA)
 	if err != nil {
@@ -236,8 +252,8 @@ func cmdResume(ctx context.Context, c *cli, args []string) error {
 	if err != nil {
 		return err
 	}
-	if f.threads < 1 {
-		return engine.Errorf(engine.CodeInvalidArgument, "--threads must be at least 1")
+	if err := f.check(); err != nil {
+		return err
 	}
 	p, ref, _, err := loadPlan(pos[1], "")
 	if err != nil {

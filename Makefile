@@ -2,7 +2,7 @@
 GO        ?= go
 PKGS      ?= ./...
 BENCHTIME ?= 1s
-COUNT     ?= 5
+COUNT     ?= 6
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BENCHSTAT   ?= golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da
 
@@ -20,7 +20,7 @@ test: ## run every test (what CI runs)
 test-short: ## the quick subset
 	$(GO) test -count=1 -short $(PKGS)
 
-bench: ## run the benchmarks and print medians of $(COUNT) runs
+bench: ## run the benchmarks and print medians of $(COUNT) runs (benchstat needs 6 for a confidence interval)
 	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -count $(COUNT) -timeout 60m $(PKGS) | tee bench.out
 	$(GO) run $(BENCHSTAT) bench.out
 

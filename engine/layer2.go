@@ -70,3 +70,19 @@ func invalidTransition(e RunEventWrite, entity, prior, attempted string, run Run
 		},
 	}
 }
+
+// SkipInvalidTransitions applies the events the transition table allows and
+// skips the others, as Policy A does: the state an append authority keeps
+// when its Layer 2 check is switched off. steps is not modified.
+func SkipInvalidTransitions(run RunStatus, steps map[string]StepState, events []RunEventWrite) (RunStatus, map[string]StepState) {
+	out := make(map[string]StepState, len(steps))
+	for k, v := range steps {
+		out[k] = v
+	}
+	for _, e := range events {
+		if r, st, err := CheckTransitions(run, out, []RunEventWrite{e}); err == nil {
+			run, out = r, st
+		}
+	}
+	return run, out
+}

@@ -62,3 +62,34 @@ func TestCheckTransitions(t *testing.T) {
 		})
 	}
 }
+
+func TestSkipInvalidTransitions(t *testing.T) {
+	ev := func(typ engine.EventType, step string, attempt int) engine.RunEventWrite {
+		e := validEvent(typ, step)
+		e.LogicalAttemptID = attempt
+		return rekey(e)
+	}
+	steps := map[string]engine.StepState{"a": {Status: engine.StepStatusFailed, LogicalAttemptID: 1}}
+	events := []engine.RunEventWrite{
+		ev(engine.StepStarted, "a", 1),   // same attempt after FAILED: skipped
+		ev(engine.StepStarted, "b", 1),   // valid
+		ev(engine.StepSkipped, "b", 1),   // RUNNING -> SKIPPED: skipped
+		ev(engine.StepCompleted, "b", 1), // valid: b was left RUNNING
+		ev(engine.RunCompleted, "", 1),   // valid
+		ev(engine.RunFailed, "", 1),      // terminal: skipped
+	}
+	run, after := engine.SkipInvalidTransitions(engine.StatusRunning, steps, events)
+	if run != engine.StatusCompleted {
+		t.Errorf("run %s, want COMPLETED", run)
+	}
+	want := map[string]engine.StepState{
+		"a": {Status: engine.StepStatusFailed, LogicalAttemptID: 1},
+		"b": {Status: engine.StepStatusSuccess, LogicalAttemptID: 1},
+	}
+	if !reflect.DeepEqual(after, want) {
+		t.Errorf("steps %v, want %v", after, want)
+	}
+	if steps["a"].Status != engine.StepStatusFailed || len(steps) != 1 {
+		t.Errorf("the input map was modified: %v", steps)
+	}
+}

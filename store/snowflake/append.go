@@ -6,12 +6,12 @@ import (
 	"database/sql/driver"
 	"maps"
 	"slices"
-	"sort"
 	"time"
 
 	"github.com/snowflakedb/gosnowflake"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/store"
 )
 
 // The append path costs three requests on one session:
@@ -93,6 +93,11 @@ type runRow struct {
 	lastPersisted        time.Time
 }
 
+// metadata is the part of the run's dvt_runs row its events must match.
+func (r runRow) metadata(runID string) engine.RunMetadata {
+	return engine.RunMetadata{RunID: runID, TenantID: r.tenant, ProjectID: r.project, EnvironmentID: r.env, PlanID: r.planID, PlanVersion: r.planVersion}
+}
+
 // appendState is everything request 2 reads.
 type appendState struct {
 	found  bool
@@ -112,7 +117,7 @@ func (s *Store) BootstrapRun(ctx context.Context, meta engine.RunMetadata, first
 		}
 	}
 	row := runRow{nextSeq: 1, status: engine.StatusNone, tenant: meta.TenantID, project: meta.ProjectID, env: meta.EnvironmentID, planID: meta.PlanID, planVersion: meta.PlanVersion}
-	b, err := foldBatch(meta.RunID, row, first)
+	b, err := store.FoldBatch(meta, first)
 	if err != nil {
 		return engine.AppendResult{}, err
 	}
@@ -186,7 +191,7 @@ func (s *Store) AppendAndEnqueue(ctx context.Context, runID string, events []eng
 		if !st.found {
 			return nil, engine.Errorf(engine.CodeRunNotFound, "run %s does not exist (bootstrap it first); nothing was written", runID)
 		}
-		b, err := foldBatch(runID, st.row, events)
+		b, err := store.FoldBatch(st.row.metadata(runID), events)
 		if err != nil {
 			return nil, err
 		}
@@ -243,43 +248,10 @@ func (s *Store) readAppendState(ctx context.Context, c *sql.Conn, runID, q strin
 	return st, nil
 }
 
-// batch is a validated append: events in order, the first occurrence of
-// each idempotency key, and for later occurrences the index of the first.
-type batch struct {
-	events  []engine.RunEventWrite
-	repeats map[int]int // position in the caller's slice -> position in events
-}
-
-// foldBatch checks validated events against the run's row — they must carry
-// its run id, tenancy and plan — and folds repeated keys, so that the MERGE
-// source never holds two rows of one key.
-func foldBatch(runID string, row runRow, events []engine.RunEventWrite) (batch, error) {
-	b := batch{repeats: map[int]int{}}
-	first := make(map[string]int, len(events))
-	for i, e := range events {
-		if e.RunID != runID {
-			return batch{}, engine.Errorf(engine.CodeSchemaValidationFailed, "%s event %s belongs to run %s, not %s; nothing was written", e.EventType, e.EventID, e.RunID, runID)
-		}
-		if e.TenantID != row.tenant || e.ProjectID != row.project || e.EnvironmentID != row.env || e.PlanID != row.planID || e.PlanVersion != row.planVersion {
-			return batch{}, engine.Errorf(engine.CodeSchemaValidationFailed,
-				"%s event %s carries tenant/project/environment/plan %s/%s/%s/%s@%s but run %s is %s/%s/%s/%s@%s; nothing was written",
-				e.EventType, e.EventID, e.TenantID, e.ProjectID, e.EnvironmentID, e.PlanID, e.PlanVersion,
-				runID, row.tenant, row.project, row.env, row.planID, row.planVersion)
-		}
-		if j, dup := first[e.IdempotencyKey]; dup {
-			b.repeats[i] = j
-			continue
-		}
-		first[e.IdempotencyKey] = len(b.events)
-		b.events = append(b.events, e)
-	}
-	return b, nil
-}
-
 // planAppend decides the append under the lock — which events are new,
 // their runSeq, Layer 2 — and returns the result and the statements that
 // write it (none: roll back). meta is set for a bootstrap.
-func (s *Store) planAppend(runID string, st appendState, b batch, meta *engine.RunMetadata) (engine.AppendResult, script, error) {
+func (s *Store) planAppend(runID string, st appendState, b store.Batch, meta *engine.RunMetadata) (engine.AppendResult, script, error) {
 	persisted := s.now()
 	if persisted.Before(st.row.lastPersisted) {
 		// Another writer's clock ran ahead: persistedAt stays monotonic in
@@ -290,7 +262,7 @@ func (s *Store) planAppend(runID string, st appendState, b batch, meta *engine.R
 	var fresh []engine.RunEventWrite
 	stored := maps.Clone(st.stored)
 	seq := st.row.nextSeq
-	for _, e := range b.events {
+	for _, e := range b.Events {
 		if rec, ok := stored[e.IdempotencyKey]; ok {
 			res.Deduped = append(res.Deduped, rec)
 			continue
@@ -301,8 +273,8 @@ func (s *Store) planAppend(runID string, st appendState, b batch, meta *engine.R
 		fresh = append(fresh, e)
 		seq++
 	}
-	for _, j := range sortedRepeats(b.repeats) {
-		res.Deduped = append(res.Deduped, stored[b.events[j].IdempotencyKey])
+	for _, j := range b.Repeats() {
+		res.Deduped = append(res.Deduped, stored[b.Events[j].IdempotencyKey])
 	}
 	if len(fresh) == 0 && meta == nil {
 		return res, nil, nil // all duplicates: nothing to commit
@@ -312,7 +284,7 @@ func (s *Store) planAppend(runID string, st appendState, b batch, meta *engine.R
 		if !s.opts.DisableTransitionChecks {
 			return engine.AppendResult{}, nil, err
 		}
-		status, after = lenientState(st.row.status, st.steps, fresh)
+		status, after = engine.SkipInvalidTransitions(st.row.status, st.steps, fresh)
 	}
 	var sc script
 	seqVals := map[string]string{"run_id": hexLit(runID), "next_seq": intLit(seq), "status": hexLit(string(status)), "persisted_at": hexLit(tsText(persisted))}
@@ -385,34 +357,6 @@ func (s *Store) planAppend(runID string, st appendState, b batch, meta *engine.R
 		sc = append(sc, f)
 	}
 	return res, sc, nil
-}
-
-// sortedRepeats returns, in the caller's order, the batch positions of the
-// first occurrences that later events repeated.
-func sortedRepeats(m map[int]int) []int {
-	idx := slices.Collect(maps.Keys(m))
-	sort.Ints(idx)
-	out := make([]int, len(idx))
-	for i, k := range idx {
-		out[i] = m[k]
-	}
-	return out
-}
-
-// lenientState follows the batch with checks off: valid moves apply,
-// invalid ones are left to the projector (Policy A).
-func lenientState(run engine.RunStatus, steps map[string]engine.StepState, events []engine.RunEventWrite) (engine.RunStatus, map[string]engine.StepState) {
-	out := maps.Clone(steps)
-	if out == nil {
-		out = map[string]engine.StepState{}
-	}
-	for _, e := range events {
-		r, st, err := engine.CheckTransitions(run, out, []engine.RunEventWrite{e})
-		if err == nil {
-			run, out = r, st
-		}
-	}
-	return run, out
 }
 
 // SendSignal implements store.Store: under the run's lock it returns a

@@ -9,10 +9,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -243,6 +241,11 @@ type runRow struct {
 	planID, planVersion  string
 }
 
+// metadata is the part of the run's dvt_runs row its events must match.
+func (r runRow) metadata(runID string) engine.RunMetadata {
+	return engine.RunMetadata{RunID: runID, TenantID: r.tenant, ProjectID: r.project, EnvironmentID: r.env, PlanID: r.planID, PlanVersion: r.planVersion}
+}
+
 // BootstrapRun implements store.Store.
 func (s *Store) BootstrapRun(ctx context.Context, meta engine.RunMetadata, first []engine.RunEventWrite) (engine.AppendResult, error) {
 	if err := engine.ValidateMetadata(meta); err != nil {
@@ -254,7 +257,7 @@ func (s *Store) BootstrapRun(ctx context.Context, meta engine.RunMetadata, first
 			return engine.AppendResult{}, err
 		}
 	}
-	batch, err := foldBatch(meta.RunID, row, first)
+	batch, err := store.FoldBatch(meta, first)
 	if err != nil {
 		return engine.AppendResult{}, err
 	}
@@ -317,7 +320,7 @@ func (s *Store) AppendAndEnqueue(ctx context.Context, runID string, events []eng
 	if err != nil {
 		return engine.AppendResult{}, classify(s.path, err)
 	}
-	batch, err := foldBatch(runID, row, events)
+	batch, err := store.FoldBatch(row.metadata(runID), events)
 	if err != nil {
 		return engine.AppendResult{}, err
 	}
@@ -334,46 +337,12 @@ func (s *Store) AppendAndEnqueue(ctx context.Context, runID string, events []eng
 	return res, nil
 }
 
-// batch is a validated append: events in order, the first occurrence of
-// each idempotency key, and for later occurrences the index of the first.
-type batch struct {
-	events  []engine.RunEventWrite
-	keys    []string
-	repeats map[int]int // position in the caller's slice -> position in events
-}
-
-// foldBatch checks already validated events against the run's row — they
-// must carry its run id, tenancy and plan — and folds repeated keys.
-func foldBatch(runID string, row runRow, events []engine.RunEventWrite) (batch, error) {
-	b := batch{repeats: map[int]int{}}
-	first := make(map[string]int, len(events))
-	for i, e := range events {
-		if e.RunID != runID {
-			return batch{}, engine.Errorf(engine.CodeSchemaValidationFailed, "%s event %s belongs to run %s, not %s; nothing was written", e.EventType, e.EventID, e.RunID, runID)
-		}
-		if e.TenantID != row.tenant || e.ProjectID != row.project || e.EnvironmentID != row.env || e.PlanID != row.planID || e.PlanVersion != row.planVersion {
-			return batch{}, engine.Errorf(engine.CodeSchemaValidationFailed,
-				"%s event %s carries tenant/project/environment/plan %s/%s/%s/%s@%s but run %s is %s/%s/%s/%s@%s; nothing was written",
-				e.EventType, e.EventID, e.TenantID, e.ProjectID, e.EnvironmentID, e.PlanID, e.PlanVersion,
-				runID, row.tenant, row.project, row.env, row.planID, row.planVersion)
-		}
-		if j, dup := first[e.IdempotencyKey]; dup {
-			b.repeats[i] = j
-			continue
-		}
-		first[e.IdempotencyKey] = len(b.events)
-		b.events = append(b.events, e)
-		b.keys = append(b.keys, e.IdempotencyKey)
-	}
-	return b, nil
-}
-
 // appendTx does the append inside tx, which holds the database write lock.
 // Each event is inserted with the next runSeq unless its idempotency key is
 // stored already (the unique index decides, so no separate lookup of the
 // batch's keys is needed); the transition check then runs over the events
 // that were new, and a rejection rolls the whole transaction back.
-func (s *Store) appendTx(ctx context.Context, tx *sqlx.Tx, runID string, row runRow, b batch, now string) (engine.AppendResult, error) {
+func (s *Store) appendTx(ctx context.Context, tx *sqlx.Tx, runID string, row runRow, b store.Batch, now string) (engine.AppendResult, error) {
 	persisted, err := time.Parse(time.RFC3339Nano, now)
 	if err != nil {
 		return engine.AppendResult{}, err
@@ -384,7 +353,7 @@ func (s *Store) appendTx(ctx context.Context, tx *sqlx.Tx, runID string, row run
 	insert := tx.StmtContext(ctx, s.stmts["insert_event"])
 	outbox := tx.StmtContext(ctx, s.stmts["insert_outbox"])
 	seq := row.nextSeq
-	for _, e := range b.events {
+	for _, e := range b.Events {
 		r, err := insert.ExecContext(ctx, runID, seq, e.TenantID, e.ProjectID, e.EnvironmentID, e.EventID,
 			string(e.EventType), nullable(e.StepID), e.PlanID, e.PlanVersion, e.LogicalAttemptID, e.EngineAttemptID,
 			e.IdempotencyKey, e.EmittedAt.UTC().Format(engine.TimeFormat), now, nullableJSON(e.Payload))
@@ -422,7 +391,7 @@ func (s *Store) appendTx(ctx context.Context, tx *sqlx.Tx, runID string, row run
 			if !s.opts.DisableTransitionChecks {
 				return engine.AppendResult{}, err
 			}
-			status, after = lenientState(row.status, steps, fresh)
+			status, after = engine.SkipInvalidTransitions(row.status, steps, fresh)
 		}
 		if _, err := s.exec(ctx, tx, "update_seq", seq, string(status), runID); err != nil {
 			return engine.AppendResult{}, err
@@ -445,36 +414,10 @@ func (s *Store) appendTx(ctx context.Context, tx *sqlx.Tx, runID string, row run
 	}
 	// Repeats inside the batch come back as the record of their first
 	// occurrence.
-	for _, j := range sortedRepeats(b.repeats) {
-		res.Deduped = append(res.Deduped, stored[b.events[j].IdempotencyKey])
+	for _, j := range b.Repeats() {
+		res.Deduped = append(res.Deduped, stored[b.Events[j].IdempotencyKey])
 	}
 	return res, nil
-}
-
-// sortedRepeats returns, in the caller's order, the batch positions of the
-// first occurrences that later events repeated.
-func sortedRepeats(m map[int]int) []int {
-	out := make([]int, 0, len(m))
-	for _, i := range slices.Sorted(maps.Keys(m)) {
-		out = append(out, m[i])
-	}
-	return out
-}
-
-// lenientState follows the batch with checks off: valid moves apply,
-// invalid ones are left to the projector (Policy A).
-func lenientState(run engine.RunStatus, steps map[string]engine.StepState, events []engine.RunEventWrite) (engine.RunStatus, map[string]engine.StepState) {
-	out := make(map[string]engine.StepState, len(steps))
-	for k, v := range steps {
-		out[k] = v
-	}
-	for _, e := range events {
-		r, st, err := engine.CheckTransitions(run, out, []engine.RunEventWrite{e})
-		if err == nil {
-			run, out = r, st
-		}
-	}
-	return run, out
 }
 
 func (s *Store) stepStates(ctx context.Context, tx *sqlx.Tx, runID string, events []engine.RunEventWrite) (map[string]engine.StepState, error) {

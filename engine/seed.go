@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"unicode"
 )
 
 // Column types a seed's columns are inferred as.
@@ -52,6 +53,11 @@ func ReadSeed(r io.Reader, name string) (*SeedTable, error) {
 		h = strings.TrimSpace(h)
 		if h == "" {
 			return nil, Errorf(CodePlanInvalid, "seed %s:%d: column %d has no name", name, hline, i+1)
+		}
+		// Headers become quoted SQL names in every warehouse: any printable
+		// text is safe, control and invalid characters are not.
+		if strings.ContainsFunc(h, func(r rune) bool { return r == unicode.ReplacementChar || !unicode.IsPrint(r) && r != ' ' }) {
+			return nil, Errorf(CodePlanInvalid, "seed %s:%d: column %q contains a control or invalid character", name, hline, h)
 		}
 		// SQL names are case-insensitive: Id and ID would be one column.
 		if seen[strings.ToLower(h)] {

@@ -105,6 +105,7 @@ func TestReadSeedErrors(t *testing.T) {
 		{"empty column name", "a,,c\n1,2,3\n", "s.csv:1: column 2 has no name"},
 		{"header after blank lines", "\n\nx,\n1,2\n", "s.csv:3: column 2 has no name"},
 		{"duplicate column, any case", "Id,name,ID\n", `s.csv:1: column "ID" appears twice`},
+		{"control character in a column name", "id,na\x01me\n1,2\n", `s.csv:1: column "na\x01me" contains a control or invalid character`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -8,7 +8,6 @@ import (
 	"os"
 	"regexp"
 	"strings"
-	"unicode"
 
 	"github.com/snowflakedb/gosnowflake"
 
@@ -167,9 +166,6 @@ func (r *stepRun) seed(req engine.StepRequest) (engine.StepResult, error) {
 	cols := make([]string, len(seed.Columns))
 	defs := make([]string, len(seed.Columns))
 	for i, c := range seed.Columns {
-		if err := checkColumn(c); err != nil {
-			return engine.StepResult{}, engine.Errorf(engine.CodePlanInvalid, "seed %s: column %q: %v", req.SeedPath, c, err)
-		}
 		cols[i] = ident(c)
 		defs[i] = cols[i] + " " + snowflakeType(seed.Types[i])
 	}
@@ -377,20 +373,6 @@ func relationName(req engine.StepRequest) (string, error) {
 	default:
 		return ident(rel), nil
 	}
-}
-
-// checkColumn accepts any printable column name (CSV headers are free
-// text); quoting makes it safe as an SQL name.
-func checkColumn(name string) error {
-	if name == "" {
-		return errors.New("empty name")
-	}
-	for _, r := range name {
-		if r == unicode.ReplacementChar || !unicode.IsPrint(r) && r != ' ' {
-			return errors.New("contains a control or invalid character")
-		}
-	}
-	return nil
 }
 
 // classify: a done context wins (the caller gets ctx.Err(), the query was

@@ -10,7 +10,6 @@ import (
 	"regexp"
 	"strings"
 	"time"
-	"unicode"
 
 	msqlite "modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
@@ -154,9 +153,6 @@ func (w *Warehouse) runSeed(ctx context.Context, req engine.StepRequest) (engine
 	}
 	cols := make([]string, len(seed.Columns))
 	for i, c := range seed.Columns {
-		if err := checkColumn(c); err != nil {
-			return engine.StepResult{}, engine.Errorf(engine.CodePlanInvalid, "seed %s: column %q: %v", req.SeedPath, c, err)
-		}
 		cols[i] = quoteIdent(c) + " " + seed.Types[i]
 	}
 	var n int64
@@ -362,20 +358,6 @@ func checkRelation(req engine.StepRequest) (string, error) {
 		return "", engine.Errorf(engine.CodePlanInvalid, "step %s: relation name %q uses a reserved prefix", req.StepID, rel)
 	}
 	return rel, nil
-}
-
-// checkColumn accepts any printable column name (CSV headers are free
-// text); quoting makes it safe as an SQL name.
-func checkColumn(name string) error {
-	if name == "" {
-		return errors.New("empty name")
-	}
-	for _, r := range name {
-		if r == unicode.ReplacementChar || !unicode.IsPrint(r) && r != ' ' {
-			return errors.New("contains a control or invalid character")
-		}
-	}
-	return nil
 }
 
 // quoteIdent quotes an SQL identifier, doubling embedded quotes.

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"encoding/json"
+	"iter"
 	"maps"
 	"slices"
 )
@@ -30,6 +31,31 @@ func Project(runID string, events []RunEventRecord) Snapshot {
 		r.apply(&events[i])
 	}
 	return r.snapshot()
+}
+
+// ProjectRuns reduces a log ordered by run and then runSeq — each run's
+// events together — into one snapshot per run, holding one run's events in
+// memory at a time. It stops at the first error events yields.
+func ProjectRuns(events iter.Seq2[RunEventRecord, error]) (map[string]Snapshot, error) {
+	out := make(map[string]Snapshot)
+	var run []RunEventRecord
+	flush := func() {
+		if len(run) > 0 {
+			out[run[0].RunID] = Project(run[0].RunID, run)
+		}
+		run = nil
+	}
+	for e, err := range events {
+		if err != nil {
+			return nil, err
+		}
+		if len(run) > 0 && run[0].RunID != e.RunID {
+			flush()
+		}
+		run = append(run, e)
+	}
+	flush()
+	return out, nil
 }
 
 // Incremental applies newEvents to a copy of snap and returns the copy;

@@ -78,29 +78,21 @@ func (s *Store) ProjectAllGo(ctx context.Context) (map[string]engine.Snapshot, e
 		return nil, s.classify("read the event log", err)
 	}
 	defer rows.Close()
-	out := make(map[string]engine.Snapshot)
-	var run []engine.RunEventRecord
-	flush := func() {
-		if len(run) > 0 {
-			out[run[0].RunID] = engine.Project(run[0].RunID, run)
+	return engine.ProjectRuns(func(yield func(engine.RunEventRecord, error) bool) {
+		for rows.Next() {
+			r, err := scanEvent(rows)
+			if err != nil {
+				yield(r, s.classify("read the event log", err))
+				return
+			}
+			if !yield(r, nil) {
+				return
+			}
 		}
-		run = nil
-	}
-	for rows.Next() {
-		r, err := scanEvent(rows)
-		if err != nil {
-			return nil, s.classify("read the event log", err)
+		if err := rows.Err(); err != nil {
+			yield(engine.RunEventRecord{}, s.classify("read the event log", err))
 		}
-		if len(run) > 0 && run[0].RunID != r.RunID {
-			flush()
-		}
-		run = append(run, r)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, s.classify("read the event log", err)
-	}
-	flush()
-	return out, nil
+	})
 }
 
 // projectRows runs a projection statement and hands its rows — already

@@ -76,20 +76,13 @@ func (s *Store) ProjectAllGo(ctx context.Context) (map[string]engine.Snapshot, e
 	if err != nil {
 		return nil, err
 	}
-	events, err := s.queryEvents(ctx, s.db, q.events)
+	// Streamed: one run's events in memory at a time, not the whole log.
+	rows, err := s.db.QueryContext(ctx, q.events)
 	if err != nil {
-		return nil, err
+		return nil, classify(s.path, err)
 	}
-	out := make(map[string]engine.Snapshot)
-	for i := 0; i < len(events); {
-		j := i + 1
-		for j < len(events) && events[j].RunID == events[i].RunID {
-			j++
-		}
-		out[events[i].RunID] = engine.Project(events[i].RunID, events[i:j])
-		i = j
-	}
-	return out, nil
+	defer rows.Close()
+	return engine.ProjectRuns(s.scanEvents(rows))
 }
 
 // projectRows runs a projection statement and hands its rows — already

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"iter"
 	"os"
 	"path/filepath"
 	"strings"
@@ -478,28 +479,50 @@ func (s *Store) queryEvents(ctx context.Context, q any, query string, args ...an
 	}
 	defer rows.Close()
 	var out []engine.RunEventRecord
-	for rows.Next() {
-		var r engine.RunEventRecord
-		var step, payload sql.NullString
-		var emitted, persisted, typ string
-		if err := rows.Scan(&r.RunID, &r.RunSeq, &r.TenantID, &r.ProjectID, &r.EnvironmentID, &r.EventID, &typ, &step,
-			&r.PlanID, &r.PlanVersion, &r.LogicalAttemptID, &r.EngineAttemptID, &r.IdempotencyKey, &emitted, &persisted, &payload); err != nil {
-			return nil, classify(s.path, err)
-		}
-		r.EventType = engine.EventType(typ)
-		r.StepID = step.String
-		if payload.Valid {
-			r.Payload = json.RawMessage(payload.String)
-		}
-		if r.EmittedAt, err = time.Parse(time.RFC3339Nano, emitted); err != nil {
-			return nil, engine.Errorf(engine.CodeStoreCorrupt, "run %s runSeq %d: emitted_at %q: %v", r.RunID, r.RunSeq, emitted, err)
-		}
-		if r.PersistedAt, err = time.Parse(time.RFC3339Nano, persisted); err != nil {
-			return nil, engine.Errorf(engine.CodeStoreCorrupt, "run %s runSeq %d: persisted_at %q: %v", r.RunID, r.RunSeq, persisted, err)
+	for r, err := range s.scanEvents(rows) {
+		if err != nil {
+			return nil, err
 		}
 		out = append(out, r)
 	}
-	return out, classify(s.path, rows.Err())
+	return out, nil
+}
+
+// scanEvents yields the events of rows (the columns of list_events) and
+// then rows.Err, if any.
+func (s *Store) scanEvents(rows *sql.Rows) iter.Seq2[engine.RunEventRecord, error] {
+	return func(yield func(engine.RunEventRecord, error) bool) {
+		for rows.Next() {
+			var r engine.RunEventRecord
+			var step, payload sql.NullString
+			var emitted, persisted, typ string
+			if err := rows.Scan(&r.RunID, &r.RunSeq, &r.TenantID, &r.ProjectID, &r.EnvironmentID, &r.EventID, &typ, &step,
+				&r.PlanID, &r.PlanVersion, &r.LogicalAttemptID, &r.EngineAttemptID, &r.IdempotencyKey, &emitted, &persisted, &payload); err != nil {
+				yield(r, classify(s.path, err))
+				return
+			}
+			r.EventType = engine.EventType(typ)
+			r.StepID = step.String
+			if payload.Valid {
+				r.Payload = json.RawMessage(payload.String)
+			}
+			var err error
+			if r.EmittedAt, err = time.Parse(time.RFC3339Nano, emitted); err != nil {
+				yield(r, engine.Errorf(engine.CodeStoreCorrupt, "run %s runSeq %d: emitted_at %q: %v", r.RunID, r.RunSeq, emitted, err))
+				return
+			}
+			if r.PersistedAt, err = time.Parse(time.RFC3339Nano, persisted); err != nil {
+				yield(r, engine.Errorf(engine.CodeStoreCorrupt, "run %s runSeq %d: persisted_at %q: %v", r.RunID, r.RunSeq, persisted, err))
+				return
+			}
+			if !yield(r, nil) {
+				return
+			}
+		}
+		if err := rows.Err(); err != nil {
+			yield(engine.RunEventRecord{}, classify(s.path, err))
+		}
+	}
 }
 
 // ListEvents implements store.Store.

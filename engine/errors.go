@@ -23,6 +23,7 @@ const (
 	CodeStoreUnavailable           Code = "STORE_UNAVAILABLE"
 	CodeStoreCorrupt               Code = "STORE_CORRUPT"
 	CodeInvalidArgument            Code = "INVALID_ARGUMENT"
+	CodeConfigInvalid              Code = "CONFIG_INVALID"
 	CodeStepFailed                 Code = "STEP_FAILED"
 	CodeStepTimeout                Code = "STEP_TIMEOUT"
 	CodeStepCancelled              Code = "STEP_CANCELLED"

@@ -1,0 +1,60 @@
+// Package config reads dvtrun's configuration file (--config FILE, or
+// DVT_CONFIG): one YAML document whose top-level sections configure the
+// long-running parts of dvtrun — event sinks for outbox delivery and the
+// policy of who may send which signal. Unknown keys are errors, so a typo
+// never silently turns a feature off.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/dvtrun/dvtrun/engine"
+)
+
+// Config is the whole configuration file.
+type Config struct {
+	Sinks   []Sink       `yaml:"sinks"`
+	Signals SignalPolicy `yaml:"signals"`
+}
+
+// Parse decodes and validates a configuration document; name is the file's
+// name for error messages. Errors are CONFIG_INVALID and name the key.
+func Parse(data []byte, name string) (*Config, error) {
+	var c Config
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
+		return nil, engine.Errorf(engine.CodeConfigInvalid, "%s: %s", name, yamlMessage(err))
+	}
+	if err := c.validate(); err != nil {
+		return nil, engine.Errorf(engine.CodeConfigInvalid, "%s: %v", name, err)
+	}
+	return &c, nil
+}
+
+func (c *Config) validate() error {
+	if err := validateSinks(c.Sinks); err != nil {
+		return err
+	}
+	return c.Signals.validate()
+}
+
+// yamlMessage turns yaml.v3's multi-line type errors into one line.
+func yamlMessage(err error) string {
+	var te *yaml.TypeError
+	if errors.As(err, &te) {
+		return strings.Join(te.Errors, "; ")
+	}
+	return strings.TrimPrefix(err.Error(), "yaml: ")
+}
+
+// keyError names the offending key, e.g. "sinks[1].webhook.url: is required".
+func keyError(key, format string, args ...any) error {
+	return fmt.Errorf("%s: %s", key, fmt.Sprintf(format, args...))
+}

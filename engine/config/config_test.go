@@ -1,0 +1,61 @@
+package config
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dvtrun/dvtrun/engine"
+)
+
+func TestParse(t *testing.T) {
+	c, err := Parse([]byte(`
+sinks:
+  - name: hooks
+    webhook: {url: "https://example.test/dvt", secretEnv: DVT_WEBHOOK_SECRET, timeout: 10s}
+  - name: archive
+    jsonl: {path: /var/log/dvtrun/events.jsonl}
+signals:
+  rules:
+    - {actors: [alice], signals: [PAUSE, RESUME], environments: [prod]}
+`), "dvt.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Sinks) != 2 || c.Sinks[0].Webhook.Timeout != 10*time.Second || c.Sinks[1].JSONL.Path != "/var/log/dvtrun/events.jsonl" {
+		t.Errorf("sinks = %+v", c.Sinks)
+	}
+	if r := c.Signals.Rules; len(r) != 1 || r[0].Actors[0] != "alice" || len(r[0].Signals) != 2 {
+		t.Errorf("signals = %+v", c.Signals)
+	}
+	if c, err := Parse(nil, "empty.yaml"); err != nil || len(c.Sinks) != 0 {
+		t.Errorf("empty file: %v, %+v", err, c)
+	}
+}
+
+func TestParseErrorsNameTheKey(t *testing.T) {
+	cases := []struct{ name, text, want string }{
+		{"unknown section", "sink: []", "field sink not found"},
+		{"unknown sink key", "sinks: [{name: a, jsonl: {path: x}, retries: 3}]", "field retries not found"},
+		{"missing name", "sinks: [{jsonl: {path: x}}]", "sinks[0].name: is required"},
+		{"duplicate name", "sinks: [{name: a, jsonl: {path: x}}, {name: a, jsonl: {path: y}}]", `sinks[1].name: "a" is used`},
+		{"no kind", "sinks: [{name: a}]", "sinks[0]: sink \"a\" needs webhook or jsonl"},
+		{"two kinds", "sinks: [{name: a, jsonl: {path: x}, webhook: {url: u}}]", "sets both"},
+		{"webhook url", "sinks: [{name: a, webhook: {secretEnv: S}}]", "sinks[0].webhook.url: is required"},
+		{"bad timeout", "sinks: [{name: a, webhook: {url: u, timeout: soon}}]", "soon"},
+		{"jsonl path", "sinks: [{name: a, jsonl: {}}]", "sinks[0].jsonl.path: is required"},
+		{"unknown signal", "signals: {rules: [{signals: [STOP]}]}", `signals.rules[0].signals[0]: unknown signal "STOP"`},
+		{"not yaml", "sinks: [", "dvt.yaml"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse([]byte(tc.text), "dvt.yaml")
+			if engine.CodeOf(err) != engine.CodeConfigInvalid || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "dvt.yaml") {
+				t.Errorf("got %v, want CONFIG_INVALID naming dvt.yaml and %q", err, tc.want)
+			}
+			if strings.Contains(err.Error(), "\n") {
+				t.Errorf("error spans lines: %q", err)
+			}
+		})
+	}
+}

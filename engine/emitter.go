@@ -5,23 +5,34 @@ import (
 	"sync"
 )
 
-// emission is one event to emit.
-type emission struct {
-	typ     EventType
-	step    string
-	attempt int // logicalAttemptId
-	payload any
-	engine  int // engineAttemptId; 0 means 1
+// Emission is one event to emit.
+type Emission struct {
+	Type          EventType
+	Step          string
+	Attempt       int // logicalAttemptId
+	Payload       any
+	EngineAttempt int // engineAttemptId; 0 means 1
 }
 
-// emitter writes a run's events: it fills the envelope, derives the
+// EventAppender is what an Emitter needs of the state store; store.Store
+// satisfies it.
+type EventAppender interface {
+	ReserveEventIDs(ctx context.Context, runID string, candidates map[string]string) (map[string]string, error)
+	AppendAndEnqueue(ctx context.Context, runID string, events []RunEventWrite) (AppendResult, error)
+}
+
+// Emitter writes a run's events: it fills the envelope, derives the
 // idempotency key, takes eventIds from the EventIdRegistry (reserved in the
 // store before the append, adopted from the store when it already holds the
 // key), and refuses to emit a transition its own view of the run does not
 // allow (Layer 1 of RunEvents §5.3).
-type emitter struct {
-	e    *Engine
-	meta RunMetadata
+//
+// StartRun and the runner both emit through it.
+type Emitter struct {
+	log   EventAppender
+	clock Clock
+	idSrc IDSource
+	meta  RunMetadata
 
 	mu    sync.Mutex
 	ids   map[string]string // idempotencyKey -> eventId
@@ -29,22 +40,39 @@ type emitter struct {
 	steps map[string]StepState
 }
 
-func newEmitter(e *Engine, meta RunMetadata) *emitter {
-	return &emitter{e: e, meta: meta, ids: map[string]string{}, run: StatusNone, steps: map[string]StepState{}}
+// NewEmitter returns an Emitter for the run meta describes, whose view of
+// the run starts empty (see SetRunStatus and SetStepState).
+func NewEmitter(log EventAppender, clock Clock, ids IDSource, meta RunMetadata) *Emitter {
+	return &Emitter{log: log, clock: clock, idSrc: ids, meta: meta, ids: map[string]string{}, run: StatusNone, steps: map[string]StepState{}}
+}
+
+// SetRunStatus sets the emitter's view of the run's status, as read from
+// its log, for the Layer 1 check.
+func (em *Emitter) SetRunStatus(s RunStatus) {
+	em.mu.Lock()
+	defer em.mu.Unlock()
+	em.run = s
+}
+
+// SetStepState sets the emitter's view of one step, as read from the log.
+func (em *Emitter) SetStepState(stepID string, st StepState) {
+	em.mu.Lock()
+	defer em.mu.Unlock()
+	em.steps[stepID] = st
 }
 
 // build makes one event with its key; its eventId comes later, from the
 // registry. engineAttempt is not part of the key (RunEvents §3.1): an
 // engine-level retry re-emits under the same key.
-func (em *emitter) build(t EventType, step string, attempt, engineAttempt int, payload any) (RunEventWrite, error) {
+func (em *Emitter) build(t EventType, step string, attempt, engineAttempt int, payload any) (RunEventWrite, error) {
 	if engineAttempt < 1 {
 		engineAttempt = 1
 	}
 	e := RunEventWrite{
-		EventType: t, EmittedAt: em.e.Clock.Now().UTC().Truncate(1e6), RunID: em.meta.RunID,
+		EventType: t, EmittedAt: em.clock.Now().UTC().Truncate(1e6), RunID: em.meta.RunID,
 		TenantID: em.meta.TenantID, ProjectID: em.meta.ProjectID, EnvironmentID: em.meta.EnvironmentID,
 		PlanID: em.meta.PlanID, PlanVersion: em.meta.PlanVersion, EngineAttemptID: engineAttempt,
-		LogicalAttemptID: attempt, StepID: step, Payload: mustJSON(payload),
+		LogicalAttemptID: attempt, StepID: step, Payload: EncodePayload(payload),
 	}
 	key, err := KeyOf(e).IdempotencyKey()
 	if err != nil {
@@ -57,17 +85,17 @@ func (em *emitter) build(t EventType, step string, attempt, engineAttempt int, p
 // reserve makes sure every event's key has an eventId in the registry,
 // reserving fresh UUIDs in the store for the keys it has not seen (the
 // registry write happens before any append of those keys, §2.5.1).
-func (em *emitter) reserve(ctx context.Context, events []RunEventWrite) error {
+func (em *Emitter) reserve(ctx context.Context, events []RunEventWrite) error {
 	want := map[string]string{}
 	for _, e := range events {
 		if _, ok := em.ids[e.IdempotencyKey]; !ok {
-			want[e.IdempotencyKey] = em.e.IDs.NewID()
+			want[e.IdempotencyKey] = em.idSrc.NewID()
 		}
 	}
 	if len(want) == 0 {
 		return nil
 	}
-	got, err := em.e.Log.ReserveEventIDs(ctx, em.meta.RunID, want)
+	got, err := em.log.ReserveEventIDs(ctx, em.meta.RunID, want)
 	if err != nil {
 		return err
 	}
@@ -77,15 +105,15 @@ func (em *emitter) reserve(ctx context.Context, events []RunEventWrite) error {
 	return nil
 }
 
-// reserveKeys reserves eventIds for events that may be emitted later, in
+// ReserveKeys reserves eventIds for events that may be emitted later, in
 // one store call: a run reserves its steps' first-attempt events up front
 // so that emitting costs one append each.
-func (em *emitter) reserveKeys(ctx context.Context, ems []emission) error {
+func (em *Emitter) ReserveKeys(ctx context.Context, ems []Emission) error {
 	em.mu.Lock()
 	defer em.mu.Unlock()
 	events := make([]RunEventWrite, 0, len(ems))
 	for _, x := range ems {
-		e, err := em.build(x.typ, x.step, x.attempt, x.engine, nil)
+		e, err := em.build(x.Type, x.Step, x.Attempt, x.EngineAttempt, nil)
 		if err != nil {
 			return err
 		}
@@ -94,14 +122,14 @@ func (em *emitter) reserveKeys(ctx context.Context, ems []emission) error {
 	return em.reserve(ctx, events)
 }
 
-// emit appends events as one batch, after checking them against the
+// Emit appends events as one batch, after checking them against the
 // emitter's view of the run. The records come back in order.
-func (em *emitter) emit(ctx context.Context, ems ...emission) ([]RunEventRecord, error) {
+func (em *Emitter) Emit(ctx context.Context, ems ...Emission) ([]RunEventRecord, error) {
 	em.mu.Lock()
 	defer em.mu.Unlock()
 	events := make([]RunEventWrite, 0, len(ems))
 	for _, x := range ems {
-		e, err := em.build(x.typ, x.step, x.attempt, x.engine, x.payload)
+		e, err := em.build(x.Type, x.Step, x.Attempt, x.EngineAttempt, x.Payload)
 		if err != nil {
 			return nil, err
 		}
@@ -129,7 +157,7 @@ func (em *emitter) emit(ctx context.Context, ems ...emission) ([]RunEventRecord,
 	for i := range events {
 		events[i].EventID = em.ids[events[i].IdempotencyKey]
 	}
-	res, err := em.e.Log.AppendAndEnqueue(ctx, em.meta.RunID, events)
+	res, err := em.log.AppendAndEnqueue(ctx, em.meta.RunID, events)
 	if err != nil {
 		return nil, err
 	}

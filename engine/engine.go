@@ -4,104 +4,46 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"time"
 )
 
 // AdapterName is the name of dvtrun's own adapter: the local runner.
 const AdapterName = "local"
 
-// EventLog is what the engine needs of the state store; store.Store
+// EventLog is what the engine's verbs need of the state store; store.Store
 // satisfies it.
 type EventLog interface {
 	EventReader
 	AlertRecorder
+	EventAppender
 	BootstrapRun(ctx context.Context, meta RunMetadata, first []RunEventWrite) (AppendResult, error)
-	AppendAndEnqueue(ctx context.Context, runID string, events []RunEventWrite) (AppendResult, error)
-	ReserveEventIDs(ctx context.Context, runID string, candidates map[string]string) (map[string]string, error)
 	GetRun(ctx context.Context, runID string) (RunMetadata, error)
-	SetProviderRunRef(ctx context.Context, runID, ref string) error
 	SendSignal(ctx context.Context, s Signal) (Signal, error)
-	ListSignals(ctx context.Context, runID string, afterSeq int64) ([]Signal, error)
-	AcquireLease(ctx context.Context, runID, owner string, ttl time.Duration) error
-	ReleaseLease(ctx context.Context, runID, owner string) error
 }
 
-// Config is the engine's configuration; the CLI fills it from flags and
-// the environment.
+// Config is the engine's configuration: the run's tenancy and trigger. The
+// CLI fills it from flags and the environment; the runner's own settings
+// are in engine/runner.
 type Config struct {
 	TenantID, ProjectID, EnvironmentID string
-	Threads                            int           // parallel steps (default 4)
-	FailFast                           bool          // stop scheduling after the first failure
-	Owner                              string        // this runner's id, for leases
-	LeaseTTL                           time.Duration // default 30s
-	SignalPoll                         time.Duration // default 250ms
-	DrainTimeout                       time.Duration // PAUSE drain limit (default 5m)
-	Retry                              RetryPolicy
 	TriggeredBy, TriggerSource         string
 }
 
-// RetryPolicy governs transient-error retries of a step (new engine
-// attempts of the same logical attempt).
-type RetryPolicy struct {
-	Max     int           // retries after the first attempt (default 3; negative: none)
-	Initial time.Duration // first backoff (default 200ms)
-	Ceiling time.Duration // largest backoff (default 5s)
-	Jitter  float64       // ± fraction of each backoff (default 0.2)
-}
-
-// Backoff is the wait before engine attempt n+1 (n >= 1), exponential with
-// jitter; r is a uniform draw in [0, 1).
-func (p RetryPolicy) Backoff(n int, r float64) time.Duration {
-	d := p.Initial << (n - 1)
-	if d > p.Ceiling || d <= 0 {
-		d = p.Ceiling
-	}
-	return time.Duration(float64(d) * (1 + p.Jitter*(2*r-1)))
-}
-
-func (c Config) withDefaults() Config {
-	if c.Threads <= 0 {
-		c.Threads = 4
-	}
-	if c.LeaseTTL <= 0 {
-		c.LeaseTTL = 30 * time.Second
-	}
-	if c.SignalPoll <= 0 {
-		c.SignalPoll = 250 * time.Millisecond
-	}
-	if c.DrainTimeout <= 0 {
-		c.DrainTimeout = 5 * time.Minute
-	}
-	if c.Retry.Max == 0 {
-		c.Retry.Max = 3
-	}
-	if c.Retry.Initial <= 0 {
-		c.Retry.Initial = 200 * time.Millisecond
-	}
-	if c.Retry.Ceiling <= 0 {
-		c.Retry.Ceiling = 5 * time.Second
-	}
-	if c.Retry.Jitter == 0 {
-		c.Retry.Jitter = 0.2
-	}
+// WithDefaults returns c with its unset fields defaulted.
+func (c Config) WithDefaults() Config {
 	if c.TriggerSource == "" {
 		c.TriggerSource = "manual"
 	}
 	return c
 }
 
-// Engine is dvtrun's workflow engine with its local adapter. Its four verbs
-// are StartRun, CancelRun, GetRunStatus and Signal; Execute and Resume are
-// the adapter's side of a run.
+// Engine is dvtrun's workflow engine. Its four verbs are StartRun,
+// CancelRun, GetRunStatus and Signal; the local adapter's side of a run
+// (Execute, Resume) is engine/runner's.
 type Engine struct {
-	Log     EventLog
-	Clock   Clock
-	IDs     IDSource
-	Rand    func() float64                                   // uniform in [0,1), for jitter (nil: no jitter)
-	Sleep   func(ctx context.Context, d time.Duration) error // waits d or until ctx ends (nil: a timer)
-	Secrets SecretLookup
-	Observe Observer // nil: no progress reports
-	Config  Config
+	Log    EventLog
+	Clock  Clock
+	IDs    IDSource
+	Config Config
 }
 
 // StartRequest asks for a run of a plan.
@@ -116,7 +58,7 @@ type StartRequest struct {
 // run it, and bootstraps the run with RunQueued alone: RunStarted is the
 // adapter's (Execute's) to emit. Nothing is written when a check fails.
 func (e *Engine) StartRun(ctx context.Context, req StartRequest) (string, error) {
-	cfg := e.Config.withDefaults()
+	cfg := e.Config.WithDefaults()
 	p := req.Plan
 	if p == nil {
 		return "", Errorf(CodeInvalidArgument, "no plan")
@@ -144,7 +86,7 @@ func (e *Engine) StartRun(ctx context.Context, req StartRequest) (string, error)
 		PlanID: p.PlanID, PlanVersion: p.PlanVersion, PlanSHA256: req.Ref.SHA256, TargetAdapter: AdapterName,
 		RunRequestID: req.RunRequestID,
 	}
-	em := newEmitter(e, meta)
+	em := NewEmitter(e.Log, e.Clock, e.IDs, meta)
 	queued, err := em.build(RunQueued, "", 1, 1, map[string]any{
 		"planRef": req.Ref, "triggeredBy": cfg.TriggeredBy, "triggerSource": cfg.TriggerSource,
 	})
@@ -159,21 +101,6 @@ func (e *Engine) StartRun(ctx context.Context, req StartRequest) (string, error)
 		return "", err
 	}
 	return runID, nil
-}
-
-// AbortStart records that the adapter could not start a queued run:
-// RunQueued is followed by RunFailed, and no RunStarted is ever written.
-func (e *Engine) AbortStart(ctx context.Context, runID string, cause error) error {
-	meta, err := e.Log.GetRun(ctx, runID)
-	if err != nil {
-		return err
-	}
-	em := newEmitter(e, meta)
-	em.run = StatusQueued
-	_, err = em.emit(ctx, emission{typ: RunFailed, attempt: 1, payload: map[string]any{
-		"error": ErrorInfo{Code: "ADAPTER_START_FAILED", Message: fmt.Sprintf("the %s adapter could not start: %v", AdapterName, cause)},
-	}})
-	return err
 }
 
 // GetRunStatus projects the run's snapshot from its log, recording any
@@ -203,7 +130,9 @@ func (e *Engine) CancelRun(ctx context.Context, runID, reason string) error {
 	return err
 }
 
-func mustJSON(v any) json.RawMessage {
+// EncodePayload encodes an event payload. A value that cannot be encoded
+// becomes {"marshalError": ...} so that the event is still written.
+func EncodePayload(v any) json.RawMessage {
 	if v == nil {
 		return nil
 	}

@@ -23,8 +23,6 @@ func (c *cli) engineFor(st stateStore) *engine.Engine {
 		Log:    st,
 		Clock:  engine.ClockFunc(time.Now),
 		IDs:    engine.IDFunc(newID),
-		Rand:   randFloat,
-		Sleep:  sleepCtx,
 		Config: c.config(),
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/runner"
 )
 
 func newID() string      { return uuid.NewString() }
@@ -189,16 +190,27 @@ func (f runFlags) check() error {
 	return nil
 }
 
-func (c *cli) runEngine(st stateStore, f runFlags, obs engine.Observer, lookup engine.SecretLookup) *engine.Engine {
+// newRunner is the runner of `run` and `resume`, with the clock and ID
+// source of engineFor.
+func (c *cli) newRunner(st stateStore, f runFlags, obs runner.Observer, lookup engine.SecretLookup) *runner.Runner {
 	eng := c.engineFor(st)
 	host, _ := os.Hostname()
-	eng.Config.Threads = f.threads
-	eng.Config.FailFast = f.failFast
-	eng.Config.LeaseTTL = f.leaseTTL
-	eng.Config.Owner = fmt.Sprintf("dvtrun@%s:%d", host, os.Getpid())
-	eng.Secrets = lookup
-	eng.Observe = obs
-	return eng
+	return &runner.Runner{
+		Log:     st,
+		Clock:   eng.Clock,
+		IDs:     eng.IDs,
+		Rand:    randFloat,
+		Sleep:   sleepCtx,
+		Secrets: lookup,
+		Observe: obs,
+		Config: runner.Config{
+			Config:   eng.Config,
+			Threads:  f.threads,
+			FailFast: f.failFast,
+			LeaseTTL: f.leaseTTL,
+			Owner:    fmt.Sprintf("dvtrun@%s:%d", host, os.Getpid()),
+		},
+	}
 }
 
 func cmdRun(ctx context.Context, c *cli, args []string) error {
@@ -233,14 +245,13 @@ func cmdRun(ctx context.Context, c *cli, args []string) error {
 	}
 	defer wh.Close()
 	con := newConsole(c, targetName)
-	eng := c.runEngine(st, f, con, lookup)
-	runID, err := eng.StartRun(ctx, engine.StartRequest{Plan: p, Ref: ref, PlanBytes: data, RunRequestID: *reqID})
+	runID, err := c.engineFor(st).StartRun(ctx, engine.StartRequest{Plan: p, Ref: ref, PlanBytes: data, RunRequestID: *reqID})
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(c.stdout, "Running plan %s@%s (%d steps) as run %s\n", p.PlanID, p.PlanVersion, len(p.Steps), runID)
 	con.start = time.Now()
-	snap, err := eng.Execute(ctx, runID, p, wh)
+	snap, err := c.newRunner(st, f, con, lookup).Execute(ctx, runID, p, wh)
 	return c.finishRun(ctx, con, runID, pos[0], snap, err)
 }
 
@@ -293,10 +304,10 @@ func cmdResume(ctx context.Context, c *cli, args []string) error {
 	}
 	defer wh.Close()
 	con := newConsole(c, targetName)
-	eng := c.runEngine(st, f, con, lookup)
+	rn := c.newRunner(st, f, con, lookup)
 	fmt.Fprintf(c.stdout, "Resuming run %s of plan %s@%s\n", meta.RunID, p.PlanID, p.PlanVersion)
 	con.start = time.Now()
-	snap, err = eng.Resume(ctx, meta.RunID, p, wh)
+	snap, err = rn.Resume(ctx, meta.RunID, p, wh)
 	return c.finishRun(ctx, con, meta.RunID, pos[1], snap, err)
 }
 
@@ -397,7 +408,7 @@ func describe(s engine.PlanStep) string {
 
 func secs(d time.Duration) string { return fmt.Sprintf("%.2fs", d.Seconds()) }
 
-func (o *console) Report(p engine.Progress) {
+func (o *console) Report(p runner.Progress) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	prefix := ""
@@ -406,23 +417,23 @@ func (o *console) Report(p engine.Progress) {
 	}
 	rel := p.Step.Relation()
 	switch p.Phase {
-	case engine.PhaseRunStarted:
+	case runner.PhaseRunStarted:
 		o.total = p.Total
 		fmt.Fprintf(o.w, "Concurrency: %d threads (target='%s')\n\n", p.Threads, o.target)
-	case engine.PhaseStepStarted:
+	case runner.PhaseStepStarted:
 		o.line(prefix+"START "+describe(p.Step), "[RUN]")
-	case engine.PhaseStepRetry:
+	case runner.PhaseStepRetry:
 		msg := ""
 		if p.Err != nil {
 			msg = ": " + oneLine(p.Err.Error())
 		}
 		fmt.Fprintf(o.w, "%sRETRY %s (engine attempt %d)%s\n", prefix, describe(p.Step), p.EngineAttempt, o.c.redact(msg))
-	case engine.PhaseStepDone:
+	case runner.PhaseStepDone:
 		o.stepDone(p, prefix, rel)
 	}
 }
 
-func (o *console) stepDone(p engine.Progress, prefix, rel string) {
+func (o *console) stepDone(p runner.Progress, prefix, rel string) {
 	in := secs(p.Elapsed)
 	s := p.Step
 	switch p.Status {

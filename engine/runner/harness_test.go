@@ -1,4 +1,4 @@
-package engine_test
+package runner_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/runner"
 	"github.com/dvtrun/dvtrun/store/sqlite"
 )
 
@@ -168,19 +169,19 @@ func (l *countingLog) appendsPerStep() map[string]int {
 // progressLog collects Progress reports.
 type progressLog struct {
 	mu sync.Mutex
-	ps []engine.Progress
+	ps []runner.Progress
 }
 
-func (p *progressLog) Report(x engine.Progress) {
+func (p *progressLog) Report(x runner.Progress) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.ps = append(p.ps, x)
 }
 
-func (p *progressLog) phase(ph engine.Phase) []engine.Progress {
+func (p *progressLog) phase(ph runner.Phase) []runner.Progress {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	var out []engine.Progress
+	var out []runner.Progress
 	for _, x := range p.ps {
 		if x.Phase == ph {
 			out = append(out, x)
@@ -195,7 +196,8 @@ type harness struct {
 	store    *sqlite.Store
 	log      *countingLog
 	wh       *fakeWarehouse
-	eng      *engine.Engine
+	eng      *engine.Engine // the contract verbs: StartRun, Signal, GetRunStatus
+	rn       *runner.Runner // Execute and Resume
 	clock    *runnerClock
 	progress *progressLog
 	sleeps   []time.Duration
@@ -212,8 +214,11 @@ func newHarness(t *testing.T) *harness {
 	t.Cleanup(func() { st.Close() })
 	h := &harness{t: t, ctx: ctx, store: st, log: &countingLog{Store: st}, wh: newFakeWarehouse(),
 		clock: &runnerClock{t: time.Date(2026, 5, 1, 9, 0, 0, 0, time.UTC)}, progress: &progressLog{}}
-	h.eng = &engine.Engine{
-		Log: h.log, Clock: h.clock, IDs: &seqIDs{},
+	cfg := engine.Config{TenantID: "acme", ProjectID: "shop", EnvironmentID: "test"}
+	ids := &seqIDs{}
+	h.eng = &engine.Engine{Log: h.log, Clock: h.clock, IDs: ids, Config: cfg}
+	h.rn = &runner.Runner{
+		Log: h.log, Clock: h.clock, IDs: ids,
 		Rand: func() float64 { return 0.5 },
 		Sleep: func(ctx context.Context, d time.Duration) error {
 			h.sleepMu.Lock()
@@ -222,9 +227,9 @@ func newHarness(t *testing.T) *harness {
 			return ctx.Err()
 		},
 		Observe: h.progress,
-		Config: engine.Config{
-			TenantID: "acme", ProjectID: "shop", EnvironmentID: "test", Threads: 2, Owner: "runner-a",
-			SignalPoll: 2 * time.Millisecond, Retry: engine.RetryPolicy{Max: 3, Initial: 100 * time.Millisecond, Ceiling: time.Second, Jitter: 0.2},
+		Config: runner.Config{
+			Config: cfg, Threads: 2, Owner: "runner-a",
+			SignalPoll: 2 * time.Millisecond, Retry: runner.RetryPolicy{Max: 3, Initial: 100 * time.Millisecond, Ceiling: time.Second, Jitter: 0.2},
 		},
 	}
 	return h
@@ -262,7 +267,7 @@ func (h *harness) status(runID string) engine.Snapshot {
 func (h *harness) execAsync(ctx context.Context, runID string, p *engine.Plan) <-chan execResult {
 	done := make(chan execResult, 1)
 	go func() {
-		s, err := h.eng.Execute(ctx, runID, p, h.wh)
+		s, err := h.rn.Execute(ctx, runID, p, h.wh)
 		done <- execResult{s, err}
 	}()
 	return done
@@ -376,7 +381,7 @@ func payloadOf(t *testing.T, e engine.RunEventRecord) map[string]any {
 
 func loadShop(t *testing.T) *engine.Plan {
 	t.Helper()
-	p, _, err := engine.LoadPlan(os.DirFS("testdata/runner").(engine.PlanSource), "shop.json")
+	p, _, err := engine.LoadPlan(os.DirFS("testdata").(engine.PlanSource), "shop.json")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package engine
+package runner
 
 import (
 	"container/heap"
@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/dvtrun/dvtrun/engine"
 )
 
 // Pinger is what a warehouse may implement so that the runner can check it
@@ -24,9 +26,9 @@ const EngineType = "local"
 // outcome is what a step's goroutine reports back to the run loop.
 type outcome struct {
 	i             int
-	res           StepResult
-	err           *ErrorInfo // nil: success
-	progressErr   error      // err as an error, secrets redacted
+	res           engine.StepResult
+	err           *engine.ErrorInfo // nil: success
+	progressErr   error             // err as an error, secrets redacted
 	warning       string
 	engineAttempt int
 	aborted       bool // the run itself stopped (crash, store failure, lease lost): record nothing
@@ -38,28 +40,28 @@ type flight struct {
 	started time.Time
 }
 
-// runner is one Execute call's state. The run loop owns every field except
+// execution is one Execute call's state. The run loop owns every field except
 // results (written by step goroutines) and randMu.
-type runner struct {
-	e     *Engine
+type execution struct {
+	e     *Runner
 	cfg   Config
-	p     *Plan
-	wh    Warehouse
-	meta  RunMetadata
-	em    *emitter
+	p     *engine.Plan
+	wh    engine.Warehouse
+	meta  engine.RunMetadata
+	em    *engine.Emitter
 	runID string
 
-	steps      []PlanStep
+	steps      []engine.PlanStep
 	pos        map[string]int // step id -> index in steps (plan order)
 	deps       [][]int
 	dependents [][]int
-	status     []StepStatus
+	status     []engine.StepStatus
 	logical    []int
 	engineAtt  []int // engine attempt of the last recorded event
 	waiting    []int // dependencies not SUCCESS yet
 	order      []int // 1-based progress index, 0 until the step starts or is skipped
 	nextIndex  int
-	counts     map[StepStatus]int
+	counts     map[engine.StepStatus]int
 
 	ready    intHeap      // PENDING steps whose dependencies all succeeded
 	retry    map[int]bool // FAILED steps a RETRY_STEP asked to start again
@@ -67,40 +69,40 @@ type runner struct {
 	inflight map[int]*flight
 	results  chan outcome
 
-	run          RunStatus
+	run          engine.RunStatus
 	failFast     string // set once fail-fast stopped scheduling: the step that failed
 	sigSeq       int64  // last signal seq handled
 	pausedAt     time.Time
 	pauseSeq     int64
 	drainAlerted bool
 
-	records []RunEventRecord
+	records []engine.RunEventRecord
 	randMu  sync.Mutex
 }
 
-func (e *Engine) execute(ctx context.Context, runID string, p *Plan, wh Warehouse) (Snapshot, error) {
+func (e *Runner) execute(ctx context.Context, runID string, p *engine.Plan, wh engine.Warehouse) (engine.Snapshot, error) {
 	if e.Log == nil || e.Clock == nil || e.IDs == nil {
-		return Snapshot{}, Errorf(CodeInvalidArgument, "Execute needs an engine with a state store, a clock and an ID source (run %s)", runID)
+		return engine.Snapshot{}, engine.Errorf(engine.CodeInvalidArgument, "Execute needs an engine with a state store, a clock and an ID source (run %s)", runID)
 	}
 	if p == nil || wh == nil {
-		return Snapshot{}, Errorf(CodeInvalidArgument, "Execute needs a plan and a warehouse (run %s)", runID)
+		return engine.Snapshot{}, engine.Errorf(engine.CodeInvalidArgument, "Execute needs a plan and a warehouse (run %s)", runID)
 	}
 	if err := p.Validate(); err != nil {
-		return Snapshot{}, err
+		return engine.Snapshot{}, err
 	}
 	meta, err := e.Log.GetRun(ctx, runID)
 	if err != nil {
-		return Snapshot{}, err
+		return engine.Snapshot{}, err
 	}
 	if meta.PlanID != p.PlanID || meta.PlanVersion != p.PlanVersion {
-		return Snapshot{}, Errorf(CodePlanHashMismatch, "run %s runs plan %s@%s, not %s@%s", runID, meta.PlanID, meta.PlanVersion, p.PlanID, p.PlanVersion)
+		return engine.Snapshot{}, engine.Errorf(engine.CodePlanHashMismatch, "run %s runs plan %s@%s, not %s@%s", runID, meta.PlanID, meta.PlanVersion, p.PlanID, p.PlanVersion)
 	}
 	cfg := e.Config.withDefaults()
 	if cfg.Owner == "" {
 		cfg.Owner = e.IDs.NewID()
 	}
 	if err := e.Log.AcquireLease(ctx, runID, cfg.Owner, cfg.LeaseTTL); err != nil {
-		return Snapshot{}, err
+		return engine.Snapshot{}, err
 	}
 	runCtx, stopRun := context.WithCancel(ctx)
 	leaseLost, beating := e.heartbeat(runCtx, runID, cfg)
@@ -114,9 +116,9 @@ func (e *Engine) execute(ctx context.Context, runID string, p *Plan, wh Warehous
 		_ = e.Log.ReleaseLease(rctx, runID, cfg.Owner)
 	}()
 
-	r := &runner{e: e, cfg: cfg, p: p, wh: wh, meta: meta, runID: runID, em: newEmitter(e, meta)}
+	r := &execution{e: e, cfg: cfg, p: p, wh: wh, meta: meta, runID: runID, em: engine.NewEmitter(e.Log, e.Clock, e.IDs, meta)}
 	if err := r.rebuild(runCtx); err != nil {
-		return Snapshot{}, err
+		return engine.Snapshot{}, err
 	}
 	if r.run.Terminal() {
 		return r.snapshot(), nil
@@ -144,7 +146,7 @@ func (e *Engine) execute(ctx context.Context, runID string, p *Plan, wh Warehous
 // closes when another owner took the lease: the run must stop. A renewal
 // that fails for another reason is retried at the next beat. done closes
 // when the heartbeat stopped.
-func (e *Engine) heartbeat(ctx context.Context, runID string, cfg Config) (lost, done <-chan struct{}) {
+func (e *Runner) heartbeat(ctx context.Context, runID string, cfg Config) (lost, done <-chan struct{}) {
 	lostc, donec := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(donec)
@@ -155,7 +157,7 @@ func (e *Engine) heartbeat(ctx context.Context, runID string, cfg Config) (lost,
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				if err := e.Log.AcquireLease(ctx, runID, cfg.Owner, cfg.LeaseTTL); errors.Is(err, ErrLeaseHeld) {
+				if err := e.Log.AcquireLease(ctx, runID, cfg.Owner, cfg.LeaseTTL); errors.Is(err, engine.ErrLeaseHeld) {
 					close(lostc)
 					return
 				}
@@ -166,21 +168,21 @@ func (e *Engine) heartbeat(ctx context.Context, runID string, cfg Config) (lost,
 }
 
 // rebuild projects the run's log and derives the scheduler's state from it.
-func (r *runner) rebuild(ctx context.Context) error {
+func (r *execution) rebuild(ctx context.Context) error {
 	events, err := r.e.Log.ListEvents(ctx, r.runID, 0, 0)
 	if err != nil {
 		return err
 	}
 	r.records = events
-	snap := Project(r.runID, events)
+	snap := engine.Project(r.runID, events)
 	for _, ev := range events {
-		if ev.EventType == SignalAccepted || ev.EventType == SignalRejected {
+		if ev.EventType == engine.SignalAccepted || ev.EventType == engine.SignalRejected {
 			// A signal decision's logical attempt is the signal's seq.
 			r.sigSeq = max(r.sigSeq, int64(ev.LogicalAttemptID))
 		}
 	}
 	r.run = snap.Status
-	r.em.run = snap.Status
+	r.em.SetRunStatus(snap.Status)
 	n := len(r.p.Steps)
 	r.steps = r.p.Steps
 	r.pos = make(map[string]int, n)
@@ -196,21 +198,21 @@ func (r *runner) rebuild(ctx context.Context) error {
 			r.dependents[j] = append(r.dependents[j], i)
 		}
 	}
-	r.status = make([]StepStatus, n)
+	r.status = make([]engine.StepStatus, n)
 	r.logical = make([]int, n)
 	r.engineAtt = make([]int, n)
 	r.waiting = make([]int, n)
 	r.order = make([]int, n)
-	r.counts = map[StepStatus]int{}
+	r.counts = map[engine.StepStatus]int{}
 	r.retry = map[int]bool{}
 	r.inflight = map[int]*flight{}
 	r.results = make(chan outcome, n)
 	for i := range r.steps {
-		r.status[i] = StepStatusPending
+		r.status[i] = engine.StepStatusPending
 		r.logical[i] = 1
 		r.engineAtt[i] = 1
 	}
-	r.counts[StepStatusPending] = n
+	r.counts[engine.StepStatusPending] = n
 	for _, st := range snap.Steps {
 		i, ok := r.pos[st.StepID]
 		if !ok {
@@ -219,55 +221,55 @@ func (r *runner) rebuild(ctx context.Context) error {
 		r.setStatus(i, st.Status)
 		r.logical[i] = max(st.LogicalAttemptID, 1)
 		r.engineAtt[i] = max(st.EngineAttemptID, 1)
-		r.em.steps[st.StepID] = StepState{Status: st.Status, LogicalAttemptID: st.LogicalAttemptID}
+		r.em.SetStepState(st.StepID, engine.StepState{Status: st.Status, LogicalAttemptID: st.LogicalAttemptID})
 		r.nextIndex++
 		r.order[i] = r.nextIndex
-		if st.Status == StepStatusRunning {
+		if st.Status == engine.StepStatusRunning {
 			r.rerun = append(r.rerun, i)
 		}
 	}
 	for i := range r.steps {
 		for _, j := range r.deps[i] {
-			if r.status[j] != StepStatusSuccess {
+			if r.status[j] != engine.StepStatusSuccess {
 				r.waiting[i]++
 			}
 		}
-		if r.status[i] == StepStatusPending && r.waiting[i] == 0 {
+		if r.status[i] == engine.StepStatusPending && r.waiting[i] == 0 {
 			heap.Push(&r.ready, i)
 		}
 	}
 	// A RETRY_STEP accepted by a runner that stopped before starting it.
 	for _, ev := range events {
-		if ev.EventType != SignalAccepted {
+		if ev.EventType != engine.SignalAccepted {
 			continue
 		}
 		var sp signalPayload
-		if json.Unmarshal(ev.Payload, &sp) != nil || sp.SignalType != SignalRetryStep {
+		if json.Unmarshal(ev.Payload, &sp) != nil || sp.SignalType != engine.SignalRetryStep {
 			continue
 		}
-		if i, ok := r.pos[sp.StepID]; ok && r.status[i] == StepStatusFailed && r.logical[i] < sp.RetryAttempt {
+		if i, ok := r.pos[sp.StepID]; ok && r.status[i] == engine.StepStatusFailed && r.logical[i] < sp.RetryAttempt {
 			r.queueRetry(i, sp.RetryAttempt)
 		}
 	}
-	if r.run == StatusPaused {
+	if r.run == engine.StatusPaused {
 		r.pausedAt = r.e.Clock.Now()
 	}
 	return nil
 }
 
-func (r *runner) setStatus(i int, s StepStatus) {
+func (r *execution) setStatus(i int, s engine.StepStatus) {
 	r.counts[r.status[i]]--
 	r.status[i] = s
 	r.counts[s]++
 }
 
-func (r *runner) terminalSteps() int {
-	return r.counts[StepStatusSuccess] + r.counts[StepStatusFailed] + r.counts[StepStatusSkipped]
+func (r *execution) terminalSteps() int {
+	return r.counts[engine.StepStatusSuccess] + r.counts[engine.StepStatusFailed] + r.counts[engine.StepStatusSkipped]
 }
 
 // start checks the warehouse and emits RunStarted for a queued run, and
 // reserves the eventIds of every step's likely events in one store call.
-func (r *runner) start(ctx context.Context) error {
+func (r *execution) start(ctx context.Context) error {
 	ping := func() error {
 		if pg, ok := r.wh.(Pinger); ok {
 			return pg.Ping(ctx)
@@ -275,47 +277,47 @@ func (r *runner) start(ctx context.Context) error {
 		return nil
 	}
 	switch r.run {
-	case StatusQueued, StatusApproved:
+	case engine.StatusQueued, engine.StatusApproved:
 		if err := ping(); err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			if r.run != StatusQueued {
-				return Errorf(CodeInvalidArgument, "run %s: the warehouse is unusable and an %s run cannot fail before it starts: %w", r.runID, r.run, err)
+			if r.run != engine.StatusQueued {
+				return engine.Errorf(engine.CodeInvalidArgument, "run %s: the warehouse is unusable and an %s run cannot fail before it starts: %w", r.runID, r.run, err)
 			}
 			if aerr := r.e.AbortStart(ctx, r.runID, err); aerr != nil {
 				return aerr
 			}
 			return r.rebuild(ctx)
 		}
-	case StatusRunning, StatusPaused:
+	case engine.StatusRunning, engine.StatusPaused:
 		if err := ping(); err != nil {
 			return fmt.Errorf("run %s: the warehouse is unusable, the run stays %s (resume it later): %w", r.runID, r.run, err)
 		}
 	}
-	ems := make([]emission, 0, 2*len(r.steps)+3)
+	ems := make([]engine.Emission, 0, 2*len(r.steps)+3)
 	for i, s := range r.steps {
-		if r.status[i] == StepStatusPending {
-			ems = append(ems, emission{typ: StepStarted, step: s.ID, attempt: r.logical[i]}, emission{typ: StepCompleted, step: s.ID, attempt: r.logical[i]})
+		if r.status[i] == engine.StepStatusPending {
+			ems = append(ems, engine.Emission{Type: engine.StepStarted, Step: s.ID, Attempt: r.logical[i]}, engine.Emission{Type: engine.StepCompleted, Step: s.ID, Attempt: r.logical[i]})
 		}
 	}
-	ems = append(ems, emission{typ: RunStarted, attempt: 1}, emission{typ: RunCompleted, attempt: 1}, emission{typ: RunFailed, attempt: 1})
-	if err := r.em.reserveKeys(ctx, ems); err != nil {
+	ems = append(ems, engine.Emission{Type: engine.RunStarted, Attempt: 1}, engine.Emission{Type: engine.RunCompleted, Attempt: 1}, engine.Emission{Type: engine.RunFailed, Attempt: 1})
+	if err := r.em.ReserveKeys(ctx, ems); err != nil {
 		return err
 	}
-	if r.run == StatusQueued || r.run == StatusApproved {
-		ref := fmt.Sprintf("%s://%s/%s", AdapterName, r.cfg.Owner, r.runID)
+	if r.run == engine.StatusQueued || r.run == engine.StatusApproved {
+		ref := fmt.Sprintf("%s://%s/%s", engine.AdapterName, r.cfg.Owner, r.runID)
 		if err := r.e.Log.SetProviderRunRef(ctx, r.runID, ref); err != nil {
 			return err
 		}
-		if err := r.emit(ctx, emission{typ: RunStarted, attempt: 1, payload: map[string]any{
+		if err := r.emit(ctx, engine.Emission{Type: engine.RunStarted, Attempt: 1, Payload: map[string]any{
 			"engineRunRef": ref, "engineType": EngineType, "owner": r.cfg.Owner, "threads": r.cfg.Threads,
 			"context": map[string]any{"tenantId": r.meta.TenantID, "projectId": r.meta.ProjectID, "environmentId": r.meta.EnvironmentID,
 				"triggeredBy": r.cfg.TriggeredBy, "triggerSource": r.cfg.TriggerSource},
 		}}); err != nil {
 			return err
 		}
-		r.run = StatusRunning
+		r.run = engine.StatusRunning
 	}
 	r.e.report(Progress{Phase: PhaseRunStarted, RunID: r.runID, Threads: r.cfg.Threads, Total: len(r.steps)})
 	return nil
@@ -324,43 +326,43 @@ func (r *runner) start(ctx context.Context) error {
 // emit appends one batch. A store that is briefly unavailable is retried
 // (the idempotency keys make a repeated append safe); anything else, or a
 // store that stays away, stops the run: step outcomes never fail open.
-func (r *runner) emit(ctx context.Context, ems ...emission) error {
+func (r *execution) emit(ctx context.Context, ems ...engine.Emission) error {
 	for attempt := 1; ; attempt++ {
-		recs, err := r.em.emit(ctx, ems...)
+		recs, err := r.em.Emit(ctx, ems...)
 		if err == nil {
 			r.records = append(r.records, recs...)
 			return nil
 		}
-		if ctx.Err() != nil || attempt > 3 || !(IsTransient(err) || CodeOf(err) == CodeStoreUnavailable) {
-			code := CodeOf(err)
+		if ctx.Err() != nil || attempt > 3 || !(engine.IsTransient(err) || engine.CodeOf(err) == engine.CodeStoreUnavailable) {
+			code := engine.CodeOf(err)
 			if code == "" {
-				code = CodeStoreUnavailable
+				code = engine.CodeStoreUnavailable
 			}
-			return Errorf(code, "run %s stopped: could not record %s (resume it once the state store is back): %w", r.runID, describeBatch(ems), err)
+			return engine.Errorf(code, "run %s stopped: could not record %s (resume it once the state store is back): %w", r.runID, describeBatch(ems), err)
 		}
 		if serr := r.sleep(ctx, r.cfg.Retry.Backoff(attempt, r.rand())); serr != nil {
-			return Errorf(CodeStoreUnavailable, "run %s stopped: could not record %s: %w", r.runID, describeBatch(ems), err)
+			return engine.Errorf(engine.CodeStoreUnavailable, "run %s stopped: could not record %s: %w", r.runID, describeBatch(ems), err)
 		}
 	}
 }
 
-func describeBatch(ems []emission) string {
+func describeBatch(ems []engine.Emission) string {
 	parts := make([]string, 0, min(len(ems), 4))
 	for i, x := range ems {
 		if i == 3 {
 			parts = append(parts, fmt.Sprintf("and %d more", len(ems)-3))
 			break
 		}
-		if x.step != "" {
-			parts = append(parts, string(x.typ)+" of "+x.step)
+		if x.Step != "" {
+			parts = append(parts, string(x.Type)+" of "+x.Step)
 		} else {
-			parts = append(parts, string(x.typ))
+			parts = append(parts, string(x.Type))
 		}
 	}
 	return strings.Join(parts, ", ")
 }
 
-func (r *runner) rand() float64 {
+func (r *execution) rand() float64 {
 	if r.e.Rand == nil {
 		return 0.5 // no jitter source injected: the middle of the jitter band
 	}
@@ -369,7 +371,7 @@ func (r *runner) rand() float64 {
 	return r.e.Rand()
 }
 
-func (r *runner) sleep(ctx context.Context, d time.Duration) error {
+func (r *execution) sleep(ctx context.Context, d time.Duration) error {
 	if r.e.Sleep != nil {
 		return r.e.Sleep(ctx, d)
 	}
@@ -385,7 +387,7 @@ func (r *runner) sleep(ctx context.Context, d time.Duration) error {
 
 // loop schedules steps and handles their outcomes and the run's signals
 // until the run ends, ctx ends, the lease is lost or the store fails.
-func (r *runner) loop(ctx context.Context, leaseLost <-chan struct{}) error {
+func (r *execution) loop(ctx context.Context, leaseLost <-chan struct{}) error {
 	if err := r.skipBlocked(ctx); err != nil {
 		return err
 	}
@@ -421,7 +423,7 @@ func (r *runner) loop(ctx context.Context, leaseLost <-chan struct{}) error {
 				return err
 			}
 		case <-leaseLost:
-			return Errorf(CodeLeaseHeld, "run %s: another runner took the lease; this runner stopped", r.runID)
+			return engine.Errorf(engine.CodeLeaseHeld, "run %s: another runner took the lease; this runner stopped", r.runID)
 		case <-ctx.Done():
 			return fmt.Errorf("run %s interrupted (resume it to carry on): %w", r.runID, ctx.Err())
 		}
@@ -431,7 +433,7 @@ func (r *runner) loop(ctx context.Context, leaseLost <-chan struct{}) error {
 
 // drain waits for the step goroutines after the run loop stopped (their
 // contexts are cancelled by then) so that none outlives Execute.
-func (r *runner) drain() {
+func (r *execution) drain() {
 	for len(r.inflight) > 0 {
 		o := <-r.results
 		delete(r.inflight, o.i)
@@ -441,19 +443,19 @@ func (r *runner) drain() {
 // skipBlocked skips PENDING steps whose upstream FAILED or was SKIPPED:
 // normally done in the batch of the failure, this catches a log written by
 // another runner.
-func (r *runner) skipBlocked(ctx context.Context) error {
-	if r.run != StatusRunning && r.run != StatusPaused {
+func (r *execution) skipBlocked(ctx context.Context) error {
+	if r.run != engine.StatusRunning && r.run != engine.StatusPaused {
 		return nil
 	}
-	var ems []emission
+	var ems []engine.Emission
 	var reports []Progress
 	for _, s := range r.p.Order() {
 		i := r.pos[s.ID]
-		if r.status[i] != StepStatusPending {
+		if r.status[i] != engine.StepStatusPending {
 			continue
 		}
 		for _, j := range r.deps[i] {
-			if r.status[j] == StepStatusFailed || r.status[j] == StepStatusSkipped {
+			if r.status[j] == engine.StepStatusFailed || r.status[j] == engine.StepStatusSkipped {
 				ems, reports = r.skip(i, fmt.Sprintf("upstream step %s is %s", r.steps[j].ID, r.status[j]), ems, reports)
 				break
 			}
@@ -469,26 +471,26 @@ func (r *runner) skipBlocked(ctx context.Context) error {
 	return nil
 }
 
-func (r *runner) skip(i int, reason string, ems []emission, reports []Progress) ([]emission, []Progress) {
-	r.setStatus(i, StepStatusSkipped)
+func (r *execution) skip(i int, reason string, ems []engine.Emission, reports []Progress) ([]engine.Emission, []Progress) {
+	r.setStatus(i, engine.StepStatusSkipped)
 	if r.order[i] == 0 {
 		r.nextIndex++
 		r.order[i] = r.nextIndex
 	}
-	ems = append(ems, emission{typ: StepSkipped, step: r.steps[i].ID, attempt: r.logical[i], payload: map[string]any{"reason": reason}})
+	ems = append(ems, engine.Emission{Type: engine.StepSkipped, Step: r.steps[i].ID, Attempt: r.logical[i], Payload: map[string]any{"reason": reason}})
 	reports = append(reports, Progress{Phase: PhaseStepDone, RunID: r.runID, Index: r.order[i], Total: len(r.steps), Step: r.steps[i],
-		Status: StepStatusSkipped, SkipReason: reason, LogicalAttempt: r.logical[i]})
+		Status: engine.StepStatusSkipped, SkipReason: reason, LogicalAttempt: r.logical[i]})
 	return ems, reports
 }
 
-func (r *runner) reportAll(ps []Progress) {
+func (r *execution) reportAll(ps []Progress) {
 	for _, p := range ps {
 		r.e.report(p)
 	}
 }
 
 // finishIfDone ends a RUNNING run whose steps are all terminal.
-func (r *runner) finishIfDone(ctx context.Context) error {
+func (r *execution) finishIfDone(ctx context.Context) error {
 	x, ok := r.final()
 	if !ok {
 		return nil
@@ -496,30 +498,30 @@ func (r *runner) finishIfDone(ctx context.Context) error {
 	if err := r.emit(ctx, x); err != nil {
 		return err
 	}
-	r.run = RunStatus(mustTarget(x.typ))
+	r.run = engine.RunStatus(mustTarget(x.Type))
 	return nil
 }
 
-func mustTarget(t EventType) string {
-	s, _ := TargetOf(t)
+func mustTarget(t engine.EventType) string {
+	s, _ := engine.TargetOf(t)
 	return s
 }
 
 // final returns the run's closing event when every step is terminal, none
 // is in flight and the run is RUNNING (a PAUSED run waits for RESUME).
-func (r *runner) final() (emission, bool) {
-	if r.run != StatusRunning || len(r.inflight) > 0 || len(r.rerun) > 0 || len(r.retry) > 0 || r.terminalSteps() < len(r.steps) {
-		return emission{}, false
+func (r *execution) final() (engine.Emission, bool) {
+	if r.run != engine.StatusRunning || len(r.inflight) > 0 || len(r.rerun) > 0 || len(r.retry) > 0 || r.terminalSteps() < len(r.steps) {
+		return engine.Emission{}, false
 	}
-	if r.counts[StepStatusSuccess] == len(r.steps) {
-		return emission{typ: RunCompleted, attempt: 1, payload: map[string]any{"steps": len(r.steps)}}, true
+	if r.counts[engine.StepStatusSuccess] == len(r.steps) {
+		return engine.Emission{Type: engine.RunCompleted, Attempt: 1, Payload: map[string]any{"steps": len(r.steps)}}, true
 	}
 	var failed, skipped []string
 	for i, s := range r.status {
 		switch s {
-		case StepStatusFailed:
+		case engine.StepStatusFailed:
 			failed = append(failed, r.steps[i].ID)
-		case StepStatusSkipped:
+		case engine.StepStatusSkipped:
 			skipped = append(skipped, r.steps[i].ID)
 		}
 	}
@@ -527,8 +529,8 @@ func (r *runner) final() (emission, bool) {
 	if len(failed) == 0 {
 		msg = fmt.Sprintf("no step is FAILED now, but %d step(s) were skipped after a failure: %s", len(skipped), listIDs(skipped))
 	}
-	return emission{typ: RunFailed, attempt: 1, payload: map[string]any{
-		"error":       ErrorInfo{Code: string(CodeStepFailed), Message: msg},
+	return engine.Emission{Type: engine.RunFailed, Attempt: 1, Payload: map[string]any{
+		"error":       engine.ErrorInfo{Code: string(engine.CodeStepFailed), Message: msg},
 		"failedSteps": failed, "skippedSteps": len(skipped),
 	}}, true
 }
@@ -543,7 +545,7 @@ func listIDs(ids []string) string {
 // schedule starts what may start: steps the log showed RUNNING (they are in
 // flight already, even while PAUSED), then ready steps (see pickStarts),
 // whose StepStarted events go in one batch.
-func (r *runner) schedule(ctx context.Context) error {
+func (r *execution) schedule(ctx context.Context) error {
 	for len(r.rerun) > 0 && len(r.inflight) < r.cfg.Threads {
 		i := r.rerun[0]
 		r.rerun = r.rerun[1:]
@@ -565,29 +567,29 @@ func (r *runner) schedule(ctx context.Context) error {
 // tripped, ready steps and RETRY_STEP steps up to Threads in flight, and
 // appends their StepStarted events to ems. The caller emits them, then
 // launches the steps.
-func (r *runner) pickStarts(ems []emission) ([]int, []emission) {
-	if r.run != StatusRunning || r.failFast != "" {
+func (r *execution) pickStarts(ems []engine.Emission) ([]int, []engine.Emission) {
+	if r.run != engine.StatusRunning || r.failFast != "" {
 		return nil, ems
 	}
 	var starts []int
 	for len(r.inflight)+len(starts) < r.cfg.Threads && r.ready.Len() > 0 {
 		i := heap.Pop(&r.ready).(int)
-		if r.status[i] == StepStatusPending || r.retry[i] {
+		if r.status[i] == engine.StepStatusPending || r.retry[i] {
 			starts = append(starts, i)
 		}
 	}
 	for _, i := range starts {
 		delete(r.retry, i)
 		r.engineAtt[i] = 1
-		ems = append(ems, emission{typ: StepStarted, step: r.steps[i].ID, attempt: r.logical[i], payload: startedPayload(r.steps[i])})
+		ems = append(ems, engine.Emission{Type: engine.StepStarted, Step: r.steps[i].ID, Attempt: r.logical[i], Payload: startedPayload(r.steps[i])})
 	}
 	return starts, ems
 }
 
 // launch runs steps whose StepStarted is recorded.
-func (r *runner) launch(ctx context.Context, starts []int) {
+func (r *execution) launch(ctx context.Context, starts []int) {
 	for _, i := range starts {
-		r.setStatus(i, StepStatusRunning)
+		r.setStatus(i, engine.StepStatusRunning)
 		if r.order[i] == 0 {
 			r.nextIndex++
 			r.order[i] = r.nextIndex
@@ -598,28 +600,28 @@ func (r *runner) launch(ctx context.Context, starts []int) {
 	}
 }
 
-func startedPayload(s PlanStep) map[string]any {
+func startedPayload(s engine.PlanStep) map[string]any {
 	m := map[string]any{"kind": s.Kind}
-	if s.Kind == KindSeed || s.Kind == KindModel {
+	if s.Kind == engine.KindSeed || s.Kind == engine.KindModel {
 		m["relation"] = s.Relation()
 	}
-	if s.Kind == KindModel {
+	if s.Kind == engine.KindModel {
 		m["materialized"] = materialized(s)
 	}
 	return m
 }
 
-func materialized(s PlanStep) string {
-	if s.Kind != KindModel {
+func materialized(s engine.PlanStep) string {
+	if s.Kind != engine.KindModel {
 		return ""
 	}
 	if s.Materialized == "" {
-		return MaterializedView // dbt's default
+		return engine.MaterializedView // dbt's default
 	}
 	return s.Materialized
 }
 
-func (r *runner) dispatch(ctx context.Context, i int) {
+func (r *execution) dispatch(ctx context.Context, i int) {
 	sctx, cancel := context.WithCancel(ctx)
 	r.inflight[i] = &flight{cancel: cancel, started: r.e.Clock.Now()}
 	logical, engineAttempt := r.logical[i], r.engineAtt[i]
@@ -634,12 +636,12 @@ func (r *runner) dispatch(ctx context.Context, i int) {
 // completion) with the StepStarted of the steps that may start now — one
 // append for both halves, which halves the store's transactions — or with
 // the run's closing event when this was the last work.
-func (r *runner) complete(ctx context.Context, outs []outcome) error {
+func (r *execution) complete(ctx context.Context, outs []outcome) error {
 	ems, reports := r.completion(outs, nil, nil)
 	starts, ems := r.pickStarts(ems)
 	if x, ok := r.final(); ok && len(starts) == 0 {
 		ems = append(ems, x)
-		r.run = RunStatus(mustTarget(x.typ))
+		r.run = engine.RunStatus(mustTarget(x.Type))
 	}
 	if len(ems) == 0 {
 		return nil
@@ -656,7 +658,7 @@ func (r *runner) complete(ctx context.Context, outs []outcome) error {
 // step's StepCompleted or StepFailed, and the StepSkipped of the dependents
 // of the failed ones (under fail-fast, of every step not started). It
 // appends to ems and reports.
-func (r *runner) completion(outs []outcome, ems []emission, reports []Progress) ([]emission, []Progress) {
+func (r *execution) completion(outs []outcome, ems []engine.Emission, reports []Progress) ([]engine.Emission, []Progress) {
 	now := r.e.Clock.Now()
 	for _, o := range outs {
 		fl := r.inflight[o.i]
@@ -674,27 +676,27 @@ func (r *runner) completion(outs []outcome, ems []emission, reports []Progress) 
 		p := Progress{Phase: PhaseStepDone, RunID: r.runID, Index: r.order[i], Total: len(r.steps), Step: s, Result: o.res,
 			Err: o.progressErr, EngineAttempt: o.engineAttempt, Elapsed: elapsed, Warning: o.warning, LogicalAttempt: r.logical[i]}
 		if o.err == nil {
-			r.setStatus(i, StepStatusSuccess)
-			ems = append(ems, emission{typ: StepCompleted, step: s.ID, attempt: r.logical[i], engine: o.engineAttempt, payload: r.redactPayload(pl, s)})
-			p.Status = StepStatusSuccess
+			r.setStatus(i, engine.StepStatusSuccess)
+			ems = append(ems, engine.Emission{Type: engine.StepCompleted, Step: s.ID, Attempt: r.logical[i], EngineAttempt: o.engineAttempt, Payload: r.redactPayload(pl, s)})
+			p.Status = engine.StepStatusSuccess
 			reports = append(reports, p)
 			for _, d := range r.dependents[i] {
 				r.waiting[d]--
-				if r.waiting[d] == 0 && r.status[d] == StepStatusPending {
+				if r.waiting[d] == 0 && r.status[d] == engine.StepStatusPending {
 					heap.Push(&r.ready, d)
 				}
 			}
 			continue
 		}
-		r.setStatus(i, StepStatusFailed)
-		ems = append(ems, emission{typ: StepFailed, step: s.ID, attempt: r.logical[i], engine: o.engineAttempt, payload: r.redactPayload(pl, s)})
-		p.Status = StepStatusFailed
+		r.setStatus(i, engine.StepStatusFailed)
+		ems = append(ems, engine.Emission{Type: engine.StepFailed, Step: s.ID, Attempt: r.logical[i], EngineAttempt: o.engineAttempt, Payload: r.redactPayload(pl, s)})
+		p.Status = engine.StepStatusFailed
 		reports = append(reports, p)
 		ems, reports = r.skipDependents(i, ems, reports)
 		if r.cfg.FailFast && r.failFast == "" {
 			r.failFast = s.ID
 			for j := range r.steps {
-				if r.status[j] == StepStatusPending {
+				if r.status[j] == engine.StepStatusPending {
 					ems, reports = r.skip(j, fmt.Sprintf("fail-fast: step %s failed, so no new work started", s.ID), ems, reports)
 				}
 			}
@@ -706,13 +708,13 @@ func (r *runner) completion(outs []outcome, ems []emission, reports []Progress) 
 
 // skipDependents skips the PENDING transitive dependents of failed step i,
 // each with a reason naming i.
-func (r *runner) skipDependents(i int, ems []emission, reports []Progress) ([]emission, []Progress) {
+func (r *execution) skipDependents(i int, ems []engine.Emission, reports []Progress) ([]engine.Emission, []Progress) {
 	reason := fmt.Sprintf("upstream step %s failed", r.steps[i].ID)
 	stack := slices.Clone(r.dependents[i])
 	for len(stack) > 0 {
 		d := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]
-		if r.status[d] != StepStatusPending {
+		if r.status[d] != engine.StepStatusPending {
 			continue
 		}
 		ems, reports = r.skip(d, reason, ems, reports)
@@ -723,16 +725,16 @@ func (r *runner) skipDependents(i int, ems []emission, reports []Progress) ([]em
 
 // stepPayload is StepCompleted's and StepFailed's payload.
 type stepPayload struct {
-	StepResult
-	DurationMs int64      `json:"durationMs"`
-	Warning    string     `json:"warning,omitempty"`
-	Error      *ErrorInfo `json:"error,omitempty"`
+	engine.StepResult
+	DurationMs int64             `json:"durationMs"`
+	Warning    string            `json:"warning,omitempty"`
+	Error      *engine.ErrorInfo `json:"error,omitempty"`
 }
 
 // redactPayload encodes a step payload with the step's secret values
 // removed, whatever field a warehouse may have echoed them in.
-func (r *runner) redactPayload(pl stepPayload, s PlanStep) json.RawMessage {
-	b := mustJSON(pl)
+func (r *execution) redactPayload(pl stepPayload, s engine.PlanStep) json.RawMessage {
+	b := engine.EncodePayload(pl)
 	values := r.secretValues(s)
 	if len(values) == 0 {
 		return b
@@ -740,14 +742,14 @@ func (r *runner) redactPayload(pl stepPayload, s PlanStep) json.RawMessage {
 	out := string(b)
 	for _, v := range values {
 		esc, _ := json.Marshal(v)
-		out = Redact(out, []string{v, strings.Trim(string(esc), `"`)})
+		out = engine.Redact(out, []string{v, strings.Trim(string(esc), `"`)})
 	}
 	return json.RawMessage(out)
 }
 
 // secretValues returns the values of the secrets step s declares (those
 // that resolve), for redaction.
-func (r *runner) secretValues(s PlanStep) []string {
+func (r *execution) secretValues(s engine.PlanStep) []string {
 	if len(s.Secrets) == 0 || r.e.Secrets == nil {
 		return nil
 	}
@@ -775,9 +777,9 @@ func (h *intHeap) Pop() any {
 }
 
 // snapshot projects what this runner read and wrote: the run's log.
-func (r *runner) snapshot() Snapshot {
+func (r *execution) snapshot() engine.Snapshot {
 	recs := slices.Clone(r.records)
-	slices.SortStableFunc(recs, func(a, b RunEventRecord) int {
+	slices.SortStableFunc(recs, func(a, b engine.RunEventRecord) int {
 		switch {
 		case a.RunSeq < b.RunSeq:
 			return -1
@@ -786,6 +788,6 @@ func (r *runner) snapshot() Snapshot {
 		}
 		return 0
 	})
-	recs = slices.CompactFunc(recs, func(a, b RunEventRecord) bool { return a.RunSeq == b.RunSeq })
-	return Project(r.runID, recs)
+	recs = slices.CompactFunc(recs, func(a, b engine.RunEventRecord) bool { return a.RunSeq == b.RunSeq })
+	return engine.Project(r.runID, recs)
 }

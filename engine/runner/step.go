@@ -1,4 +1,4 @@
-package engine
+package runner
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+
+	"github.com/dvtrun/dvtrun/engine"
 )
 
 // queryTag is StepRequest.QueryTag: what lets an auditor join the
@@ -21,39 +23,39 @@ type queryTag struct {
 // runStep executes step i on the warehouse, retrying transient errors as
 // new engine attempts, within the step's timeout. runCtx is the run's
 // context, sctx the step's own (cancelled by a CANCEL signal).
-func (r *runner) runStep(runCtx, sctx context.Context, i, logical, engineAttempt int) outcome {
+func (r *execution) runStep(runCtx, sctx context.Context, i, logical, engineAttempt int) outcome {
 	s := r.steps[i]
 	o := outcome{i: i, engineAttempt: engineAttempt}
 	values := r.secretValues(s)
-	fail := func(code Code, msg string, retryable bool, cause error) outcome {
-		msg = Redact(msg, values)
-		o.err = &ErrorInfo{Code: string(code), Message: msg, Retryable: retryable}
-		e := &Error{Code: code, Msg: msg}
-		if cause != nil && Redact(cause.Error(), values) == cause.Error() {
+	fail := func(code engine.Code, msg string, retryable bool, cause error) outcome {
+		msg = engine.Redact(msg, values)
+		o.err = &engine.ErrorInfo{Code: string(code), Message: msg, Retryable: retryable}
+		e := &engine.Error{Code: code, Msg: msg}
+		if cause != nil && engine.Redact(cause.Error(), values) == cause.Error() {
 			e.Err = cause // keep the chain only when it cannot leak a secret
 		}
 		o.progressErr = e
 		return o
 	}
-	req := StepRequest{RunID: r.runID, StepID: s.ID, Kind: s.Kind, Relation: s.Relation(), Materialized: materialized(s)}
+	req := engine.StepRequest{RunID: r.runID, StepID: s.ID, Kind: s.Kind, Relation: s.Relation(), Materialized: materialized(s)}
 	switch s.Kind {
-	case KindSeed:
+	case engine.KindSeed:
 		req.SeedPath = filepath.Join(r.p.Dir, s.Path)
 	default:
 		lookup := r.e.Secrets
 		if lookup == nil {
 			lookup = func(string) (string, bool) { return "", false }
 		}
-		sql, params, err := ResolveSecrets(s.SQL, s.Secrets, lookup)
+		sql, params, err := engine.ResolveSecrets(s.SQL, s.Secrets, lookup)
 		if err != nil {
-			return fail(CodeOf(err), errMessage(err), false, err)
+			return fail(engine.CodeOf(err), errMessage(err), false, err)
 		}
 		req.SQL, req.Params = sql, params
 	}
-	if s.Kind == KindTest {
+	if s.Kind == engine.KindTest {
 		req.Severity = s.Severity
 		if req.Severity == "" {
-			req.Severity = SeverityError
+			req.Severity = engine.SeverityError
 		}
 	}
 	ctx := sctx
@@ -72,12 +74,12 @@ func (r *runner) runStep(runCtx, sctx context.Context, i, logical, engineAttempt
 		res, err := r.wh.RunStep(ctx, req)
 		o.res = res
 		if err == nil && ctx.Err() == nil {
-			if s.Kind == KindTest && res.Failures > 0 {
-				if req.Severity == SeverityWarn {
+			if s.Kind == engine.KindTest && res.Failures > 0 {
+				if req.Severity == engine.SeverityWarn {
 					o.warning = fmt.Sprintf("test %s returned %d row(s); its severity is warn", s.ID, res.Failures)
 					return o
 				}
-				return fail(CodeStepFailed, fmt.Sprintf("test %s returned %d failing row(s)", s.ID, res.Failures), false, nil)
+				return fail(engine.CodeStepFailed, fmt.Sprintf("test %s returned %d failing row(s)", s.ID, res.Failures), false, nil)
 			}
 			return o
 		}
@@ -85,21 +87,21 @@ func (r *runner) runStep(runCtx, sctx context.Context, i, logical, engineAttempt
 			out.i = i
 			return out
 		}
-		if !IsTransient(err) || maxRetries < 0 || retries >= maxRetries {
-			code := CodeOf(err)
+		if !engine.IsTransient(err) || maxRetries < 0 || retries >= maxRetries {
+			code := engine.CodeOf(err)
 			if code == "" {
-				code = CodeStepFailed
+				code = engine.CodeStepFailed
 			}
-			return fail(code, errMessage(err), IsTransient(err), err)
+			return fail(code, errMessage(err), engine.IsTransient(err), err)
 		}
 		r.e.report(Progress{Phase: PhaseStepRetry, RunID: r.runID, Index: r.order[i], Total: len(r.steps), Step: s,
-			Err: &Error{Code: CodeOf(err), Msg: Redact(errMessage(err), values)}, EngineAttempt: o.engineAttempt + 1, LogicalAttempt: logical})
+			Err: &engine.Error{Code: engine.CodeOf(err), Msg: engine.Redact(errMessage(err), values)}, EngineAttempt: o.engineAttempt + 1, LogicalAttempt: logical})
 		if serr := r.sleep(ctx, r.cfg.Retry.Backoff(retries+1, r.rand())); serr != nil {
 			if stop, out := r.interrupted(runCtx, sctx, ctx, s, fail); stop {
 				out.i = i
 				return out
 			}
-			return fail(CodeStepFailed, errMessage(err), true, err)
+			return fail(engine.CodeStepFailed, errMessage(err), true, err)
 		}
 		o.engineAttempt++
 	}
@@ -107,25 +109,25 @@ func (r *runner) runStep(runCtx, sctx context.Context, i, logical, engineAttempt
 
 // interrupted classifies a step whose context ended: the run stopped
 // (record nothing), the operator cancelled, or the step's timeout passed.
-func (r *runner) interrupted(runCtx, sctx, ctx context.Context, s PlanStep, fail func(Code, string, bool, error) outcome) (bool, outcome) {
+func (r *execution) interrupted(runCtx, sctx, ctx context.Context, s engine.PlanStep, fail func(engine.Code, string, bool, error) outcome) (bool, outcome) {
 	switch {
 	case ctx.Err() == nil:
 		return false, outcome{}
 	case runCtx.Err() != nil:
 		return true, outcome{aborted: true}
 	case sctx.Err() != nil:
-		return true, fail(CodeStepCancelled, fmt.Sprintf("step %s was cancelled", s.ID), false, nil)
+		return true, fail(engine.CodeStepCancelled, fmt.Sprintf("step %s was cancelled", s.ID), false, nil)
 	case errors.Is(ctx.Err(), context.DeadlineExceeded):
-		return true, fail(CodeStepTimeout, fmt.Sprintf("step %s exceeded its timeout of %s", s.ID, s.Timeout.Duration), true, nil)
+		return true, fail(engine.CodeStepTimeout, fmt.Sprintf("step %s exceeded its timeout of %s", s.ID, s.Timeout.Duration), true, nil)
 	}
-	return true, fail(CodeStepCancelled, fmt.Sprintf("step %s was interrupted: %v", s.ID, ctx.Err()), false, nil)
+	return true, fail(engine.CodeStepCancelled, fmt.Sprintf("step %s was interrupted: %v", s.ID, ctx.Err()), false, nil)
 }
 
 // errMessage is err's text without the leading code an *Error prints, since
 // the code travels separately.
 func errMessage(err error) string {
 	msg := err.Error()
-	if c := CodeOf(err); c != "" {
+	if c := engine.CodeOf(err); c != "" {
 		msg = strings.TrimPrefix(msg, string(c)+": ")
 	}
 	return msg

@@ -1,4 +1,4 @@
-package engine_test
+package runner_test
 
 import (
 	"context"
@@ -10,13 +10,14 @@ import (
 	"time"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/runner"
 )
 
 func TestExecuteAllSuccess(t *testing.T) {
 	h := newHarness(t)
 	p := loadShop(t)
 	runID := h.start(p)
-	snap, err := h.eng.Execute(h.ctx, runID, p, h.wh)
+	snap, err := h.rn.Execute(h.ctx, runID, p, h.wh)
 	if err != nil {
 		t.Fatalf("Execute: %v", err)
 	}
@@ -77,7 +78,7 @@ func TestExecuteAllSuccess(t *testing.T) {
 	}
 
 	// Progress: every step starts and ends once, numbered 1..N in start order.
-	starts, ends := h.progress.phase(engine.PhaseStepStarted), h.progress.phase(engine.PhaseStepDone)
+	starts, ends := h.progress.phase(runner.PhaseStepStarted), h.progress.phase(runner.PhaseStepDone)
 	if len(starts) != len(p.Steps) || len(ends) != len(p.Steps) {
 		t.Fatalf("%d starts and %d ends reported for %d steps", len(starts), len(ends), len(p.Steps))
 	}
@@ -86,12 +87,12 @@ func TestExecuteAllSuccess(t *testing.T) {
 			t.Errorf("start #%d reported as %d of %d", k+1, s.Index, s.Total)
 		}
 	}
-	if rd := h.progress.phase(engine.PhaseRunDone); len(rd) != 1 || rd[0].Snapshot.Status != engine.StatusCompleted {
+	if rd := h.progress.phase(runner.PhaseRunDone); len(rd) != 1 || rd[0].Snapshot.Status != engine.StatusCompleted {
 		t.Errorf("run done reports %+v", rd)
 	}
 
 	// Execute on a finished run changes nothing.
-	again, err := h.eng.Execute(h.ctx, runID, p, h.wh)
+	again, err := h.rn.Execute(h.ctx, runID, p, h.wh)
 	if err != nil || again.Status != engine.StatusCompleted || len(h.events(runID)) != len(evs) {
 		t.Errorf("second Execute: %v, %s, %d events (had %d)", err, again.Status, len(h.events(runID)), len(evs))
 	}
@@ -115,7 +116,7 @@ func TestTestSeverity(t *testing.T) {
 				return engine.StepResult{Failures: 3}, nil
 			})
 			runID := h.start(p)
-			snap, err := h.eng.Execute(h.ctx, runID, p, h.wh)
+			snap, err := h.rn.Execute(h.ctx, runID, p, h.wh)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -123,7 +124,7 @@ func TestTestSeverity(t *testing.T) {
 			if got := stepOf(snap, "test.unique_id").Status; got != tc.want {
 				t.Fatalf("test step is %s, want %s", got, tc.want)
 			}
-			done := h.progress.phase(engine.PhaseStepDone)[0]
+			done := h.progress.phase(runner.PhaseStepDone)[0]
 			if done.Result.Failures != 3 {
 				t.Errorf("progress result %+v", done.Result)
 			}
@@ -151,14 +152,14 @@ func TestFailureSkipsDependents(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t)
-			h.eng.Config.Threads = 1
-			h.eng.Config.FailFast = tc.failFast
+			h.rn.Config.Threads = 1
+			h.rn.Config.FailFast = tc.failFast
 			p := chain([]string{"a", "b", "c", "d"}, map[string][]string{"b": {"a"}, "c": {"b"}})
 			h.wh.set("a", func(context.Context, engine.StepRequest, int) (engine.StepResult, error) {
 				return engine.StepResult{}, errors.New("syntax error near selec")
 			})
 			runID := h.start(p)
-			snap, err := h.eng.Execute(h.ctx, runID, p, h.wh)
+			snap, err := h.rn.Execute(h.ctx, runID, p, h.wh)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -188,7 +189,7 @@ func TestFailureSkipsDependents(t *testing.T) {
 				t.Error("fail-fast started d")
 			}
 			// Skipped steps are reported with an index too.
-			for _, x := range h.progress.phase(engine.PhaseStepDone) {
+			for _, x := range h.progress.phase(runner.PhaseStepDone) {
 				if x.Index < 1 || x.Index > 4 {
 					t.Errorf("%s reported with index %d", x.Step.ID, x.Index)
 				}
@@ -225,7 +226,7 @@ func TestTransientRetries(t *testing.T) {
 				return engine.StepResult{RowsAffected: 7}, nil
 			})
 			runID := h.start(p)
-			snap, err := h.eng.Execute(h.ctx, runID, p, h.wh)
+			snap, err := h.rn.Execute(h.ctx, runID, p, h.wh)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -264,7 +265,7 @@ func TestTransientRetries(t *testing.T) {
 			if !slices.Equal(h.sleeps, tc.wantBackoff) {
 				t.Errorf("backoffs %v, want %v", h.sleeps, tc.wantBackoff)
 			}
-			if n := len(h.progress.phase(engine.PhaseStepRetry)); n != len(tc.wantBackoff) {
+			if n := len(h.progress.phase(runner.PhaseStepRetry)); n != len(tc.wantBackoff) {
 				t.Errorf("%d retry reports", n)
 			}
 			if tc.wantStatus == engine.StepStatusFailed && (st.Error == nil || !st.Error.Retryable) {
@@ -281,7 +282,7 @@ func TestNonTransientErrorIsNotRetried(t *testing.T) {
 		return engine.StepResult{}, engine.Errorf(engine.CodePlanInvalid, "no such table: x")
 	})
 	runID := h.start(p)
-	snap, err := h.eng.Execute(h.ctx, runID, p, h.wh)
+	snap, err := h.rn.Execute(h.ctx, runID, p, h.wh)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,7 +301,7 @@ func TestStepTimeout(t *testing.T) {
 	p.Steps[0].Timeout = engine.Duration{Duration: 20 * time.Millisecond}
 	h.wh.set("slow", blockUntilDone(nil))
 	runID := h.start(p)
-	snap, err := h.eng.Execute(h.ctx, runID, p, h.wh)
+	snap, err := h.rn.Execute(h.ctx, runID, p, h.wh)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -357,8 +358,8 @@ func TestCancelSignalInterruptsRunningStep(t *testing.T) {
 
 func TestPauseDrainsAndResumes(t *testing.T) {
 	h := newHarness(t)
-	h.eng.Config.Threads = 1
-	h.eng.Config.DrainTimeout = time.Minute
+	h.rn.Config.Threads = 1
+	h.rn.Config.DrainTimeout = time.Minute
 	p := chain([]string{"a", "b"}, nil)
 	started := make(chan string, 1)
 	release := make(chan struct{})
@@ -481,7 +482,7 @@ func TestAdapterStartFailure(t *testing.T) {
 	h.wh.pingErr = errors.New("unable to open database file")
 	p := chain([]string{"a"}, nil)
 	runID := h.start(p)
-	snap, err := h.eng.Execute(h.ctx, runID, p, h.wh)
+	snap, err := h.rn.Execute(h.ctx, runID, p, h.wh)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -505,7 +506,7 @@ func TestLeaseHeldByAnotherRunner(t *testing.T) {
 	if err := h.store.AcquireLease(h.ctx, runID, "runner-b", time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	_, err := h.eng.Execute(h.ctx, runID, p, h.wh)
+	_, err := h.rn.Execute(h.ctx, runID, p, h.wh)
 	if !errors.Is(err, engine.ErrLeaseHeld) {
 		t.Fatalf("err %v, want LEASE_HELD", err)
 	}
@@ -539,7 +540,7 @@ func TestResumeAfterCrash(t *testing.T) {
 		t.Fatalf("after the crash: run %s, s3 %s", s.Status, stepOf(s, "s3").Status)
 	}
 
-	snap, err := h.eng.Resume(h.ctx, runID, p, h.wh)
+	snap, err := h.rn.Resume(h.ctx, runID, p, h.wh)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -572,7 +573,7 @@ func TestResumeAfterCrash(t *testing.T) {
 func TestSecretsNeverLeak(t *testing.T) {
 	const secret = "hunter2-very-secret"
 	h := newHarness(t)
-	h.eng.Secrets = func(name string) (string, bool) { return secret, name == "API_KEY" }
+	h.rn.Secrets = func(name string) (string, bool) { return secret, name == "API_KEY" }
 	p := &engine.Plan{PlanID: "p", PlanVersion: "1", Steps: []engine.PlanStep{
 		{ID: "sql.fails", Kind: engine.KindSQL, SQL: "select * from api where key = {{ secret('API_KEY') }}", Secrets: []engine.SecretRef{{Name: "API_KEY"}}},
 		{ID: "sql.echoes", Kind: engine.KindSQL, SQL: "select {{ secret('API_KEY') }}", Secrets: []engine.SecretRef{{Name: "API_KEY"}}},
@@ -588,7 +589,7 @@ func TestSecretsNeverLeak(t *testing.T) {
 		return engine.StepResult{Outputs: map[string]any{"value": req.Params[0]}}, nil
 	})
 	runID := h.start(p)
-	snap, err := h.eng.Execute(h.ctx, runID, p, h.wh)
+	snap, err := h.rn.Execute(h.ctx, runID, p, h.wh)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -606,7 +607,7 @@ func TestSecretsNeverLeak(t *testing.T) {
 		}
 	}
 	reported := 0
-	for _, x := range append(h.progress.phase(engine.PhaseStepDone), h.progress.phase(engine.PhaseStepRetry)...) {
+	for _, x := range append(h.progress.phase(runner.PhaseStepDone), h.progress.phase(runner.PhaseStepRetry)...) {
 		if x.Err == nil {
 			continue
 		}
@@ -628,19 +629,19 @@ func TestSecretsNeverLeak(t *testing.T) {
 
 func TestStoreGoesAwayMidRun(t *testing.T) {
 	h := newHarness(t)
-	h.eng.Config.Threads = 1
+	h.rn.Config.Threads = 1
 	ids := []string{"a", "b", "c", "d", "e"}
 	p := chain(ids, map[string][]string{"b": {"a"}, "c": {"b"}, "d": {"c"}, "e": {"d"}})
 	runID := h.start(p)
 	h.log.downAt.Store(3) // RunStarted; a started; a done + b started; then b's outcome fails
-	snap, err := h.eng.Execute(h.ctx, runID, p, h.wh)
+	snap, err := h.rn.Execute(h.ctx, runID, p, h.wh)
 	if engine.CodeOf(err) != engine.CodeStoreUnavailable {
 		t.Fatalf("Execute returned %v, want STORE_UNAVAILABLE", err)
 	}
 	if snap.Status != engine.StatusRunning {
 		t.Errorf("snapshot after the failure: %s", snap.Status)
 	}
-	if rd := h.progress.phase(engine.PhaseRunDone); len(rd) != 0 {
+	if rd := h.progress.phase(runner.PhaseRunDone); len(rd) != 0 {
 		t.Error("a run that stopped was reported done")
 	}
 	if s := engine.Project(runID, h.events(runID)); stepOf(s, "b").Status != engine.StepStatusRunning || stepOf(s, "a").Status != engine.StepStatusSuccess {
@@ -649,7 +650,7 @@ func TestStoreGoesAwayMidRun(t *testing.T) {
 
 	h.log.downAt.Store(0)
 	h.log.down.Store(false)
-	snap, err = h.eng.Resume(h.ctx, runID, p, h.wh)
+	snap, err = h.rn.Resume(h.ctx, runID, p, h.wh)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -672,7 +673,7 @@ func evTypes(evs []engine.RunEventRecord) []engine.EventType {
 
 func TestLeaseLostStopsTheRun(t *testing.T) {
 	h := newHarness(t)
-	h.eng.Config.LeaseTTL = 30 * time.Millisecond
+	h.rn.Config.LeaseTTL = 30 * time.Millisecond
 	p := chain([]string{"long", "next"}, map[string][]string{"next": {"long"}})
 	started := make(chan string, 1)
 	h.wh.set("long", blockUntilDone(started))
@@ -718,7 +719,7 @@ func TestExecuteRefuses(t *testing.T) {
 		{"unknown run", "00000000-0000-4000-8000-ffffffffffff", p, h.wh, engine.CodeRunNotFound},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := h.eng.Execute(h.ctx, tc.runID, tc.plan, tc.wh)
+			_, err := h.rn.Execute(h.ctx, tc.runID, tc.plan, tc.wh)
 			if engine.CodeOf(err) != tc.want {
 				t.Errorf("err %v, want %s", err, tc.want)
 			}
@@ -731,7 +732,7 @@ func TestExecuteRefuses(t *testing.T) {
 
 func TestResumeOfPausedRunWaitsForResume(t *testing.T) {
 	h := newHarness(t)
-	h.eng.Config.Threads = 1
+	h.rn.Config.Threads = 1
 	p := chain([]string{"a", "b"}, nil)
 	started := make(chan string, 1)
 	h.wh.set("a", func(ctx context.Context, req engine.StepRequest, call int) (engine.StepResult, error) {
@@ -806,7 +807,7 @@ func TestResumeStartsAnAcceptedRetry(t *testing.T) {
 	}
 
 	h.log.refuse.Store(nil)
-	snap, err := h.eng.Resume(h.ctx, runID, p, h.wh)
+	snap, err := h.rn.Resume(h.ctx, runID, p, h.wh)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package engine_test
+package runner_test
 
 import (
 	"bufio"
@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/runner"
 	"github.com/dvtrun/dvtrun/store/sqlite"
 )
 
@@ -67,16 +68,15 @@ func benchRun(b *testing.B, p *engine.Plan, threads int) (time.Duration, *sqlite
 	if err != nil {
 		b.Fatal(err)
 	}
-	eng := &engine.Engine{
-		Log: st, Clock: engine.ClockFunc(time.Now), IDs: &benchIDs{},
-		Config: engine.Config{TenantID: "acme", ProjectID: "bench", EnvironmentID: "bench", Threads: threads, Owner: "bench"},
-	}
+	cfg := engine.Config{TenantID: "acme", ProjectID: "bench", EnvironmentID: "bench"}
+	eng := &engine.Engine{Log: st, Clock: engine.ClockFunc(time.Now), IDs: &benchIDs{}, Config: cfg}
+	rn := &runner.Runner{Log: st, Clock: eng.Clock, IDs: eng.IDs, Config: runner.Config{Config: cfg, Threads: threads, Owner: "bench"}}
 	start := time.Now()
 	runID, err := eng.StartRun(ctx, engine.StartRequest{Plan: p})
 	if err != nil {
 		b.Fatal(err)
 	}
-	snap, err := eng.Execute(ctx, runID, p, wh)
+	snap, err := rn.Execute(ctx, runID, p, wh)
 	elapsed := time.Since(start)
 	if err != nil {
 		b.Fatal(err)

@@ -1,21 +1,23 @@
-package engine
+package runner
 
 import (
 	"container/heap"
 	"context"
 	"encoding/json"
 	"fmt"
+
+	"github.com/dvtrun/dvtrun/engine"
 )
 
 // signalPayload is SignalAccepted's and SignalRejected's payload. The
 // events are run-level, so the step a RETRY_STEP names travels here.
 type signalPayload struct {
-	SignalType  SignalType `json:"signalType"`
-	SignalID    string     `json:"signalId"`
-	SignalSeq   int64      `json:"signalSeq"`
-	StepID      string     `json:"stepId,omitempty"`
-	Reason      string     `json:"reason,omitempty"`
-	RequestedBy string     `json:"requestedBy,omitempty"`
+	SignalType  engine.SignalType `json:"signalType"`
+	SignalID    string            `json:"signalId"`
+	SignalSeq   int64             `json:"signalSeq"`
+	StepID      string            `json:"stepId,omitempty"`
+	Reason      string            `json:"reason,omitempty"`
+	RequestedBy string            `json:"requestedBy,omitempty"`
 	// RetryAttempt is the logical attempt an accepted RETRY_STEP starts, so
 	// a runner that crashed before starting it finds it in the log.
 	RetryAttempt int `json:"retryAttempt,omitempty"`
@@ -24,7 +26,7 @@ type signalPayload struct {
 // pollSignals handles the run's new signals in order, then checks the
 // drain timeout of a PAUSE. A failed read is retried at the next poll; a
 // failed write stops the run.
-func (r *runner) pollSignals(ctx context.Context) error {
+func (r *execution) pollSignals(ctx context.Context) error {
 	sigs, err := r.e.Log.ListSignals(ctx, r.runID, r.sigSeq)
 	if err != nil {
 		return nil
@@ -46,45 +48,45 @@ func (r *runner) pollSignals(ctx context.Context) error {
 // seq as logicalAttemptId: the idempotency key of run-level events has no
 // other field that tells two PAUSEs apart, and a signal handled again after
 // a crash dedupes.
-func (r *runner) decision(sg Signal, accepted bool, reason string, retryAttempt int) emission {
-	t := SignalAccepted
+func (r *execution) decision(sg engine.Signal, accepted bool, reason string, retryAttempt int) engine.Emission {
+	t := engine.SignalAccepted
 	if !accepted {
-		t = SignalRejected
+		t = engine.SignalRejected
 	}
 	if reason == "" {
 		reason = sg.Reason
 	}
-	return emission{typ: t, attempt: int(sg.Seq), payload: signalPayload{
+	return engine.Emission{Type: t, Attempt: int(sg.Seq), Payload: signalPayload{
 		SignalType: sg.Type, SignalID: sg.SignalID, SignalSeq: sg.Seq, StepID: sg.StepID,
 		Reason: reason, RequestedBy: sg.RequestedBy, RetryAttempt: retryAttempt,
 	}}
 }
 
-func (r *runner) reject(ctx context.Context, sg Signal, format string, args ...any) error {
+func (r *execution) reject(ctx context.Context, sg engine.Signal, format string, args ...any) error {
 	return r.emit(ctx, r.decision(sg, false, fmt.Sprintf(format, args...), 0))
 }
 
-func (r *runner) applySignal(ctx context.Context, sg Signal) error {
-	runEvent := func(t EventType) emission {
-		return emission{typ: t, attempt: int(sg.Seq), payload: map[string]any{"signalId": sg.SignalID, "reason": sg.Reason, "requestedBy": sg.RequestedBy}}
+func (r *execution) applySignal(ctx context.Context, sg engine.Signal) error {
+	runEvent := func(t engine.EventType) engine.Emission {
+		return engine.Emission{Type: t, Attempt: int(sg.Seq), Payload: map[string]any{"signalId": sg.SignalID, "reason": sg.Reason, "requestedBy": sg.RequestedBy}}
 	}
 	switch sg.Type {
-	case SignalPause:
-		if r.run != StatusRunning {
+	case engine.SignalPause:
+		if r.run != engine.StatusRunning {
 			return r.reject(ctx, sg, "PAUSE needs a RUNNING run; run %s is %s", r.runID, r.run)
 		}
-		if err := r.emit(ctx, r.decision(sg, true, "", 0), runEvent(RunPaused)); err != nil {
+		if err := r.emit(ctx, r.decision(sg, true, "", 0), runEvent(engine.RunPaused)); err != nil {
 			return err
 		}
-		r.run = StatusPaused
+		r.run = engine.StatusPaused
 		r.pausedAt, r.pauseSeq, r.drainAlerted = r.e.Clock.Now(), sg.Seq, false
 		return nil
-	case SignalResume:
-		if r.run != StatusPaused {
+	case engine.SignalResume:
+		if r.run != engine.StatusPaused {
 			return r.reject(ctx, sg, "RESUME needs a PAUSED run; run %s is %s", r.runID, r.run)
 		}
-		ems := []emission{r.decision(sg, true, "", 0), runEvent(RunResumed)}
-		r.run = StatusRunning
+		ems := []engine.Emission{r.decision(sg, true, "", 0), runEvent(engine.RunResumed)}
+		r.run = engine.StatusRunning
 		if x, ok := r.final(); ok {
 			ems = append(ems, x)
 		}
@@ -92,24 +94,24 @@ func (r *runner) applySignal(ctx context.Context, sg Signal) error {
 			return err
 		}
 		if len(ems) == 3 {
-			r.run = RunStatus(mustTarget(ems[2].typ))
+			r.run = engine.RunStatus(mustTarget(ems[2].Type))
 		}
 		return nil
-	case SignalCancel:
-		if r.run != StatusRunning && r.run != StatusPaused {
+	case engine.SignalCancel:
+		if r.run != engine.StatusRunning && r.run != engine.StatusPaused {
 			return r.reject(ctx, sg, "CANCEL needs a RUNNING or PAUSED run; run %s is %s", r.runID, r.run)
 		}
-		return r.cancel(ctx, sg, runEvent(RunCancelled))
-	case SignalRetryStep:
+		return r.cancel(ctx, sg, runEvent(engine.RunCancelled))
+	case engine.SignalRetryStep:
 		i, ok := r.pos[sg.StepID]
 		switch {
 		case !ok:
 			return r.reject(ctx, sg, "RETRY_STEP names step %q, which plan %s does not have", sg.StepID, r.p.PlanID)
-		case r.run != StatusRunning:
+		case r.run != engine.StatusRunning:
 			return r.reject(ctx, sg, "RETRY_STEP needs a RUNNING run; run %s is %s", r.runID, r.run)
 		case r.failFast != "":
 			return r.reject(ctx, sg, "fail-fast stopped scheduling after step %s failed", r.failFast)
-		case r.status[i] != StepStatusFailed:
+		case r.status[i] != engine.StepStatusFailed:
 			return r.reject(ctx, sg, "RETRY_STEP needs a FAILED step; step %s is %s", sg.StepID, r.status[i])
 		case r.retry[i]:
 			return r.reject(ctx, sg, "step %s is already waiting to be retried", sg.StepID)
@@ -124,7 +126,7 @@ func (r *runner) applySignal(ctx context.Context, sg Signal) error {
 	return r.reject(ctx, sg, "unknown signal type %q", sg.Type)
 }
 
-func (r *runner) queueRetry(i, attempt int) {
+func (r *execution) queueRetry(i, attempt int) {
 	r.logical[i] = attempt
 	r.retry[i] = true
 	heap.Push(&r.ready, i)
@@ -133,7 +135,7 @@ func (r *runner) queueRetry(i, attempt int) {
 // cancel interrupts the steps in flight through their contexts, waits for
 // them, and records in one batch: the decision, their outcomes, the
 // StepSkipped of every step not started, and RunCancelled.
-func (r *runner) cancel(ctx context.Context, sg Signal, cancelled emission) error {
+func (r *execution) cancel(ctx context.Context, sg engine.Signal, cancelled engine.Emission) error {
 	for _, fl := range r.inflight {
 		fl.cancel()
 	}
@@ -153,20 +155,20 @@ func (r *runner) cancel(ctx context.Context, sg Signal, cancelled emission) erro
 	if sg.Reason != "" {
 		reason += ": " + sg.Reason
 	}
-	var skips []emission
+	var skips []engine.Emission
 	var reports []Progress
 	for i := range r.steps {
-		if r.status[i] == StepStatusPending {
+		if r.status[i] == engine.StepStatusPending {
 			skips, reports = r.skip(i, reason, skips, reports)
 		}
 	}
-	ems := []emission{r.decision(sg, true, "", 0)}
+	ems := []engine.Emission{r.decision(sg, true, "", 0)}
 	ems, reports = r.completion(outs, ems, reports)
 	for _, i := range r.rerun {
 		// Started by an earlier runner and never resumed: they end here.
-		r.setStatus(i, StepStatusFailed)
-		ems = append(ems, emission{typ: StepFailed, step: r.steps[i].ID, attempt: r.logical[i], engine: r.engineAtt[i], payload: map[string]any{
-			"error": ErrorInfo{Code: string(CodeStepCancelled), Message: reason},
+		r.setStatus(i, engine.StepStatusFailed)
+		ems = append(ems, engine.Emission{Type: engine.StepFailed, Step: r.steps[i].ID, Attempt: r.logical[i], EngineAttempt: r.engineAtt[i], Payload: map[string]any{
+			"error": engine.ErrorInfo{Code: string(engine.CodeStepCancelled), Message: reason},
 		}})
 	}
 	r.rerun = nil
@@ -176,15 +178,15 @@ func (r *runner) cancel(ctx context.Context, sg Signal, cancelled emission) erro
 	if err := r.emit(ctx, ems...); err != nil {
 		return err
 	}
-	r.run = StatusCancelled
+	r.run = engine.StatusCancelled
 	r.reportAll(reports)
 	return nil
 }
 
 // checkDrain raises PAUSE_DRAIN_TIMEOUT once per PAUSE when steps are still
 // running DrainTimeout after it.
-func (r *runner) checkDrain(ctx context.Context) {
-	if r.run != StatusPaused || len(r.inflight) == 0 || r.drainAlerted {
+func (r *execution) checkDrain(ctx context.Context) {
+	if r.run != engine.StatusPaused || len(r.inflight) == 0 || r.drainAlerted {
 		return
 	}
 	now := r.e.Clock.Now()
@@ -197,8 +199,8 @@ func (r *runner) checkDrain(ctx context.Context) {
 		running = append(running, r.steps[i].ID)
 	}
 	payload, _ := json.Marshal(map[string]any{"pauseSignalSeq": r.pauseSeq, "runningSteps": running, "drainTimeoutMs": r.cfg.DrainTimeout.Milliseconds()})
-	_, err := r.e.Log.RecordAlert(ctx, Alert{
-		Key: fmt.Sprintf("%s|%s|%d", CodePauseDrainTimeout, r.runID, r.pauseSeq), Code: CodePauseDrainTimeout, Severity: SeverityP2,
+	_, err := r.e.Log.RecordAlert(ctx, engine.Alert{
+		Key: fmt.Sprintf("%s|%s|%d", engine.CodePauseDrainTimeout, r.runID, r.pauseSeq), Code: engine.CodePauseDrainTimeout, Severity: engine.SeverityP2,
 		RunID: r.runID, TenantID: r.meta.TenantID, ProjectID: r.meta.ProjectID, EnvironmentID: r.meta.EnvironmentID,
 		Message: fmt.Sprintf("run %s is PAUSED but %d step(s) still run %s after the PAUSE (drain timeout %s); RESUME may proceed",
 			r.runID, len(running), waited, r.cfg.DrainTimeout),

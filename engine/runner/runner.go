@@ -1,0 +1,192 @@
+// Package runner is dvtrun's local adapter: it executes a queued run's
+// steps on a warehouse and records their events through engine's Emitter.
+// Package engine keeps the contract the runner writes to.
+package runner
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/dvtrun/dvtrun/engine"
+)
+
+// Log is what the runner needs of the state store; store.Store satisfies
+// it.
+type Log interface {
+	engine.EventReader
+	engine.AlertRecorder
+	engine.EventAppender
+	GetRun(ctx context.Context, runID string) (engine.RunMetadata, error)
+	SetProviderRunRef(ctx context.Context, runID, ref string) error
+	ListSignals(ctx context.Context, runID string, afterSeq int64) ([]engine.Signal, error)
+	AcquireLease(ctx context.Context, runID, owner string, ttl time.Duration) error
+	ReleaseLease(ctx context.Context, runID, owner string) error
+}
+
+// Config is the runner's configuration; the CLI fills it from flags and
+// the environment. The embedded engine.Config's trigger goes into
+// RunStarted's context.
+type Config struct {
+	engine.Config
+	Threads      int           // parallel steps (default 4)
+	FailFast     bool          // stop scheduling after the first failure
+	Owner        string        // this runner's id, for leases
+	LeaseTTL     time.Duration // default 30s
+	SignalPoll   time.Duration // default 250ms
+	DrainTimeout time.Duration // PAUSE drain limit (default 5m)
+	Retry        RetryPolicy
+}
+
+// RetryPolicy governs transient-error retries of a step (new engine
+// attempts of the same logical attempt).
+type RetryPolicy struct {
+	Max     int           // retries after the first attempt (default 3; negative: none)
+	Initial time.Duration // first backoff (default 200ms)
+	Ceiling time.Duration // largest backoff (default 5s)
+	Jitter  float64       // ± fraction of each backoff (default 0.2)
+}
+
+// Backoff is the wait before engine attempt n+1 (n >= 1), exponential with
+// jitter; r is a uniform draw in [0, 1).
+func (p RetryPolicy) Backoff(n int, r float64) time.Duration {
+	d := p.Initial << (n - 1)
+	if d > p.Ceiling || d <= 0 {
+		d = p.Ceiling
+	}
+	return time.Duration(float64(d) * (1 + p.Jitter*(2*r-1)))
+}
+
+func (c Config) withDefaults() Config {
+	if c.Threads <= 0 {
+		c.Threads = 4
+	}
+	if c.LeaseTTL <= 0 {
+		c.LeaseTTL = 30 * time.Second
+	}
+	if c.SignalPoll <= 0 {
+		c.SignalPoll = 250 * time.Millisecond
+	}
+	if c.DrainTimeout <= 0 {
+		c.DrainTimeout = 5 * time.Minute
+	}
+	if c.Retry.Max == 0 {
+		c.Retry.Max = 3
+	}
+	if c.Retry.Initial <= 0 {
+		c.Retry.Initial = 200 * time.Millisecond
+	}
+	if c.Retry.Ceiling <= 0 {
+		c.Retry.Ceiling = 5 * time.Second
+	}
+	if c.Retry.Jitter == 0 {
+		c.Retry.Jitter = 0.2
+	}
+	c.Config = c.Config.WithDefaults()
+	return c
+}
+
+// Runner is the local adapter's side of a run: Execute, Resume and
+// AbortStart. A run is started with engine.Engine's StartRun.
+type Runner struct {
+	Log     Log
+	Clock   engine.Clock
+	IDs     engine.IDSource
+	Rand    func() float64                                   // uniform in [0,1), for jitter (nil: no jitter)
+	Sleep   func(ctx context.Context, d time.Duration) error // waits d or until ctx ends (nil: a timer)
+	Secrets engine.SecretLookup
+	Observe Observer // nil: no progress reports
+	Config  Config
+}
+
+// AbortStart records that the adapter could not start a queued run:
+// RunQueued is followed by RunFailed, and no RunStarted is ever written.
+func (e *Runner) AbortStart(ctx context.Context, runID string, cause error) error {
+	meta, err := e.Log.GetRun(ctx, runID)
+	if err != nil {
+		return err
+	}
+	em := engine.NewEmitter(e.Log, e.Clock, e.IDs, meta)
+	em.SetRunStatus(engine.StatusQueued)
+	_, err = em.Emit(ctx, engine.Emission{Type: engine.RunFailed, Attempt: 1, Payload: map[string]any{
+		"error": engine.ErrorInfo{Code: "ADAPTER_START_FAILED", Message: fmt.Sprintf("the %s adapter could not start: %v", engine.AdapterName, cause)},
+	}})
+	return err
+}
+
+// Observer receives the runner's progress reports; the CLI prints them in
+// dbt's console style. Reports arrive from several goroutines (one per
+// thread), so an Observer must be safe for concurrent use.
+type Observer interface {
+	Report(Progress)
+}
+
+// ObserverFunc adapts a function to Observer.
+type ObserverFunc func(Progress)
+
+// Report calls f.
+func (f ObserverFunc) Report(p Progress) { f(p) }
+
+// Phase says what a Progress report is about.
+type Phase string
+
+const (
+	PhaseRunStarted  Phase = "run_started"  // Threads and Total are set
+	PhaseStepStarted Phase = "step_started" // Index, Total, Step
+	PhaseStepDone    Phase = "step_done"    // + Status, Result, Err, Elapsed
+	PhaseStepRetry   Phase = "step_retry"   // a transient error; EngineAttempt is the next attempt
+	PhaseRunDone     Phase = "run_done"     // Snapshot
+)
+
+// Progress is one report of a run's progress.
+type Progress struct {
+	Phase         Phase
+	RunID         string
+	Threads       int
+	Index         int // 1-based position of the step in start order
+	Total         int // number of steps in the plan
+	Step          engine.PlanStep
+	Status        engine.StepStatus // SUCCESS, FAILED or SKIPPED for PhaseStepDone
+	Result        engine.StepResult
+	Err           error  // the step's error (secrets redacted), PhaseStepDone/PhaseStepRetry
+	SkipReason    string // for SKIPPED
+	EngineAttempt int
+	Elapsed       time.Duration
+	Snapshot      *engine.Snapshot // PhaseRunDone
+	// Warning is set on a SUCCESS step that succeeded with a warning: a
+	// warn-severity test that returned rows (Result.Failures says how many).
+	Warning string
+	// LogicalAttempt is the step's logical attempt (2 and up after RETRY_STEP).
+	LogicalAttempt int
+}
+
+func (e *Runner) report(p Progress) {
+	if e.Observe != nil {
+		e.Observe.Report(p)
+	}
+}
+
+// Execute is the local adapter's side of a queued run: it takes the run's
+// lease, emits RunStarted, runs the plan's steps on the warehouse in
+// dependency order, and ends the run with RunCompleted, RunFailed or
+// RunCancelled. It returns the final snapshot; a run that failed is not an
+// error (the snapshot says FAILED), a store that failed is.
+//
+// Execute on a run that already progressed (after a crash, or by another
+// runner whose lease expired) rebuilds the run's state from its log and
+// carries on: SUCCESS steps never run again, and steps the log shows RUNNING
+// run again as new engine attempts of the same logical attempt. A warehouse
+// that cannot start (its optional Ping fails) fails a queued run with
+// RunQueued → RunFailed and no RunStarted; that too is reported in the
+// snapshot, not as an error.
+//
+// Models without a materialization are built as views, dbt's default.
+func (e *Runner) Execute(ctx context.Context, runID string, p *engine.Plan, wh engine.Warehouse) (engine.Snapshot, error) {
+	return e.execute(ctx, runID, p, wh)
+}
+
+// Resume rebuilds a run's state from its log and carries on where it
+// stopped: no SUCCESS step runs again and nothing is duplicated in the log.
+func (e *Runner) Resume(ctx context.Context, runID string, p *engine.Plan, wh engine.Warehouse) (engine.Snapshot, error) {
+	return e.Execute(ctx, runID, p, wh)
+}

@@ -109,8 +109,12 @@ func (e *Engine) GetRunStatus(ctx context.Context, runID string) (Snapshot, erro
 	if _, err := e.Log.GetRun(ctx, runID); err != nil {
 		return Snapshot{}, err
 	}
-	p := Projector{Events: e.Log, Alerts: e.Log, Clock: e.Clock}
-	return p.Load(ctx, runID)
+	events, err := e.Log.ListEvents(ctx, runID, 0, 0)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	snap := Project(runID, events)
+	return snap, RecordAlerts(ctx, e.Log, snap.InvalidTransitionAlerts())
 }
 
 // Signal stores a signal for the run's runner, wherever it runs.

@@ -74,6 +74,10 @@ type Snapshot struct {
 	Error         *ErrorInfo  `json:"error,omitempty"`
 	// Steps are in the order the log first mentions them.
 	Steps []StepSnapshot `json:"steps"`
+	// StaleThrough is, while Stale, the watermark of the resync that marked
+	// it: the snapshot is trusted again once a resync reads a log without
+	// holes or the watermark has moved past this (ExecutionSemantics §1.1).
+	StaleThrough int64 `json:"staleThrough,omitempty"`
 
 	index map[string]int // stepId -> position in Steps
 	// seen holds the state-changing events reduced so far: a re-delivered

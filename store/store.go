@@ -70,6 +70,9 @@ type Store interface {
 	// ReleaseLease frees the lease if owner holds it.
 	ReleaseLease(ctx context.Context, runID, owner string) error
 
+	LeaseReader
+	SnapshotStore
+
 	Close() error
 }
 

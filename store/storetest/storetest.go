@@ -64,6 +64,8 @@ func Run(t *testing.T, b Backend) {
 		{"Signals", testSignals},
 		{"Leases", testLeases},
 		{"RunsAndProviderRef", testRuns},
+		{"LiveSnapshots", testSnapshots},
+		{"GetLease", testGetLease},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, b) })

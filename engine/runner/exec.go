@@ -72,6 +72,7 @@ type execution struct {
 	run          engine.RunStatus
 	failFast     string // set once fail-fast stopped scheduling: the step that failed
 	sigSeq       int64  // last signal seq handled
+	rejected     string // why the signal being handled was rejected ("" = applied)
 	pausedAt     time.Time
 	pauseSeq     int64
 	drainAlerted bool
@@ -650,6 +651,9 @@ func (r *execution) complete(ctx context.Context, outs []outcome) error {
 		return err
 	}
 	r.reportAll(reports)
+	if r.run == engine.StatusPaused && len(r.inflight) == 0 {
+		r.e.report(Progress{Phase: PhaseDrained, RunID: r.runID, Total: len(r.steps)})
+	}
 	r.launch(ctx, starts)
 	return nil
 }

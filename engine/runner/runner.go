@@ -97,6 +97,16 @@ type Runner struct {
 	Secrets engine.SecretLookup
 	Observe Observer // nil: no progress reports
 	Config  Config
+	// Signals decides who may send which signal (engine/config's
+	// SignalPolicy); nil: everyone may. The runner is where it is enforced:
+	// every signal reaches the run through this check, whoever stored it.
+	Signals SignalAuthorizer
+}
+
+// SignalAuthorizer reports whether actor may send a signal of type t to a
+// run in environment and, when not, why.
+type SignalAuthorizer interface {
+	Allows(actor string, t engine.SignalType, environment string) (bool, string)
 }
 
 // AbortStart records that the adapter could not start a queued run:
@@ -136,6 +146,12 @@ const (
 	PhaseStepDone    Phase = "step_done"    // + Status, Result, Err, Elapsed
 	PhaseStepRetry   Phase = "step_retry"   // a transient error; EngineAttempt is the next attempt
 	PhaseRunDone     Phase = "run_done"     // Snapshot
+	// PhaseSignal: a signal sent from elsewhere was decided. Signal is set;
+	// Rejected says why it was refused ("" when applied); InFlight counts
+	// the steps still running (draining, after a PAUSE).
+	PhaseSignal Phase = "signal"
+	// PhaseDrained: the last step in flight during a PAUSE has finished.
+	PhaseDrained Phase = "drained"
 )
 
 // Progress is one report of a run's progress.
@@ -158,6 +174,10 @@ type Progress struct {
 	Warning string
 	// LogicalAttempt is the step's logical attempt (2 and up after RETRY_STEP).
 	LogicalAttempt int
+	// Signal, Rejected and InFlight describe a PhaseSignal report.
+	Signal   *engine.Signal
+	Rejected string
+	InFlight int
 }
 
 func (e *Runner) report(p Progress) {

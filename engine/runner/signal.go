@@ -35,7 +35,7 @@ func (r *execution) pollSignals(ctx context.Context) error {
 		if r.run.Terminal() {
 			break
 		}
-		if err := r.applySignal(ctx, sg); err != nil {
+		if err := r.handleSignal(ctx, sg); err != nil {
 			return err
 		}
 		r.sigSeq = sg.Seq
@@ -63,7 +63,33 @@ func (r *execution) decision(sg engine.Signal, accepted bool, reason string, ret
 }
 
 func (r *execution) reject(ctx context.Context, sg engine.Signal, format string, args ...any) error {
-	return r.emit(ctx, r.decision(sg, false, fmt.Sprintf(format, args...), 0))
+	r.rejected = fmt.Sprintf(format, args...)
+	return r.emit(ctx, r.decision(sg, false, r.rejected, 0))
+}
+
+// handleSignal checks the signal against the signals policy, applies it,
+// and reports the decision: a signal the policy does not allow is recorded
+// as SignalRejected with the reason and changes nothing.
+func (r *execution) handleSignal(ctx context.Context, sg engine.Signal) error {
+	r.rejected = ""
+	if r.e.Signals != nil {
+		if ok, why := r.e.Signals.Allows(sg.RequestedBy, sg.Type, r.meta.EnvironmentID); !ok {
+			if err := r.reject(ctx, sg, "%s", why); err != nil {
+				return err
+			}
+			r.reportSignal(sg)
+			return nil
+		}
+	}
+	if err := r.applySignal(ctx, sg); err != nil {
+		return err
+	}
+	r.reportSignal(sg)
+	return nil
+}
+
+func (r *execution) reportSignal(sg engine.Signal) {
+	r.e.report(Progress{Phase: PhaseSignal, RunID: r.runID, Total: len(r.steps), Signal: &sg, Rejected: r.rejected, InFlight: len(r.inflight)})
 }
 
 func (r *execution) applySignal(ctx context.Context, sg engine.Signal) error {

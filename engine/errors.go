@@ -35,6 +35,10 @@ const (
 	CodePauseDrainTimeout          Code = "PAUSE_DRAIN_TIMEOUT"
 	CodeEventBusDeliveryFailed     Code = "EVENT_BUS_DELIVERY_FAILED"
 	CodeWriteLatencyBudgetExceeded Code = "WRITE_LATENCY_BUDGET_EXCEEDED"
+	// CodeSignalRejected: the run's runner recorded SignalRejected for a
+	// signal the CLI sent (not allowed by the signals policy, or not
+	// applicable to the run's state).
+	CodeSignalRejected Code = "SIGNAL_REJECTED"
 )
 
 // Error is an error with a contract code and a human sentence. Meta carries

@@ -89,12 +89,14 @@ type cli struct {
 type globals struct {
 	store, warehouse             string
 	tenant, project, environment string
+	config                       string // --config FILE: sinks and the signals policy
 }
 
 func (g *globals) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.store, "store", g.store, "state store `URL`: sqlite:PATH or snowflake://DSN (env DVT_STORE)")
 	fs.StringVar(&g.warehouse, "warehouse", g.warehouse, "warehouse `URL`: sqlite:PATH or snowflake://DSN (env DVT_WAREHOUSE)")
 	fs.StringVar(&g.tenant, "tenant", g.tenant, "tenant id (env DVT_TENANT)")
+	fs.StringVar(&g.config, "config", g.config, "configuration `FILE`: sinks, signals policy (env DVT_CONFIG)")
 	fs.StringVar(&g.project, "project", g.project, "project id (env DVT_PROJECT)")
 	fs.StringVar(&g.environment, "environment", g.environment, "environment id (env DVT_ENVIRONMENT)")
 }
@@ -138,6 +140,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, env func(
 		tenant:      envOr(env, "DVT_TENANT", "default"),
 		project:     envOr(env, "DVT_PROJECT", "default"),
 		environment: envOr(env, "DVT_ENVIRONMENT", "dev"),
+		config:      env("DVT_CONFIG"),
 	}
 	top := flag.NewFlagSet("dvtrun", flag.ContinueOnError)
 	top.SetOutput(io.Discard)

@@ -122,11 +122,16 @@ func cmdRuns(ctx context.Context, c *cli, args []string) error {
 }
 
 func cmdStatus(ctx context.Context, c *cli, args []string) error {
-	fs := c.newFlagSet("status", "RUN_ID", "Show a run and its steps as the Go reducer derives them from the event log.")
-	asJSON := fs.Bool("json", false, "print JSON")
+	fs := c.newFlagSet("status", "RUN_ID", "Show a run and its steps as the Go reducer derives them from the event log.\nWith --follow, show the run live until it ends; exit as `run` would (0 COMPLETED, 1 FAILED or CANCELLED).")
+	asJSON := fs.Bool("json", false, "print JSON (with --follow: one snapshot per line, per change)")
+	follow := fs.Bool("follow", false, "show the run live: steps as they change, PAUSED/DRAINING, until the run ends")
+	interval := fs.Duration("interval", 500*time.Millisecond, "with --follow, how often to read the log (each read is one query; see README for Snowflake)")
 	pos, err := c.parse(fs, args, 1, 1)
 	if err != nil {
 		return err
+	}
+	if *interval < 10*time.Millisecond {
+		return engine.Errorf(engine.CodeInvalidArgument, "--interval must be at least 10ms")
 	}
 	st, err := c.openStore(ctx, true)
 	if err != nil {
@@ -136,6 +141,9 @@ func cmdStatus(ctx context.Context, c *cli, args []string) error {
 	meta, err := c.loadRun(ctx, st, pos[0])
 	if err != nil {
 		return err
+	}
+	if *follow {
+		return c.follow(ctx, st, meta, *interval, *asJSON)
 	}
 	snap, err := c.engineFor(st).GetRunStatus(ctx, meta.RunID)
 	if err != nil {

@@ -234,6 +234,10 @@ func cmdRun(ctx context.Context, c *cli, args []string) error {
 	if err != nil {
 		return err
 	}
+	cfg, err := c.loadConfig()
+	if err != nil {
+		return err
+	}
 	st, err := c.openStore(ctx, false)
 	if err != nil {
 		return err
@@ -251,7 +255,9 @@ func cmdRun(ctx context.Context, c *cli, args []string) error {
 	}
 	fmt.Fprintf(c.stdout, "Running plan %s@%s (%d steps) as run %s\n", p.PlanID, p.PlanVersion, len(p.Steps), runID)
 	con.start = time.Now()
-	snap, err := c.newRunner(st, f, con, lookup).Execute(ctx, runID, p, wh)
+	rn := c.newRunner(st, f, con, lookup)
+	rn.Signals = cfg.Signals
+	snap, err := rn.Execute(ctx, runID, p, wh)
 	return c.finishRun(ctx, con, runID, pos[0], snap, err)
 }
 
@@ -271,6 +277,10 @@ func cmdResume(ctx context.Context, c *cli, args []string) error {
 		return err
 	}
 	lookup, err := c.secretLookup(f.secretsFile)
+	if err != nil {
+		return err
+	}
+	cfg, err := c.loadConfig()
 	if err != nil {
 		return err
 	}
@@ -305,6 +315,7 @@ func cmdResume(ctx context.Context, c *cli, args []string) error {
 	defer wh.Close()
 	con := newConsole(c, targetName)
 	rn := c.newRunner(st, f, con, lookup)
+	rn.Signals = cfg.Signals
 	fmt.Fprintf(c.stdout, "Resuming run %s of plan %s@%s\n", meta.RunID, p.PlanID, p.PlanVersion)
 	con.start = time.Now()
 	snap, err = rn.Resume(ctx, meta.RunID, p, wh)
@@ -329,6 +340,13 @@ func (c *cli) finishRun(ctx context.Context, con *console, runID, planPath strin
 	}
 	con.summary()
 	fmt.Fprintf(c.stdout, "Run %s %s\n", runID, snap.Status)
+	return runOutcome(runID, planPath, snap)
+}
+
+// runOutcome turns a run's final status into the command's result: nil
+// for COMPLETED, an exit-1 error naming what went wrong otherwise. `run`,
+// `resume` and `status --follow` end alike.
+func runOutcome(runID, planPath string, snap engine.Snapshot) error {
 	switch snap.Status {
 	case engine.StatusCompleted:
 		return nil
@@ -430,6 +448,35 @@ func (o *console) Report(p runner.Progress) {
 		fmt.Fprintf(o.w, "%sRETRY %s (engine attempt %d)%s\n", prefix, describe(p.Step), p.EngineAttempt, o.c.redact(msg))
 	case runner.PhaseStepDone:
 		o.stepDone(p, prefix, rel)
+	case runner.PhaseSignal:
+		o.signal(p)
+	case runner.PhaseDrained:
+		fmt.Fprintln(o.w, "Drained: no step in flight; the run stays PAUSED until it is resumed")
+	}
+}
+
+// signal says what a signal sent from elsewhere did to the run.
+func (o *console) signal(p runner.Progress) {
+	sg := p.Signal
+	by := "by " + terminalSafe(sg.RequestedBy)
+	if sg.RequestedBy == "" {
+		by = "by an unnamed actor"
+	}
+	why := ""
+	if sg.Reason != "" {
+		why = " (" + terminalSafe(oneLine(sg.Reason)) + ")"
+	}
+	switch {
+	case p.Rejected != "":
+		fmt.Fprintf(o.w, "Signal %s %s rejected: %s\n", sg.Type, by, o.c.redact(terminalSafe(oneLine(p.Rejected))))
+	case sg.Type == engine.SignalPause:
+		fmt.Fprintf(o.w, "PAUSED %s%s: no new steps start; %d step(s) in flight draining\n", by, why, p.InFlight)
+	case sg.Type == engine.SignalResume:
+		fmt.Fprintf(o.w, "RESUMED %s%s\n", by, why)
+	case sg.Type == engine.SignalCancel:
+		fmt.Fprintf(o.w, "CANCELLED %s%s\n", by, why)
+	case sg.Type == engine.SignalRetryStep:
+		fmt.Fprintf(o.w, "RETRY of %s requested %s%s\n", terminalSafe(sg.StepID), by, why)
 	}
 }
 

@@ -94,8 +94,10 @@ type followPrinter struct {
 // changes prints what moved from prev to next and reports whether anything
 // did.
 func (o *followPrinter) changes(prev, next engine.Snapshot) bool {
+	// Steps first (the run's state follows from theirs), but for the first
+	// picture, which starts with the run.
 	var lines [][2]string
-	if runLine(prev) != runLine(next) {
+	if prev.Status == "" {
 		lines = append(lines, [2]string{"run", runLine(next)})
 	}
 	for _, s := range next.Steps {
@@ -107,6 +109,9 @@ func (o *followPrinter) changes(prev, next engine.Snapshot) bool {
 			continue
 		}
 		lines = append(lines, [2]string{"step", o.stepLine(s)})
+	}
+	if prev.Status != "" && runLine(prev) != runLine(next) {
+		lines = append(lines, [2]string{"run", runLine(next)})
 	}
 	if len(lines) == 0 {
 		return false

@@ -1,9 +1,13 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/store/sqlite"
 )
 
 // TestFollowFinishedRun: following a run that already ended prints its
@@ -48,14 +52,44 @@ func TestFollowFinishedRun(t *testing.T) {
 
 func TestTerminalSafe(t *testing.T) {
 	cases := map[string]string{
-		"plain ünïcødé":     "plain ünïcødé",
-		"clear\x1b[2Jthis":  `clear\x1b[2Jthis`,
-		"bell\a tab\t nl\n": `bell\x07 tab\x09 nl\x0a`,
+		"plain ünïcødé":      "plain ünïcødé",
+		"clear\x1b[2Jthis":   `clear\x1b[2Jthis`,
+		"bell\a tab\t nl\n":  `bell\x07 tab\x09 nl\x0a`,
 		"c1 \u009b del \x7f": `c1 \x9b del \x7f`,
 	}
 	for in, want := range cases {
 		if got := terminalSafe(in); got != want {
 			t.Errorf("terminalSafe(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// TestProjectOnce: `project --once` stores one snapshot per run and then has
+// nothing left to do; the stored snapshot is the run's status.
+func TestProjectOnce(t *testing.T) {
+	h := newHarness(t)
+	h.run("run", fixture("ok", "plan.yaml"))
+	runID := h.onlyRun()
+	for _, want := range []string{"Projected 1 snapshot(s).", "Projected 0 snapshot(s)."} {
+		r := h.run("project", "--once")
+		if r.code != 0 || !strings.Contains(r.stdout, want) {
+			t.Fatalf("project --once: exit %d, %q, want %q (%s)", r.code, r.stdout, want, r.stderr)
+		}
+	}
+	st, err := sqlite.Open(context.Background(), h.statePath(), sqlite.Options{MustExist: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	state, version, err := st.LoadSnapshot(context.Background(), runID)
+	if err != nil || version != 1 {
+		t.Fatalf("stored version %d, %v", version, err)
+	}
+	stored, err := engine.UnmarshalSnapshotState(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := engine.DiffSnapshots(stored, h.statusOf(runID)); len(d) > 0 {
+		t.Fatalf("stored snapshot differs from status: %+v", d)
 	}
 }

@@ -128,6 +128,7 @@ func commands() []command {
 		{"export", "RUN_ID", "write a run's audit export (JSON bundle or CSV)", cmdExport},
 		{"plan", "validate|import-dbt", "validate a plan, import a dbt manifest", cmdPlan},
 		{"verify", "[RUN_ID | --all]", "compare the SQL projection with the Go reducer", cmdVerify},
+		{"project", "[--once]", "keep the live snapshot table current", cmdProject},
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 //go:embed sqlite snowflake
@@ -116,4 +117,30 @@ func Queries(dialect, name string) (map[string]string, error) {
 		return nil, err
 	}
 	return out, nil
+}
+
+var (
+	parsedMu sync.Mutex
+	parsed   = map[string]map[string]string{}
+)
+
+// Query returns the statement named name in the file dialect/file,
+// parsing each file once per process.
+func Query(dialect, file, name string) (string, error) {
+	parsedMu.Lock()
+	defer parsedMu.Unlock()
+	key := path.Join(dialect, file)
+	qs, ok := parsed[key]
+	if !ok {
+		var err error
+		if qs, err = Queries(dialect, file); err != nil {
+			return "", err
+		}
+		parsed[key] = qs
+	}
+	q, ok := qs[name]
+	if !ok {
+		return "", fmt.Errorf("sqlfiles: %s has no query %q", key, name)
+	}
+	return q, nil
 }

@@ -72,3 +72,18 @@ func TestQueriesParsesNamedStatements(t *testing.T) {
 		t.Fatalf("first sqlite migration is %s", migs[0].Name)
 	}
 }
+
+func TestQuery(t *testing.T) {
+	for _, d := range []string{sqlfiles.SQLite, sqlfiles.Snowflake} {
+		q, err := sqlfiles.Query(d, "snapshots.sql", "load_snapshot")
+		if err != nil || !strings.Contains(q, "dvt_live_snapshots") {
+			t.Errorf("%s: %q, %v", d, q, err)
+		}
+		if _, err := sqlfiles.Query(d, "snapshots.sql", "nope"); err == nil || !strings.Contains(err.Error(), "nope") {
+			t.Errorf("%s: unknown query: %v", d, err)
+		}
+		if _, err := sqlfiles.Query(d, "missing.sql", "x"); err == nil {
+			t.Errorf("%s: missing file gave no error", d)
+		}
+	}
+}

@@ -11,6 +11,14 @@ import (
 	"github.com/dvtrun/dvtrun/engine/projection"
 )
 
+// checkInterval refuses a polling --interval too short to be meant.
+func checkInterval(d time.Duration) error {
+	if d < 10*time.Millisecond {
+		return engine.Errorf(engine.CodeInvalidArgument, "--interval must be at least 10ms")
+	}
+	return nil
+}
+
 // leaseCheckEvery is how long a followed run may stay unchanged before
 // follow asks whether a runner still holds it.
 const leaseCheckEvery = 5 * time.Second

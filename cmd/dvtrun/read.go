@@ -130,8 +130,8 @@ func cmdStatus(ctx context.Context, c *cli, args []string) error {
 	if err != nil {
 		return err
 	}
-	if *interval < 10*time.Millisecond {
-		return engine.Errorf(engine.CodeInvalidArgument, "--interval must be at least 10ms")
+	if err := checkInterval(*interval); err != nil {
+		return err
 	}
 	st, err := c.openStore(ctx, true)
 	if err != nil {

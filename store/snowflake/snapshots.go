@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"sync"
 	"time"
 
 	"github.com/dvtrun/dvtrun/engine"
@@ -12,21 +11,9 @@ import (
 	"github.com/dvtrun/dvtrun/store"
 )
 
-// loadSnapshotQueries parses sql/snowflake/snapshots.sql once.
-var loadSnapshotQueries = sync.OnceValues(func() (map[string]string, error) {
-	return sqlfiles.Queries(sqlfiles.Snowflake, "snapshots.sql")
-})
-
+// snapshotQuery is a statement of sql/snowflake/snapshots.sql.
 func snapshotQuery(name string) (string, error) {
-	q, err := loadSnapshotQueries()
-	if err != nil {
-		return "", err
-	}
-	text, ok := q[name]
-	if !ok {
-		return "", errors.New("sqlfiles: snowflake/snapshots.sql has no query " + name)
-	}
-	return text, nil
+	return sqlfiles.Query(sqlfiles.Snowflake, "snapshots.sql", name)
 }
 
 // PendingSnapshots implements store.SnapshotStore. It reads one row per

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"sync"
 	"time"
 
 	"github.com/dvtrun/dvtrun/engine"
@@ -12,26 +11,14 @@ import (
 	"github.com/dvtrun/dvtrun/store"
 )
 
-// loadSnapshotQueries parses sql/sqlite/snapshots.sql once.
-var loadSnapshotQueries = sync.OnceValues(func() (map[string]string, error) {
-	return sqlfiles.Queries(sqlfiles.SQLite, "snapshots.sql")
-})
-
-func (s *Store) snapshotQuery(name string) (string, error) {
-	q, err := loadSnapshotQueries()
-	if err != nil {
-		return "", err
-	}
-	text, ok := q[name]
-	if !ok {
-		return "", errors.New("sqlfiles: sqlite/snapshots.sql has no query " + name)
-	}
-	return text, nil
+// snapshotQuery is a statement of sql/sqlite/snapshots.sql.
+func snapshotQuery(name string) (string, error) {
+	return sqlfiles.Query(sqlfiles.SQLite, "snapshots.sql", name)
 }
 
 // PendingSnapshots implements store.SnapshotStore.
 func (s *Store) PendingSnapshots(ctx context.Context, limit int) ([]string, error) {
-	q, err := s.snapshotQuery("pending_snapshots")
+	q, err := snapshotQuery("pending_snapshots")
 	if err != nil {
 		return nil, err
 	}
@@ -42,7 +29,7 @@ func (s *Store) PendingSnapshots(ctx context.Context, limit int) ([]string, erro
 
 // LoadSnapshot implements store.SnapshotStore.
 func (s *Store) LoadSnapshot(ctx context.Context, runID string) ([]byte, int64, error) {
-	q, err := s.snapshotQuery("load_snapshot")
+	q, err := snapshotQuery("load_snapshot")
 	if err != nil {
 		return nil, 0, err
 	}
@@ -69,7 +56,7 @@ func (s *Store) SaveSnapshot(ctx context.Context, snap engine.Snapshot, version 
 	if version == 0 {
 		name = "insert_snapshot"
 	}
-	q, err := s.snapshotQuery(name)
+	q, err := snapshotQuery(name)
 	if err != nil {
 		return false, err
 	}

@@ -92,4 +92,16 @@ func TestProjectOnce(t *testing.T) {
 	if d := engine.DiffSnapshots(stored, h.statusOf(runID)); len(d) > 0 {
 		t.Fatalf("stored snapshot differs from status: %+v", d)
 	}
+	// follow starts from the stored snapshot; a stored state that does not
+	// decode falls back to the log.
+	for _, corrupt := range []bool{false, true} {
+		if corrupt {
+			if _, err := st.DB().Exec(`UPDATE dvt_live_snapshots SET state = '{' WHERE run_id = ?`, runID); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if r := h.run("status", runID, "--follow"); r.code != 0 || !strings.Contains(r.stdout, "run   COMPLETED") {
+			t.Fatalf("follow (corrupt state %v): exit %d\n%s\n%s", corrupt, r.code, r.stdout, r.stderr)
+		}
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/runner"
 	"github.com/dvtrun/dvtrun/store/sqlite"
 )
 
@@ -102,6 +103,35 @@ func TestProjectOnce(t *testing.T) {
 		}
 		if r := h.run("status", runID, "--follow"); r.code != 0 || !strings.Contains(r.stdout, "run   COMPLETED") {
 			t.Fatalf("follow (corrupt state %v): exit %d\n%s\n%s", corrupt, r.code, r.stdout, r.stderr)
+		}
+	}
+}
+
+// TestConsoleReportsSignals: the running `run` console says what a signal
+// sent from elsewhere did, with control characters escaped.
+func TestConsoleReportsSignals(t *testing.T) {
+	cases := []struct {
+		p    runner.Progress
+		want string
+	}{
+		{runner.Progress{Phase: runner.PhaseSignal, Signal: &engine.Signal{Type: engine.SignalPause, RequestedBy: "alice", Reason: "deploy"}, InFlight: 2},
+			"PAUSED by alice (deploy): no new steps start; 2 step(s) in flight draining\n"},
+		{runner.Progress{Phase: runner.PhaseSignal, Signal: &engine.Signal{Type: engine.SignalResume, RequestedBy: "alice"}},
+			"RESUMED by alice\n"},
+		{runner.Progress{Phase: runner.PhaseSignal, Signal: &engine.Signal{Type: engine.SignalCancel, RequestedBy: "bob", Reason: "wrong\x1b[2J data"}},
+			"CANCELLED by bob (wrong\\x1b[2J data)\n"},
+		{runner.Progress{Phase: runner.PhaseSignal, Signal: &engine.Signal{Type: engine.SignalRetryStep, StepID: "model.a"}},
+			"RETRY of model.a requested by an unnamed actor\n"},
+		{runner.Progress{Phase: runner.PhaseSignal, Signal: &engine.Signal{Type: engine.SignalCancel, RequestedBy: "mallory"}, Rejected: "not allowed"},
+			"Signal CANCEL by mallory rejected: not allowed\n"},
+		{runner.Progress{Phase: runner.PhaseDrained}, "Drained: no step in flight; the run stays PAUSED until it is resumed\n"},
+	}
+	for _, tc := range cases {
+		var out strings.Builder
+		c := &cli{stdout: &out}
+		newConsole(c, "sqlite").Report(tc.p)
+		if out.String() != tc.want {
+			t.Errorf("got %q, want %q", out.String(), tc.want)
 		}
 	}
 }

@@ -52,6 +52,11 @@ type StartRequest struct {
 	Ref          PlanRef
 	PlanBytes    []byte // when set, checked against Ref.SHA256
 	RunRequestID string
+	// Selection, when set, limits the run to Selection.Steps (recorded in
+	// RunQueued; the runner executes only those). ParentRunID is the run a
+	// `dvtrun retry` retries (recorded in RunQueued as parentRunId).
+	Selection   *Selection
+	ParentRunID string
 }
 
 // StartRun validates the plan and its PlanRef, checks that this adapter can
@@ -80,6 +85,14 @@ func (e *Engine) StartRun(ctx context.Context, req StartRequest) (string, error)
 	if t := p.Metadata.TargetAdapter; t != "" && t != "any" && t != AdapterName {
 		return "", Errorf(CodeTargetAdapterMismatch, "plan %s targets adapter %q; this is the %q adapter", p.PlanID, t, AdapterName)
 	}
+	if sel := req.Selection; sel != nil {
+		if len(sel.Steps) == 0 {
+			return "", Errorf(CodeInvalidArgument, "the selection of plan %s has no steps", p.PlanID)
+		}
+		if _, err := p.Subset(sel.Steps); err != nil {
+			return "", err
+		}
+	}
 	runID := e.IDs.NewID()
 	meta := RunMetadata{
 		RunID: runID, TenantID: cfg.TenantID, ProjectID: cfg.ProjectID, EnvironmentID: cfg.EnvironmentID,
@@ -87,9 +100,16 @@ func (e *Engine) StartRun(ctx context.Context, req StartRequest) (string, error)
 		RunRequestID: req.RunRequestID,
 	}
 	em := NewEmitter(e.Log, e.Clock, e.IDs, meta)
-	queued, err := em.build(RunQueued, "", 1, 1, map[string]any{
+	payload := map[string]any{
 		"planRef": req.Ref, "triggeredBy": cfg.TriggeredBy, "triggerSource": cfg.TriggerSource,
-	})
+	}
+	if req.Selection != nil {
+		payload["selection"] = req.Selection
+	}
+	if req.ParentRunID != "" {
+		payload["parentRunId"] = req.ParentRunID
+	}
+	queued, err := em.build(RunQueued, "", 1, 1, payload)
 	if err != nil {
 		return "", err
 	}

@@ -78,6 +78,13 @@ type PlanStep struct {
 	Retries      int         `json:"retries,omitempty" yaml:"retries,omitempty"`   // transient-error retries (engine attempts)
 	Timeout      Duration    `json:"timeout,omitempty" yaml:"timeout,omitempty"`
 	Secrets      []SecretRef `json:"secrets,omitempty" yaml:"secrets,omitempty"`
+	// Tags, FQN and OriginalFilePath are what node selection (dbt's tag:,
+	// fqn and path: methods) reads; the dbt importer copies them from the
+	// manifest. FQN defaults to [planId, the id after its first dot];
+	// OriginalFilePath is informational (dvtrun reads Path, never it).
+	Tags             []string `json:"tags,omitempty" yaml:"tags,omitempty"`
+	FQN              []string `json:"fqn,omitempty" yaml:"fqn,omitempty"`
+	OriginalFilePath string   `json:"originalFilePath,omitempty" yaml:"originalFilePath,omitempty"`
 }
 
 // SecretRef names a secret a step needs. Plans carry references, never

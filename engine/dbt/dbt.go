@@ -21,6 +21,9 @@
 //     the generic tests unique, not_null, accepted_values and relationships
 //     are rendered from test_metadata; severity warn is kept.
 //
+// Every step keeps the node's tags, fqn and original_file_path, which node
+// selection (engine/selection: tag:, fqn, path:) reads.
+//
 // Relation names in compiled SQL are rewritten to one quoted part:
 // "db"."schema"."orders" becomes "orders", a source becomes its identifier.
 // dependsOn comes from depends_on.nodes (sources are not steps and drop out).
@@ -42,6 +45,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -182,21 +186,23 @@ type manifest struct {
 }
 
 type node struct {
-	UniqueID         string `json:"unique_id"`
-	ResourceType     string `json:"resource_type"`
-	Name             string `json:"name"`
-	Alias            string `json:"alias"`
-	Database         string `json:"database"`
-	Schema           string `json:"schema"`
-	PackageName      string `json:"package_name"`
-	OriginalFilePath string `json:"original_file_path"`
-	RelationName     string `json:"relation_name"`
-	Language         string `json:"language"`
-	CompiledCode     string `json:"compiled_code"`
-	CompiledSQL      string `json:"compiled_sql"`
-	Version          any    `json:"version"` // a number or a string
-	AttachedNode     string `json:"attached_node"`
-	ColumnName       string `json:"column_name"`
+	UniqueID         string   `json:"unique_id"`
+	ResourceType     string   `json:"resource_type"`
+	Name             string   `json:"name"`
+	Alias            string   `json:"alias"`
+	Database         string   `json:"database"`
+	Schema           string   `json:"schema"`
+	PackageName      string   `json:"package_name"`
+	OriginalFilePath string   `json:"original_file_path"`
+	RelationName     string   `json:"relation_name"`
+	Language         string   `json:"language"`
+	CompiledCode     string   `json:"compiled_code"`
+	CompiledSQL      string   `json:"compiled_sql"`
+	Version          any      `json:"version"` // a number or a string
+	AttachedNode     string   `json:"attached_node"`
+	ColumnName       string   `json:"column_name"`
+	Tags             []string `json:"tags"`
+	FQN              []string `json:"fqn"`
 	Config           struct {
 		Materialized string `json:"materialized"`
 		Severity     string `json:"severity"`
@@ -491,7 +497,16 @@ func (im *importer) newStep(n *node, kind string) (*engine.PlanStep, bool) {
 		im.fail(n.UniqueID, "the node has no name")
 		return nil, false
 	}
-	st := &engine.PlanStep{ID: kind + "." + name, Kind: kind}
+	st := &engine.PlanStep{ID: kind + "." + name, Kind: kind, OriginalFilePath: n.OriginalFilePath}
+	// For node selection: tag:, fqn (jaffle_shop.staging.*) and path:.
+	for _, t := range n.Tags {
+		if t != "" && !slices.Contains(st.Tags, t) {
+			st.Tags = append(st.Tags, t)
+		}
+	}
+	if len(n.FQN) > 0 && !slices.Contains(n.FQN, "") {
+		st.FQN = slices.Clone(n.FQN)
+	}
 	if strings.Contains(st.ID, "|") {
 		im.fail(n.UniqueID, "its name %q contains '|', which step ids may not", name)
 		return nil, false

@@ -90,9 +90,10 @@ func appendNew(s []string, v string) []string {
 }
 
 // RunQueuedRequest is what a run's RunQueued payload says about what it
-// runs: its selection (nil: the whole plan) and, for `dvtrun retry`, the
-// run it retries.
+// runs: the plan, its selection (nil: the whole plan) and, for `dvtrun
+// retry`, the run it retries.
 type RunQueuedRequest struct {
+	PlanRef     PlanRef    `json:"planRef"`
 	Selection   *Selection `json:"selection,omitempty"`
 	ParentRunID string     `json:"parentRunId,omitempty"`
 }

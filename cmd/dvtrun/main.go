@@ -120,6 +120,8 @@ func commands() []command {
 	return []command{
 		{"run", "PLAN", "run a plan", cmdRun},
 		{"resume", "RUN_ID PLAN", "continue an interrupted run", cmdResume},
+		{"retry", "RUN_ID [PLAN]", "run again what failed or was skipped in a finished run", cmdRetry},
+		{"ls", "PLAN", "list the steps a selection picks, in execution order", cmdLs},
 		{"cancel", "RUN_ID", "ask a run's runner to cancel it", cmdCancel},
 		{"signal", "RUN_ID pause|resume|cancel|retry-step", "send a signal to a run's runner", cmdSignal},
 		{"runs", "", "list runs, newest first", cmdRuns},

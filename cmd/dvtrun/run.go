@@ -217,6 +217,8 @@ func cmdRun(ctx context.Context, c *cli, args []string) error {
 	fs := c.newFlagSet("run", "PLAN", "Run a plan: validate it, record the run, execute its steps on the warehouse.\nExit 0 when every step succeeded, 1 when a step failed, 2 on invalid input.")
 	var f runFlags
 	f.register(fs)
+	var sf selectFlags
+	sf.register(fs)
 	reqID := fs.String("run-request-id", "", "the caller's `ID` for this run request (recorded with the run)")
 	wantSHA := fs.String("plan-sha256", "", "refuse the plan unless its file hashes to `HEX` (PLAN_HASH_MISMATCH)")
 	pos, err := c.parse(fs, args, 1, 1)
@@ -230,6 +232,19 @@ func cmdRun(ctx context.Context, c *cli, args []string) error {
 	if err != nil {
 		return err
 	}
+	sel, err := c.choose(p, sf)
+	if err != nil {
+		return err
+	}
+	if sel != nil && len(sel.Steps) == 0 {
+		return engine.Errorf(engine.CodeInvalidArgument, "%s selects no step of plan %s (see dvtrun ls)", describeSelection(sf), p.PlanID)
+	}
+	return c.startAndExecute(ctx, f, pos[0], p, engine.StartRequest{Plan: p, Ref: ref, PlanBytes: data, RunRequestID: *reqID, Selection: sel}, "")
+}
+
+// startAndExecute records a new run of p (selected or not) and executes
+// it; intro, when set, is printed once the run id is known.
+func (c *cli) startAndExecute(ctx context.Context, f runFlags, planPath string, p *engine.Plan, req engine.StartRequest, intro string) error {
 	lookup, err := c.secretLookup(f.secretsFile)
 	if err != nil {
 		return err
@@ -249,16 +264,23 @@ func cmdRun(ctx context.Context, c *cli, args []string) error {
 	}
 	defer wh.Close()
 	con := newConsole(c, targetName)
-	runID, err := c.engineFor(st).StartRun(ctx, engine.StartRequest{Plan: p, Ref: ref, PlanBytes: data, RunRequestID: *reqID})
+	runID, err := c.engineFor(st).StartRun(ctx, req)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(c.stdout, "Running plan %s@%s (%d steps) as run %s\n", p.PlanID, p.PlanVersion, len(p.Steps), runID)
+	steps := fmt.Sprintf("%d steps", len(p.Steps))
+	if req.Selection != nil {
+		steps = fmt.Sprintf("%d of %d steps selected", len(req.Selection.Steps), len(p.Steps))
+	}
+	fmt.Fprintf(c.stdout, "Running plan %s@%s (%s) as run %s\n", p.PlanID, p.PlanVersion, steps, runID)
+	if intro != "" {
+		fmt.Fprintln(c.stdout, intro)
+	}
 	con.start = time.Now()
 	rn := c.newRunner(st, f, con, lookup)
 	rn.Signals = cfg.Signals
 	snap, err := rn.Execute(ctx, runID, p, wh)
-	return c.finishRun(ctx, con, runID, pos[0], snap, err)
+	return c.finishRun(ctx, con, runID, planPath, snap, err)
 }
 
 func cmdResume(ctx context.Context, c *cli, args []string) error {

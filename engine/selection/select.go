@@ -276,9 +276,9 @@ func (g *graph) match(s Selector, st engine.PlanStep) bool {
 		if st.ID == v || (strings.Contains(v, ".") && fnmatch(st.ID, v)) {
 			return true
 		}
-		return fqnMatch(g.fqn(st), v)
+		return fqnMatch(FQN(g.p, st), v)
 	case MethodPackage:
-		return fnmatch(g.fqn(st)[0], v)
+		return fnmatch(FQN(g.p, st)[0], v)
 	case MethodTag:
 		return slices.ContainsFunc(st.Tags, func(t string) bool { return fnmatch(t, v) })
 	case MethodResourceType:
@@ -310,13 +310,13 @@ func (g *graph) match(s Selector, st engine.PlanStep) bool {
 	return false
 }
 
-// fqn is the step's fully qualified name: PlanStep.FQN (from a dbt
-// manifest) or [planId, name].
-func (g *graph) fqn(st engine.PlanStep) []string {
+// FQN is the step's fully qualified name, what fqn selectors match:
+// PlanStep.FQN (from a dbt manifest) or [planId, name].
+func FQN(p *engine.Plan, st engine.PlanStep) []string {
 	if len(st.FQN) > 0 {
 		return st.FQN
 	}
-	return []string{g.p.PlanID, Name(st)}
+	return []string{p.PlanID, Name(st)}
 }
 
 // Name is a step's short name, dbt's node name: the part of its id after

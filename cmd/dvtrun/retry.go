@@ -1,0 +1,146 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/dvtrun/dvtrun/engine"
+)
+
+func cmdRetry(ctx context.Context, c *cli, args []string) error {
+	fs := c.newFlagSet("retry", "RUN_ID [PLAN]", "Start a new run that executes only the steps that failed, were skipped or never ran in RUN_ID\n(dbt retry). PLAN defaults to the plan file RUN_ID ran; a plan changed since is allowed (the point is\nto run the fix) and said. The new run records parentRunId. Nothing to retry: exit 0.")
+	var f runFlags
+	f.register(fs)
+	pos, err := c.parse(fs, args, 1, 2)
+	if err != nil {
+		return err
+	}
+	if err := f.check(); err != nil {
+		return err
+	}
+	parent, err := c.readParent(ctx, pos[0])
+	if err != nil {
+		return err
+	}
+	planPath := parent.queued.PlanRef.URI
+	if len(pos) == 2 {
+		planPath = pos[1]
+	}
+	if planPath == "" {
+		return engine.Errorf(engine.CodeInvalidArgument, "run %s recorded no plan file; pass it: dvtrun retry %s PLAN", parent.meta.RunID, parent.meta.RunID)
+	}
+	p, ref, data, err := loadPlan(planPath, "")
+	if err != nil {
+		return err
+	}
+	if p.PlanID != parent.meta.PlanID || p.PlanVersion != parent.meta.PlanVersion {
+		return engine.Errorf(engine.CodePlanHashMismatch, "run %s ran plan %s@%s, not %s@%s (%s)", parent.meta.RunID, parent.meta.PlanID, parent.meta.PlanVersion, p.PlanID, p.PlanVersion, planPath)
+	}
+	for _, file := range planChanges(parent.meta, ref) {
+		fmt.Fprintf(c.stdout, "plan changed since run %s: file %s\n", parent.meta.RunID, file)
+	}
+	steps, gone := retrySteps(p, parent.queued, parent.snap)
+	for _, id := range gone {
+		fmt.Fprintf(c.stdout, "step %s of run %s is no longer in the plan: not retried\n", id, parent.meta.RunID)
+	}
+	if len(steps) == 0 {
+		fmt.Fprintf(c.stdout, "Nothing to retry: every step of run %s succeeded.\n", parent.meta.RunID)
+		return nil
+	}
+	sel := &engine.Selection{Steps: steps}
+	intro := fmt.Sprintf("Retrying %d step(s) of run %s: %s", len(steps), parent.meta.RunID, strings.Join(steps, ", "))
+	return c.startAndExecute(ctx, f, planPath, p, engine.StartRequest{Plan: p, Ref: ref, PlanBytes: data, Selection: sel, ParentRunID: parent.meta.RunID}, intro)
+}
+
+// parentRun is what retry reads of the run it retries.
+type parentRun struct {
+	meta   engine.RunMetadata
+	queued engine.RunQueuedRequest
+	snap   engine.Snapshot
+}
+
+// readParent reads a finished run: a run still in progress (or
+// interrupted) is resumed, not retried.
+func (c *cli) readParent(ctx context.Context, runID string) (parentRun, error) {
+	st, err := c.openStore(ctx, true)
+	if err != nil {
+		return parentRun{}, err
+	}
+	defer st.Close()
+	meta, err := c.loadRun(ctx, st, runID)
+	if err != nil {
+		return parentRun{}, err
+	}
+	events, err := st.ListEvents(ctx, meta.RunID, 0, 0)
+	if err != nil {
+		return parentRun{}, err
+	}
+	snap := engine.Project(meta.RunID, events)
+	if !snap.Status.Terminal() {
+		return parentRun{}, engine.Errorf(engine.CodeInvalidArgument, "run %s is %s, not finished: continue it with `dvtrun resume %s PLAN` instead", meta.RunID, snap.Status, meta.RunID)
+	}
+	q, err := engine.QueuedRequest(events)
+	if err != nil {
+		return parentRun{}, err
+	}
+	return parentRun{meta: meta, queued: q, snap: snap}, nil
+}
+
+// retrySteps are the steps of the parent run (its selection, or the whole
+// plan) that did not succeed there — FAILED, SKIPPED, or never reached
+// because the run was cancelled or failed to start — in execution order
+// of the plan p. Every ancestor of such a step that ran in the parent
+// run and did not succeed is one of them too, so the retry rebuilds what
+// they need; ancestors that succeeded, or were outside the parent's
+// selection, are not run (as dbt retry). gone lists the parent's steps p
+// no longer has.
+func retrySteps(p *engine.Plan, q engine.RunQueuedRequest, snap engine.Snapshot) (steps, gone []string) {
+	var scope []string
+	if q.Selection != nil {
+		scope = q.Selection.Steps
+	} else {
+		for _, s := range p.Steps {
+			scope = append(scope, s.ID)
+		}
+	}
+	succeeded := map[string]bool{}
+	for _, s := range snap.Steps {
+		if s.Status == engine.StepStatusSuccess {
+			succeeded[s.StepID] = true
+		}
+	}
+	var ids []string
+	for _, id := range scope {
+		if succeeded[id] {
+			continue
+		}
+		if _, ok := p.Step(id); !ok {
+			gone = append(gone, id)
+			continue
+		}
+		ids = append(ids, id)
+	}
+	if len(ids) == 0 {
+		return nil, gone
+	}
+	sub, err := p.Subset(ids)
+	if err != nil { // every id was checked above
+		return ids, gone
+	}
+	for _, s := range sub.Order() {
+		steps = append(steps, s.ID)
+	}
+	return steps, gone
+}
+
+// planChanges names the files of the plan bundle that differ from the one
+// the run executed. Runs record the plan file's sha256 today, so that is
+// the one file compared; when runs record the bundle's digest (plan and
+// every referenced file), this is the one place to compare it.
+func planChanges(ran engine.RunMetadata, now engine.PlanRef) []string {
+	if strings.EqualFold(ran.PlanSHA256, now.SHA256) {
+		return nil
+	}
+	return []string{now.URI}
+}

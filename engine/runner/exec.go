@@ -184,6 +184,16 @@ func (r *execution) rebuild(ctx context.Context) error {
 	}
 	r.run = snap.Status
 	r.em.SetRunStatus(snap.Status)
+	// A selected run (dbt --select, dvtrun retry) executes the steps its
+	// RunQueued recorded, whatever plan subset the caller holds: a resumed
+	// run keeps its selection. Subset of a subset is the same plan.
+	q, err := engine.QueuedRequest(events)
+	if err != nil {
+		return err
+	}
+	if r.p, err = q.Selected(r.p); err != nil {
+		return err
+	}
 	n := len(r.p.Steps)
 	r.steps = r.p.Steps
 	r.pos = make(map[string]int, n)

@@ -200,6 +200,10 @@ func (e *Runner) report(p Progress) {
 // RunQueued → RunFailed and no RunStarted; that too is reported in the
 // snapshot, not as an error.
 //
+// A run started with a selection (RunQueued's payload.selection) executes
+// only the selected steps of p, read back from the log on every start, so
+// only they get events and the snapshot counts only them.
+//
 // Models without a materialization are built as views, dbt's default.
 func (e *Runner) Execute(ctx context.Context, runID string, p *engine.Plan, wh engine.Warehouse) (engine.Snapshot, error) {
 	return e.execute(ctx, runID, p, wh)

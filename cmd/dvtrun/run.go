@@ -232,12 +232,9 @@ func cmdRun(ctx context.Context, c *cli, args []string) error {
 	if err != nil {
 		return err
 	}
-	sel, err := c.choose(p, sf)
+	sel, err := c.choose(p, sf, true)
 	if err != nil {
 		return err
-	}
-	if sel != nil && len(sel.Steps) == 0 {
-		return engine.Errorf(engine.CodeInvalidArgument, "%s selects no step of plan %s (see dvtrun ls)", describeSelection(sf), p.PlanID)
 	}
 	return c.startAndExecute(ctx, f, pos[0], p, engine.StartRequest{Plan: p, Ref: ref, PlanBytes: data, RunRequestID: *reqID, Selection: sel}, "")
 }

@@ -34,8 +34,10 @@ func (f *selectFlags) set() bool { return len(f.sel) > 0 || len(f.exc) > 0 }
 
 // choose evaluates the flags on a plan. It returns the selection to record
 // with a run (nil when no --select or --exclude was given: the whole plan)
-// and warns, as dbt does, about each selector that matches nothing.
-func (c *cli) choose(p *engine.Plan, f selectFlags) (*engine.Selection, error) {
+// and warns, as dbt does, about each selector that matches nothing — unless
+// nothing at all is selected and refuse is set: then the one error line
+// says so.
+func (c *cli) choose(p *engine.Plan, f selectFlags, refuse bool) (*engine.Selection, error) {
 	mode, err := selection.ParseMode(f.indirect)
 	if err != nil {
 		return nil, err
@@ -43,6 +45,9 @@ func (c *cli) choose(p *engine.Plan, f selectFlags) (*engine.Selection, error) {
 	res, err := selection.Select(p, selection.Spec{Select: f.sel, Exclude: f.exc, Indirect: mode})
 	if err != nil {
 		return nil, err
+	}
+	if refuse && f.set() && len(res.Steps) == 0 {
+		return nil, engine.Errorf(engine.CodeInvalidArgument, "%s selects no step of plan %s (see dvtrun ls)", describeSelection(f), p.PlanID)
 	}
 	for _, u := range res.Unmatched {
 		fmt.Fprintf(c.stderr, "dvtrun: warning: the selection criterion %q does not match any step of plan %s\n", u, p.PlanID)
@@ -90,7 +95,7 @@ func cmdLs(_ context.Context, c *cli, args []string) error {
 	if err != nil {
 		return err
 	}
-	sel, err := c.choose(p, f)
+	sel, err := c.choose(p, f, false)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,163 @@
+package main
+
+import (
+	"database/sql"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/dvtrun/dvtrun/engine"
+)
+
+// executions reads the side-effect table of testdata/retry: one row per
+// run of each sql step.
+func (h *harness) executions() map[string]int {
+	h.t.Helper()
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(h.dir, "warehouse.db")+"?mode=ro")
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	defer db.Close()
+	rows, err := db.Query(`select step, count(*) from executions group by step`)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var s string
+		var n int
+		if err := rows.Scan(&s, &n); err != nil {
+			h.t.Fatal(err)
+		}
+		out[s] = n
+	}
+	return out
+}
+
+// TestRetry: a run fails at model.flaky; after the SQL is fixed, `retry`
+// starts a new run of only the failed and skipped steps (the executions
+// table shows sql.setup and sql.independent did not run again), says the
+// plan changed, links the runs with parentRunId, and its log verifies.
+// Retrying the retry finds nothing to do.
+func TestRetry(t *testing.T) {
+	h := newHarness(t)
+	dir := t.TempDir()
+	for _, f := range []string{"plan.yaml", "customers.csv"} {
+		b, err := os.ReadFile(fixture("retry", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	plan := filepath.Join(dir, "plan.yaml")
+	r := h.run("run", "--threads", "1", plan)
+	wantError(t, r, exitFailed, "STEP_FAILED", "model.flaky")
+	parent := runIDFrom(t, r.stdout)
+	if got := h.executions(); got["setup"] != 1 || got["independent"] != 1 || got["after_flaky"] != 0 {
+		t.Fatalf("after the failed run, executions %v", got)
+	}
+
+	// Retrying before the fix fails the same way, in a run of its own.
+	wantError(t, h.run("retry", parent), exitFailed, "STEP_FAILED", "model.flaky")
+
+	// The fix.
+	b, _ := os.ReadFile(plan)
+	if err := os.WriteFile(plan, []byte(strings.Replace(string(b), "select id from not_built_yet", "select id from customers", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r = h.run("retry", parent)
+	if r.code != 0 {
+		t.Fatalf("retry: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	for _, want := range []string{
+		"plan changed since run " + parent + ": file " + plan,
+		"Retrying 3 step(s) of run " + parent + ": model.flaky, sql.after_flaky, test.flaky_has_rows",
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("retry output lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	child := runIDFrom(t, r.stdout)
+	snap := h.checkLog(child)
+	if got := stepIDs(snap); snap.Status != engine.StatusCompleted || !slices.Equal(got, []string{"model.flaky", "sql.after_flaky", "test.flaky_has_rows"}) {
+		t.Errorf("the retry: %s with steps %v", snap.Status, got)
+	}
+	if got := h.executions(); got["setup"] != 1 || got["independent"] != 1 || got["after_flaky"] != 1 {
+		t.Errorf("after the retry, executions %v: only after_flaky may have run again", got)
+	}
+	q := queuedOf(t, h, child)
+	if q.ParentRunID != parent || q.Selection == nil || len(q.Selection.Steps) != 3 || len(q.Selection.Select) != 0 {
+		t.Errorf("the retry's RunQueued records %+v", q)
+	}
+	if r := h.run("verify", child); r.code != 0 {
+		t.Errorf("verify %s: exit %d\n%s%s", child, r.code, r.stdout, r.stderr)
+	}
+	if r := h.run("verify", "--all"); r.code != 0 {
+		t.Errorf("verify --all: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+
+	// Nothing failed in the retry: nothing to retry, exit 0, no new run.
+	n := len(h.run("runs", "--json").stdout)
+	if r := h.run("retry", child, plan); r.code != 0 || !strings.Contains(r.stdout, "Nothing to retry") {
+		t.Errorf("retry of a completed run: exit %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	if m := len(h.run("runs", "--json").stdout); m != n {
+		t.Error("retry with nothing to do recorded a run")
+	}
+
+	wantError(t, h.run("retry", "no-such-run"), exitUsage, "RUN_NOT_FOUND", "no-such-run")
+	wantError(t, h.run("retry", parent, fixture("ok", "plan.yaml")), exitUsage, "PLAN_HASH_MISMATCH", "cli_retry")
+}
+
+// TestRetrySteps: what retry runs again of a finished run.
+func TestRetrySteps(t *testing.T) {
+	// a -> b -> c, d alone.
+	p := &engine.Plan{PlanID: "p", PlanVersion: "1", Steps: []engine.PlanStep{
+		{ID: "a", Kind: engine.KindSQL, SQL: "x"},
+		{ID: "b", Kind: engine.KindSQL, SQL: "x", DependsOn: []string{"a"}},
+		{ID: "c", Kind: engine.KindSQL, SQL: "x", DependsOn: []string{"b"}},
+		{ID: "d", Kind: engine.KindSQL, SQL: "x"},
+	}}
+	snap := func(st map[string]engine.StepStatus) engine.Snapshot {
+		var s engine.Snapshot
+		for _, id := range []string{"a", "b", "c", "d", "gone"} {
+			if x, ok := st[id]; ok {
+				s.Steps = append(s.Steps, engine.StepSnapshot{StepID: id, Status: x})
+			}
+		}
+		return s
+	}
+	ok, failed, skipped := engine.StepStatusSuccess, engine.StepStatusFailed, engine.StepStatusSkipped
+	cases := []struct {
+		name       string
+		sel        []string
+		status     map[string]engine.StepStatus
+		want, gone []string
+	}{
+		{"failed and skipped", nil, map[string]engine.StepStatus{"a": ok, "b": failed, "c": skipped, "d": ok}, []string{"b", "c"}, nil},
+		{"all succeeded", nil, map[string]engine.StepStatus{"a": ok, "b": ok, "c": ok, "d": ok}, nil, nil},
+		// A cancelled run: c and d never started, they run too.
+		{"never reached", nil, map[string]engine.StepStatus{"a": ok, "b": failed}, []string{"b", "c", "d"}, nil},
+		// A selected run: only its selection is in scope.
+		{"selected parent", []string{"b", "c"}, map[string]engine.StepStatus{"b": failed, "c": skipped}, []string{"b", "c"}, nil},
+		{"selected parent never started", []string{"a", "c"}, map[string]engine.StepStatus{}, []string{"a", "c"}, nil},
+		{"step gone from the plan", []string{"a", "gone"}, map[string]engine.StepStatus{"a": ok, "gone": failed}, nil, []string{"gone"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var q engine.RunQueuedRequest
+			if tc.sel != nil {
+				q.Selection = &engine.Selection{Steps: tc.sel}
+			}
+			got, gone := retrySteps(p, q, snap(tc.status))
+			if !slices.Equal(got, tc.want) || !slices.Equal(gone, tc.gone) {
+				t.Errorf("retry %v (gone %v), want %v (gone %v)", got, gone, tc.want, tc.gone)
+			}
+		})
+	}
+}

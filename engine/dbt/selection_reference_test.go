@@ -110,3 +110,54 @@ func assertDependencyOrder(t *testing.T, p *engine.Plan, ids []string) {
 		}
 	}
 }
+
+// TestImportKeepsSelectionAttributes: tags, fqn and original_file_path
+// survive the import and a YAML round trip, so tag:, fqn and path:
+// selectors work on an imported plan without the reference material.
+func TestImportKeepsSelectionAttributes(t *testing.T) {
+	m := `{"metadata": {"dbt_schema_version": "https://schemas.getdbt.com/dbt/manifest/v12.json", "project_name": "p"}, "nodes": {
+	  "model.p.a": {"resource_type": "model", "name": "a", "config": {"materialized": "view"}, "compiled_code": "select 1 as x",
+	    "tags": ["nightly", "", "nightly", "finance"], "fqn": ["p", "marts", "a"], "original_file_path": "models/marts/a.sql"},
+	  "model.p.b": {"resource_type": "model", "name": "b", "config": {"materialized": "table"}, "compiled_code": "select x from a",
+	    "fqn": ["p", "", "b"], "original_file_path": "models/b.sql", "depends_on": {"nodes": ["model.p.a"]}},
+	  "test.p.not_null_a_x.1a2b": {"resource_type": "test", "name": "not_null_a_x", "config": {"severity": "ERROR"},
+	    "compiled_code": "select * from a where x is null", "fqn": ["p", "marts", "not_null_a_x"], "original_file_path": "models/marts/schema.yml",
+	    "depends_on": {"nodes": ["model.p.a"]}}}}`
+	res, err := dbt.Import([]byte(m), dbt.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	y, err := res.YAML()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := engine.ParsePlan(y, "plan.yaml")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, y)
+	}
+	a, _ := p.Step("model.a")
+	if !slices.Equal(a.Tags, []string{"nightly", "finance"}) || !slices.Equal(a.FQN, []string{"p", "marts", "a"}) || a.OriginalFilePath != "models/marts/a.sql" {
+		t.Errorf("model.a kept %q %q %q", a.Tags, a.FQN, a.OriginalFilePath)
+	}
+	if b, _ := p.Step("model.b"); b.FQN != nil || b.Tags != nil {
+		t.Errorf("model.b: an fqn with an empty part is dropped, got %q; tags %q", b.FQN, b.Tags)
+	}
+	for sel, want := range map[string][]string{
+		"tag:finance":       {"model.a", "test.not_null_a_x"},
+		"p.marts.*":         {"model.a", "test.not_null_a_x"},
+		"path:models/marts": {"model.a", "test.not_null_a_x"},
+		"path:models/b.sql": {"model.b"},
+		// Each side of an intersection brings its tests (eager), as in
+		// dbt, where only --resource-type filters them out afterwards.
+		"a+,resource_type:model": {"model.a", "model.b", "test.not_null_a_x"},
+		"b,resource_type:model":  {"model.b"},
+	} {
+		got, err := selection.Select(p, selection.Spec{Select: []string{sel}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got.Steps, want) {
+			t.Errorf("%s selects %v, want %v", sel, got.Steps, want)
+		}
+	}
+}

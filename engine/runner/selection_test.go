@@ -40,6 +40,19 @@ func TestSelectedRun(t *testing.T) {
 		return snap
 	}
 
+	execSelected := func(t *testing.T, h *harness) (string, engine.Snapshot) {
+		t.Helper()
+		runID, err := h.eng.StartRun(h.ctx, engine.StartRequest{Plan: p, Selection: sel})
+		if err != nil {
+			t.Fatal(err)
+		}
+		snap, err := h.rn.Execute(h.ctx, runID, p, h.wh)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return runID, only(t, h, runID, snap)
+	}
+
 	t.Run("completes", func(t *testing.T) {
 		h := newHarness(t)
 		h.rn.Config.Threads = 4
@@ -56,15 +69,7 @@ func TestSelectedRun(t *testing.T) {
 			}
 			return engine.StepResult{RowsAffected: 1}, nil
 		})
-		runID, err := h.eng.StartRun(h.ctx, engine.StartRequest{Plan: p, Selection: sel})
-		if err != nil {
-			t.Fatal(err)
-		}
-		snap, err := h.rn.Execute(h.ctx, runID, p, h.wh)
-		if err != nil {
-			t.Fatal(err)
-		}
-		snap = only(t, h, runID, snap)
+		runID, snap := execSelected(t, h)
 		if snap.Status != engine.StatusCompleted {
 			t.Fatalf("run %s", snap.Status)
 		}
@@ -79,15 +84,7 @@ func TestSelectedRun(t *testing.T) {
 		h.wh.set("a", func(context.Context, engine.StepRequest, int) (engine.StepResult, error) {
 			return engine.StepResult{}, errors.New("syntax error")
 		})
-		runID, err := h.eng.StartRun(h.ctx, engine.StartRequest{Plan: p, Selection: sel})
-		if err != nil {
-			t.Fatal(err)
-		}
-		snap, err := h.rn.Execute(h.ctx, runID, p, h.wh)
-		if err != nil {
-			t.Fatal(err)
-		}
-		snap = only(t, h, runID, snap)
+		_, snap := execSelected(t, h)
 		if c := stepOf(snap, "c"); snap.Status != engine.StatusFailed || c.Status != engine.StepStatusSkipped {
 			t.Fatalf("run %s, c %s", snap.Status, c.Status)
 		}

@@ -37,13 +37,10 @@ func (h *harness) executions() map[string]int {
 	return out
 }
 
-// TestRetry: a run fails at model.flaky; after the SQL is fixed, `retry`
-// starts a new run of only the failed and skipped steps (the executions
-// table shows sql.setup and sql.independent did not run again), says the
-// plan changed, links the runs with parentRunId, and its log verifies.
-// Retrying the retry finds nothing to do.
-func TestRetry(t *testing.T) {
-	h := newHarness(t)
+// retryFixture copies testdata/retry to a directory of its own (the test
+// edits the plan) and returns the plan's path.
+func retryFixture(t *testing.T) string {
+	t.Helper()
 	dir := t.TempDir()
 	for _, f := range []string{"plan.yaml", "customers.csv"} {
 		b, err := os.ReadFile(fixture("retry", f))
@@ -54,7 +51,30 @@ func TestRetry(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	plan := filepath.Join(dir, "plan.yaml")
+	return filepath.Join(dir, "plan.yaml")
+}
+
+// fixRetryFixture is the analyst's fix: model.flaky reads a table that
+// exists.
+func fixRetryFixture(t *testing.T, plan string) {
+	t.Helper()
+	b, err := os.ReadFile(plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(plan, []byte(strings.Replace(string(b), "select id from not_built_yet", "select id from customers", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRetry: a run fails at model.flaky; after the SQL is fixed, `retry`
+// starts a new run of only the failed and skipped steps (the executions
+// table shows sql.setup and sql.independent did not run again), says the
+// plan changed, links the runs with parentRunId, and its log verifies.
+// Retrying the retry finds nothing to do.
+func TestRetry(t *testing.T) {
+	h := newHarness(t)
+	plan := retryFixture(t)
 	r := h.run("run", "--threads", "1", plan)
 	wantError(t, r, exitFailed, "STEP_FAILED", "model.flaky")
 	parent := runIDFrom(t, r.stdout)
@@ -65,11 +85,7 @@ func TestRetry(t *testing.T) {
 	// Retrying before the fix fails the same way, in a run of its own.
 	wantError(t, h.run("retry", parent), exitFailed, "STEP_FAILED", "model.flaky")
 
-	// The fix.
-	b, _ := os.ReadFile(plan)
-	if err := os.WriteFile(plan, []byte(strings.Replace(string(b), "select id from not_built_yet", "select id from customers", 1)), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	fixRetryFixture(t, plan)
 	r = h.run("retry", parent)
 	if r.code != 0 {
 		t.Fatalf("retry: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)

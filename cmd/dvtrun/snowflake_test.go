@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -74,4 +75,53 @@ func TestRunShopPlanOnSnowflake(t *testing.T) {
 	steps := float64(len(snap.Steps))
 	t.Logf("snowflake, %d steps, %d events: state store %d requests (%.1f per step, opening and run start included), warehouse %d (%.1f per step)",
 		len(snap.Steps), len(evs), storeReqs, float64(storeReqs)/steps, whReqs, float64(whReqs)/steps)
+}
+
+// TestRetryOnSnowflake: the selection and parentRunId a retry records go
+// through the Snowflake store (schema check, VARIANT payload) and come back
+// from its log: the retried run executes only the failed and skipped
+// steps and verifies.
+func TestRetryOnSnowflake(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a Snowflake-protocol test server")
+	}
+	srv := sftest.Start(t)
+	h := newHarness(t)
+	h.env["DVT_STORE"] = "snowflake://" + srv.DSN("DVT", "PUBLIC")
+	h.env["DVT_WAREHOUSE"] = "snowflake://" + srv.DSN("ANALYTICS", "PUBLIC")
+	plan := retryFixture(t)
+	r := h.run("run", "--threads", "1", plan)
+	wantError(t, r, exitFailed, "STEP_FAILED", "model.flaky")
+	parent := runIDFrom(t, r.stdout)
+	fixRetryFixture(t, plan)
+	r = h.run("retry", parent)
+	if r.code != 0 {
+		t.Fatalf("retry on snowflake: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	child := runIDFrom(t, r.stdout)
+
+	ctx := context.Background()
+	st, err := snowflake.Open(ctx, srv.DSN("DVT", "PUBLIC"), snowflake.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	evs, err := st.ListEvents(ctx, child, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := engine.QueuedRequest(evs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"model.flaky", "sql.after_flaky", "test.flaky_has_rows"}
+	if q.ParentRunID != parent || q.Selection == nil || !slices.Equal(q.Selection.Steps, want) {
+		t.Errorf("RunQueued on snowflake records %+v", q)
+	}
+	if snap := engine.Project(child, evs); snap.Status != engine.StatusCompleted || !slices.Equal(stepIDs(snap), want) {
+		t.Errorf("the retry on snowflake: %s with steps %v", snap.Status, stepIDs(snap))
+	}
+	if r := h.run("verify", "--all"); r.code != 0 {
+		t.Errorf("verify --all on snowflake: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
 }

@@ -132,7 +132,7 @@ func (r *execution) applySignal(ctx context.Context, sg engine.Signal) error {
 		i, ok := r.pos[sg.StepID]
 		switch {
 		case !ok:
-			return r.reject(ctx, sg, "RETRY_STEP names step %q, which plan %s does not have", sg.StepID, r.p.PlanID)
+			return r.reject(ctx, sg, "RETRY_STEP names step %q, which plan %s does not have (or the run did not select)", sg.StepID, r.p.PlanID)
 		case r.run != engine.StatusRunning:
 			return r.reject(ctx, sg, "RETRY_STEP needs a RUNNING run; run %s is %s", r.runID, r.run)
 		case r.failFast != "":

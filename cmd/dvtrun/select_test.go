@@ -208,3 +208,57 @@ func TestResumeSelectedRun(t *testing.T) {
 		t.Errorf("after resume: %s with steps %v, want %v", snap.Status, got, selected)
 	}
 }
+
+// TestRunSelectJaffleShop: dbt's jaffle_shop (the shared reference
+// manifest, imported) run with `--select +customers` on a fresh warehouse
+// builds customers, its staging views and seeds, and not orders. Under
+// eager selection the relationships test between orders and customers
+// comes along (customers is one of its parents) and fails, orders never
+// having been built — what `dbt build --select +customers` does on a fresh
+// target; buildable leaves it out and the run passes.
+func TestRunSelectJaffleShop(t *testing.T) {
+	ref := filepath.Join(repoRoot(t), "..", "shared", "reference")
+	manifest := filepath.Join(ref, "dbt_manifests", "openlineage_postgres_v12", "manifest.json")
+	if _, err := os.Stat(manifest); err != nil {
+		t.Skipf("reference material not available at %s: %v", ref, err)
+	}
+	built := []string{"customers", "raw_customers", "raw_orders", "raw_payments", "stg_customers", "stg_orders", "stg_payments"}
+	for _, tc := range []struct {
+		mode      string
+		wantExit  int
+		wantSteps int
+	}{
+		{"buildable", 0, 7 + 10},
+		{"eager", exitFailed, 7 + 11},
+	} {
+		t.Run(tc.mode, func(t *testing.T) {
+			h := newHarness(t)
+			plan := filepath.Join(h.dir, "jaffle_shop.yaml")
+			if r := h.run("plan", "import-dbt", manifest, "--project-dir", filepath.Join(ref, "jaffle_shop"), "-o", plan); r.code != 0 {
+				t.Fatalf("import: exit %d %s", r.code, r.stderr)
+			}
+			r := h.run("run", "--select", "+customers", "--indirect-selection", tc.mode, plan)
+			if r.code != tc.wantExit {
+				t.Fatalf("exit %d, want %d\n%s\n%s", r.code, tc.wantExit, r.stdout, r.stderr)
+			}
+			if got := h.warehouseRelations(); !slices.Equal(got, built) {
+				t.Errorf("the warehouse has %v, want %v", got, built)
+			}
+			snap := h.checkLog(h.onlyRun())
+			if len(snap.Steps) != tc.wantSteps {
+				t.Errorf("the log has %d steps, want %d: %v", len(snap.Steps), tc.wantSteps, stepIDs(snap))
+			}
+			for _, id := range stepIDs(snap) {
+				if strings.Contains(id, "orders_") && !strings.Contains(id, "stg_orders") && !strings.HasPrefix(id, "test.relationships_orders_customer_id") {
+					t.Errorf("%s ran: it belongs to orders, which is not selected", id)
+				}
+			}
+			if tc.wantExit != 0 {
+				s, _ := snap.Step("test.relationships_orders_customer_id__customer_id__ref_customers_")
+				if s.Status != engine.StepStatusFailed || s.Error == nil || !strings.Contains(s.Error.Message, "orders") {
+					t.Errorf("the relationships test: %+v", s)
+				}
+			}
+		})
+	}
+}

@@ -157,9 +157,6 @@ func (g *graph) intersection(inter []Selector) (set, set) {
 		direct = direct.and(d)
 		indirect = indirect.and(d.or(i))
 	}
-	if len(inter) == 1 {
-		return direct, indirect
-	}
 	return g.incorporate(direct, indirect), indirect
 }
 

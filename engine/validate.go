@@ -207,6 +207,8 @@ func payloadRules(e RunEventWrite) bool {
 		return true
 	case StepCompleted:
 		return bytes.Contains(e.Payload, []byte(`"artifacts"`))
+	case RunQueued:
+		return bytes.Contains(e.Payload, []byte(`"selection"`)) || bytes.Contains(e.Payload, []byte(`"parentRunId"`))
 	}
 	return false
 }

@@ -50,6 +50,7 @@ func Run(t *testing.T, b Backend) {
 		{"BootstrapWritesRunAndFirstEvents", testBootstrap},
 		{"BootstrapTwiceIsRunAlreadyExists", testBootstrapTwice},
 		{"BootstrapWithInvalidEventWritesNothing", testBootstrapInvalid},
+		{"RunQueuedSelectionIsCheckedAndKept", testQueuedSelection},
 		{"AppendUnknownRunIsRunNotFound", testAppendUnknownRun},
 		{"DuplicateAppendReturnsStoredMetadata", testDuplicate},
 		{"DuplicatesWithinOneBatch", testBatchDuplicates},
@@ -230,6 +231,36 @@ func testBootstrapInvalid(t *testing.T, b Backend) {
 	// The run can still be bootstrapped properly afterwards.
 	if _, err := s.BootstrapRun(ctx, f.Meta, []engine.RunEventWrite{good}); err != nil {
 		t.Fatalf("bootstrap after a refused one: %v", err)
+	}
+}
+
+// testQueuedSelection: RunQueued's selection (the steps a selected or
+// retried run executes) is checked against its schema and comes back from
+// the log as written, since the runner reads it from there.
+func testQueuedSelection(t *testing.T, b Backend) {
+	s := open(t, b)
+	f := NewFixture()
+	bad := f.Event(engine.RunQueued, "", 1)
+	bad.Payload = json.RawMessage(`{"selection": {"select": ["+orders"], "steps": []}}`)
+	_, err := s.BootstrapRun(ctx, f.Meta, []engine.RunEventWrite{bad})
+	wantCode(t, err, engine.CodeSchemaValidationFailed)
+	if recs := events(t, s, f.Meta.RunID); len(recs) != 0 {
+		t.Fatalf("%d events written", len(recs))
+	}
+	good := f.Event(engine.RunQueued, "", 1)
+	good.Payload = json.RawMessage(`{"planRef": {"uri": "plan.yaml", "sha256": "ab12"}, "parentRunId": "run-0",
+		"selection": {"select": ["+orders", "tag:nightly"], "exclude": ["stg_x"], "indirectSelection": "buildable", "steps": ["seed.raw", "model.orders"]}}`)
+	if _, err := s.BootstrapRun(ctx, f.Meta, []engine.RunEventWrite{good}); err != nil {
+		t.Fatal(err)
+	}
+	q, err := engine.QueuedRequest(events(t, s, f.Meta.RunID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := engine.RunQueuedRequest{PlanRef: engine.PlanRef{URI: "plan.yaml", SHA256: "ab12"}, ParentRunID: "run-0",
+		Selection: &engine.Selection{Select: []string{"+orders", "tag:nightly"}, Exclude: []string{"stg_x"}, IndirectSelection: "buildable", Steps: []string{"seed.raw", "model.orders"}}}
+	if !reflect.DeepEqual(q, want) {
+		t.Fatalf("read back %+v, want %+v", q, want)
 	}
 }
 

@@ -25,9 +25,9 @@ type selectFlags struct {
 
 func (f *selectFlags) register(fs *flag.FlagSet) {
 	fs.Var(&f.sel, "select", "dbt node selection `EXPR` (repeatable; spaces union, commas intersect): name, +name, name+2, @name, tag:, path:, file:, resource_type:, config.materialized:, package:")
-	fs.Var(&f.sel, "s", "short for --select")
+	fs.Var(&f.sel, "s", "short for --select `EXPR`")
 	fs.Var(&f.exc, "exclude", "leave out the steps `EXPR` selects (same syntax; their tests go too)")
-	fs.StringVar(&f.indirect, "indirect-selection", string(selection.Eager), "which tests of selected steps run: `eager` (any parent selected), cautious (all), buildable (all selected or upstream), empty")
+	fs.StringVar(&f.indirect, "indirect-selection", string(selection.Eager), "which tests of selected steps run (`MODE`): eager (any parent selected), cautious (all), buildable (all selected or upstream), empty")
 }
 
 func (f *selectFlags) set() bool { return len(f.sel) > 0 || len(f.exc) > 0 }
@@ -86,7 +86,7 @@ func cmdLs(_ context.Context, c *cli, args []string) error {
 	fs := c.newFlagSet("ls", "PLAN", "List the steps a selection picks, in execution order (dbt ls). Nothing is run or written.")
 	var f selectFlags
 	f.register(fs)
-	asJSON := fs.Bool("json", false, "print JSON: one object per step")
+	asJSON := fs.Bool("json", false, "print a JSON array, one object per step")
 	pos, err := c.parse(fs, args, 1, 1)
 	if err != nil {
 		return err

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/selection"
 )
 
 func cmdRetry(ctx context.Context, c *cli, args []string) error {
@@ -93,8 +94,9 @@ func (c *cli) readParent(ctx context.Context, runID string) (parentRun, error) {
 // of the plan p. Every ancestor of such a step that ran in the parent
 // run and did not succeed is one of them too, so the retry rebuilds what
 // they need; ancestors that succeeded, or were outside the parent's
-// selection, are not run (as dbt retry). gone lists the parent's steps p
-// no longer has.
+// selection, are not run (as dbt retry). Ephemeral models never have
+// events and never run on their own: they are left out. gone lists the
+// parent's steps p no longer has.
 func retrySteps(p *engine.Plan, q engine.RunQueuedRequest, snap engine.Snapshot) (steps, gone []string) {
 	var scope []string
 	if q.Selection != nil {
@@ -115,11 +117,14 @@ func retrySteps(p *engine.Plan, q engine.RunQueuedRequest, snap engine.Snapshot)
 		if succeeded[id] {
 			continue
 		}
-		if _, ok := p.Step(id); !ok {
+		st, ok := p.Step(id)
+		if !ok {
 			gone = append(gone, id)
 			continue
 		}
-		ids = append(ids, id)
+		if selection.Executes(st) {
+			ids = append(ids, id)
+		}
 	}
 	if len(ids) == 0 {
 		return nil, gone

@@ -138,6 +138,7 @@ func TestRetrySteps(t *testing.T) {
 		{ID: "b", Kind: engine.KindSQL, SQL: "x", DependsOn: []string{"a"}},
 		{ID: "c", Kind: engine.KindSQL, SQL: "x", DependsOn: []string{"b"}},
 		{ID: "d", Kind: engine.KindSQL, SQL: "x"},
+		{ID: "e", Kind: engine.KindModel, Materialized: "ephemeral", SQL: "x"}, // never has events
 	}}
 	snap := func(st map[string]engine.StepStatus) engine.Snapshot {
 		var s engine.Snapshot

@@ -41,7 +41,7 @@ func Select(p *engine.Plan, spec Spec) (Result, error) {
 
 	ids := make([]string, 0, len(direct))
 	for i := range g.steps {
-		if direct[i] {
+		if direct[i] && Executes(g.steps[i]) {
 			ids = append(ids, g.steps[i].ID)
 		}
 	}
@@ -305,6 +305,19 @@ func (g *graph) match(s Selector, st engine.PlanStep) bool {
 		}
 	}
 	return false
+}
+
+// materializedEphemeral is engine's name for a model that is never built
+// (inlined as a CTE into its readers), spelled out until engine has the
+// constant.
+const materializedEphemeral = "ephemeral"
+
+// Executes says whether the step runs as a step of its own: an ephemeral
+// model does not (it runs inside the steps that read it, which the
+// runner's plan keeps), so it is never in a selection, as dbt never runs
+// one — selecting it still selects its relatives through + and @.
+func Executes(st engine.PlanStep) bool {
+	return st.Kind != engine.KindModel || st.Materialized != materializedEphemeral
 }
 
 // FQN is the step's fully qualified name, what fqn selectors match:

@@ -220,3 +220,33 @@ func TestParseSelector(t *testing.T) {
 		}
 	}
 }
+
+// TestSelectLeavesOutEphemeral: an ephemeral model runs inside the steps
+// that read it, never as a step: selecting through it keeps its relatives
+// and drops it, as dbt never runs an ephemeral node.
+func TestSelectLeavesOutEphemeral(t *testing.T) {
+	p := &engine.Plan{PlanID: "e", PlanVersion: "1", Steps: []engine.PlanStep{
+		{ID: "seed.raw", Kind: engine.KindSeed, Path: "raw.csv"},
+		{ID: "model.eph", Kind: engine.KindModel, Materialized: "ephemeral", SQL: "select * from raw", DependsOn: []string{"seed.raw"}},
+		{ID: "model.final", Kind: engine.KindModel, Materialized: "table", SQL: "select * from eph", DependsOn: []string{"model.eph"}},
+	}}
+	for sel, want := range map[string][]string{
+		"+final":                         {"seed.raw", "model.final"},
+		"eph":                            nil,
+		"eph+":                           {"model.final"},
+		"config.materialized:ephemeral+": {"model.final"},
+	} {
+		res, err := selection.Select(p, selection.Spec{Select: []string{sel}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(res.Steps, want) {
+			t.Errorf("%s selects %v, want %v", sel, res.Steps, want)
+		}
+	}
+	// model.final still waits for seed.raw through the ephemeral model.
+	sub, err := p.Subset([]string{"seed.raw", "model.final"})
+	if err != nil || !slices.Equal(sub.Steps[1].DependsOn, []string{"seed.raw"}) {
+		t.Fatalf("subset %v %v", sub, err)
+	}
+}

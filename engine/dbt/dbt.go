@@ -186,23 +186,21 @@ type manifest struct {
 }
 
 type node struct {
-	UniqueID         string   `json:"unique_id"`
-	ResourceType     string   `json:"resource_type"`
-	Name             string   `json:"name"`
-	Alias            string   `json:"alias"`
-	Database         string   `json:"database"`
-	Schema           string   `json:"schema"`
-	PackageName      string   `json:"package_name"`
-	OriginalFilePath string   `json:"original_file_path"`
-	RelationName     string   `json:"relation_name"`
-	Language         string   `json:"language"`
-	CompiledCode     string   `json:"compiled_code"`
-	CompiledSQL      string   `json:"compiled_sql"`
-	Version          any      `json:"version"` // a number or a string
-	AttachedNode     string   `json:"attached_node"`
-	ColumnName       string   `json:"column_name"`
-	Tags             []string `json:"tags"`
-	FQN              []string `json:"fqn"`
+	UniqueID         string `json:"unique_id"`
+	ResourceType     string `json:"resource_type"`
+	Name             string `json:"name"`
+	Alias            string `json:"alias"`
+	Database         string `json:"database"`
+	Schema           string `json:"schema"`
+	PackageName      string `json:"package_name"`
+	OriginalFilePath string `json:"original_file_path"`
+	RelationName     string `json:"relation_name"`
+	Language         string `json:"language"`
+	CompiledCode     string `json:"compiled_code"`
+	CompiledSQL      string `json:"compiled_sql"`
+	Version          any    `json:"version"` // a number or a string
+	AttachedNode     string `json:"attached_node"`
+	ColumnName       string `json:"column_name"`
 	Config           struct {
 		Materialized string `json:"materialized"`
 		Severity     string `json:"severity"`
@@ -218,6 +216,9 @@ type node struct {
 		Namespace string         `json:"namespace"`
 		Kwargs    map[string]any `json:"kwargs"`
 	} `json:"test_metadata"`
+	// Node selection (tag:, fqn) reads these on the plan's steps.
+	Tags []string `json:"tags"`
+	FQN  []string `json:"fqn"`
 }
 
 type source struct {

@@ -68,6 +68,7 @@ func Run(t *testing.T, b Backend) {
 		{"LiveSnapshots", testSnapshots},
 		{"GetLease", testGetLease},
 	}
+	cases = append(cases, deliveryCases...)
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, b) })
 	}

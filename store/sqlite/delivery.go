@@ -1,0 +1,165 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/delivery"
+	sqlfiles "github.com/dvtrun/dvtrun/sql"
+)
+
+// deliveryQueries are the statements of sql/sqlite/delivery.sql.
+var deliveryQueries = sync.OnceValues(func() (map[string]string, error) {
+	return sqlfiles.Queries(sqlfiles.SQLite, "delivery.sql")
+})
+
+func (s *Store) dq(name string) (string, error) {
+	q, err := deliveryQueries()
+	if err != nil {
+		return "", err
+	}
+	text, ok := q[name]
+	if !ok {
+		return "", fmt.Errorf("sqlite: no delivery query %q", name)
+	}
+	return text, nil
+}
+
+// modifier renders a duration as an SQLite date modifier ("+1.500
+// seconds"): the database computes "now + d" itself.
+func modifier(d time.Duration) string { return fmt.Sprintf("%+.3f seconds", d.Seconds()) }
+
+// write runs one delivery statement under the process's write mutex and
+// returns the affected rows.
+func (s *Store) write(ctx context.Context, name string, args ...any) (int64, error) {
+	q, err := s.dq(name)
+	if err != nil {
+		return 0, err
+	}
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	res, err := s.db.ExecContext(ctx, q, args...)
+	if err != nil {
+		return 0, classify(s.path, err)
+	}
+	n, _ := res.RowsAffected()
+	return n, nil
+}
+
+// EnqueueDeliveries implements delivery.Store.
+func (s *Store) EnqueueDeliveries(ctx context.Context, sink string) (int, error) {
+	n, err := s.write(ctx, "enqueue_deliveries", sink, sink)
+	return int(n), err
+}
+
+// ClaimDeliveries implements delivery.Store.
+func (s *Store) ClaimDeliveries(ctx context.Context, sink, claimID string, limit int, ttl time.Duration) ([]delivery.Delivery, error) {
+	n, err := s.write(ctx, "claim_deliveries", claimID, modifier(ttl), sink, sink, limit)
+	if err != nil || n == 0 {
+		return nil, err
+	}
+	q, err := s.dq("claimed_deliveries")
+	if err != nil {
+		return nil, err
+	}
+	ds, err := s.scanDeliveries(s.db.QueryContext(ctx, q, sink, claimID))
+	if err != nil {
+		return nil, err
+	}
+	return ds, delivery.AttachEvents(ctx, s, ds)
+}
+
+// MarkDelivered implements delivery.Store: one transaction for the batch.
+func (s *Store) MarkDelivered(ctx context.Context, sink, claimID string, eventIDs []string) error {
+	if len(eventIDs) == 0 {
+		return nil
+	}
+	q, err := s.dq("mark_delivered")
+	if err != nil {
+		return err
+	}
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	tx, err := s.db.BeginTxx(ctx, nil)
+	if err != nil {
+		return classify(s.path, err)
+	}
+	defer tx.Rollback()
+	st, err := tx.PrepareContext(ctx, q)
+	if err != nil {
+		return classify(s.path, err)
+	}
+	defer st.Close()
+	for _, id := range eventIDs {
+		if _, err := st.ExecContext(ctx, sink, claimID, id); err != nil {
+			return classify(s.path, err)
+		}
+	}
+	return classify(s.path, tx.Commit())
+}
+
+// MarkFailed implements delivery.Store.
+func (s *Store) MarkFailed(ctx context.Context, sink, claimID string, f delivery.Failure) error {
+	state, dead := delivery.StatePending, 0
+	if f.Dead {
+		state, dead = delivery.StateDead, 1
+	}
+	_, err := s.write(ctx, "mark_failed", string(state), f.Error, modifier(f.RetryAfter), dead, sink, claimID, f.EventID)
+	return err
+}
+
+// ReleaseClaim implements delivery.Store.
+func (s *Store) ReleaseClaim(ctx context.Context, sink, claimID string) error {
+	_, err := s.write(ctx, "release_claim", sink, claimID)
+	return err
+}
+
+// RetryDead implements delivery.Store.
+func (s *Store) RetryDead(ctx context.Context, sink, eventID string) (int, error) {
+	n, err := s.write(ctx, "retry_dead", sink, sink, eventID, eventID)
+	return int(n), err
+}
+
+// ListDeliveries implements delivery.Store.
+func (s *Store) ListDeliveries(ctx context.Context, f delivery.Filter) ([]delivery.Delivery, error) {
+	limit := f.Limit
+	if limit <= 0 {
+		limit = 1000
+	}
+	q, err := s.dq("list_deliveries")
+	if err != nil {
+		return nil, err
+	}
+	return s.scanDeliveries(s.db.QueryContext(ctx, q, f.Sink, f.Sink, string(f.State), string(f.State), f.EventID, f.EventID, limit))
+}
+
+func (s *Store) scanDeliveries(rows *sql.Rows, err error) ([]delivery.Delivery, error) {
+	if err != nil {
+		return nil, classify(s.path, err)
+	}
+	defer rows.Close()
+	var out []delivery.Delivery
+	for rows.Next() {
+		var d delivery.Delivery
+		var typ, state, next, created string
+		var lastErr, delivered sql.NullString
+		if err := rows.Scan(&d.Sink, &d.EventID, &d.RunID, &d.RunSeq, &typ, &state, &d.Attempts, &next, &lastErr, &created, &delivered); err != nil {
+			return nil, classify(s.path, err)
+		}
+		d.EventType, d.State, d.LastError = engine.EventType(typ), delivery.State(state), lastErr.String
+		d.NextAttemptAt, _ = time.Parse(time.RFC3339Nano, next)
+		d.CreatedAt, _ = time.Parse(time.RFC3339Nano, created)
+		if delivered.Valid {
+			t, _ := time.Parse(time.RFC3339Nano, delivered.String)
+			d.DeliveredAt = &t
+		}
+		out = append(out, d)
+	}
+	return out, classify(s.path, rows.Err())
+}
+
+var _ delivery.Store = (*Store)(nil)

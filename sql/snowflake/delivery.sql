@@ -1,0 +1,76 @@
+-- Statements of outbox delivery on the Snowflake state store
+-- (store/snowflake/delivery.go), by name: the same shapes as the SQLite
+-- dialect's delivery.sql, with the database's clock as CURRENT_TIMESTAMP(), cast to the
+-- columns' TIMESTAMP_TZ(9).
+-- Enqueue and claim run in a transaction that first updates the
+-- 'deliveries' lock row, so each reads what the previous one committed.
+
+-- name: lock_deliveries
+UPDATE dvt_locks SET owner = owner WHERE lock_name = 'deliveries';
+
+-- name: enqueue_deliveries
+INSERT INTO dvt_deliveries (sink, event_id, run_id, run_seq, state, attempts, next_attempt_at, created_at)
+SELECT ?, e.event_id, o.run_id, o.run_seq, 'PENDING', 0, CAST(CURRENT_TIMESTAMP() AS TIMESTAMP_TZ(9)), CAST(CURRENT_TIMESTAMP() AS TIMESTAMP_TZ(9))
+FROM dvt_outbox o
+JOIN dvt_run_events e ON e.run_id = o.run_id AND e.run_seq = o.run_seq
+WHERE NOT EXISTS (SELECT 1 FROM dvt_deliveries d WHERE d.sink = ? AND d.run_id = o.run_id AND d.run_seq = o.run_seq);
+
+-- name: claim_deliveries
+-- Args: claimID, ttl (ms), sink, sink, sink, limit.
+UPDATE dvt_deliveries
+SET claimed_by = ?, claim_expires_at = DATEADD(millisecond, CAST(? AS NUMBER(38, 0)), CAST(CURRENT_TIMESTAMP() AS TIMESTAMP_TZ(9)))
+WHERE sink = ? AND state = 'PENDING'
+  AND next_attempt_at <= CAST(CURRENT_TIMESTAMP() AS TIMESTAMP_TZ(9))
+  AND (claim_expires_at IS NULL OR claim_expires_at <= CAST(CURRENT_TIMESTAMP() AS TIMESTAMP_TZ(9)))
+  AND event_id IN (
+    SELECT d.event_id
+    FROM dvt_deliveries d
+    LEFT JOIN (
+        SELECT run_id, MIN(run_seq) AS first_blocked
+        FROM dvt_deliveries
+        WHERE sink = ? AND (state = 'DEAD' OR (state = 'PENDING' AND (
+              next_attempt_at > CAST(CURRENT_TIMESTAMP() AS TIMESTAMP_TZ(9)) OR claim_expires_at > CAST(CURRENT_TIMESTAMP() AS TIMESTAMP_TZ(9)))))
+        GROUP BY run_id
+    ) b ON b.run_id = d.run_id
+    WHERE d.sink = ? AND d.state = 'PENDING' AND (b.first_blocked IS NULL OR d.run_seq < b.first_blocked)
+    ORDER BY d.run_id, d.run_seq
+    LIMIT ?);
+
+-- name: claimed_deliveries
+SELECT d.sink, d.event_id, d.run_id, d.run_seq, e.event_type, d.state, d.attempts, d.next_attempt_at,
+       d.last_error, d.created_at, d.delivered_at
+FROM dvt_deliveries d
+JOIN dvt_run_events e ON e.run_id = d.run_id AND e.run_seq = d.run_seq
+WHERE d.sink = ? AND d.claimed_by = ?
+ORDER BY d.run_id, d.run_seq;
+
+-- name: mark_delivered
+UPDATE dvt_deliveries
+SET state = 'DELIVERED', attempts = attempts + 1, last_error = NULL, claimed_by = NULL, claim_expires_at = NULL,
+    delivered_at = CAST(CURRENT_TIMESTAMP() AS TIMESTAMP_TZ(9))
+WHERE sink = ? AND claimed_by = ? AND event_id IN (/*ids*/);
+
+-- name: mark_failed
+-- Args: state, last error, retry (ms), dead (1/0), sink, claimID, eventID.
+UPDATE dvt_deliveries
+SET state = ?, attempts = attempts + 1, last_error = ?, claimed_by = NULL, claim_expires_at = NULL,
+    next_attempt_at = DATEADD(millisecond, CAST(? AS NUMBER(38, 0)), CAST(CURRENT_TIMESTAMP() AS TIMESTAMP_TZ(9))),
+    dead_at = CASE WHEN CAST(? AS NUMBER(38, 0)) = 1 THEN CAST(CURRENT_TIMESTAMP() AS TIMESTAMP_TZ(9)) END
+WHERE sink = ? AND claimed_by = ? AND event_id = ?;
+
+-- name: release_claim
+UPDATE dvt_deliveries SET claimed_by = NULL, claim_expires_at = NULL WHERE sink = ? AND claimed_by = ?;
+
+-- name: retry_dead
+UPDATE dvt_deliveries
+SET state = 'PENDING', attempts = 0, dead_at = NULL, next_attempt_at = CAST(CURRENT_TIMESTAMP() AS TIMESTAMP_TZ(9))
+WHERE state = 'DEAD' AND (? = '' OR sink = ?) AND (? = '' OR event_id = ?);
+
+-- name: list_deliveries
+SELECT d.sink, d.event_id, d.run_id, d.run_seq, e.event_type, d.state, d.attempts, d.next_attempt_at,
+       d.last_error, d.created_at, d.delivered_at
+FROM dvt_deliveries d
+JOIN dvt_run_events e ON e.run_id = d.run_id AND e.run_seq = d.run_seq
+WHERE (? = '' OR d.sink = ?) AND (? = '' OR d.state = ?) AND (? = '' OR d.event_id = ?)
+ORDER BY d.run_id, d.run_seq, d.sink
+LIMIT ?;

@@ -1,0 +1,192 @@
+package snowflake
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/delivery"
+	sqlfiles "github.com/dvtrun/dvtrun/sql"
+)
+
+// deliveryQueries are the statements of sql/snowflake/delivery.sql.
+var deliveryQueries = sync.OnceValues(func() (map[string]string, error) {
+	return sqlfiles.Queries(sqlfiles.Snowflake, "delivery.sql")
+})
+
+func dq(name string) (string, error) {
+	q, err := deliveryQueries()
+	if err != nil {
+		return "", err
+	}
+	text, ok := q[name]
+	if !ok {
+		return "", fmt.Errorf("snowflake: no delivery query %q", name)
+	}
+	return text, nil
+}
+
+// exec runs one delivery statement (retrying contention) and returns the
+// affected rows.
+func (s *Store) execDelivery(ctx context.Context, op, name string, args ...any) (int64, error) {
+	q, err := dq(name)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	err = s.withRetry(ctx, func() error {
+		res, err := s.db.ExecContext(ctx, q, args...)
+		if err != nil {
+			return s.classify(op, err)
+		}
+		n, _ = res.RowsAffected()
+		return nil
+	})
+	return n, err
+}
+
+// underDeliveryLock runs statement name in a transaction that first updates
+// the 'deliveries' lock row: Snowflake enforces no key and takes no row
+// locks, so enqueue and claim serialise on that row, and each statement
+// reads what the previous holder committed.
+func (s *Store) underDeliveryLock(ctx context.Context, op, name string, args ...any) (int64, error) {
+	lock, err := dq("lock_deliveries")
+	if err != nil {
+		return 0, err
+	}
+	q, err := dq(name)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	err = s.withRetry(ctx, func() error {
+		tx, err := s.db.BeginTx(ctx, nil)
+		if err != nil {
+			return s.classify(op, err)
+		}
+		defer tx.Rollback()
+		if _, err := tx.ExecContext(ctx, lock); err != nil {
+			return s.classify(op, err)
+		}
+		res, err := tx.ExecContext(ctx, q, args...)
+		if err != nil {
+			return s.classify(op, err)
+		}
+		n, _ = res.RowsAffected()
+		return s.classify(op, tx.Commit())
+	})
+	return n, err
+}
+
+// EnqueueDeliveries implements delivery.Store.
+func (s *Store) EnqueueDeliveries(ctx context.Context, sink string) (int, error) {
+	n, err := s.underDeliveryLock(ctx, "enqueue deliveries", "enqueue_deliveries", sink, sink)
+	return int(n), err
+}
+
+// ClaimDeliveries implements delivery.Store.
+func (s *Store) ClaimDeliveries(ctx context.Context, sink, claimID string, limit int, ttl time.Duration) ([]delivery.Delivery, error) {
+	n, err := s.underDeliveryLock(ctx, "claim deliveries", "claim_deliveries", claimID, ttl.Milliseconds(), sink, sink, sink, limit)
+	if err != nil || n == 0 {
+		return nil, err
+	}
+	q, err := dq("claimed_deliveries")
+	if err != nil {
+		return nil, err
+	}
+	ds, err := s.scanDeliveries(s.db.QueryContext(ctx, q, sink, claimID))
+	if err != nil {
+		return nil, err
+	}
+	return ds, delivery.AttachEvents(ctx, s, ds)
+}
+
+// MarkDelivered implements delivery.Store: one UPDATE per 500 events.
+func (s *Store) MarkDelivered(ctx context.Context, sink, claimID string, eventIDs []string) error {
+	q, err := dq("mark_delivered")
+	if err != nil {
+		return err
+	}
+	for len(eventIDs) > 0 {
+		chunk := eventIDs[:min(len(eventIDs), 500)]
+		eventIDs = eventIDs[len(chunk):]
+		args := []any{sink, claimID}
+		for _, id := range chunk {
+			args = append(args, id)
+		}
+		text := inList(q, "/*ids*/", len(chunk))
+		err := s.withRetry(ctx, func() error {
+			_, err := s.db.ExecContext(ctx, text, args...)
+			return s.classify("mark delivered", err)
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// MarkFailed implements delivery.Store.
+func (s *Store) MarkFailed(ctx context.Context, sink, claimID string, f delivery.Failure) error {
+	state, dead := delivery.StatePending, 0
+	if f.Dead {
+		state, dead = delivery.StateDead, 1
+	}
+	_, err := s.execDelivery(ctx, "mark failed", "mark_failed", string(state), f.Error, f.RetryAfter.Milliseconds(), dead, sink, claimID, f.EventID)
+	return err
+}
+
+// ReleaseClaim implements delivery.Store.
+func (s *Store) ReleaseClaim(ctx context.Context, sink, claimID string) error {
+	_, err := s.execDelivery(ctx, "release claim", "release_claim", sink, claimID)
+	return err
+}
+
+// RetryDead implements delivery.Store.
+func (s *Store) RetryDead(ctx context.Context, sink, eventID string) (int, error) {
+	n, err := s.execDelivery(ctx, "retry dead letters", "retry_dead", sink, sink, eventID, eventID)
+	return int(n), err
+}
+
+// ListDeliveries implements delivery.Store.
+func (s *Store) ListDeliveries(ctx context.Context, f delivery.Filter) ([]delivery.Delivery, error) {
+	limit := f.Limit
+	if limit <= 0 {
+		limit = 1000
+	}
+	q, err := dq("list_deliveries")
+	if err != nil {
+		return nil, err
+	}
+	return s.scanDeliveries(s.db.QueryContext(ctx, q, f.Sink, f.Sink, string(f.State), string(f.State), f.EventID, f.EventID, limit))
+}
+
+func (s *Store) scanDeliveries(rows *sql.Rows, err error) ([]delivery.Delivery, error) {
+	if err != nil {
+		return nil, s.classify("list deliveries", err)
+	}
+	defer rows.Close()
+	var out []delivery.Delivery
+	for rows.Next() {
+		var d delivery.Delivery
+		var typ, state string
+		var lastErr sql.NullString
+		var delivered sql.NullTime
+		if err := rows.Scan(&d.Sink, &d.EventID, &d.RunID, &d.RunSeq, &typ, &state, &d.Attempts, &d.NextAttemptAt, &lastErr, &d.CreatedAt, &delivered); err != nil {
+			return nil, s.classify("list deliveries", err)
+		}
+		d.EventType, d.State, d.LastError = engine.EventType(typ), delivery.State(state), lastErr.String
+		d.NextAttemptAt, d.CreatedAt = d.NextAttemptAt.UTC(), d.CreatedAt.UTC()
+		if delivered.Valid {
+			t := delivered.Time.UTC()
+			d.DeliveredAt = &t
+		}
+		out = append(out, d)
+	}
+	return out, s.classify("list deliveries", rows.Err())
+}
+
+var _ delivery.Store = (*Store)(nil)

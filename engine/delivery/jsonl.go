@@ -1,0 +1,85 @@
+package delivery
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/dvtrun/dvtrun/engine"
+)
+
+// jsonlBatch is how many events one write and fsync carries: the batch is
+// the unit a crash may repeat.
+const jsonlBatch = 256
+
+// JSONL appends one RunEventRecord JSON per line to a file and syncs it to
+// disk before the events count as delivered.
+type JSONL struct {
+	path string
+	mu   sync.Mutex
+	f    syncFile
+}
+
+// syncFile is what JSONL needs of its file (tests inject failures).
+type syncFile interface {
+	Write(p []byte) (int, error)
+	Sync() error
+	Close() error
+}
+
+// OpenJSONL opens (creating it and its directory) the file for appending.
+func OpenJSONL(path string) (*JSONL, error) {
+	if dir := filepath.Dir(path); dir != "" {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, engine.Errorf(engine.CodeConfigInvalid, "jsonl sink: cannot create %s: %v", dir, err)
+		}
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, engine.Errorf(engine.CodeConfigInvalid, "jsonl sink: cannot open %s: %v", path, err)
+	}
+	return &JSONL{path: path, f: f}, nil
+}
+
+// MaxBatch implements Sink.
+func (j *JSONL) MaxBatch() int { return jsonlBatch }
+
+// Deliver implements Sink: one write of all lines, then fsync. Nothing
+// counts as delivered unless the sync succeeded.
+func (j *JSONL) Deliver(_ context.Context, events []engine.RunEventRecord) (int, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf) // Encode ends each record with '\n'
+	for _, e := range events {
+		if err := enc.Encode(e); err != nil {
+			return 0, err
+		}
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.f == nil {
+		return 0, fmt.Errorf("jsonl sink %s is closed", j.path)
+	}
+	if _, err := j.f.Write(buf.Bytes()); err != nil {
+		return 0, fmt.Errorf("append to %s: %w", j.path, err)
+	}
+	if err := j.f.Sync(); err != nil {
+		return 0, fmt.Errorf("sync %s: %w", j.path, err)
+	}
+	return len(events), nil
+}
+
+// Close closes the file.
+func (j *JSONL) Close() error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.f == nil {
+		return nil
+	}
+	err := j.f.Close()
+	j.f = nil
+	return err
+}

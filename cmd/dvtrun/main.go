@@ -131,6 +131,7 @@ func commands() []command {
 		{"plan", "validate|import-dbt", "validate a plan, import a dbt manifest", cmdPlan},
 		{"verify", "[RUN_ID | --all]", "compare the SQL projection with the Go reducer", cmdVerify},
 		{"project", "[--once]", "keep the live snapshot table current", cmdProject},
+		{"outbox", "deliver|list|dead|retry", "deliver outbox events to sinks, inspect and replay", cmdOutbox},
 	}
 }
 

@@ -7,9 +7,11 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -145,6 +147,10 @@ func (w *Webhook) post(ctx context.Context, e engine.RunEventRecord) error {
 	if err != nil {
 		if ctx.Err() == context.DeadlineExceeded {
 			return fmt.Errorf("POST %s: no answer within %s", w.url, w.timeout)
+		}
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // the url.Error repeats the method and URL
 		}
 		return fmt.Errorf("POST %s: %w", w.url, err)
 	}

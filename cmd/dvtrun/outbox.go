@@ -1,0 +1,285 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/config"
+	"github.com/dvtrun/dvtrun/engine/delivery"
+)
+
+func cmdOutbox(ctx context.Context, c *cli, args []string) error {
+	if len(args) == 0 || args[0] == "--help" || args[0] == "-h" || args[0] == "help" {
+		w := c.stdout
+		if len(args) == 0 {
+			w = c.stderr
+		}
+		fmt.Fprintln(w, `Usage: dvtrun outbox deliver --config FILE [--once]
+       dvtrun outbox list [--sink S] [--state pending|delivered|dead] [--json]
+       dvtrun outbox dead [--sink S] [--json]
+       dvtrun outbox retry [EVENT_ID | --all-dead] [--sink S]
+
+Run `+"`dvtrun outbox SUBCOMMAND --help`"+` for its flags.`)
+		if len(args) == 0 {
+			return &exitError{code: exitUsage}
+		}
+		return errHelp
+	}
+	switch args[0] {
+	case "deliver":
+		return cmdOutboxDeliver(ctx, c, args[1:])
+	case "list":
+		return cmdOutboxList(ctx, c, args[1:], "list", "List the delivery state of outbox events per sink, in (run, runSeq) order.")
+	case "dead":
+		return cmdOutboxList(ctx, c, args[1:], "dead", "List the dead letters: deliveries that failed for good (replay them with `dvtrun outbox retry`).")
+	case "retry":
+		return cmdOutboxRetry(ctx, c, args[1:])
+	}
+	return engine.Errorf(engine.CodeInvalidArgument, "unknown outbox subcommand %q (want deliver, list, dead or retry)", args[0])
+}
+
+// deliveryStore opens the state store as the delivery package consumes it.
+func (c *cli) deliveryStore(ctx context.Context, mustExist bool) (stateStore, delivery.Store, error) {
+	st, err := c.openStore(ctx, mustExist)
+	if err != nil {
+		return nil, nil, err
+	}
+	ds, ok := st.(delivery.Store)
+	if !ok {
+		st.Close()
+		return nil, nil, engine.Errorf(engine.CodeInvalidArgument, "this state store does not support outbox delivery")
+	}
+	return st, ds, nil
+}
+
+// loadConfig reads the --config file (or DVT_CONFIG).
+func (c *cli) loadConfig(path string) (*config.Config, error) {
+	if path == "" {
+		return nil, engine.Errorf(engine.CodeInvalidArgument, "no configuration: pass --config FILE or set DVT_CONFIG")
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, engine.Errorf(engine.CodeConfigInvalid, "cannot read the configuration %s: %v", path, pathError(err))
+	}
+	return config.Parse(data, path)
+}
+
+// closer is a sink that holds a resource (the JSONL file).
+type closer interface{ Close() error }
+
+// deliveryTargets builds the configured sinks. A webhook's secrets are read
+// here, from the variable its secretEnv names, and registered for redaction.
+func (c *cli) deliveryTargets(cfg *config.Config, clock engine.Clock) ([]delivery.Target, func(), error) {
+	var targets []delivery.Target
+	var open []closer
+	closeAll := func() {
+		for _, o := range open {
+			o.Close()
+		}
+	}
+	for i, s := range cfg.Sinks {
+		policy := delivery.Policy{MaxAttempts: s.Retry.MaxAttempts, MaxAge: s.Retry.MaxAge, Backoff: s.Retry.Backoff, MaxBackoff: s.Retry.MaxBackoff}
+		var sink delivery.Sink
+		switch {
+		case s.Webhook != nil:
+			secrets := ""
+			if name := s.Webhook.SecretEnv; name != "" {
+				secrets = c.env(name)
+				if strings.TrimSpace(secrets) == "" {
+					closeAll()
+					return nil, nil, engine.Errorf(engine.CodeConfigInvalid, "sinks[%d].webhook.secretEnv: the environment variable %s is empty or unset", i, name)
+				}
+				for _, v := range strings.FieldsFunc(secrets, func(r rune) bool { return r == ',' || r == ' ' }) {
+					c.addSecret(v)
+				}
+			}
+			wh, err := delivery.NewWebhook(delivery.WebhookOptions{URL: s.Webhook.URL, Secrets: secrets, SecretName: s.Webhook.SecretEnv, Timeout: s.Webhook.Timeout, Clock: clock})
+			if err != nil {
+				closeAll()
+				return nil, nil, fmt.Errorf("sinks[%d] %q: %w", i, s.Name, err)
+			}
+			sink = wh
+		case s.JSONL != nil:
+			j, err := delivery.OpenJSONL(s.JSONL.Path)
+			if err != nil {
+				closeAll()
+				return nil, nil, fmt.Errorf("sinks[%d] %q: %w", i, s.Name, err)
+			}
+			open = append(open, j)
+			sink = j
+		}
+		targets = append(targets, delivery.Target{Name: s.Name, Sink: sink, Policy: policy})
+	}
+	return targets, closeAll, nil
+}
+
+func cmdOutboxDeliver(ctx context.Context, c *cli, args []string) error {
+	fs := c.newFlagSet("outbox deliver", "", "Deliver outbox events to the sinks of the configuration file: at least once, in runSeq\n"+
+		"order per run and sink, with backoff and a dead letter. Several processes may run at once\n"+
+		"on one store; they share the work. Logs are JSON lines on stderr.\n"+
+		"With --once: deliver what is due and exit, 0 when nothing is left pending or dead.")
+	cfgPath := fs.String("config", c.env("DVT_CONFIG"), "the configuration `FILE` with the sinks (env DVT_CONFIG)")
+	once := fs.Bool("once", false, "deliver what is due, then exit")
+	batch := fs.Int("batch", 100, "deliveries per claim")
+	claimTTL := fs.Duration("claim-ttl", 30*time.Second, "how long a claim keeps other delivery processes off its events")
+	poll := fs.Duration("poll", time.Second, "wait between polls when nothing is due")
+	if _, err := c.parse(fs, args, 0, 0); err != nil {
+		return err
+	}
+	cfg, err := c.loadConfig(*cfgPath)
+	if err != nil {
+		return err
+	}
+	if len(cfg.Sinks) == 0 {
+		return engine.Errorf(engine.CodeConfigInvalid, "%s: no sinks configured; nothing to deliver to", *cfgPath)
+	}
+	if *batch <= 0 || *claimTTL <= 0 || *poll <= 0 {
+		return engine.Errorf(engine.CodeInvalidArgument, "--batch, --claim-ttl and --poll must be positive")
+	}
+	clock := engine.ClockFunc(time.Now)
+	targets, closeSinks, err := c.deliveryTargets(cfg, clock)
+	if err != nil {
+		return err
+	}
+	defer closeSinks()
+	st, ds, err := c.deliveryStore(ctx, false)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	logger := slog.New(slog.NewJSONHandler(c.stderr, nil))
+	if *once {
+		logger = slog.New(slog.DiscardHandler) // --once ends with one line
+	}
+	svc, err := delivery.New(delivery.Options{
+		Store: ds, Targets: targets, Clock: clock, IDs: engine.IDFunc(newID), Rand: randFloat, Logger: logger,
+		BatchSize: *batch, ClaimTTL: *claimTTL, PollInterval: *poll,
+	})
+	if err != nil {
+		return err
+	}
+	if *once {
+		r, err := svc.Drain(ctx)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(c.stdout, "delivered %d, failed %d (%d dead-lettered); left: %d pending, %d dead\n", r.Delivered, r.Failed, r.Dead, r.Pending, r.DeadTotal)
+		if r.Pending > 0 || r.DeadTotal > 0 {
+			return engine.Errorf(engine.CodeEventBusDeliveryFailed, "%d deliveries still pending and %d dead (see dvtrun outbox list)", r.Pending, r.DeadTotal)
+		}
+		return nil
+	}
+	if err := svc.Start(ctx); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	svc.Stop()
+	logger.Info("delivery stopped")
+	return nil
+}
+
+func parseState(s string) (delivery.State, error) {
+	st := delivery.State(strings.ToUpper(s))
+	if s != "" && !st.Valid() {
+		return "", engine.Errorf(engine.CodeInvalidArgument, "unknown state %q (want pending, delivered or dead)", s)
+	}
+	return st, nil
+}
+
+func cmdOutboxList(ctx context.Context, c *cli, args []string, name, summary string) error {
+	fs := c.newFlagSet("outbox "+name, "", summary)
+	sink := fs.String("sink", "", "only this sink's deliveries")
+	var state *string
+	if name == "list" {
+		state = fs.String("state", "", "only deliveries in this state: pending, delivered or dead")
+	}
+	event := fs.String("event", "", "only this event's deliveries")
+	limit := fs.Int("limit", 1000, "at most this many rows")
+	asJSON := fs.Bool("json", false, "print JSON")
+	if _, err := c.parse(fs, args, 0, 0); err != nil {
+		return err
+	}
+	f := delivery.Filter{Sink: *sink, EventID: *event, Limit: *limit, State: delivery.StateDead}
+	if state != nil {
+		st, err := parseState(*state)
+		if err != nil {
+			return err
+		}
+		f.State = st
+	}
+	st, ds, err := c.deliveryStore(ctx, true)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	rows, err := ds.ListDeliveries(ctx, f)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		if rows == nil {
+			rows = []delivery.Delivery{}
+		}
+		return c.printJSON(rows)
+	}
+	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "RUN_ID\tRUN_SEQ\tEVENT_TYPE\tEVENT_ID\tSINK\tSTATE\tATTEMPTS\tNEXT_ATTEMPT\tLAST_ERROR")
+	for _, d := range rows {
+		next := "-"
+		if d.State == delivery.StatePending {
+			next = fmtTime(d.NextAttemptAt)
+		}
+		lastErr := oneLine(d.LastError)
+		if len(lastErr) > 80 {
+			lastErr = lastErr[:77] + "..."
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", d.RunID, d.RunSeq, d.EventType, d.EventID, d.Sink, d.State, d.Attempts, next, c.redact(lastErr))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(rows) == 0 {
+		fmt.Fprintln(c.stdout, "(none)")
+	}
+	return nil
+}
+
+func cmdOutboxRetry(ctx context.Context, c *cli, args []string) error {
+	fs := c.newFlagSet("outbox retry", "[EVENT_ID | --all-dead]", "Move dead letters back to pending, attempts reset: one event's, or all of them with --all-dead.\n"+
+		"A running `dvtrun outbox deliver` delivers them next, in runSeq order with the run's later events.")
+	all := fs.Bool("all-dead", false, "retry every dead letter")
+	sink := fs.String("sink", "", "only this sink's dead letters")
+	pos, err := c.parse(fs, args, 0, 1)
+	if err != nil {
+		return err
+	}
+	eventID := ""
+	switch {
+	case len(pos) == 1 && *all:
+		return engine.Errorf(engine.CodeInvalidArgument, "give an EVENT_ID or --all-dead, not both")
+	case len(pos) == 1:
+		eventID = pos[0]
+	case !*all:
+		return engine.Errorf(engine.CodeInvalidArgument, "outbox retry needs an EVENT_ID or --all-dead (see dvtrun outbox retry --help)")
+	}
+	st, ds, err := c.deliveryStore(ctx, true)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	n, err := ds.RetryDead(ctx, *sink, eventID)
+	if err != nil {
+		return err
+	}
+	if n == 0 && eventID != "" {
+		return engine.Errorf(engine.CodeInvalidArgument, "event %s has no dead letter%s", eventID, map[bool]string{true: " for sink " + *sink}[*sink != ""])
+	}
+	fmt.Fprintf(c.stdout, "%d dead letter(s) moved back to pending\n", n)
+	return nil
+}

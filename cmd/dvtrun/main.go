@@ -58,6 +58,7 @@ var inputCodes = map[engine.Code]bool{
 	engine.CodeStoreCorrupt:             true,
 	engine.CodeStoreUnavailable:         true,
 	engine.CodeSecretNotFound:           true,
+	engine.CodeConfigInvalid:            true,
 }
 
 // exitError ends a command with a given exit code. With an empty msg the

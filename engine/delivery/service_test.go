@@ -21,7 +21,10 @@ import (
 	"github.com/dvtrun/dvtrun/store/storetest"
 )
 
-var ctx = context.Background()
+var (
+	ctx     = context.Background()
+	timeNow = time.Now
+)
 
 func openStore(t testing.TB) *sqlite.Store {
 	t.Helper()

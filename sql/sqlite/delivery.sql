@@ -17,28 +17,36 @@ ON CONFLICT DO NOTHING;
 -- name: claim_deliveries
 -- The claim: one conditional UPDATE. A delivery is claimable when it is
 -- PENDING, due and unclaimed (or its claim expired), and no earlier delivery
--- of its run for this sink blocks it (dead, backing off, or claimed). The
+-- of its run for this sink blocks it: dead, backing off, or claimed. The
 -- outer WHERE repeats the row's own conditions so the UPDATE alone decides.
--- Args: claimID, ttl modifier, sink, sink, limit.
-UPDATE dvt_deliveries
-SET claimed_by = ?, claim_expires_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now', ?)
-WHERE sink = ? AND state = 'PENDING'
-  AND next_attempt_at <= strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
-  AND (claim_expires_at IS NULL OR claim_expires_at <= strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
+-- Every scan is an index range over the few blocking rows or the first
+-- candidates in (run_id, run_seq) order, never over delivered history, and
+-- "now" is a scalar subquery, computed once per statement. INDEXED BY pins
+-- the plan: without statistics the planner would walk the primary key.
+-- Args: sink, sink, sink, claimID, ttl modifier, limit.
+WITH now_ (t) AS (SELECT strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+blocked (run_id, run_seq) AS MATERIALIZED (
+    SELECT run_id, run_seq FROM dvt_deliveries INDEXED BY dvt_deliveries_state
+    WHERE sink = ?1 AND state = 'DEAD'
+    UNION ALL
+    SELECT run_id, run_seq FROM dvt_deliveries INDEXED BY dvt_deliveries_due
+    WHERE sink = ?1 AND state = 'PENDING' AND next_attempt_at > (SELECT t FROM now_)
+    UNION ALL
+    SELECT run_id, run_seq FROM dvt_deliveries INDEXED BY dvt_deliveries_claimed
+    WHERE sink = ?1 AND claim_expires_at > (SELECT t FROM now_)
+)
+UPDATE dvt_deliveries INDEXED BY dvt_deliveries_event
+SET claimed_by = ?2, claim_expires_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now', ?3)
+WHERE sink = ?1 AND state = 'PENDING'
+  AND next_attempt_at <= (SELECT t FROM now_)
+  AND (claim_expires_at IS NULL OR claim_expires_at <= (SELECT t FROM now_))
   AND event_id IN (
     SELECT d.event_id
-    FROM dvt_deliveries d
-    LEFT JOIN (
-        SELECT run_id, MIN(run_seq) AS first_blocked
-        FROM dvt_deliveries
-        WHERE sink = ?4 AND (state = 'DEAD' OR (state = 'PENDING' AND (
-              next_attempt_at > strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
-              OR claim_expires_at > strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))))
-        GROUP BY run_id
-    ) b ON b.run_id = d.run_id
-    WHERE d.sink = ?4 AND d.state = 'PENDING' AND (b.first_blocked IS NULL OR d.run_seq < b.first_blocked)
+    FROM dvt_deliveries d INDEXED BY dvt_deliveries_state
+    WHERE d.sink = ?1 AND d.state = 'PENDING'
+      AND NOT EXISTS (SELECT 1 FROM blocked b WHERE b.run_id = d.run_id AND b.run_seq <= d.run_seq)
     ORDER BY d.run_id, d.run_seq
-    LIMIT ?);
+    LIMIT ?4);
 
 -- name: claimed_deliveries
 SELECT d.sink, d.event_id, d.run_id, d.run_seq, e.event_type, d.state, d.attempts, d.next_attempt_at,

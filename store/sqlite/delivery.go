@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/dvtrun/dvtrun/engine"
@@ -12,37 +11,29 @@ import (
 	sqlfiles "github.com/dvtrun/dvtrun/sql"
 )
 
-// deliveryQueries are the statements of sql/sqlite/delivery.sql.
-var deliveryQueries = sync.OnceValues(func() (map[string]string, error) {
-	return sqlfiles.Queries(sqlfiles.SQLite, "delivery.sql")
-})
-
-func (s *Store) dq(name string) (string, error) {
-	q, err := deliveryQueries()
+// addDeliveryQueries adds the statements of sql/sqlite/delivery.sql to q,
+// prefixed "delivery/", so that Open prepares them once with the others.
+func addDeliveryQueries(q map[string]string) error {
+	dq, err := sqlfiles.Queries(sqlfiles.SQLite, "delivery.sql")
 	if err != nil {
-		return "", err
+		return err
 	}
-	text, ok := q[name]
-	if !ok {
-		return "", fmt.Errorf("sqlite: no delivery query %q", name)
+	for name, text := range dq {
+		q["delivery/"+name] = text
 	}
-	return text, nil
+	return nil
 }
 
 // modifier renders a duration as an SQLite date modifier ("+1.500
 // seconds"): the database computes "now + d" itself.
 func modifier(d time.Duration) string { return fmt.Sprintf("%+.3f seconds", d.Seconds()) }
 
-// write runs one delivery statement under the process's write mutex and
-// returns the affected rows.
+// write runs one prepared delivery statement under the process's write
+// mutex and returns the affected rows.
 func (s *Store) write(ctx context.Context, name string, args ...any) (int64, error) {
-	q, err := s.dq(name)
-	if err != nil {
-		return 0, err
-	}
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
-	res, err := s.db.ExecContext(ctx, q, args...)
+	res, err := s.stmts["delivery/"+name].ExecContext(ctx, args...)
 	if err != nil {
 		return 0, classify(s.path, err)
 	}
@@ -58,15 +49,11 @@ func (s *Store) EnqueueDeliveries(ctx context.Context, sink string) (int, error)
 
 // ClaimDeliveries implements delivery.Store.
 func (s *Store) ClaimDeliveries(ctx context.Context, sink, claimID string, limit int, ttl time.Duration) ([]delivery.Delivery, error) {
-	n, err := s.write(ctx, "claim_deliveries", claimID, modifier(ttl), sink, sink, limit)
+	n, err := s.write(ctx, "claim_deliveries", sink, claimID, modifier(ttl), limit)
 	if err != nil || n == 0 {
 		return nil, err
 	}
-	q, err := s.dq("claimed_deliveries")
-	if err != nil {
-		return nil, err
-	}
-	ds, err := s.scanDeliveries(s.db.QueryContext(ctx, q, sink, claimID))
+	ds, err := s.scanDeliveries(s.stmts["delivery/claimed_deliveries"].QueryContext(ctx, sink, claimID))
 	if err != nil {
 		return nil, err
 	}
@@ -78,10 +65,6 @@ func (s *Store) MarkDelivered(ctx context.Context, sink, claimID string, eventID
 	if len(eventIDs) == 0 {
 		return nil
 	}
-	q, err := s.dq("mark_delivered")
-	if err != nil {
-		return err
-	}
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
 	tx, err := s.db.BeginTxx(ctx, nil)
@@ -89,11 +72,7 @@ func (s *Store) MarkDelivered(ctx context.Context, sink, claimID string, eventID
 		return classify(s.path, err)
 	}
 	defer tx.Rollback()
-	st, err := tx.PrepareContext(ctx, q)
-	if err != nil {
-		return classify(s.path, err)
-	}
-	defer st.Close()
+	st := tx.StmtContext(ctx, s.stmts["delivery/mark_delivered"])
 	for _, id := range eventIDs {
 		if _, err := st.ExecContext(ctx, sink, claimID, id); err != nil {
 			return classify(s.path, err)
@@ -130,11 +109,7 @@ func (s *Store) ListDeliveries(ctx context.Context, f delivery.Filter) ([]delive
 	if limit <= 0 {
 		limit = 1000
 	}
-	q, err := s.dq("list_deliveries")
-	if err != nil {
-		return nil, err
-	}
-	return s.scanDeliveries(s.db.QueryContext(ctx, q, f.Sink, f.Sink, string(f.State), string(f.State), f.EventID, f.EventID, limit))
+	return s.scanDeliveries(s.stmts["delivery/list_deliveries"].QueryContext(ctx, f.Sink, f.Sink, string(f.State), string(f.State), f.EventID, f.EventID, limit))
 }
 
 func (s *Store) scanDeliveries(rows *sql.Rows, err error) ([]delivery.Delivery, error) {

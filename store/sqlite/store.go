@@ -88,6 +88,9 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := addDeliveryQueries(q); err != nil {
+		return nil, err
+	}
 	db, err := sqlx.Open("sqlite", dsn(path, mode, opts.BusyTimeout))
 	if err != nil {
 		return nil, classify(path, err)

@@ -23,3 +23,6 @@ CREATE TABLE dvt_deliveries (
 CREATE UNIQUE INDEX dvt_deliveries_event ON dvt_deliveries (sink, event_id);
 CREATE INDEX dvt_deliveries_state ON dvt_deliveries (sink, state, run_id, run_seq);
 CREATE INDEX dvt_deliveries_claim ON dvt_deliveries (claimed_by);
+-- The claim's look-ups of what blocks a run: backing-off and claimed rows.
+CREATE INDEX dvt_deliveries_due ON dvt_deliveries (sink, state, next_attempt_at);
+CREATE INDEX dvt_deliveries_claimed ON dvt_deliveries (sink, claim_expires_at);

@@ -281,6 +281,15 @@ func TestDeadLetterAlertAndRetry(t *testing.T) {
 			t.Fatalf("runSeq %d delivered past the dead letter at %d", e.RunSeq, poison.RunSeq)
 		}
 	}
+	tries := 0
+	for _, e := range all {
+		if e.EventID == poison.EventID {
+			tries++
+		}
+	}
+	if tries != 3 {
+		t.Fatalf("the poisoned event was sent %d times before the dead letter, want MaxAttempts = 3", tries)
+	}
 	if len(ok) != 18-4 {
 		t.Fatalf("%d delivered before the retry, want 14 (every other run in full)", len(ok))
 	}

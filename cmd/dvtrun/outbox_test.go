@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
@@ -160,8 +159,8 @@ func TestOutboxCommands(t *testing.T) {
 			t.Fatalf("delivery %d is runSeq %d, want runSeq %d", i, e.RunSeq, log[i].RunSeq)
 		}
 	}
-	if lines := jsonlEvents(t, filepath.Join(h.dir, "events.jsonl")); len(lines) != len(log) {
-		t.Fatalf("the file has %d lines, want %d", len(lines), len(log))
+	if lines, err := delivery.ReadJSONL(filepath.Join(h.dir, "events.jsonl")); err != nil || len(lines) != len(log) {
+		t.Fatalf("the file has %d records (%v), want %d", len(lines), err, len(log))
 	}
 	r = h.run("outbox", "list", "--state", "delivered", "--sink", "hooks", "--json")
 	var rows []delivery.Delivery
@@ -222,49 +221,18 @@ func TestOutboxErrors(t *testing.T) {
 	}
 }
 
-func jsonlEvents(t *testing.T, path string) []engine.RunEventRecord {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var out []engine.RunEventRecord
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		var e engine.RunEventRecord
-		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
-			t.Fatalf("line %q: %v", sc.Text(), err)
-		}
-		out = append(out, e)
-	}
-	return out
-}
-
 // seedOutbox writes runs runs of 2+2*steps events straight into the store.
 func seedOutbox(t *testing.T, path string, runs, steps int) map[string][]engine.RunEventRecord {
 	t.Helper()
-	ctx := context.Background()
-	st, err := sqlite.Open(ctx, path, sqlite.Options{})
+	st, err := sqlite.Open(context.Background(), path, sqlite.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer st.Close()
 	out := map[string][]engine.RunEventRecord{}
 	for range runs {
-		f := storetest.NewFixture()
-		f.Bootstrap(t, st)
-		var batch []engine.RunEventWrite
-		for i := range steps {
-			id := fmt.Sprintf("model.m%02d", i)
-			batch = append(batch, f.Event(engine.StepStarted, id, 1), f.Event(engine.StepCompleted, id, 1))
-		}
-		if _, err := st.AppendAndEnqueue(ctx, f.Meta.RunID, batch); err != nil {
-			t.Fatal(err)
-		}
-		if out[f.Meta.RunID], err = st.ListEvents(ctx, f.Meta.RunID, 0, 0); err != nil {
-			t.Fatal(err)
-		}
+		recs := storetest.SeedRun(t, st, steps)
+		out[recs[0].RunID] = recs
 	}
 	return out
 }

@@ -1,6 +1,7 @@
 package delivery
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -82,4 +83,24 @@ func (j *JSONL) Close() error {
 	err := j.f.Close()
 	j.f = nil
 	return err
+}
+
+// ReadJSONL reads back a JSONL sink's file: one record per line, in order.
+func ReadJSONL(path string) ([]engine.RunEventRecord, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []engine.RunEventRecord
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64*1024), 64<<20) // an event's payload may be large
+	for line := 1; sc.Scan(); line++ {
+		var r engine.RunEventRecord
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			return nil, fmt.Errorf("%s:%d: %w", path, line, err)
+		}
+		out = append(out, r)
+	}
+	return out, sc.Err()
 }

@@ -1,12 +1,10 @@
 package delivery
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -20,25 +18,6 @@ func events(runID string, from, to int64) []engine.RunEventRecord {
 	for s := from; s <= to; s++ {
 		out = append(out, engine.RunEventRecord{RunEventWrite: engine.RunEventWrite{EventID: fmt.Sprintf("%s-%d", runID, s), RunID: runID, EventType: engine.StepStarted,
 			Payload: json.RawMessage(`{"note":"line\nbreak"}`)}, RunSeq: s})
-	}
-	return out
-}
-
-func readLines(t *testing.T, path string) []engine.RunEventRecord {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var out []engine.RunEventRecord
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		var r engine.RunEventRecord
-		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-			t.Fatalf("line %q: %v", sc.Text(), err)
-		}
-		out = append(out, r)
 	}
 	return out
 }
@@ -66,7 +45,10 @@ func TestJSONLAppendsInOrderAndReopens(t *testing.T) {
 	if n, err := j.Deliver(context.Background(), events("b", 1, 2)); n != 2 || err != nil {
 		t.Fatalf("Deliver = %d, %v", n, err)
 	}
-	got := readLines(t, path)
+	got, err := ReadJSONL(path)
+	if err != nil {
+		t.Fatal(err)
+	}
 	want := append(events("a", 1, 3), events("b", 1, 2)...)
 	if len(got) != len(want) {
 		t.Fatalf("%d lines, want %d", len(got), len(want))

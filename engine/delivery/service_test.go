@@ -3,7 +3,6 @@ package delivery_test
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"math/rand/v2"
 	"net/http"
@@ -41,23 +40,8 @@ func seedRuns(t testing.TB, s *sqlite.Store, runs, steps int) map[string][]engin
 	t.Helper()
 	out := map[string][]engine.RunEventRecord{}
 	for range runs {
-		f := storetest.NewFixture()
-		f.Bootstrap(t, s)
-		var batch []engine.RunEventWrite
-		for i := range steps {
-			id := fmt.Sprintf("model.m%03d", i)
-			batch = append(batch, f.Event(engine.StepStarted, id, 1), f.Event(engine.StepCompleted, id, 1))
-		}
-		if len(batch) > 0 {
-			if _, err := s.AppendAndEnqueue(ctx, f.Meta.RunID, batch); err != nil {
-				t.Fatal(err)
-			}
-		}
-		recs, err := s.ListEvents(ctx, f.Meta.RunID, 0, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out[f.Meta.RunID] = recs
+		recs := storetest.SeedRun(t, s, steps)
+		out[recs[0].RunID] = recs
 	}
 	return out
 }

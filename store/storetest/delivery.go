@@ -38,15 +38,16 @@ func deliveryStore(t *testing.T, b Backend) (store.Store, delivery.Store) {
 	return s, ds
 }
 
-// runWithEvents bootstraps a run with RunQueued, RunStarted and a started
-// and completed step per n, and returns its events.
-func runWithEvents(t *testing.T, s store.Store, steps int) []engine.RunEventRecord {
+// SeedRun bootstraps a run with RunQueued, RunStarted and a started and
+// completed step per steps, and returns its events (2+2*steps): outbox
+// content for delivery tests.
+func SeedRun(t testing.TB, s store.Store, steps int) []engine.RunEventRecord {
 	t.Helper()
 	f := NewFixture()
 	f.Bootstrap(t, s)
 	var batch []engine.RunEventWrite
 	for i := range steps {
-		id := fmt.Sprintf("model.d%02d", i)
+		id := fmt.Sprintf("model.d%03d", i)
 		batch = append(batch, f.Event(engine.StepStarted, id, 1), f.Event(engine.StepCompleted, id, 1))
 	}
 	if len(batch) > 0 {
@@ -54,7 +55,11 @@ func runWithEvents(t *testing.T, s store.Store, steps int) []engine.RunEventReco
 			t.Fatal(err)
 		}
 	}
-	return events(t, s, f.Meta.RunID)
+	recs, err := s.ListEvents(ctx, f.Meta.RunID, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return recs
 }
 
 func newSink() string { return "sink-" + uuid.NewString()[:8] }
@@ -91,7 +96,7 @@ func claim(t *testing.T, ds delivery.Store, sink string, limit int, ttl time.Dur
 
 func testEnqueueDeliveries(t *testing.T, b Backend) {
 	s, ds := deliveryStore(t, b)
-	recs := runWithEvents(t, s, 2)
+	recs := SeedRun(t, s, 2)
 	a, c := newSink(), newSink()
 	n, err := ds.EnqueueDeliveries(ctx, a)
 	if err != nil || n < len(recs) {
@@ -114,7 +119,7 @@ func testEnqueueDeliveries(t *testing.T, b Backend) {
 		}
 	}
 	// A new event reaches both sinks on the next enqueue.
-	more := runWithEvents(t, s, 0)
+	more := SeedRun(t, s, 0)
 	for _, sink := range []string{a, c} {
 		if n, err := ds.EnqueueDeliveries(ctx, sink); err != nil || n != len(more) {
 			t.Fatalf("enqueue after a new run: %d (%v), want %d", n, err, len(more))
@@ -132,7 +137,7 @@ func testClaimConcurrency(t *testing.T, b Backend) {
 	s, _ := deliveryStore(t, b)
 	var runs [][]engine.RunEventRecord
 	for range 6 {
-		runs = append(runs, runWithEvents(t, s, 3))
+		runs = append(runs, SeedRun(t, s, 3))
 	}
 	sink := newSink()
 	if _, err := s.(delivery.Store).EnqueueDeliveries(ctx, sink); err != nil {
@@ -210,7 +215,7 @@ func testClaimConcurrency(t *testing.T, b Backend) {
 // back its run's later events and nobody else's.
 func testClaimOrder(t *testing.T, b Backend) {
 	s, ds := deliveryStore(t, b)
-	r1, r2 := runWithEvents(t, s, 1), runWithEvents(t, s, 1) // 4 events each
+	r1, r2 := SeedRun(t, s, 1), SeedRun(t, s, 1) // 4 events each
 	sink := newSink()
 	if _, err := ds.EnqueueDeliveries(ctx, sink); err != nil {
 		t.Fatal(err)
@@ -282,7 +287,7 @@ func settleOthers(t *testing.T, ds delivery.Store, sink string, keep ...string) 
 
 func testDeadLetter(t *testing.T, b Backend) {
 	s, ds := deliveryStore(t, b)
-	r := runWithEvents(t, s, 1)
+	r := SeedRun(t, s, 1)
 	sink := newSink()
 	if _, err := ds.EnqueueDeliveries(ctx, sink); err != nil {
 		t.Fatal(err)
@@ -338,7 +343,7 @@ func testDeadLetter(t *testing.T, b Backend) {
 // expires by the database's clock, and the old holder can no longer settle.
 func testClaimExpiry(t *testing.T, b Backend) {
 	s, ds := deliveryStore(t, b)
-	r := runWithEvents(t, s, 0)
+	r := SeedRun(t, s, 0)
 	sink := newSink()
 	if _, err := ds.EnqueueDeliveries(ctx, sink); err != nil {
 		t.Fatal(err)

@@ -9,11 +9,23 @@
 UPDATE dvt_locks SET owner = owner WHERE lock_name = 'deliveries';
 
 -- name: enqueue_deliveries
+-- Every outbox event the sink has no delivery for yet, due now. A run's
+-- outbox rows are written with its events, so what a sink has of a run is
+-- always a prefix of it: only runs whose outbox goes past the sink's last
+-- delivery are read, one index probe each, never the whole outbox.
+-- Args: sink, sink, sink.
 INSERT INTO dvt_deliveries (sink, event_id, run_id, run_seq, state, attempts, next_attempt_at, created_at)
 SELECT ?, e.event_id, o.run_id, o.run_seq, 'PENDING', 0, CAST(CURRENT_TIMESTAMP() AS TIMESTAMP_TZ(9)), CAST(CURRENT_TIMESTAMP() AS TIMESTAMP_TZ(9))
-FROM dvt_outbox o
+FROM (
+    SELECT r.run_id,
+           (SELECT MAX(x.run_seq) FROM dvt_outbox x WHERE x.run_id = r.run_id) AS last_seq,
+           COALESCE((SELECT MAX(d.run_seq) FROM dvt_deliveries d WHERE d.sink = ? AND d.run_id = r.run_id), 0) AS have_seq
+    FROM dvt_runs r
+) w
+JOIN dvt_outbox o ON o.run_id = w.run_id AND o.run_seq > w.have_seq
 JOIN dvt_run_events e ON e.run_id = o.run_id AND e.run_seq = o.run_seq
-WHERE NOT EXISTS (SELECT 1 FROM dvt_deliveries d WHERE d.sink = ? AND d.run_id = o.run_id AND d.run_seq = o.run_seq);
+WHERE w.last_seq > w.have_seq
+  AND NOT EXISTS (SELECT 1 FROM dvt_deliveries d WHERE d.sink = ? AND d.run_id = o.run_id AND d.run_seq = o.run_seq);
 
 -- name: claim_deliveries
 -- Args: claimID, ttl (ms), sink, sink, sink, limit.

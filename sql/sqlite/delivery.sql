@@ -4,14 +4,27 @@
 -- statement. Durations are bound as SQLite date modifiers ('+1.500 seconds').
 
 -- name: enqueue_deliveries
--- Every outbox event the sink has no delivery for yet, due now. The primary
--- key makes a concurrent second insert a no-op.
+-- Every outbox event the sink has no delivery for yet, due now. A run's
+-- outbox rows are written with its events, so what a sink has of a run is
+-- always a prefix of it: only runs whose outbox goes past the sink's last
+-- delivery are read, two index probes a run, never the whole outbox (the
+-- CTE is materialized and CROSS JOIN fixes the loop order, so the planner
+-- cannot start from the outbox).
+-- Args: sink, sink, sink.
+WITH w (run_id, have_seq) AS MATERIALIZED (
+    SELECT run_id, have_seq FROM (
+        SELECT r.run_id,
+               (SELECT MAX(x.run_seq) FROM dvt_outbox x WHERE x.run_id = r.run_id) AS last_seq,
+               COALESCE((SELECT MAX(d.run_seq) FROM dvt_deliveries d WHERE d.sink = ?1 AND d.run_id = r.run_id), 0) AS have_seq
+        FROM dvt_runs r
+    ) WHERE last_seq > have_seq
+)
 INSERT INTO dvt_deliveries (sink, event_id, run_id, run_seq, state, attempts, next_attempt_at, created_at)
-SELECT ?, e.event_id, o.run_id, o.run_seq, 'PENDING', 0,
-       strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
-FROM dvt_outbox o
-JOIN dvt_run_events e ON e.run_id = o.run_id AND e.run_seq = o.run_seq
-WHERE NOT EXISTS (SELECT 1 FROM dvt_deliveries d WHERE d.sink = ? AND d.run_id = o.run_id AND d.run_seq = o.run_seq)
+SELECT ?1, e.event_id, o.run_id, o.run_seq, 'PENDING', 0, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
+FROM w
+CROSS JOIN dvt_outbox o
+CROSS JOIN dvt_run_events e
+WHERE o.run_id = w.run_id AND o.run_seq > w.have_seq AND e.run_id = o.run_id AND e.run_seq = o.run_seq
 ON CONFLICT DO NOTHING;
 
 -- name: claim_deliveries

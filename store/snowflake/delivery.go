@@ -83,7 +83,7 @@ func (s *Store) underDeliveryLock(ctx context.Context, op, name string, args ...
 
 // EnqueueDeliveries implements delivery.Store.
 func (s *Store) EnqueueDeliveries(ctx context.Context, sink string) (int, error) {
-	n, err := s.underDeliveryLock(ctx, "enqueue deliveries", "enqueue_deliveries", sink, sink)
+	n, err := s.underDeliveryLock(ctx, "enqueue deliveries", "enqueue_deliveries", sink, sink, sink)
 	return int(n), err
 }
 

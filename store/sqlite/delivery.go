@@ -43,7 +43,7 @@ func (s *Store) write(ctx context.Context, name string, args ...any) (int64, err
 
 // EnqueueDeliveries implements delivery.Store.
 func (s *Store) EnqueueDeliveries(ctx context.Context, sink string) (int, error) {
-	n, err := s.write(ctx, "enqueue_deliveries", sink, sink)
+	n, err := s.write(ctx, "enqueue_deliveries", sink)
 	return int(n), err
 }
 

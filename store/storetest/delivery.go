@@ -125,6 +125,24 @@ func testEnqueueDeliveries(t *testing.T, b Backend) {
 			t.Fatalf("enqueue after a new run: %d (%v), want %d", n, err, len(more))
 		}
 	}
+	// Events appended later to a run the sinks already have follow it.
+	f := NewFixture()
+	f.Bootstrap(t, s)
+	for range 2 {
+		if _, err := ds.EnqueueDeliveries(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	later := []engine.RunEventWrite{f.Event(engine.StepStarted, "model.late", 1), f.Event(engine.StepCompleted, "model.late", 1)}
+	if _, err := s.AppendAndEnqueue(ctx, f.Meta.RunID, later); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := ds.EnqueueDeliveries(ctx, a); err != nil || n != 2 {
+		t.Fatalf("enqueue after an append to a known run: %d (%v), want 2", n, err)
+	}
+	if got := ofRun(list(t, ds, delivery.Filter{Sink: a}), f.Meta.RunID); len(got) != 4 || got[2].RunSeq != 3 || got[3].RunSeq != 4 {
+		t.Fatalf("deliveries of the grown run: %+v", got)
+	}
 	if got := list(t, ds, delivery.Filter{Sink: a, EventID: more[0].EventID}); len(got) != 1 {
 		t.Fatalf("filter by event id: %+v", got)
 	}

@@ -174,7 +174,7 @@ func (s *Service) loop(ctx context.Context, t Target) {
 	enqueued := time.Time{}
 	for ctx.Err() == nil {
 		// New outbox events are picked up at most once per poll interval:
-		// the enqueue reads the whole outbox.
+		// the enqueue looks at every run's high-water mark.
 		enqueue := s.o.Clock.Now().Sub(enqueued) >= s.o.PollInterval
 		if enqueue {
 			enqueued = s.o.Clock.Now()

@@ -142,6 +142,21 @@ func cmdOutboxDeliver(ctx context.Context, c *cli, args []string) error {
 	if *batch <= 0 || *claimTTL <= 0 || *poll <= 0 {
 		return engine.Errorf(engine.CodeInvalidArgument, "--batch, --claim-ttl and --poll must be positive")
 	}
+	// A process stops starting requests on a claim after half its TTL; a
+	// request that may outlast the other half could still be in flight when
+	// another process takes the claim over and sends the event again.
+	for i, s := range cfg.Sinks {
+		if s.Webhook == nil {
+			continue
+		}
+		timeout := s.Webhook.Timeout
+		if timeout <= 0 {
+			timeout = delivery.DefaultWebhookTimeout
+		}
+		if timeout > *claimTTL/2 {
+			return engine.Errorf(engine.CodeInvalidArgument, "--claim-ttl %s must be at least twice sinks[%d].webhook.timeout (%s)", *claimTTL, i, timeout)
+		}
+	}
 	clock := engine.ClockFunc(time.Now)
 	targets, closeSinks, err := c.deliveryTargets(cfg, clock)
 	if err != nil {

@@ -81,16 +81,16 @@ func (rc *hookReceiver) counts() (arrivals, ok []engine.RunEventRecord, badSig i
 	return append([]engine.RunEventRecord(nil), rc.arrivals...), append([]engine.RunEventRecord(nil), rc.ok...), rc.badSig
 }
 
-func writeConfig(t *testing.T, dir, hookURL string, retry string) string {
+func writeConfig(t *testing.T, dir, hookURL, timeout, retry string) string {
 	t.Helper()
 	path := filepath.Join(dir, "dvt.yaml")
 	text := fmt.Sprintf(`sinks:
   - name: hooks
-    webhook: {url: %q, secretEnv: HOOK_SECRET, timeout: 10s}
+    webhook: {url: %q, secretEnv: HOOK_SECRET, timeout: %s}
     retry: %s
   - name: archive
     jsonl: {path: %q}
-`, hookURL, retry, filepath.Join(dir, "events.jsonl"))
+`, hookURL, timeout, retry, filepath.Join(dir, "events.jsonl"))
 	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +109,7 @@ func TestOutboxCommands(t *testing.T) {
 	rc := &hookReceiver{fail: func(n int) bool { return n <= 3 }}
 	srv := httptest.NewServer(rc)
 	defer srv.Close()
-	cfg := writeConfig(t, h.dir, srv.URL, "{maxAttempts: 2, backoff: 10ms, maxBackoff: 10ms}")
+	cfg := writeConfig(t, h.dir, srv.URL, "10s", "{maxAttempts: 2, backoff: 10ms, maxBackoff: 10ms}")
 	h.env["HOOK_SECRET"] = hookSecret
 
 	r := h.run("outbox", "deliver", "--config", cfg, "--once")
@@ -177,7 +177,7 @@ func TestOutboxErrors(t *testing.T) {
 	if r := h.run("run", fixture("ok", "plan.yaml")); r.code != 0 {
 		t.Fatalf("run: %+v", r)
 	}
-	cfg := writeConfig(t, h.dir, "http://127.0.0.1:1/x", "{}")
+	cfg := writeConfig(t, h.dir, "http://127.0.0.1:1/x", "20s", "{}")
 	bad := filepath.Join(h.dir, "bad.yaml")
 	os.WriteFile(bad, []byte("sinks: [{name: a, jsonl: {path: x}, retry: {maxAttempts: -2}}]"), 0o644)
 	cases := []struct {
@@ -191,9 +191,10 @@ func TestOutboxErrors(t *testing.T) {
 		{"no config", nil, []string{"outbox", "deliver", "--once"}, 2, "INVALID_ARGUMENT", []string{"--config FILE or set DVT_CONFIG"}},
 		{"missing file", nil, []string{"outbox", "deliver", "--config", "nope.yaml"}, 2, "CONFIG_INVALID", []string{"nope.yaml"}},
 		{"invalid file", nil, []string{"outbox", "deliver", "--config", bad}, 2, "CONFIG_INVALID", []string{"sinks[0].retry.maxAttempts"}},
-		{"secret unset", nil, []string{"outbox", "deliver", "--config", cfg}, 2, "CONFIG_INVALID", []string{"HOOK_SECRET is empty or unset"}},
-		{"secret malformed", map[string]string{"HOOK_SECRET": "hunter2-not-whsec"}, []string{"outbox", "deliver", "--config", cfg}, 2, "CONFIG_INVALID", []string{"HOOK_SECRET: secret 1 does not start with whsec_"}},
+		{"secret unset", nil, []string{"outbox", "deliver", "--config", cfg, "--claim-ttl", "1m"}, 2, "CONFIG_INVALID", []string{"HOOK_SECRET is empty or unset"}},
+		{"secret malformed", map[string]string{"HOOK_SECRET": "hunter2-not-whsec"}, []string{"outbox", "deliver", "--config", cfg, "--claim-ttl", "1m"}, 2, "CONFIG_INVALID", []string{"HOOK_SECRET: secret 1 does not start with whsec_"}},
 		{"bad state", nil, []string{"outbox", "list", "--state", "lost"}, 2, "INVALID_ARGUMENT", []string{`unknown state "lost"`}},
+		{"claim shorter than requests", map[string]string{"HOOK_SECRET": hookSecret}, []string{"outbox", "deliver", "--config", cfg}, 2, "INVALID_ARGUMENT", []string{"--claim-ttl 30s must be at least twice sinks[0].webhook.timeout (20s)"}},
 		{"retry nothing", nil, []string{"outbox", "retry"}, 2, "INVALID_ARGUMENT", []string{"EVENT_ID or --all-dead"}},
 		{"retry both", nil, []string{"outbox", "retry", "e1", "--all-dead"}, 2, "INVALID_ARGUMENT", []string{"not both"}},
 		{"unknown subcommand", nil, []string{"outbox", "flush"}, 2, "INVALID_ARGUMENT", []string{`"flush"`}},
@@ -289,7 +290,7 @@ func TestOutboxDeliveryProcesses(t *testing.T) {
 		rc := &hookReceiver{delay: time.Millisecond}
 		srv := httptest.NewServer(rc)
 		defer srv.Close()
-		cfg := writeConfig(t, h.dir, srv.URL, "{}")
+		cfg := writeConfig(t, h.dir, srv.URL, "10s", "{}")
 		env := append(os.Environ(), "DVT_STORE="+h.env["DVT_STORE"], "HOOK_SECRET="+hookSecret, "DVT_CONFIG="+cfg)
 		a, logA := startDeliverer(t, bin, env, "--batch", "5", "--poll", "50ms")
 		b, logB := startDeliverer(t, bin, env, "--batch", "5", "--poll", "50ms")
@@ -341,7 +342,7 @@ func TestOutboxDeliveryProcesses(t *testing.T) {
 		srv := httptest.NewServer(rc)
 		defer srv.Close()
 		defer close(release)
-		cfg := writeConfig(t, h.dir, srv.URL, "{}")
+		cfg := writeConfig(t, h.dir, srv.URL, "1s", "{}")
 		env := append(os.Environ(), "DVT_STORE="+h.env["DVT_STORE"], "HOOK_SECRET="+hookSecret, "DVT_CONFIG="+cfg)
 		a, _ := startDeliverer(t, bin, env, "--batch", "8", "--claim-ttl", "2s", "--poll", "50ms")
 		waitUntil(t, "the 12th request", func() bool { all, _, _ := rc.counts(); return len(all) >= 12 })

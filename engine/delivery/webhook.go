@@ -38,6 +38,9 @@ type Webhook struct {
 	clock   engine.Clock
 }
 
+// DefaultWebhookTimeout bounds a request when the sink sets no timeout.
+const DefaultWebhookTimeout = 10 * time.Second
+
 // WebhookOptions configures NewWebhook.
 type WebhookOptions struct {
 	URL string
@@ -46,7 +49,7 @@ type WebhookOptions struct {
 	Secrets string
 	// SecretName names where Secrets came from, for errors (never the value).
 	SecretName string
-	Timeout    time.Duration // default 10s
+	Timeout    time.Duration // default DefaultWebhookTimeout
 	Client     Doer          // default a new http.Client
 	Clock      engine.Clock
 }
@@ -65,7 +68,7 @@ func NewWebhook(o WebhookOptions) (*Webhook, error) {
 		return nil, engine.Errorf(engine.CodeConfigInvalid, "%s: %v", o.SecretName, err)
 	}
 	if o.Timeout <= 0 {
-		o.Timeout = 10 * time.Second
+		o.Timeout = DefaultWebhookTimeout
 	}
 	if o.Client == nil {
 		o.Client = NewHTTPClient()

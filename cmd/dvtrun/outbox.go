@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -56,18 +55,6 @@ func (c *cli) deliveryStore(ctx context.Context, mustExist bool) (stateStore, de
 		return nil, nil, engine.Errorf(engine.CodeInvalidArgument, "this state store does not support outbox delivery")
 	}
 	return st, ds, nil
-}
-
-// loadConfig reads the --config file (or DVT_CONFIG).
-func (c *cli) loadConfig(path string) (*config.Config, error) {
-	if path == "" {
-		return nil, engine.Errorf(engine.CodeInvalidArgument, "no configuration: pass --config FILE or set DVT_CONFIG")
-	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, engine.Errorf(engine.CodeConfigInvalid, "cannot read the configuration %s: %v", path, pathError(err))
-	}
-	return config.Parse(data, path)
 }
 
 // closer is a sink that holds a resource (the JSONL file).
@@ -124,7 +111,6 @@ func cmdOutboxDeliver(ctx context.Context, c *cli, args []string) error {
 		"order per run and sink, with backoff and a dead letter. Several processes may run at once\n"+
 		"on one store; they share the work. Logs are JSON lines on stderr.\n"+
 		"With --once: deliver what is due and exit, 0 when nothing is left pending or dead.")
-	cfgPath := fs.String("config", c.env("DVT_CONFIG"), "the configuration `FILE` with the sinks (env DVT_CONFIG)")
 	once := fs.Bool("once", false, "deliver what is due, then exit")
 	batch := fs.Int("batch", 100, "deliveries per claim")
 	claimTTL := fs.Duration("claim-ttl", 30*time.Second, "how long a claim keeps other delivery processes off its events")
@@ -132,12 +118,15 @@ func cmdOutboxDeliver(ctx context.Context, c *cli, args []string) error {
 	if _, err := c.parse(fs, args, 0, 0); err != nil {
 		return err
 	}
-	cfg, err := c.loadConfig(*cfgPath)
+	if c.g.config == "" {
+		return engine.Errorf(engine.CodeInvalidArgument, "no configuration: pass --config FILE or set DVT_CONFIG")
+	}
+	cfg, err := c.loadConfig()
 	if err != nil {
 		return err
 	}
 	if len(cfg.Sinks) == 0 {
-		return engine.Errorf(engine.CodeConfigInvalid, "%s: no sinks configured; nothing to deliver to", *cfgPath)
+		return &exitError{code: exitUsage, err: engine.Errorf(engine.CodeConfigInvalid, "%s: no sinks configured; nothing to deliver to", c.g.config)}
 	}
 	if *batch <= 0 || *claimTTL <= 0 || *poll <= 0 {
 		return engine.Errorf(engine.CodeInvalidArgument, "--batch, --claim-ttl and --poll must be positive")

@@ -33,6 +33,13 @@ const PlanSchemaVersion = "1"
 const (
 	MaterializedTable = "table"
 	MaterializedView  = "view"
+	// MaterializedIncremental builds a table on the first run (and on a
+	// full refresh) and merges the model's new rows into it afterwards, on
+	// UniqueKey (see PlanStep).
+	MaterializedIncremental = "incremental"
+	// MaterializedEphemeral is never built: its SQL is inlined as a CTE into
+	// the models and tests that read it (see Plan.InlineEphemeral).
+	MaterializedEphemeral = "ephemeral"
 )
 
 // Test severities (dbt's): an error-severity test that returns rows fails
@@ -85,6 +92,15 @@ type PlanStep struct {
 	Tags             []string `json:"tags,omitempty" yaml:"tags,omitempty"`
 	FQN              []string `json:"fqn,omitempty" yaml:"fqn,omitempty"`
 	OriginalFilePath string   `json:"originalFilePath,omitempty" yaml:"originalFilePath,omitempty"`
+	// UniqueKey (incremental models) are the columns new rows are merged
+	// on: a new row replaces the table's row with the same key. Without a
+	// key, new rows are appended (dbt's behaviour).
+	UniqueKey []string `json:"uniqueKey,omitempty" yaml:"uniqueKey,omitempty"`
+	// IncrementalFilter (incremental models) is a predicate over the
+	// model's output columns that picks the new rows on runs after the
+	// first; {{ this }} names the existing table, e.g.
+	// "updated_at > (select max(updated_at) from {{ this }})".
+	IncrementalFilter string `json:"incrementalFilter,omitempty" yaml:"incrementalFilter,omitempty"`
 }
 
 // SecretRef names a secret a step needs. Plans carry references, never
@@ -301,9 +317,9 @@ func (p *Plan) Validate() error {
 			}
 		case KindModel:
 			switch s.Materialized {
-			case "", MaterializedTable, MaterializedView:
+			case "", MaterializedTable, MaterializedView, MaterializedIncremental, MaterializedEphemeral:
 			default:
-				add("step %s: materialized %q is not table or view", s.ID, s.Materialized)
+				add("step %s: materialized %q is not table, view, incremental or ephemeral", s.ID, s.Materialized)
 			}
 		case KindTest:
 			switch s.Severity {
@@ -339,6 +355,9 @@ func (p *Plan) Validate() error {
 				add("step %s: secret name %q must be letters, digits and _", s.ID, ref.Name)
 			}
 		}
+		for _, msg := range incrementalProblems(s) {
+			add("step %s: %s", s.ID, msg)
+		}
 	}
 	for _, s := range p.Steps {
 		for _, d := range s.DependsOn {
@@ -346,6 +365,8 @@ func (p *Plan) Validate() error {
 				add("step %s: depends on unknown step %s", s.ID, d)
 			} else if d == s.ID {
 				add("step %s: depends on itself", s.ID)
+			} else if dep := p.Steps[ids[d]]; isEphemeral(dep) && s.Kind != KindModel && s.Kind != KindTest {
+				add("step %s: depends on ephemeral model %s, which only models and tests can read (it is inlined as a CTE)", s.ID, d)
 			}
 		}
 	}

@@ -21,13 +21,21 @@ type StepRequest struct {
 	StepID       string
 	Kind         string // seed | model | test | sql
 	Relation     string // the table or view a seed or model builds
-	Materialized string // table | view (models)
+	Materialized string // table | view | incremental (models; ephemeral ones are inlined, never run)
 	SQL          string // model/test/sql body, secrets already resolved
 	SeedPath     string // CSV file for seeds
 	Severity     string // tests
 	// Params are bound to the statement's ? placeholders in order (secrets
 	// are bound, never spliced, where the SQL allows it).
 	Params []any
+	// UniqueKey and IncrementalFilter are an incremental model's (PlanStep);
+	// the filter's {{ this }} is left for the warehouse to render
+	// (RenderThis) in its own quoting.
+	UniqueKey         []string
+	IncrementalFilter string
+	// FullRefresh rebuilds an incremental model from its full select, as
+	// on its first run (dvtrun run --full-refresh).
+	FullRefresh bool
 	// QueryTag is set on the warehouse session (Snowflake QUERY_TAG): JSON
 	// with run_id, step_id and attempts.
 	QueryTag string

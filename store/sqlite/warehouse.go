@@ -214,8 +214,10 @@ func (w *Warehouse) runModel(ctx context.Context, req engine.StepRequest) (engin
 			}
 			return rows.Close()
 		}, nil)
+	case engine.MaterializedIncremental:
+		return w.runIncremental(ctx, req, rel, body)
 	default:
-		return engine.StepResult{}, engine.Errorf(engine.CodePlanInvalid, "model %s: materialized %q is not table or view", req.StepID, req.Materialized)
+		return engine.StepResult{}, engine.Errorf(engine.CodePlanInvalid, "model %s: materialized %q is not table, view or incremental", req.StepID, req.Materialized)
 	}
 	if err != nil {
 		return engine.StepResult{}, err

@@ -1,0 +1,134 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strings"
+
+	"github.com/dvtrun/dvtrun/engine"
+)
+
+// runIncremental builds an incremental model. On its first run, when the
+// relation is not a table, or with FullRefresh, the table is built from the
+// full select as a table model is (replace: atomic). Afterwards the new
+// rows — the select, filtered by IncrementalFilter when there is one — are
+// merged into the table in one transaction: with a UniqueKey, the table's
+// rows whose key matches a new row are deleted and the new rows inserted
+// (SQLite has no MERGE; delete+insert is dbt's delete+insert strategy and
+// leaves the table as MERGE would); without one they are appended. A
+// failure rolls the transaction back and leaves the table as it was.
+func (w *Warehouse) runIncremental(ctx context.Context, req engine.StepRequest, rel, body string) (engine.StepResult, error) {
+	var old string
+	switch err := w.db.QueryRowContext(ctx, w.q["relation_type"], rel).Scan(&old); {
+	case errors.Is(err, sql.ErrNoRows):
+	case err != nil:
+		return engine.StepResult{}, err
+	}
+	if old != "table" || req.FullRefresh {
+		var n int64
+		err := w.replace(ctx, rel, engine.MaterializedTable, func(tx *sql.Tx, target string) error {
+			_, err := tx.ExecContext(ctx, "CREATE TABLE "+target+" AS\n"+body+"\n", req.Params...)
+			return err
+		}, &n)
+		if err != nil {
+			return engine.StepResult{}, err
+		}
+		return engine.StepResult{RowCount: n, RowsAffected: n}, nil
+	}
+	return w.mergeIncremental(ctx, req, rel, body)
+}
+
+func (w *Warehouse) mergeIncremental(ctx context.Context, req engine.StepRequest, rel, body string) (engine.StepResult, error) {
+	target := quoteIdent(rel)
+	source := "SELECT * FROM (\n" + body + "\n) AS dvt_new"
+	if req.IncrementalFilter != "" {
+		filter, err := engine.RenderThis(req.IncrementalFilter, target)
+		if err != nil {
+			return engine.StepResult{}, err
+		}
+		source += "\nWHERE (\n" + filter + "\n)"
+	}
+	if err := w.acquire(ctx); err != nil {
+		return engine.StepResult{}, err
+	}
+	defer w.release()
+	tx, err := w.db.BeginTx(ctx, nil)
+	if err != nil {
+		return engine.StepResult{}, err
+	}
+	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
+	tmp := quoteIdent(tmpPrefix + rel)
+	if _, err := tx.ExecContext(ctx, "DROP TABLE IF EXISTS "+tmp); err != nil {
+		return engine.StepResult{}, err
+	}
+	// The new rows are computed once, before the table changes: a filter
+	// that reads {{ this }} sees the table as it was.
+	if _, err := tx.ExecContext(ctx, "CREATE TABLE "+tmp+" AS\n"+source+"\n", req.Params...); err != nil {
+		return engine.StepResult{}, err
+	}
+	cols, err := columnsOf(ctx, tx, target)
+	if err != nil {
+		return engine.StepResult{}, err
+	}
+	newCols, err := columnsOf(ctx, tx, tmp)
+	if err != nil {
+		return engine.StepResult{}, err
+	}
+	plan, err := engine.MergeColumns(req.StepID, cols, newCols, req.UniqueKey)
+	if err != nil {
+		return engine.StepResult{}, err
+	}
+	quoted := make([]string, len(plan.Columns))
+	for i, c := range plan.Columns {
+		quoted[i] = quoteIdent(c)
+	}
+	if len(plan.Key) > 0 {
+		keys := make([]string, len(plan.Key))
+		notNull := make([]string, len(plan.Key))
+		match := make([]string, len(plan.Key))
+		for i, k := range plan.Key {
+			keys[i] = quoteIdent(k)
+			notNull[i] = keys[i] + " IS NOT NULL"
+			match[i] = "dvt_new." + keys[i] + " = " + target + "." + keys[i]
+		}
+		var dups int64
+		if err := tx.QueryRowContext(ctx, "SELECT count(*) FROM (SELECT 1 FROM "+tmp+" WHERE "+strings.Join(notNull, " AND ")+
+			" GROUP BY "+strings.Join(keys, ", ")+" HAVING count(*) > 1)").Scan(&dups); err != nil {
+			return engine.StepResult{}, err
+		}
+		if dups > 0 {
+			return engine.StepResult{}, engine.DuplicateKeyError(req.StepID, plan.Key, dups)
+		}
+		if _, err := tx.ExecContext(ctx, "DELETE FROM "+target+" WHERE EXISTS (SELECT 1 FROM "+tmp+" AS dvt_new WHERE "+strings.Join(match, " AND ")+")"); err != nil {
+			return engine.StepResult{}, err
+		}
+	}
+	list := strings.Join(quoted, ", ")
+	res, err := tx.ExecContext(ctx, "INSERT INTO "+target+" ("+list+") SELECT "+list+" FROM "+tmp)
+	if err != nil {
+		return engine.StepResult{}, err
+	}
+	merged, _ := res.RowsAffected()
+	if _, err := tx.ExecContext(ctx, "DROP TABLE "+tmp); err != nil {
+		return engine.StepResult{}, err
+	}
+	var n int64
+	if err := tx.QueryRowContext(ctx, "SELECT count(*) FROM "+target).Scan(&n); err != nil {
+		return engine.StepResult{}, err
+	}
+	if err := tx.Commit(); err != nil {
+		return engine.StepResult{}, err
+	}
+	return engine.StepResult{RowCount: n, RowsAffected: merged}, nil
+}
+
+// columnsOf returns the column names of a relation (quoted name), in order.
+func columnsOf(ctx context.Context, tx *sql.Tx, quoted string) ([]string, error) {
+	rows, err := tx.QueryContext(ctx, "SELECT * FROM "+quoted+" LIMIT 0")
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	return rows.Columns()
+}

@@ -96,7 +96,14 @@ func TestValidate(t *testing.T) {
 		{"cycle", func(p *Plan) { p.Steps[1].DependsOn = []string{"test.not_null_final_id"} }, []string{"dependency cycle: model.stg -> test.not_null_final_id -> model.final -> model.stg"}},
 		{"empty SQL", func(p *Plan) { p.Steps[3].SQL = "  \n" }, []string{"step test.not_null_final_id: SQL is empty"}},
 		{"seed without path", func(p *Plan) { p.Steps[0].Path = "" }, []string{"step seed.raw: a seed needs the path"}},
-		{"materialization", func(p *Plan) { p.Steps[1].Materialized = "incremental" }, []string{`step model.stg: materialized "incremental"`}},
+		{"materialization", func(p *Plan) { p.Steps[1].Materialized = "snapshot" }, []string{`step model.stg: materialized "snapshot" is not table, view, incremental or ephemeral`}},
+		{"uniqueKey on a table", func(p *Plan) { p.Steps[1].Materialized = "table"; p.Steps[1].UniqueKey = []string{"id"} }, []string{"step model.stg: uniqueKey applies to incremental models only"}},
+		{"incremental settings", func(p *Plan) {
+			p.Steps[1].Materialized = "incremental"
+			p.Steps[1].UniqueKey = []string{"id", "ID", "a b"}
+			p.Steps[1].IncrementalFilter = "x > (select max(x) from {{ this }}) and {{ is_incremental() }}"
+		}, []string{`uniqueKey column "ID" is listed twice`, `uniqueKey column "a b" is not a valid identifier`, `incrementalFilter: {{ is_incremental() }} is not supported`}},
+		{"sql step reading an ephemeral model", func(p *Plan) { p.Steps[2].Materialized = "ephemeral" }, []string{"step sql.grant: depends on ephemeral model model.final, which only models and tests can read"}},
 		{"severity", func(p *Plan) { p.Steps[3].Severity = "fatal" }, []string{`step test.not_null_final_id: severity "fatal"`}},
 		{"unknown kind", func(p *Plan) { p.Steps[4].Kind = "python" }, []string{`step sql.grant: unknown kind "python"`}},
 		{"relation not an identifier", func(p *Plan) { p.Steps[1].Name = `stg"; drop table x; --` }, []string{"step model.stg: relation name"}},

@@ -80,8 +80,8 @@ func RunWarehouseIncremental(t *testing.T, wh Warehouse) {
 		csv          string
 		wantAffected int64 // rows the incremental step wrote
 	}{
-		{"id,val,updated\n1,a,1\n2,b,1\n", 2},                    // first build: the full select
-		{"id,val,updated\n1,a,1\n2,B,2\n3,c,2\n", 2},             // 2 changed, 3 new
+		{"id,val,updated\n1,a,1\n2,b,1\n", 2},                      // first build: the full select
+		{"id,val,updated\n1,a,1\n2,B,2\n3,c,2\n", 2},               // 2 changed, 3 new
 		{"id,val,updated\n1,A,3\n2,B,2\n3,c,2\n4,d,3\n5,e,3\n", 3}, // 1 changed, 4 and 5 new
 	}
 	for i, r := range runs {

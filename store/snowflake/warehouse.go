@@ -296,8 +296,10 @@ func (r *stepRun) model(req engine.StepRequest) (engine.StepResult, error) {
 			return engine.StepResult{}, err
 		}
 		return engine.StepResult{}, nil
+	case engine.MaterializedIncremental:
+		return r.incremental(req, rel, body)
 	default:
-		return engine.StepResult{}, engine.Errorf(engine.CodePlanInvalid, "model %s: materialized %q is not table or view", req.StepID, req.Materialized)
+		return engine.StepResult{}, engine.Errorf(engine.CodePlanInvalid, "model %s: materialized %q is not table, view or incremental", req.StepID, req.Materialized)
 	}
 }
 

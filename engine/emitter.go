@@ -1,7 +1,10 @@
 package engine
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"slices"
 	"sync"
 )
 
@@ -38,6 +41,23 @@ type Emitter struct {
 	ids   map[string]string // idempotencyKey -> eventId
 	run   RunStatus
 	steps map[string]StepState
+
+	onClose CloseHook
+}
+
+// CloseHook is called with a batch that ends the run (RunCompleted,
+// RunFailed or RunCancelled), built but not yet appended; the artifact
+// references it returns go into the closing event's payload as
+// "artifacts" (the store keeps references, never bytes: ExecutionSemantics
+// §2). A hook that cannot write its artifact returns none: the run's end is
+// recorded all the same.
+type CloseHook func(ctx context.Context, pending []RunEventWrite) []ArtifactRef
+
+// OnClose sets the hook called before the run's closing event is appended.
+func (em *Emitter) OnClose(h CloseHook) {
+	em.mu.Lock()
+	defer em.mu.Unlock()
+	em.onClose = h
 }
 
 // NewEmitter returns an Emitter for the run meta describes, whose view of
@@ -151,6 +171,11 @@ func (em *Emitter) Emit(ctx context.Context, ems ...Emission) ([]RunEventRecord,
 		ee.Meta["invalidTransitionDetected"] = true
 		return nil, ee
 	}
+	if em.onClose != nil {
+		if err := em.attachArtifacts(ctx, events); err != nil {
+			return nil, err
+		}
+	}
 	if err := em.reserve(ctx, events); err != nil {
 		return nil, err
 	}
@@ -169,4 +194,34 @@ func (em *Emitter) Emit(ctx context.Context, ems ...Emission) ([]RunEventRecord,
 		em.steps[id] = st
 	}
 	return res.Records(), nil
+}
+
+// attachArtifacts runs the close hook when events end the run and adds
+// what it returns to the closing event's payload.
+func (em *Emitter) attachArtifacts(ctx context.Context, events []RunEventWrite) error {
+	at := slices.IndexFunc(events, func(e RunEventWrite) bool {
+		return e.EventType == RunCompleted || e.EventType == RunFailed || e.EventType == RunCancelled
+	})
+	if at < 0 {
+		return nil
+	}
+	refs := em.onClose(ctx, events)
+	if len(refs) == 0 {
+		return nil
+	}
+	payload := map[string]any{}
+	if len(events[at].Payload) > 0 {
+		dec := json.NewDecoder(bytes.NewReader(events[at].Payload))
+		dec.UseNumber() // keep integers as written
+		if err := dec.Decode(&payload); err != nil {
+			return err
+		}
+	}
+	payload["artifacts"] = refs
+	b, err := json.Marshal(payload)
+	if err != nil {
+		return err
+	}
+	events[at].Payload = b
+	return nil
 }

@@ -57,6 +57,9 @@ type StartRequest struct {
 	// `dvtrun retry` retries (recorded in RunQueued as parentRunId).
 	Selection   *Selection
 	ParentRunID string
+	// FullRefresh rebuilds incremental models from their full select
+	// (dvtrun run --full-refresh); recorded in RunQueued as fullRefresh.
+	FullRefresh bool
 }
 
 // StartRun validates the plan and its PlanRef, checks that this adapter can
@@ -108,6 +111,9 @@ func (e *Engine) StartRun(ctx context.Context, req StartRequest) (string, error)
 	}
 	if req.ParentRunID != "" {
 		payload["parentRunId"] = req.ParentRunID
+	}
+	if req.FullRefresh {
+		payload["fullRefresh"] = true
 	}
 	queued, err := em.build(RunQueued, "", 1, 1, payload)
 	if err != nil {

@@ -39,6 +39,9 @@ const (
 	// signal the CLI sent (not allowed by the signals policy, or not
 	// applicable to the run's state).
 	CodeSignalRejected Code = "SIGNAL_REJECTED"
+	// CodeArtifactWriteFailed: a run's artifact (run_results.json) could not
+	// be written; the run's end is recorded without its reference.
+	CodeArtifactWriteFailed Code = "ARTIFACT_WRITE_FAILED"
 )
 
 // Error is an error with a contract code and a human sentence. Meta carries

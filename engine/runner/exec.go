@@ -78,6 +78,9 @@ type execution struct {
 	drainAlerted bool
 
 	records []engine.RunEventRecord
+	// fullRefresh rebuilds incremental models from their full select
+	// (RunQueued's fullRefresh).
+	fullRefresh bool
 	randMu  sync.Mutex
 }
 
@@ -91,6 +94,8 @@ func (e *Runner) execute(ctx context.Context, runID string, p *engine.Plan, wh e
 	if err := p.Validate(); err != nil {
 		return engine.Snapshot{}, err
 	}
+	// Ephemeral models are not steps: they run inlined in their readers.
+	p = p.InlineEphemeral()
 	meta, err := e.Log.GetRun(ctx, runID)
 	if err != nil {
 		return engine.Snapshot{}, err
@@ -118,6 +123,9 @@ func (e *Runner) execute(ctx context.Context, runID string, p *engine.Plan, wh e
 	}()
 
 	r := &execution{e: e, cfg: cfg, p: p, wh: wh, meta: meta, runID: runID, em: engine.NewEmitter(e.Log, e.Clock, e.IDs, meta)}
+	if e.Artifacts != nil {
+		r.em.OnClose(e.runResults(runID, p, func(context.Context) ([]engine.RunEventRecord, error) { return r.records, nil }))
+	}
 	if err := r.rebuild(runCtx); err != nil {
 		return engine.Snapshot{}, err
 	}
@@ -177,6 +185,15 @@ func (r *execution) rebuild(ctx context.Context) error {
 	r.records = events
 	snap := engine.Project(r.runID, events)
 	for _, ev := range events {
+		if ev.EventType == engine.RunQueued {
+			// --full-refresh is the run's, recorded when it was queued, so
+			// that a resumed run keeps it.
+			var q struct {
+				FullRefresh bool `json:"fullRefresh"`
+			}
+			_ = json.Unmarshal(ev.Payload, &q)
+			r.fullRefresh = r.fullRefresh || q.FullRefresh
+		}
 		if ev.EventType == engine.SignalAccepted || ev.EventType == engine.SignalRejected {
 			// A signal decision's logical attempt is the signal's seq.
 			r.sigSeq = max(r.sigSeq, int64(ev.LogicalAttemptID))

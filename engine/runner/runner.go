@@ -101,12 +101,24 @@ type Runner struct {
 	// SignalPolicy); nil: everyone may. The runner is where it is enforced:
 	// every signal reaches the run through this check, whoever stored it.
 	Signals SignalAuthorizer
+	// Artifacts, when set, receives the run's run_results.json when the
+	// run ends; its reference goes into the closing event (see
+	// ArtifactWriter). nil: no artifact is written.
+	Artifacts ArtifactWriter
 }
 
 // SignalAuthorizer reports whether actor may send a signal of type t to a
 // run in environment and, when not, why.
 type SignalAuthorizer interface {
 	Allows(actor string, t engine.SignalType, environment string) (bool, string)
+}
+
+// ArtifactWriter stores an artifact of a run where its reference can
+// point (the CLI writes a file and answers a file:// URI with the bytes'
+// sha256 and size); the state store keeps the reference, never the bytes
+// (ExecutionSemantics §2).
+type ArtifactWriter interface {
+	WriteArtifact(ctx context.Context, runID, kind, name string, data []byte) (engine.ArtifactRef, error)
 }
 
 // AbortStart records that the adapter could not start a queued run:
@@ -118,6 +130,11 @@ func (e *Runner) AbortStart(ctx context.Context, runID string, cause error) erro
 	}
 	em := engine.NewEmitter(e.Log, e.Clock, e.IDs, meta)
 	em.SetRunStatus(engine.StatusQueued)
+	if e.Artifacts != nil {
+		em.OnClose(e.runResults(runID, nil, func(ctx context.Context) ([]engine.RunEventRecord, error) {
+			return e.Log.ListEvents(ctx, runID, 0, 0)
+		}))
+	}
 	_, err = em.Emit(ctx, engine.Emission{Type: engine.RunFailed, Attempt: 1, Payload: map[string]any{
 		"error": engine.ErrorInfo{Code: "ADAPTER_START_FAILED", Message: fmt.Sprintf("the %s adapter could not start: %v", engine.AdapterName, cause)},
 	}})
@@ -151,7 +168,8 @@ const (
 	// the steps still running (draining, after a PAUSE).
 	PhaseSignal Phase = "signal"
 	// PhaseDrained: the last step in flight during a PAUSE has finished.
-	PhaseDrained Phase = "drained"
+	PhaseDrained  Phase = "drained"
+	PhaseArtifact Phase = "artifact" // Artifact written, or Err: it could not be
 )
 
 // Progress is one report of a run's progress.
@@ -178,6 +196,8 @@ type Progress struct {
 	Signal   *engine.Signal
 	Rejected string
 	InFlight int
+	// Artifact is the artifact written (PhaseArtifact).
+	Artifact *engine.ArtifactRef
 }
 
 func (e *Runner) report(p Progress) {

@@ -37,7 +37,8 @@ func (r *execution) runStep(runCtx, sctx context.Context, i, logical, engineAtte
 		o.progressErr = e
 		return o
 	}
-	req := engine.StepRequest{RunID: r.runID, StepID: s.ID, Kind: s.Kind, Relation: s.Relation(), Materialized: materialized(s)}
+	req := engine.StepRequest{RunID: r.runID, StepID: s.ID, Kind: s.Kind, Relation: s.Relation(), Materialized: materialized(s),
+		UniqueKey: s.UniqueKey, IncrementalFilter: s.IncrementalFilter, FullRefresh: r.fullRefresh}
 	switch s.Kind {
 	case engine.KindSeed:
 		req.SeedPath = filepath.Join(r.p.Dir, s.Path)

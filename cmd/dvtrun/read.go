@@ -403,14 +403,15 @@ func writeCSV(w io.Writer, b auditBundle) error {
 
 func cmdExport(ctx context.Context, c *cli, args []string) error {
 	fs := c.newFlagSet("export", "RUN_ID", "Write a run's audit export: a JSON bundle {run, steps} or a CSV with one row per step\n(columns of EngineExecutionContract.gw.md, in its order). Default output is stdout.")
-	format := fs.String("format", "json", "`json` or csv")
+	format := fs.String("format", "json", "`json`, csv or run-results (dbt's run_results.json, schema v6, rebuilt from the log)")
 	out := fs.String("o", "", "write to `FILE` (written whole or not at all) instead of stdout")
+	planPath := fs.String("plan", "", "run-results: read compiled_code from plan `FILE` (default: the plan the run recorded, if unchanged)")
 	pos, err := c.parse(fs, args, 1, 1)
 	if err != nil {
 		return err
 	}
-	if *format != "json" && *format != "csv" {
-		return engine.Errorf(engine.CodeInvalidArgument, "--format %q: want json or csv", *format)
+	if *format != "json" && *format != "csv" && *format != "run-results" {
+		return engine.Errorf(engine.CodeInvalidArgument, "--format %q: want json, csv or run-results", *format)
 	}
 	st, err := c.openStore(ctx, true)
 	if err != nil {
@@ -425,15 +426,19 @@ func cmdExport(ctx context.Context, c *cli, args []string) error {
 	if err != nil {
 		return err
 	}
-	bundle := buildAudit(meta, engine.Project(meta.RunID, evs), evs)
 	// Build the whole export in memory first: no partial export on error.
 	var buf bytes.Buffer
-	if *format == "csv" {
-		err = writeCSV(&buf, bundle)
-	} else {
+	switch *format {
+	case "run-results":
+		var data []byte
+		data, err = c.runResultsExport(meta, evs, *planPath)
+		buf.Write(data)
+	case "csv":
+		err = writeCSV(&buf, buildAudit(meta, engine.Project(meta.RunID, evs), evs))
+	default:
 		enc := json.NewEncoder(&buf)
 		enc.SetIndent("", "  ")
-		err = enc.Encode(bundle)
+		err = enc.Encode(buildAudit(meta, engine.Project(meta.RunID, evs), evs))
 	}
 	if err != nil {
 		return err

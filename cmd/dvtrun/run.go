@@ -164,6 +164,7 @@ type runFlags struct {
 	failFast    bool
 	secretsFile string
 	leaseTTL    time.Duration
+	targetPath  string
 }
 
 func (f *runFlags) register(fs interface {
@@ -178,6 +179,7 @@ func (f *runFlags) register(fs interface {
 	// A runner that dies keeps its lease until it expires; then `resume`
 	// (from any machine) may take the run over.
 	fs.DurationVar(&f.leaseTTL, "lease-ttl", 30*time.Second, "how long the run's lease outlives a runner that stopped heart-beating")
+	fs.StringVar(&f.targetPath, "target-path", "", "write run_results.json into `DIR` (default .dvt/runs/RUN_ID)")
 }
 
 func (f runFlags) check() error {
@@ -196,13 +198,14 @@ func (c *cli) newRunner(st stateStore, f runFlags, obs runner.Observer, lookup e
 	eng := c.engineFor(st)
 	host, _ := os.Hostname()
 	return &runner.Runner{
-		Log:     st,
-		Clock:   eng.Clock,
-		IDs:     eng.IDs,
-		Rand:    randFloat,
-		Sleep:   sleepCtx,
-		Secrets: lookup,
-		Observe: obs,
+		Log:       st,
+		Clock:     eng.Clock,
+		IDs:       eng.IDs,
+		Rand:      randFloat,
+		Sleep:     sleepCtx,
+		Secrets:   lookup,
+		Observe:   obs,
+		Artifacts: artifactFiles{c: c, dir: f.targetPath},
 		Config: runner.Config{
 			Config:   eng.Config,
 			Threads:  f.threads,
@@ -221,6 +224,7 @@ func cmdRun(ctx context.Context, c *cli, args []string) error {
 	sf.register(fs)
 	reqID := fs.String("run-request-id", "", "the caller's `ID` for this run request (recorded with the run)")
 	wantSHA := fs.String("plan-sha256", "", "refuse the plan unless its file hashes to `HEX` (PLAN_HASH_MISMATCH)")
+	fullRefresh := fs.Bool("full-refresh", false, "rebuild incremental models from their full select instead of merging new rows")
 	pos, err := c.parse(fs, args, 1, 1)
 	if err != nil {
 		return err
@@ -236,7 +240,7 @@ func cmdRun(ctx context.Context, c *cli, args []string) error {
 	if err != nil {
 		return err
 	}
-	return c.startAndExecute(ctx, f, pos[0], p, engine.StartRequest{Plan: p, Ref: ref, PlanBytes: data, RunRequestID: *reqID, Selection: sel}, "")
+	return c.startAndExecute(ctx, f, pos[0], p, engine.StartRequest{Plan: p, Ref: ref, PlanBytes: data, RunRequestID: *reqID, Selection: sel, FullRefresh: *fullRefresh}, "")
 }
 
 // startAndExecute records a new run of p (selected or not) and executes
@@ -471,6 +475,11 @@ func (o *console) Report(p runner.Progress) {
 		o.signal(p)
 	case runner.PhaseDrained:
 		fmt.Fprintln(o.w, "Drained: no step in flight; the run stays PAUSED until it is resumed")
+	case runner.PhaseArtifact:
+		if p.Err != nil {
+			// The run's end is recorded all the same; say what is missing.
+			fmt.Fprintf(o.c.stderr, "dvtrun: warning: %s\n", o.c.redact(oneLine(p.Err.Error())))
+		}
 	}
 }
 

@@ -1,0 +1,92 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/runresults"
+)
+
+// artifactFiles is the runner's ArtifactWriter: a run's artifacts are files
+// in dir, or in .dvt/runs/<run_id> when dir is empty, referenced by a
+// file:// URI with their sha256 and size.
+type artifactFiles struct {
+	c   *cli
+	dir string
+}
+
+// WriteArtifact implements runner.ArtifactWriter. Known secret values are
+// redacted first, as from every other output; the reference describes the
+// bytes written.
+func (a artifactFiles) WriteArtifact(_ context.Context, runID, kind, name string, data []byte) (engine.ArtifactRef, error) {
+	dir := a.dir
+	if dir == "" {
+		if runID == "" || runID == "." || runID == ".." || strings.ContainsAny(runID, `/\`) {
+			return engine.ArtifactRef{}, engine.Errorf(engine.CodeInvalidArgument, "run id %q cannot name a directory", runID)
+		}
+		dir = filepath.Join(".dvt", "runs", runID)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return engine.ArtifactRef{}, engine.Errorf(engine.CodeArtifactWriteFailed, "cannot create %s: %v", dir, pathError(err))
+	}
+	data = []byte(a.c.redact(string(data)))
+	path, err := filepath.Abs(filepath.Join(dir, name))
+	if err != nil {
+		return engine.ArtifactRef{}, engine.Errorf(engine.CodeArtifactWriteFailed, "%s: %v", name, err)
+	}
+	if err := writeFileAtomic(path, data); err != nil {
+		return engine.ArtifactRef{}, err
+	}
+	sum := sha256.Sum256(data)
+	return engine.ArtifactRef{
+		URI:       (&url.URL{Scheme: "file", Path: filepath.ToSlash(path)}).String(),
+		Kind:      kind,
+		SHA256:    hex.EncodeToString(sum[:]),
+		SizeBytes: int64(len(data)),
+	}, nil
+}
+
+// runResultsExport rebuilds a run's run_results.json from its log. The plan
+// (for compiled_code) is the file planPath, or the one the run recorded in
+// RunQueued, when its sha256 is the run's; otherwise compiled_code is null
+// and a note says why.
+func (c *cli) runResultsExport(meta engine.RunMetadata, evs []engine.RunEventRecord, planPath string) ([]byte, error) {
+	if planPath == "" {
+		for _, ev := range evs {
+			if ev.EventType == engine.RunQueued {
+				var q struct {
+					PlanRef engine.PlanRef `json:"planRef"`
+				}
+				_ = json.Unmarshal(ev.Payload, &q)
+				planPath = q.PlanRef.URI
+				break
+			}
+		}
+	}
+	var plan *engine.Plan
+	if planPath != "" {
+		p, ref, err := engine.LoadPlan(&fileSource{plan: planPath}, planPath)
+		switch {
+		case err != nil:
+			c.note("compiled_code left out: cannot read the run's plan %s: %s", planPath, oneLine(err.Error()))
+		case !strings.EqualFold(ref.SHA256, meta.PlanSHA256):
+			c.note("compiled_code left out: plan %s has changed since run %s (sha256 %s, the run's %s)", planPath, meta.RunID, ref.SHA256, meta.PlanSHA256)
+		default:
+			plan = p
+		}
+	}
+	return runresults.Build(meta.RunID, evs, plan).JSON()
+}
+
+// note prints an informational line on stderr.
+func (c *cli) note(format string, args ...any) {
+	fmt.Fprintf(c.stderr, "dvtrun: note: %s\n", c.redact(fmt.Sprintf(format, args...)))
+}

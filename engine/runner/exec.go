@@ -81,7 +81,7 @@ type execution struct {
 	// fullRefresh rebuilds incremental models from their full select
 	// (RunQueued's fullRefresh).
 	fullRefresh bool
-	randMu  sync.Mutex
+	randMu      sync.Mutex
 }
 
 func (e *Runner) execute(ctx context.Context, runID string, p *engine.Plan, wh engine.Warehouse) (engine.Snapshot, error) {

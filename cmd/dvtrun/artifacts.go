@@ -16,11 +16,23 @@ import (
 )
 
 // artifactFiles is the runner's ArtifactWriter: a run's artifacts are files
-// in dir, or in .dvt/runs/<run_id> when dir is empty, referenced by a
-// file:// URI with their sha256 and size.
+// in dir (--target-path), or in runs/<run_id> under the directory runsDir
+// gives when dir is empty, referenced by a file:// URI with their sha256 and
+// size.
 type artifactFiles struct {
-	c   *cli
-	dir string
+	c    *cli
+	dir  string
+	runs string
+}
+
+// runsDir is where runs' artifact directories go by default: runs/ next to
+// an SQLite state store (.dvt/runs for the default .dvt/state.db), .dvt/runs
+// otherwise.
+func (c *cli) runsDir() string {
+	if t, err := c.parseTarget("store", c.g.store); err == nil && t.kind == "sqlite" {
+		return filepath.Join(filepath.Dir(t.path), "runs")
+	}
+	return filepath.Join(".dvt", "runs")
 }
 
 // WriteArtifact implements runner.ArtifactWriter. Known secret values are
@@ -32,7 +44,7 @@ func (a artifactFiles) WriteArtifact(_ context.Context, runID, kind, name string
 		if runID == "" || runID == "." || runID == ".." || strings.ContainsAny(runID, `/\`) {
 			return engine.ArtifactRef{}, engine.Errorf(engine.CodeInvalidArgument, "run id %q cannot name a directory", runID)
 		}
-		dir = filepath.Join(".dvt", "runs", runID)
+		dir = filepath.Join(a.runs, runID)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return engine.ArtifactRef{}, engine.Errorf(engine.CodeArtifactWriteFailed, "cannot create %s: %v", dir, pathError(err))

@@ -205,7 +205,7 @@ func (c *cli) newRunner(st stateStore, f runFlags, obs runner.Observer, lookup e
 		Sleep:     sleepCtx,
 		Secrets:   lookup,
 		Observe:   obs,
-		Artifacts: artifactFiles{c: c, dir: f.targetPath},
+		Artifacts: artifactFiles{c: c, dir: f.targetPath, runs: c.runsDir()},
 		Config: runner.Config{
 			Config:   eng.Config,
 			Threads:  f.threads,

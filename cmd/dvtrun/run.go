@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"bytes"
 	"context"
 	"errors"
@@ -179,7 +180,7 @@ func (f *runFlags) register(fs interface {
 	// A runner that dies keeps its lease until it expires; then `resume`
 	// (from any machine) may take the run over.
 	fs.DurationVar(&f.leaseTTL, "lease-ttl", 30*time.Second, "how long the run's lease outlives a runner that stopped heart-beating")
-	fs.StringVar(&f.targetPath, "target-path", "", "write run_results.json into `DIR` (default .dvt/runs/RUN_ID)")
+	fs.StringVar(&f.targetPath, "target-path", "", "write run_results.json into `DIR` (env DVT_TARGET_PATH; default runs/RUN_ID next to an SQLite state store, else .dvt/runs/RUN_ID)")
 }
 
 func (f runFlags) check() error {
@@ -205,7 +206,7 @@ func (c *cli) newRunner(st stateStore, f runFlags, obs runner.Observer, lookup e
 		Sleep:     sleepCtx,
 		Secrets:   lookup,
 		Observe:   obs,
-		Artifacts: artifactFiles{c: c, dir: f.targetPath, runs: c.runsDir()},
+		Artifacts: artifactFiles{c: c, dir: cmp.Or(f.targetPath, c.env("DVT_TARGET_PATH")), runs: c.runsDir()},
 		Config: runner.Config{
 			Config:   eng.Config,
 			Threads:  f.threads,

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -28,6 +29,7 @@ func TestRunShopPlanOnSnowflake(t *testing.T) {
 	dsn := storeSrv.DSN("DVT", "PUBLIC")
 	h := newHarness(t)
 	h.env["DVT_STORE"] = "snowflake://" + dsn
+	h.env["DVT_TARGET_PATH"] = filepath.Join(h.dir, "target") // not .dvt/ in the package directory
 	h.env["DVT_WAREHOUSE"] = "snowflake://" + whSrv.DSN("ANALYTICS", "PUBLIC")
 
 	ctx := context.Background()
@@ -88,6 +90,7 @@ func TestRetryOnSnowflake(t *testing.T) {
 	srv := sftest.Start(t)
 	h := newHarness(t)
 	h.env["DVT_STORE"] = "snowflake://" + srv.DSN("DVT", "PUBLIC")
+	h.env["DVT_TARGET_PATH"] = filepath.Join(h.dir, "target") // not .dvt/ in the package directory
 	h.env["DVT_WAREHOUSE"] = "snowflake://" + srv.DSN("ANALYTICS", "PUBLIC")
 	plan := retryFixture(t)
 	r := h.run("run", "--threads", "1", plan)
@@ -123,5 +126,62 @@ func TestRetryOnSnowflake(t *testing.T) {
 	}
 	if r := h.run("verify", "--all"); r.code != 0 {
 		t.Errorf("verify --all on snowflake: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+}
+
+// TestIncrementalPlanOnSnowflake runs testdata/incremental on the
+// Snowflake-protocol test server through the CLI: the ephemeral model's CTE
+// resolves under Snowflake's name rules, the second run MERGEs (the
+// incremental table equals the full rebuild) and the ephemeral model never
+// becomes a relation.
+func TestIncrementalPlanOnSnowflake(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a Snowflake-protocol test server")
+	}
+	srv := sftest.Start(t)
+	h := newHarness(t)
+	h.env["DVT_WAREHOUSE"] = "snowflake://" + srv.DSN("ANALYTICS", "PUBLIC")
+	dir := t.TempDir()
+	src, err := os.ReadFile(fixture("incremental", "plan.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan := filepath.Join(dir, "plan.yaml")
+	if err := os.WriteFile(plan, src, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	db := srv.OpenDB(t, "ANALYTICS", "PUBLIC")
+	rows := func(rel string) string {
+		t.Helper()
+		r, err := db.Query("select cast(id as varchar) || ':' || kind || ':' || cast(updated as varchar) from " + rel + " order by id")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		var out []string
+		for r.Next() {
+			var s string
+			if err := r.Scan(&s); err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, s)
+		}
+		return strings.Join(out, " ")
+	}
+	for i, csv := range []string{"id,kind,updated\n1,a,1\n2,b,1\n", "id,kind,updated\n1,a,1\n2,bb,2\n3,c,2\n", "id,kind,updated\n1,aa,3\n3,c,2\n4,d,3\n"} {
+		if err := os.WriteFile(filepath.Join(dir, "events.csv"), []byte(csv), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if r := h.run("run", plan); r.code != 0 {
+			t.Fatalf("run %d: exit %d\n%s\n%s", i+1, r.code, r.stdout, r.stderr)
+		}
+	}
+	// Row 2 left the source after run 2: the merged table keeps it.
+	if got, full := rows("events"), rows("events_full"); got != "1:AA:3 2:BB:2 3:C:2 4:D:3" || full != "1:AA:3 3:C:2 4:D:3" {
+		t.Errorf("events %q, events_full %q", got, full)
+	}
+	var n int
+	if err := db.QueryRow(`select count(*) from information_schema.tables where table_name ilike '%stg_events%'`).Scan(&n); err != nil || n != 0 {
+		t.Errorf("the ephemeral model left %d relation(s) (%v)", n, err)
 	}
 }

@@ -15,8 +15,9 @@
 //     <ProjectDir>/seeds/<name>.csv), the path written relative to OutDir;
 //   - models → model.<name> (versioned models: model.<name>_v<version>)
 //     with their compiled SQL (compiled_code, or compiled_sql before v7),
-//     materialized table or view; incremental and dynamic tables become
-//     tables, ephemeral and materialized views become views;
+//     materialized table, view, ephemeral, or incremental on unique_key
+//     (see incremental for what is rebuilt as a table instead); dynamic
+//     tables become tables, materialized views views;
 //   - tests → test.<name>: compiled SQL when the manifest has it, otherwise
 //     the generic tests unique, not_null, accepted_values and relationships
 //     are rendered from test_metadata; severity warn is kept.
@@ -203,7 +204,11 @@ type node struct {
 	ColumnName       string `json:"column_name"`
 	Config           struct {
 		Materialized string `json:"materialized"`
-		Severity     string `json:"severity"`
+		// UniqueKey is a column name, a list of them, or (dbt allows it)
+		// an SQL expression.
+		UniqueKey           any    `json:"unique_key"`
+		IncrementalStrategy string `json:"incremental_strategy"`
+		Severity            string `json:"severity"`
 		Where        string `json:"where"`
 		Delimiter    string `json:"delimiter"`
 		Enabled      *bool  `json:"enabled"`
@@ -582,14 +587,19 @@ func (im *importer) model(n *node) {
 		return
 	}
 	mat := ""
+	var key []string
 	switch m := strings.ToLower(n.Config.Materialized); m {
-	case "table", "incremental", "dynamic_table":
-		// An incremental model is rebuilt in full: correct, if slower.
+	case "table", "dynamic_table":
 		mat = engine.MaterializedTable
-	case "view", "ephemeral", "materialized_view", "":
-		// An ephemeral model is already inlined in its dependents' compiled
-		// SQL as a CTE; as a view it is harmless and testable.
+	case "incremental":
+		mat, key = incremental(n)
+	case "view", "materialized_view", "":
 		mat = engine.MaterializedView
+	case "ephemeral":
+		// Not built: dbt has already inlined it, as a __dbt__cte__ CTE, in
+		// its readers' compiled SQL (so the plan adds nothing there); a
+		// test rendered from test_metadata gets it inlined by the plan.
+		mat = engine.MaterializedEphemeral
 	default:
 		im.fail(n.UniqueID, "materialization %q is not supported", n.Config.Materialized)
 		return
@@ -599,12 +609,75 @@ func (im *importer) model(n *node) {
 		im.fail(n.UniqueID, "no compiled SQL in the manifest (run dbt compile, not dbt parse)")
 		return
 	}
+	if strings.EqualFold(n.Config.Materialized, "incremental") && n.readsItself(sql) {
+		im.fail(n.UniqueID, "its compiled SQL reads its own table: dbt compiled the is_incremental() branch, which cannot build the table on a first run (compile with `dbt compile --full-refresh` and import again)")
+		return
+	}
 	st, ok := im.newStep(n, engine.KindModel)
 	if !ok {
 		return
 	}
 	st.Materialized = mat
+	st.UniqueKey = key
 	st.SQL = im.rewrite(sql)
+}
+
+// incremental maps a dbt incremental model. With the merge or
+// delete+insert strategy (dbt's defaults) and a unique_key of plain column
+// names it stays incremental on that key; its compiled SQL is the full
+// select (is_incremental() was false when it compiled), so each run merges
+// every row of it — dbt's result, without dbt's saving of reading only new
+// rows (add incrementalFilter to the plan for that). Otherwise (no key:
+// dbt appends; an expression key; append, insert_overwrite or microbatch)
+// it is rebuilt in full as a table, since appending the full select every
+// run would repeat rows.
+func incremental(n *node) (string, []string) {
+	switch strings.ToLower(n.Config.IncrementalStrategy) {
+	case "", "merge", "delete+insert":
+	default:
+		return engine.MaterializedTable, nil
+	}
+	var key []string
+	switch k := n.Config.UniqueKey.(type) {
+	case string:
+		key = []string{k}
+	case []any:
+		for _, c := range k {
+			s, ok := c.(string)
+			if !ok {
+				return engine.MaterializedTable, nil
+			}
+			key = append(key, s)
+		}
+	}
+	if len(key) == 0 {
+		return engine.MaterializedTable, nil
+	}
+	for _, c := range key {
+		if !identRE.MatchString(c) {
+			return engine.MaterializedTable, nil
+		}
+	}
+	return engine.MaterializedIncremental, key
+}
+
+// readsItself reports whether compiled SQL names the node's own relation,
+// as {{ this }} renders in an is_incremental() branch.
+func (n *node) readsItself(sql string) bool {
+	forms := []string{n.RelationName}
+	if n.Schema != "" {
+		name := n.relationName()
+		forms = append(forms, quoteIdent(n.Schema)+"."+quoteIdent(name))
+		if n.Database != "" {
+			forms = append(forms, n.Database+"."+n.Schema+"."+name)
+		}
+	}
+	for _, f := range forms {
+		if f != "" && strings.Contains(sql, f) {
+			return true
+		}
+	}
+	return false
 }
 
 func (im *importer) test(n *node) {

@@ -294,7 +294,7 @@ func TestImportMaterializations(t *testing.T) {
 	for _, s := range res.Plan.Steps {
 		got[s.ID] = s.Materialized
 	}
-	want := map[string]string{"model.t": "table", "model.v": "view", "model.i": "table", "model.e": "view", "model.mv": "view"}
+	want := map[string]string{"model.t": "table", "model.v": "view", "model.i": "table", "model.e": "ephemeral", "model.mv": "view"}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("materializations %v, want %v", got, want)
 	}
@@ -343,4 +343,58 @@ func TestYAMLRoundTrip(t *testing.T) {
 func jsonString(s string) (string, error) {
 	b, err := json.Marshal(s)
 	return string(b), err
+}
+
+// TestImportIncremental maps dbt incremental models: merge/delete+insert on
+// column keys stay incremental on the key; no key, an expression key or
+// another strategy become tables; SQL compiled in the is_incremental()
+// branch (it reads the model's own table) is refused with the advice; an
+// ephemeral model is not built, and its reader's compiled SQL (which dbt
+// gave its __dbt__cte__ CTE) is kept as it is.
+func TestImportIncremental(t *testing.T) {
+	node := func(id, name, config, sql string, deps ...string) string {
+		d, _ := json.Marshal(deps)
+		q, _ := json.Marshal(sql)
+		return `"` + id + `": {"resource_type": "model", "name": "` + name + `", "database": "db", "schema": "main", "relation_name": "\"db\".\"main\".\"` + name + `\"", "config": ` + config +
+			`, "compiled_code": ` + string(q) + `, "depends_on": {"nodes": ` + string(d) + `}}`
+	}
+	m := `{"metadata": {"dbt_schema_version": "https://schemas.getdbt.com/dbt/manifest/v12.json"}, "nodes": {` + strings.Join([]string{
+		node("model.p.one", "one", `{"materialized": "incremental", "unique_key": "id"}`, `select 1 as id`),
+		node("model.p.two", "two", `{"materialized": "incremental", "unique_key": ["a", "b"], "incremental_strategy": "delete+insert"}`, `select 1 as a, 2 as b`),
+		node("model.p.nokey", "nokey", `{"materialized": "incremental"}`, `select 1 as id`),
+		node("model.p.expr", "expr", `{"materialized": "incremental", "unique_key": "a || b"}`, `select 1 as a`),
+		node("model.p.micro", "micro", `{"materialized": "incremental", "unique_key": "id", "incremental_strategy": "microbatch"}`, `select 1 as id`),
+		node("model.p.self", "self", `{"materialized": "incremental", "unique_key": "id"}`, `select 1 as id where 1 > (select max(id) from "db"."main"."self")`),
+		node("model.p.eph", "eph", `{"materialized": "ephemeral"}`, `select 1 as id`),
+		node("model.p.reader", "reader", `{"materialized": "table"}`, "with __dbt__cte__eph as (\nselect 1 as id\n)select * from __dbt__cte__eph", "model.p.eph"),
+	}, ", ") + `}}`
+	res, err := dbt.Import([]byte(m), dbt.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type got struct {
+		mat string
+		key []string
+	}
+	steps := map[string]got{}
+	for _, s := range res.Plan.Steps {
+		steps[s.ID] = got{s.Materialized, s.UniqueKey}
+	}
+	want := map[string]got{
+		"model.one": {"incremental", []string{"id"}}, "model.two": {"incremental", []string{"a", "b"}},
+		"model.nokey": {"table", nil}, "model.expr": {"table", nil}, "model.micro": {"table", nil},
+		"model.eph": {"ephemeral", nil}, "model.reader": {"table", nil},
+	}
+	if !reflect.DeepEqual(steps, want) {
+		t.Errorf("steps %v, want %v", steps, want)
+	}
+	if len(res.Problems) != 1 || res.Problems[0].NodeID != "model.p.self" || !strings.Contains(res.Problems[0].Message, "dbt compile --full-refresh") {
+		t.Errorf("problems %v, want model.p.self refused with the advice", res.Problems)
+	}
+	// The plan runs: the reader keeps dbt's own CTE and gets no second one.
+	inlined := res.Plan.InlineEphemeral()
+	reader, _ := inlined.Step("model.reader")
+	if strings.Count(reader.SQL, " as (") != 1 || len(inlined.Steps) != len(res.Plan.Steps)-1 {
+		t.Errorf("reader SQL after inlining:\n%s", reader.SQL)
+	}
 }

@@ -209,9 +209,9 @@ type node struct {
 		UniqueKey           any    `json:"unique_key"`
 		IncrementalStrategy string `json:"incremental_strategy"`
 		Severity            string `json:"severity"`
-		Where        string `json:"where"`
-		Delimiter    string `json:"delimiter"`
-		Enabled      *bool  `json:"enabled"`
+		Where               string `json:"where"`
+		Delimiter           string `json:"delimiter"`
+		Enabled             *bool  `json:"enabled"`
 	} `json:"config"`
 	DependsOn struct {
 		Nodes []string `json:"nodes"`

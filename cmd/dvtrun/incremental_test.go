@@ -22,23 +22,45 @@ func (h *harness) warehouseRows(rel string) string {
 		h.t.Fatal(err)
 	}
 	defer db.Close()
-	rows, err := db.Query("select id || ':' || kind || ':' || updated from " + rel + " order by id")
+	return eventRows(h.t, db, rel)
+}
+
+// eventRows returns a relation's rows as "id:kind:updated", in id order,
+// joined by spaces (SQL both warehouses run).
+func eventRows(t *testing.T, db *sql.DB, rel string) string {
+	t.Helper()
+	rows, err := db.Query("select cast(id as varchar) || ':' || kind || ':' || cast(updated as varchar) from " + rel + " order by id")
 	if err != nil {
-		h.t.Fatalf("read %s: %v", rel, err)
+		t.Fatalf("read %s: %v", rel, err)
 	}
 	defer rows.Close()
 	var out []string
 	for rows.Next() {
 		var s string
 		if err := rows.Scan(&s); err != nil {
-			h.t.Fatal(err)
+			t.Fatal(err)
 		}
 		out = append(out, s)
 	}
 	if err := rows.Err(); err != nil {
-		h.t.Fatal(err)
+		t.Fatal(err)
 	}
 	return strings.Join(out, " ")
+}
+
+// planCopy copies testdata/<name>/plan.yaml into a temporary directory
+// (where a test writes the plan's CSV files) and returns its path.
+func planCopy(t *testing.T, name string) string {
+	t.Helper()
+	src, err := os.ReadFile(fixture(name, "plan.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan := filepath.Join(t.TempDir(), "plan.yaml")
+	if err := os.WriteFile(plan, src, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return plan
 }
 
 // lastRunRowsAffected returns adapter_response.rows_affected of step's
@@ -73,15 +95,8 @@ func lastRunRowsAffected(t *testing.T, h *harness, runID, uniqueID string) float
 // inlined into its readers and never becomes a relation.
 func TestIncrementalAndEphemeralRuns(t *testing.T) {
 	h := newHarness(t)
-	dir := t.TempDir()
-	src, err := os.ReadFile(fixture("incremental", "plan.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	plan := filepath.Join(dir, "plan.yaml")
-	if err := os.WriteFile(plan, src, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	plan := planCopy(t, "incremental")
+	dir := filepath.Dir(plan)
 	var runs []string
 	run := func(csv string, exit int, flags ...string) string {
 		t.Helper()

@@ -141,33 +141,10 @@ func TestIncrementalPlanOnSnowflake(t *testing.T) {
 	srv := sftest.Start(t)
 	h := newHarness(t)
 	h.env["DVT_WAREHOUSE"] = "snowflake://" + srv.DSN("ANALYTICS", "PUBLIC")
-	dir := t.TempDir()
-	src, err := os.ReadFile(fixture("incremental", "plan.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	plan := filepath.Join(dir, "plan.yaml")
-	if err := os.WriteFile(plan, src, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	plan := planCopy(t, "incremental")
+	dir := filepath.Dir(plan)
 	db := srv.OpenDB(t, "ANALYTICS", "PUBLIC")
-	rows := func(rel string) string {
-		t.Helper()
-		r, err := db.Query("select cast(id as varchar) || ':' || kind || ':' || cast(updated as varchar) from " + rel + " order by id")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer r.Close()
-		var out []string
-		for r.Next() {
-			var s string
-			if err := r.Scan(&s); err != nil {
-				t.Fatal(err)
-			}
-			out = append(out, s)
-		}
-		return strings.Join(out, " ")
-	}
+	rows := func(rel string) string { return eventRows(t, db, rel) }
 	for i, csv := range []string{"id,kind,updated\n1,a,1\n2,b,1\n", "id,kind,updated\n1,a,1\n2,bb,2\n3,c,2\n", "id,kind,updated\n1,aa,3\n3,c,2\n4,d,3\n"} {
 		if err := os.WriteFile(filepath.Join(dir, "events.csv"), []byte(csv), 0o644); err != nil {
 			t.Fatal(err)

@@ -9,7 +9,8 @@ import (
 )
 
 // runResults is the close hook that writes the run's run_results.json
-// (engine/runresults) from its log so far plus the closing batch, through
+// (engine/runresults) from its log so far (in runSeq order) plus the
+// closing batch, through
 // the Runner's ArtifactWriter. A document that cannot be written is
 // reported to the Observer; the run's end is recorded without it.
 func (e *Runner) runResults(runID string, plan *engine.Plan, logSoFar func(ctx context.Context) ([]engine.RunEventRecord, error)) engine.CloseHook {
@@ -33,13 +34,10 @@ func (e *Runner) runResults(runID string, plan *engine.Plan, logSoFar func(ctx c
 	}
 }
 
-// withPending orders the records by runSeq without repeats and appends the
-// batch about to be written with the sequence numbers the store will give
-// it.
+// withPending appends the batch about to be written to the log (in runSeq
+// order), with the sequence numbers the store will give it.
 func withPending(recs []engine.RunEventRecord, pending []engine.RunEventWrite) []engine.RunEventRecord {
-	recs = slices.Clone(recs)
-	slices.SortStableFunc(recs, func(a, b engine.RunEventRecord) int { return cmpSeq(a.RunSeq, b.RunSeq) })
-	recs = slices.CompactFunc(recs, func(a, b engine.RunEventRecord) bool { return a.RunSeq == b.RunSeq })
+	recs = slices.Clip(recs)
 	seq := int64(0)
 	if n := len(recs); n > 0 {
 		seq = recs[n-1].RunSeq
@@ -49,14 +47,4 @@ func withPending(recs []engine.RunEventRecord, pending []engine.RunEventWrite) [
 		recs = append(recs, engine.RunEventRecord{RunEventWrite: w, RunSeq: seq})
 	}
 	return recs
-}
-
-func cmpSeq(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }

@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"cmp"
 	"container/heap"
 	"context"
 	"encoding/json"
@@ -124,7 +125,7 @@ func (e *Runner) execute(ctx context.Context, runID string, p *engine.Plan, wh e
 
 	r := &execution{e: e, cfg: cfg, p: p, wh: wh, meta: meta, runID: runID, em: engine.NewEmitter(e.Log, e.Clock, e.IDs, meta)}
 	if e.Artifacts != nil {
-		r.em.OnClose(e.runResults(runID, p, func(context.Context) ([]engine.RunEventRecord, error) { return r.records, nil }))
+		r.em.OnClose(e.runResults(runID, p, func(context.Context) ([]engine.RunEventRecord, error) { return r.log(), nil }))
 	}
 	if err := r.rebuild(runCtx); err != nil {
 		return engine.Snapshot{}, err
@@ -809,16 +810,13 @@ func (h *intHeap) Pop() any {
 
 // snapshot projects what this runner read and wrote: the run's log.
 func (r *execution) snapshot() engine.Snapshot {
+	return engine.Project(r.runID, r.log())
+}
+
+// log is what this runner read and wrote of the run's log, in runSeq order
+// without repeats.
+func (r *execution) log() []engine.RunEventRecord {
 	recs := slices.Clone(r.records)
-	slices.SortStableFunc(recs, func(a, b engine.RunEventRecord) int {
-		switch {
-		case a.RunSeq < b.RunSeq:
-			return -1
-		case a.RunSeq > b.RunSeq:
-			return 1
-		}
-		return 0
-	})
-	recs = slices.CompactFunc(recs, func(a, b engine.RunEventRecord) bool { return a.RunSeq == b.RunSeq })
-	return engine.Project(r.runID, recs)
+	slices.SortStableFunc(recs, func(a, b engine.RunEventRecord) int { return cmp.Compare(a.RunSeq, b.RunSeq) })
+	return slices.CompactFunc(recs, func(a, b engine.RunEventRecord) bool { return a.RunSeq == b.RunSeq })
 }

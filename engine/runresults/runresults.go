@@ -32,6 +32,7 @@ package runresults
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"slices"
 	"strconv"
@@ -193,15 +194,7 @@ func Build(runID string, events []engine.RunEventRecord, plan *engine.Plan) *Doc
 		}
 		out = append(out, ordered{r, seq})
 	}
-	slices.SortStableFunc(out, func(a, b ordered) int {
-		switch {
-		case a.seq < b.seq:
-			return -1
-		case a.seq > b.seq:
-			return 1
-		}
-		return 0
-	})
+	slices.SortStableFunc(out, func(a, b ordered) int { return cmp.Compare(a.seq, b.seq) })
 	for _, o := range out {
 		doc.Results = append(doc.Results, o.r)
 	}

@@ -86,21 +86,23 @@ func (w *Warehouse) mergeIncremental(ctx context.Context, req engine.StepRequest
 	if len(plan.Key) > 0 {
 		keys := make([]string, len(plan.Key))
 		notNull := make([]string, len(plan.Key))
-		match := make([]string, len(plan.Key))
 		for i, k := range plan.Key {
 			keys[i] = quoteIdent(k)
 			notNull[i] = keys[i] + " IS NOT NULL"
-			match[i] = "dvt_new." + keys[i] + " = " + target + "." + keys[i]
 		}
+		keyList := strings.Join(keys, ", ")
 		var dups int64
 		if err := tx.QueryRowContext(ctx, "SELECT count(*) FROM (SELECT 1 FROM "+tmp+" WHERE "+strings.Join(notNull, " AND ")+
-			" GROUP BY "+strings.Join(keys, ", ")+" HAVING count(*) > 1)").Scan(&dups); err != nil {
+			" GROUP BY "+keyList+" HAVING count(*) > 1)").Scan(&dups); err != nil {
 			return engine.StepResult{}, err
 		}
 		if dups > 0 {
 			return engine.StepResult{}, engine.DuplicateKeyError(req.StepID, plan.Key, dups)
 		}
-		if _, err := tx.ExecContext(ctx, "DELETE FROM "+target+" WHERE EXISTS (SELECT 1 FROM "+tmp+" AS dvt_new WHERE "+strings.Join(match, " AND ")+")"); err != nil {
+		// A row-value IN: SQLite indexes the subquery's keys once (a
+		// correlated EXISTS would scan the new rows for every table row).
+		// A NULL key is IN nothing, as it equals nothing under MERGE.
+		if _, err := tx.ExecContext(ctx, "DELETE FROM "+target+" WHERE ("+keyList+") IN (SELECT "+keyList+" FROM "+tmp+")"); err != nil {
 			return engine.StepResult{}, err
 		}
 	}

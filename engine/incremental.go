@@ -76,6 +76,8 @@ type Merge struct {
 // the new rows have are not written; a table column the new rows lack, or
 // a key column either side lacks, is an error naming it. Names match
 // exactly, else case-insensitively (an unquoted name in a model's SQL).
+// incoming nil means unknown: the table's columns are not checked against
+// it (the merge statement itself fails on a missing one).
 func MergeColumns(stepID string, table, incoming, key []string) (Merge, error) {
 	find := func(names []string, want string) (string, bool) {
 		for _, n := range names {
@@ -92,7 +94,7 @@ func MergeColumns(stepID string, table, incoming, key []string) (Merge, error) {
 	}
 	var m Merge
 	for _, c := range table {
-		if _, ok := find(incoming, c); !ok {
+		if _, ok := find(incoming, c); !ok && incoming != nil {
 			return Merge{}, Errorf(CodeStepFailed, "incremental model %s: the model's new rows have no column %s, which its table has (run with --full-refresh to rebuild the table)", stepID, c)
 		}
 		m.Columns = append(m.Columns, c)

@@ -1,8 +1,6 @@
 package snowflake
 
 import (
-	"database/sql"
-	"errors"
 	"strings"
 	"sync"
 
@@ -35,13 +33,8 @@ func (r *stepRun) incremental(req engine.StepRequest, rel, body string) (engine.
 	if err != nil {
 		return engine.StepResult{}, err
 	}
-	var kind string
-	ctx, ch := r.stmtCtx()
-	err = r.conn.QueryRowContext(ctx, q["relation_type"], storedName(req.Relation)).Scan(&kind)
-	r.collect(ch)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-	case err != nil:
+	kind, table, err := r.relation(q["relation_columns"], req.Relation)
+	if err != nil {
 		return engine.StepResult{}, err
 	}
 	if !strings.HasSuffix(kind, "TABLE") || req.FullRefresh {
@@ -69,15 +62,9 @@ func (r *stepRun) incremental(req engine.StepRequest, rel, body string) (engine.
 		}
 		source += "\nWHERE (\n" + filter + "\n)"
 	}
-	table, err := r.columns("SELECT * FROM " + rel + " LIMIT 0")
-	if err != nil {
-		return engine.StepResult{}, err
-	}
-	incoming, err := r.columns("SELECT * FROM (\n"+source+"\n) LIMIT 0", req.Params...)
-	if err != nil {
-		return engine.StepResult{}, err
-	}
-	m, err := engine.MergeColumns(req.StepID, table, incoming, req.UniqueKey)
+	// The new rows' columns are not fetched (a round trip): a table column
+	// they lack fails the MERGE itself.
+	m, err := engine.MergeColumns(req.StepID, table, nil, req.UniqueKey)
 	if err != nil {
 		return engine.StepResult{}, err
 	}
@@ -128,17 +115,26 @@ func (r *stepRun) incremental(req engine.StepRequest, rel, body string) (engine.
 	return engine.StepResult{RowCount: n, RowsAffected: merged}, nil
 }
 
-// columns returns the column names a query's result has, as Snowflake
-// stores them.
-func (r *stepRun) columns(q string, args ...any) ([]string, error) {
+// relation returns the type and columns of relation name in the current
+// schema ("" and none when there is no such relation).
+func (r *stepRun) relation(q, name string) (string, []string, error) {
 	ctx, ch := r.stmtCtx()
-	rows, err := r.conn.QueryContext(ctx, q, args...)
+	rows, err := r.conn.QueryContext(ctx, q, storedName(name))
 	r.collect(ch)
 	if err != nil {
-		return nil, err
+		return "", nil, err
 	}
 	defer rows.Close()
-	return rows.Columns()
+	var kind string
+	var cols []string
+	for rows.Next() {
+		var c string
+		if err := rows.Scan(&kind, &c); err != nil {
+			return "", nil, err
+		}
+		cols = append(cols, c)
+	}
+	return kind, cols, rows.Err()
 }
 
 // storedName is the name Snowflake stores for a relation ident quoted:

@@ -90,12 +90,16 @@ func appendNew(s []string, v string) []string {
 }
 
 // RunQueuedRequest is what a run's RunQueued payload says about what it
-// runs: the plan, its selection (nil: the whole plan) and, for `dvtrun
-// retry`, the run it retries.
+// runs: the plan, its selection (nil: the whole plan), for `dvtrun retry`
+// the run it retries, whether incremental models are rebuilt in full
+// (--full-refresh), and who triggered it.
 type RunQueuedRequest struct {
-	PlanRef     PlanRef    `json:"planRef"`
-	Selection   *Selection `json:"selection,omitempty"`
-	ParentRunID string     `json:"parentRunId,omitempty"`
+	PlanRef       PlanRef    `json:"planRef"`
+	Selection     *Selection `json:"selection,omitempty"`
+	ParentRunID   string     `json:"parentRunId,omitempty"`
+	FullRefresh   bool       `json:"fullRefresh,omitempty"`
+	TriggeredBy   string     `json:"triggeredBy,omitempty"`
+	TriggerSource string     `json:"triggerSource,omitempty"`
 }
 
 // QueuedRequest reads the RunQueued payload of a run's log. A log without

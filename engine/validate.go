@@ -205,10 +205,11 @@ func payloadRules(e RunEventWrite) bool {
 	switch e.EventType {
 	case StepFailed, RunFailed, StepSkipped, SignalAccepted, SignalRejected:
 		return true
-	case StepCompleted:
+	case StepCompleted, RunCompleted, RunCancelled:
 		return bytes.Contains(e.Payload, []byte(`"artifacts"`))
 	case RunQueued:
-		return bytes.Contains(e.Payload, []byte(`"selection"`)) || bytes.Contains(e.Payload, []byte(`"parentRunId"`))
+		return bytes.Contains(e.Payload, []byte(`"selection"`)) || bytes.Contains(e.Payload, []byte(`"parentRunId"`)) ||
+			bytes.Contains(e.Payload, []byte(`"fullRefresh"`))
 	}
 	return false
 }

@@ -116,6 +116,10 @@ func TestValidatePayloadRules(t *testing.T) {
 		{engine.StepSkipped, "s", `{"reason":""}`},
 		{engine.StepCompleted, "s", `{"artifacts":[{"uri":"s3://b/k"}]}`},
 		{engine.StepCompleted, "s", `{"artifacts":[{"uri":"s3://b/k","kind":"csv","sizeBytes":-1}]}`},
+		{engine.RunCompleted, "", `{"artifacts":[{"uri":"file:///r/run_results.json","kind":"dbt-run-results","sha256":"not hex"}]}`},
+		{engine.RunFailed, "", `{"error":{"code":"STEP_FAILED","message":"m"},"artifacts":[{"kind":"dbt-run-results"}]}`},
+		{engine.RunCancelled, "", `{"artifacts":{"uri":"file:///x","kind":"k"}}`},
+		{engine.RunQueued, "", `{"fullRefresh":"yes"}`},
 		{engine.StepStarted, "", ``},
 	}
 	for _, tc := range tests {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"net/url"
 	"os"
@@ -72,16 +71,11 @@ func (a artifactFiles) WriteArtifact(_ context.Context, runID, kind, name string
 // and a note says why.
 func (c *cli) runResultsExport(meta engine.RunMetadata, evs []engine.RunEventRecord, planPath string) ([]byte, error) {
 	if planPath == "" {
-		for _, ev := range evs {
-			if ev.EventType == engine.RunQueued {
-				var q struct {
-					PlanRef engine.PlanRef `json:"planRef"`
-				}
-				_ = json.Unmarshal(ev.Payload, &q)
-				planPath = q.PlanRef.URI
-				break
-			}
+		q, err := engine.QueuedRequest(evs)
+		if err != nil {
+			return nil, err
 		}
+		planPath = q.PlanRef.URI
 	}
 	var plan *engine.Plan
 	if planPath != "" {

@@ -186,15 +186,6 @@ func (r *execution) rebuild(ctx context.Context) error {
 	r.records = events
 	snap := engine.Project(r.runID, events)
 	for _, ev := range events {
-		if ev.EventType == engine.RunQueued {
-			// --full-refresh is the run's, recorded when it was queued, so
-			// that a resumed run keeps it.
-			var q struct {
-				FullRefresh bool `json:"fullRefresh"`
-			}
-			_ = json.Unmarshal(ev.Payload, &q)
-			r.fullRefresh = r.fullRefresh || q.FullRefresh
-		}
 		if ev.EventType == engine.SignalAccepted || ev.EventType == engine.SignalRejected {
 			// A signal decision's logical attempt is the signal's seq.
 			r.sigSeq = max(r.sigSeq, int64(ev.LogicalAttemptID))
@@ -209,6 +200,8 @@ func (r *execution) rebuild(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// So is --full-refresh.
+	r.fullRefresh = q.FullRefresh
 	if r.p, err = q.Selected(r.p); err != nil {
 		return err
 	}

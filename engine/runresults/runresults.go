@@ -114,17 +114,10 @@ type stepEvents struct {
 func Build(runID string, events []engine.RunEventRecord, plan *engine.Plan) *Document {
 	snap := engine.Project(runID, events)
 	steps := map[string]*stepEvents{}
-	var queued, started json.RawMessage
+	var started json.RawMessage
 	for _, ev := range events {
-		switch ev.EventType {
-		case engine.RunQueued:
-			if queued == nil {
-				queued = ev.Payload
-			}
-		case engine.RunStarted:
-			if started == nil {
-				started = ev.Payload
-			}
+		if ev.EventType == engine.RunStarted && started == nil {
+			started = ev.Payload
 		}
 		if ev.StepID == "" {
 			continue
@@ -148,7 +141,7 @@ func Build(runID string, events []engine.RunEventRecord, plan *engine.Plan) *Doc
 	doc := &Document{
 		Metadata: Metadata{DbtSchemaVersion: SchemaVersion, DbtVersion: DbtVersion, InvocationID: runID, Env: map[string]string{}},
 		Results:  []Result{},
-		Args:     args(snap, queued, started),
+		Args:     args(snap, events, started),
 	}
 	end := snap.CompletedAt
 	if end.IsZero() && len(events) > 0 {
@@ -310,21 +303,9 @@ func planIDOf(events []engine.RunEventRecord) string {
 
 // args is dbt's args object: which command, its threads, full refresh and
 // selection, and the run's dvtrun identity.
-func args(snap engine.Snapshot, queued, started json.RawMessage) map[string]any {
+func args(snap engine.Snapshot, queued []engine.RunEventRecord, started json.RawMessage) map[string]any {
 	a := map[string]any{"which": "run"}
-	var q struct {
-		PlanRef       engine.PlanRef `json:"planRef"`
-		TriggeredBy   string         `json:"triggeredBy"`
-		TriggerSource string         `json:"triggerSource"`
-		FullRefresh   bool           `json:"fullRefresh"`
-		ParentRunID   string         `json:"parentRunId"`
-		Selection     *struct {
-			Select            []string `json:"select"`
-			Exclude           []string `json:"exclude"`
-			IndirectSelection string   `json:"indirectSelection"`
-		} `json:"selection"`
-	}
-	_ = json.Unmarshal(queued, &q)
+	q, _ := engine.QueuedRequest(queued) // a payload that does not decode gives no args
 	a["full_refresh"] = q.FullRefresh
 	if s := q.Selection; s != nil {
 		if len(s.Select) > 0 {

@@ -64,28 +64,41 @@ func TestRunResultsFile(t *testing.T) {
 	tests := []struct {
 		name     string
 		plan     string
+		flags    []string
 		exit     int
 		statuses map[string]string // unique_id -> status
 	}{
-		{"passing", fixture("ok", "plan.yaml"), 0, map[string]string{
+		{"passing", fixture("ok", "plan.yaml"), nil, 0, map[string]string{
 			"seed.cli_ok.customers": "success", "model.cli_ok.stg_customers": "success", "model.cli_ok.customer_names": "success",
 			"test.cli_ok.not_null_stg_customers_id": "pass", "test.cli_ok.short_names": "warn",
 		}},
-		{"failing model", fixture("failing", "plan.yaml"), 1, map[string]string{
+		{"failing model", fixture("failing", "plan.yaml"), nil, 1, map[string]string{
 			"seed.cli_failing.customers": "success", "model.cli_failing.broken": "error", "model.cli_failing.downstream": "skipped",
 			"test.cli_failing.not_null_downstream_id": "skipped", "model.cli_failing.independent": "success",
 		}},
-		{"failing test", fixture("testfail", "plan.yaml"), 1, map[string]string{
+		{"failing test", fixture("testfail", "plan.yaml"), nil, 1, map[string]string{
 			"seed.cli_testfail.customers": "success", "test.cli_testfail.no_short_names": "fail", "test.cli_testfail.few_short_names": "warn",
+		}},
+		// A selected run: results for the selected steps only (the model and,
+		// by eager indirect selection, its tests), and the selection in args.
+		{"selected", fixture("ok", "plan.yaml"), []string{"--select", "stg_customers"}, 0, map[string]string{
+			"model.cli_ok.stg_customers": "success", "test.cli_ok.not_null_stg_customers_id": "pass", "test.cli_ok.short_names": "warn",
 		}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t)
-			if r := h.run("run", "--threads", "1", tc.plan); r.code != tc.exit {
+			if tc.flags != nil {
+				// The selection leaves the seed out: build it first.
+				if r := h.run("run", "--select", "customers", tc.plan); r.code != 0 {
+					t.Fatalf("seeding run: %d %s", r.code, r.stderr)
+				}
+			}
+			r := h.run(append(append([]string{"run", "--threads", "1"}, tc.flags...), tc.plan)...)
+			if r.code != tc.exit {
 				t.Fatalf("run: exit %d, want %d: %s %s", r.code, tc.exit, r.stdout, r.stderr)
 			}
-			runID := h.onlyRun()
+			runID := runIDFrom(t, r.stdout)
 			ref := h.closingArtifact(runID)
 			if want := filepath.Join(h.dir, "runs", runID, "run_results.json"); !strings.HasSuffix(ref.URI, filepath.ToSlash(want)) {
 				t.Errorf("artifact at %s, want %s", ref.URI, want)
@@ -96,6 +109,9 @@ func TestRunResultsFile(t *testing.T) {
 				Metadata struct {
 					InvocationID string `json:"invocation_id"`
 				} `json:"metadata"`
+				Args struct {
+					Select []string `json:"select"`
+				} `json:"args"`
 				Results []struct {
 					UniqueID     string  `json:"unique_id"`
 					Status       string  `json:"status"`
@@ -114,6 +130,9 @@ func TestRunResultsFile(t *testing.T) {
 			}
 			if doc.Metadata.InvocationID != runID || !maps.Equal(got, tc.statuses) {
 				t.Errorf("invocation %s statuses %v, want run %s and %v", doc.Metadata.InvocationID, got, runID, tc.statuses)
+			}
+			if tc.flags != nil && strings.Join(doc.Args.Select, " ") != tc.flags[1] {
+				t.Errorf("args.select %v, want %s", doc.Args.Select, tc.flags[1])
 			}
 
 			out := filepath.Join(t.TempDir(), "export.json")

@@ -5,13 +5,9 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 )
-
-// runIDRE finds the run id in `run`'s first line.
-var runIDRE = regexp.MustCompile(`(?m)^Running plan .* as run (\S+)$`)
 
 // warehouseRows returns "id:kind:updated" rows of a relation of the
 // harness's SQLite warehouse, in id order, joined by spaces.
@@ -107,12 +103,9 @@ func TestIncrementalAndEphemeralRuns(t *testing.T) {
 		if r.code != exit {
 			t.Fatalf("run: exit %d, want %d: %s %s", r.code, exit, r.stdout, r.stderr)
 		}
-		id := runIDRE.FindStringSubmatch(r.stdout)
-		if id == nil {
-			t.Fatalf("no run id in %q", r.stdout)
-		}
-		runs = append(runs, id[1])
-		return id[1]
+		id := runIDFrom(t, r.stdout)
+		runs = append(runs, id)
+		return id
 	}
 	steps := []struct {
 		csv    string

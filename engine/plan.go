@@ -92,6 +92,10 @@ type PlanStep struct {
 	Tags             []string `json:"tags,omitempty" yaml:"tags,omitempty"`
 	FQN              []string `json:"fqn,omitempty" yaml:"fqn,omitempty"`
 	OriginalFilePath string   `json:"originalFilePath,omitempty" yaml:"originalFilePath,omitempty"`
+	// DbtUniqueID is the dbt node a step was imported from
+	// (model.jaffle_shop.orders); run_results.json reports it as the
+	// step's unique_id, so that dbt's tools join it with the manifest.
+	DbtUniqueID string `json:"dbtUniqueId,omitempty" yaml:"dbtUniqueId,omitempty"`
 	// UniqueKey (incremental models) are the columns new rows are merged
 	// on: a new row replaces the table's row with the same key. Without a
 	// key, new rows are appended (dbt's behaviour).

@@ -194,3 +194,37 @@ func TestRunResultsTargetPathAndChangedPlan(t *testing.T) {
 		t.Error("compiled_code taken from a plan that changed")
 	}
 }
+
+// checkResultsAgainstManifest validates a run_results.json against dbt's
+// v6 schema and checks that it has n results, each unique_id a node of the
+// dbt manifest the plan was imported from.
+func checkResultsAgainstManifest(t *testing.T, data []byte, manifest string, n int) {
+	t.Helper()
+	runresultstest.Validate(t, data)
+	raw, err := os.ReadFile(manifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m struct {
+		Nodes map[string]json.RawMessage `json:"nodes"`
+	}
+	if err := json.Unmarshal(raw, &m); err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Results []struct {
+			UniqueID string `json:"unique_id"`
+		} `json:"results"`
+	}
+	if err := json.Unmarshal(data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if len(doc.Results) != n {
+		t.Errorf("%d results, want %d", len(doc.Results), n)
+	}
+	for _, r := range doc.Results {
+		if _, ok := m.Nodes[r.UniqueID]; !ok {
+			t.Errorf("unique_id %s is not a node of the manifest", r.UniqueID)
+		}
+	}
+}

@@ -245,6 +245,9 @@ func TestRunSelectJaffleShop(t *testing.T) {
 				t.Errorf("the warehouse has %v, want %v", got, built)
 			}
 			snap := h.checkLog(h.onlyRun())
+			// Its run_results.json: dbt's schema, one result per step run,
+			// each unique_id a node of the manifest (dbt's tools join them).
+			checkResultsAgainstManifest(t, readArtifact(t, h.closingArtifact(h.onlyRun())), manifest, tc.wantSteps)
 			if len(snap.Steps) != tc.wantSteps {
 				t.Errorf("the log has %d steps, want %d: %v", len(snap.Steps), tc.wantSteps, stepIDs(snap))
 			}

@@ -503,7 +503,7 @@ func (im *importer) newStep(n *node, kind string) (*engine.PlanStep, bool) {
 		im.fail(n.UniqueID, "the node has no name")
 		return nil, false
 	}
-	st := &engine.PlanStep{ID: kind + "." + name, Kind: kind, OriginalFilePath: n.OriginalFilePath}
+	st := &engine.PlanStep{ID: kind + "." + name, Kind: kind, OriginalFilePath: n.OriginalFilePath, DbtUniqueID: n.UniqueID}
 	// For node selection: tag:, fqn (jaffle_shop.staging.*) and path:.
 	for _, t := range n.Tags {
 		if t != "" && !slices.Contains(st.Tags, t) {

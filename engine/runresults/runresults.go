@@ -7,9 +7,8 @@
 // Mapping (dbt's own where dbt has one):
 //   - one result per step the log mentions (ephemeral models are inlined,
 //     never steps, and get none, as in dbt), in the order the steps ended;
-//   - unique_id: <kind>.<planId>.<name>, dbt's form (model.jaffle_shop.orders
-//     for the step model.orders of an imported plan whose planId is the
-//     dbt project name);
+//   - unique_id: the dbt node a step was imported from (PlanStep's
+//     dbtUniqueId), else <kind>.<planId>.<name> in dbt's form;
 //   - status: models, seeds and sql steps success | error | skipped; tests
 //     pass | fail (error severity, rows returned) | warn (warn severity,
 //     rows returned) | error (the query failed) | skipped; a step still
@@ -176,6 +175,9 @@ func Build(runID string, events []engine.RunEventRecord, plan *engine.Plan) *Doc
 		}
 		r := result(st, se, kind)
 		r.UniqueID = uniqueID(kind, planIDOf(events), st.StepID)
+		if inPlan && ps.DbtUniqueID != "" {
+			r.UniqueID = ps.DbtUniqueID
+		}
 		if inPlan && ps.Kind != engine.KindSeed {
 			r.Compiled, r.CompiledCode = ptr(true), ptr(ps.SQL)
 		} else if inPlan {

@@ -189,12 +189,14 @@ func TestBuild(t *testing.T) {
 
 // TestBuildCompiledCode: compiled_code is the SQL the step ran — with
 // ephemeral models inlined, secrets as their {{ secret() }} reference —
-// and null for seeds and without the plan.
+// and null for seeds and without the plan; unique_id is the dbt node a step
+// was imported from when the plan says so.
 func TestBuildCompiledCode(t *testing.T) {
 	plan := &engine.Plan{PlanID: "shop", PlanVersion: "1", Steps: []engine.PlanStep{
 		{ID: "seed.raw", Kind: engine.KindSeed, Path: "raw.csv"},
 		{ID: "model.eph", Kind: engine.KindModel, Materialized: engine.MaterializedEphemeral, SQL: "select * from raw", DependsOn: []string{"seed.raw"}},
-		{ID: "model.orders", Kind: engine.KindModel, Materialized: engine.MaterializedTable, SQL: "select {{ secret('K') }} as k, * from eph", DependsOn: []string{"model.eph"}, Secrets: []engine.SecretRef{{Name: "K"}}},
+		{ID: "model.orders", Kind: engine.KindModel, Materialized: engine.MaterializedTable, SQL: "select {{ secret('K') }} as k, * from eph", DependsOn: []string{"model.eph"}, Secrets: []engine.SecretRef{{Name: "K"}},
+			DbtUniqueID: "model.jaffle.orders"},
 	}}
 	log := runLog(t,
 		ev{engine.RunQueued, "", queued}, ev{engine.RunStarted, "", `{}`},
@@ -206,9 +208,10 @@ func TestBuildCompiledCode(t *testing.T) {
 		name string
 		plan *engine.Plan
 		want []any
+		ids  []any
 	}{
-		{"with the plan", plan, []any{nil, "WITH eph AS (\nselect * from raw\n)\nselect {{ secret('K') }} as k, * from eph"}},
-		{"without", nil, []any{nil, nil}},
+		{"with the plan", plan, []any{nil, "WITH eph AS (\nselect * from raw\n)\nselect {{ secret('K') }} as k, * from eph"}, []any{"seed.shop.raw", "model.jaffle.orders"}},
+		{"without", nil, []any{nil, nil}, []any{"seed.shop.raw", "model.shop.orders"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			data, err := runresults.Build("run-1", log, tc.plan).JSON()
@@ -223,8 +226,8 @@ func TestBuildCompiledCode(t *testing.T) {
 				t.Fatal(err)
 			}
 			for i, w := range tc.want {
-				if got.Results[i]["compiled_code"] != w {
-					t.Errorf("result %d compiled_code %q, want %q", i, got.Results[i]["compiled_code"], w)
+				if got.Results[i]["compiled_code"] != w || got.Results[i]["unique_id"] != tc.ids[i] {
+					t.Errorf("result %d compiled_code %q, unique_id %v, want %q and %v", i, got.Results[i]["compiled_code"], got.Results[i]["unique_id"], w, tc.ids[i])
 				}
 			}
 		})

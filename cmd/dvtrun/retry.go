@@ -51,7 +51,8 @@ func cmdRetry(ctx context.Context, c *cli, args []string) error {
 	}
 	sel := &engine.Selection{Steps: steps}
 	intro := fmt.Sprintf("Retrying %d step(s) of run %s: %s", len(steps), parent.meta.RunID, strings.Join(steps, ", "))
-	return c.startAndExecute(ctx, f, planPath, p, engine.StartRequest{Plan: p, Ref: ref, PlanBytes: data, Selection: sel, ParentRunID: parent.meta.RunID}, intro)
+	return c.startAndExecute(ctx, f, planPath, p, engine.StartRequest{Plan: p, Ref: ref, PlanBytes: data, Selection: sel, ParentRunID: parent.meta.RunID,
+		FullRefresh: parent.queued.FullRefresh}, intro) // dbt retry reuses the run's flags
 }
 
 // parentRun is what retry reads of the run it retries.

@@ -178,3 +178,27 @@ func TestRetrySteps(t *testing.T) {
 		})
 	}
 }
+
+// TestRetryKeepsFullRefresh: dbt retry reuses the run's flags; a retry of a
+// --full-refresh run is a full-refresh run too (its RunQueued says so).
+func TestRetryKeepsFullRefresh(t *testing.T) {
+	for _, full := range []bool{false, true} {
+		h := newHarness(t)
+		plan := retryFixture(t)
+		args := []string{"run", "--threads", "1", plan}
+		if full {
+			args = []string{"run", "--full-refresh", "--threads", "1", plan}
+		}
+		r := h.run(args...)
+		wantError(t, r, exitFailed, "STEP_FAILED", "model.flaky")
+		parent := runIDFrom(t, r.stdout)
+		fixRetryFixture(t, plan)
+		r = h.run("retry", parent)
+		if r.code != 0 {
+			t.Fatalf("retry: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+		}
+		if p, c := queuedOf(t, h, parent), queuedOf(t, h, runIDFrom(t, r.stdout)); p.FullRefresh != full || c.FullRefresh != full {
+			t.Errorf("--full-refresh %v: the run records %v, its retry %v", full, p.FullRefresh, c.FullRefresh)
+		}
+	}
+}

@@ -39,16 +39,8 @@ func (w *Warehouse) runIncremental(ctx context.Context, req engine.StepRequest, 
 	return w.mergeIncremental(ctx, req, rel, body)
 }
 
+// mergeIncremental merges the new rows in a transaction of its own.
 func (w *Warehouse) mergeIncremental(ctx context.Context, req engine.StepRequest, rel, body string) (engine.StepResult, error) {
-	target := quoteIdent(rel)
-	source := "SELECT * FROM (\n" + body + "\n) AS dvt_new"
-	if req.IncrementalFilter != "" {
-		filter, err := engine.RenderThis(req.IncrementalFilter, target)
-		if err != nil {
-			return engine.StepResult{}, err
-		}
-		source += "\nWHERE (\n" + filter + "\n)"
-	}
 	if err := w.acquire(ctx); err != nil {
 		return engine.StepResult{}, err
 	}
@@ -58,6 +50,25 @@ func (w *Warehouse) mergeIncremental(ctx context.Context, req engine.StepRequest
 		return engine.StepResult{}, err
 	}
 	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
+	res, err := w.mergeInto(ctx, tx, req, rel, body)
+	if err != nil {
+		return engine.StepResult{}, err
+	}
+	return res, tx.Commit()
+}
+
+// mergeInto merges the new rows of an incremental model into its table
+// within tx (which the caller commits, or rolls back on an error).
+func (w *Warehouse) mergeInto(ctx context.Context, tx *sql.Tx, req engine.StepRequest, rel, body string) (engine.StepResult, error) {
+	target := quoteIdent(rel)
+	source := "SELECT * FROM (\n" + body + "\n) AS dvt_new"
+	if req.IncrementalFilter != "" {
+		filter, err := engine.RenderThis(req.IncrementalFilter, target)
+		if err != nil {
+			return engine.StepResult{}, err
+		}
+		source += "\nWHERE (\n" + filter + "\n)"
+	}
 	tmp := quoteIdent(tmpPrefix + rel)
 	if _, err := tx.ExecContext(ctx, "DROP TABLE IF EXISTS "+tmp); err != nil {
 		return engine.StepResult{}, err
@@ -117,9 +128,6 @@ func (w *Warehouse) mergeIncremental(ctx context.Context, req engine.StepRequest
 	}
 	var n int64
 	if err := tx.QueryRowContext(ctx, "SELECT count(*) FROM "+target).Scan(&n); err != nil {
-		return engine.StepResult{}, err
-	}
-	if err := tx.Commit(); err != nil {
 		return engine.StepResult{}, err
 	}
 	return engine.StepResult{RowCount: n, RowsAffected: merged}, nil

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -63,4 +64,56 @@ func TestInlineEphemeral(t *testing.T) {
 	if len(p.Steps) != len(steps) || p.Steps[3].SQL != "select * from named" {
 		t.Error("InlineEphemeral changed its receiver")
 	}
+}
+
+// FuzzInlineEphemeral: whatever SQL a reader and an ephemeral model hold,
+// inlining never panics, keeps the reader's own text after the CTE (its
+// leading comments and WITH keyword before it), carries the ephemeral's
+// SQL, and leaves a valid plan without the ephemeral step.
+func FuzzInlineEphemeral(f *testing.F) {
+	f.Add("select * from eph", "select 1 as id;")
+	f.Add("-- c\nWITH x AS (select 1) select * from x, eph", "select 2")
+	f.Add("/* */ with recursive r(n) as (select 1) select * from r join \"EPH\" on true", "with a as (select 1) select * from a -- tail")
+	f.Add("select eph_not_it from t", "select 3")
+	f.Fuzz(func(t *testing.T, reader, eph string) {
+		if strings.TrimSpace(reader) == "" || strings.TrimSpace(eph) == "" {
+			return
+		}
+		p := &Plan{PlanID: "p", PlanVersion: "1", Steps: []PlanStep{
+			{ID: "model.eph", Kind: KindModel, Materialized: MaterializedEphemeral, SQL: eph},
+			{ID: "model.r", Kind: KindModel, SQL: reader, DependsOn: []string{"model.eph"}},
+		}}
+		if p.Validate() != nil {
+			return
+		}
+		out := p.InlineEphemeral()
+		if len(out.Steps) != 1 || out.Steps[0].ID != "model.r" || len(out.Steps[0].DependsOn) != 0 {
+			t.Fatalf("steps %+v", out.Steps)
+		}
+		got := out.Steps[0].SQL
+		if !namesRelation([]string{reader}, "eph") {
+			if got != reader {
+				t.Fatalf("a reader that does not name eph changed:\n%q\n%q", reader, got)
+			}
+			return
+		}
+		if !strings.Contains(got, "eph AS (\n"+trimStatement(eph)+"\n)") {
+			t.Fatalf("no CTE for eph in %q", got)
+		}
+		at, words := leadingKeywords(reader, 2)
+		rest := reader[at:]
+		if len(words) > 0 && words[0].word == "WITH" {
+			cut := words[0].end
+			if len(words) > 1 && words[1].word == "RECURSIVE" {
+				cut = words[1].end
+			}
+			rest = strings.TrimLeft(reader[cut:], " \t\r\n")
+		}
+		if !strings.HasPrefix(got, reader[:at]) || !strings.HasSuffix(got, rest) {
+			t.Fatalf("the reader's text was not kept:\n%q\n%q", reader, got)
+		}
+		if err := out.Validate(); err != nil {
+			t.Fatal(err)
+		}
+	})
 }

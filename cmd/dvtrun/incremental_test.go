@@ -103,6 +103,9 @@ func TestIncrementalAndEphemeralRuns(t *testing.T) {
 		if r.code != exit {
 			t.Fatalf("run: exit %d, want %d: %s %s", r.code, exit, r.stdout, r.stderr)
 		}
+		if !strings.Contains(r.stdout, "(4 steps)") || !strings.Contains(r.stdout, "TOTAL=4") && exit == 0 {
+			t.Errorf("the ephemeral model is counted as a step:\n%s", r.stdout)
+		}
 		id := runIDFrom(t, r.stdout)
 		runs = append(runs, id)
 		return id

@@ -270,9 +270,10 @@ func (c *cli) startAndExecute(ctx context.Context, f runFlags, planPath string, 
 	if err != nil {
 		return err
 	}
-	steps := fmt.Sprintf("%d steps", len(p.Steps))
+	n := len(p.InlineEphemeral().Steps) // ephemeral models are not steps of the run
+	steps := fmt.Sprintf("%d steps", n)
 	if req.Selection != nil {
-		steps = fmt.Sprintf("%d of %d steps selected", len(req.Selection.Steps), len(p.Steps))
+		steps = fmt.Sprintf("%d of %d steps selected", len(req.Selection.Steps), n)
 	}
 	fmt.Fprintf(c.stdout, "Running plan %s@%s (%s) as run %s\n", p.PlanID, p.PlanVersion, steps, runID)
 	if intro != "" {

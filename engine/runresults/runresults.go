@@ -114,9 +114,15 @@ func Build(runID string, events []engine.RunEventRecord, plan *engine.Plan) *Doc
 	snap := engine.Project(runID, events)
 	steps := map[string]*stepEvents{}
 	var started json.RawMessage
+scan:
 	for _, ev := range events {
-		if ev.EventType == engine.RunStarted && started == nil {
-			started = ev.Payload
+		switch ev.EventType {
+		case engine.RunStarted:
+			if started == nil {
+				started = ev.Payload
+			}
+		case engine.RunCompleted, engine.RunFailed, engine.RunCancelled:
+			break scan // nothing after the run ended counts (Policy A ignores it too)
 		}
 		if ev.StepID == "" {
 			continue
@@ -233,7 +239,8 @@ func result(st engine.StepSnapshot, se *stepEvents, kind string) Result {
 		}
 	}
 	test := kind == engine.KindTest
-	if test {
+	if test && (st.Status == engine.StepStatusSuccess || p.Failures > 0) {
+		// pass, warn, fail; an error or a skip has no count (dbt's null)
 		r.Failures = ptr(p.Failures)
 	}
 	errMsg := func() *string {

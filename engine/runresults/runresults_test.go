@@ -81,6 +81,7 @@ func TestBuild(t *testing.T) {
 		plan    *engine.Plan
 		want    []want
 		elapsed float64
+		closing int // index of the closing event, when not the last
 		args    map[string]any
 	}{
 		{
@@ -120,15 +121,18 @@ func TestBuild(t *testing.T) {
 				{engine.StepFailed, "test.t_error", `{"queryIds": ["q9"], "durationMs": 5, "error": {"code": "STEP_FAILED", "message": "no such column: nope"}}`},
 				{engine.StepSkipped, "model.after", `{"reason": "upstream step test.t_error failed"}`},
 				{engine.RunCancelled, "", `{"reason": "operator"}`},
+				// After the end: Policy A ignores it, and so does the document.
+				{engine.StepCompleted, "sql.slow", `{"rowsAffected": 5, "durationMs": 1}`},
 			},
 			plan: nil,
 			want: []want{
 				{"test.shop.t_fail", "fail", "Got 1 result, configured to fail if != 0", 1.0, nil, nil, 0.3},
-				{"test.shop.t_error", "error", "STEP_FAILED: no such column: nope", 0.0, nil, "q9", 0.3},
+				{"test.shop.t_error", "error", "STEP_FAILED: no such column: nope", nil, nil, "q9", 0.3},
 				{"model.shop.after", "skipped", "upstream step test.t_error failed", nil, nil, nil, 0},
 				{"sql.shop.slow", "error", "the run ended while the step was running", nil, nil, nil, 0},
 			},
 			elapsed: 0.7,
+			closing: 8,
 			args:    map[string]any{"which": "run", "threads": 2.0, "full_refresh": true, "select": []any{"+orders"}, "exclude": []any{"t_pass"}, "indirect_selection": "eager"},
 		},
 		{
@@ -160,7 +164,11 @@ func TestBuild(t *testing.T) {
 			if got.Metadata["dbt_schema_version"] != runresults.SchemaVersion || got.Metadata["invocation_id"] != "run-1" {
 				t.Errorf("metadata %v", got.Metadata)
 			}
-			if wantGen := log[len(log)-1].EmittedAt.Format("2006-01-02T15:04:05.000000Z"); got.Metadata["generated_at"] != wantGen {
+			closing := len(log) - 1
+			if tc.closing > 0 {
+				closing = tc.closing
+			}
+			if wantGen := log[closing].EmittedAt.Format("2006-01-02T15:04:05.000000Z"); got.Metadata["generated_at"] != wantGen {
 				t.Errorf("generated_at %v, want the closing event's %s", got.Metadata["generated_at"], wantGen)
 			}
 			if diff := got.ElapsedTime - tc.elapsed; diff > 1e-9 || diff < -1e-9 {

@@ -20,7 +20,7 @@ import (
 )
 
 // repoRoot is the module root (the directory holding go.mod).
-func repoRoot(t *testing.T) string {
+func repoRoot(t testing.TB) string {
 	t.Helper()
 	dir, err := filepath.Abs(".")
 	if err != nil {

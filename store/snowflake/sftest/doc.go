@@ -10,6 +10,12 @@
 //	srv.ResetCounters() … srv.QueryRequests() // round trips per operation
 //	srv.QueryLog()                           // query ids, QUERY_TAG, SQL text
 //
+// Network cost: Options.RTT (sfserver -rtt 100ms) delays every HTTP request
+// like the way to a real account; Server.Requests counts every request
+// served, and CountingTransport, set as the driver's Config.Transporter (or
+// snowflake.Options.Transporter), counts one client's round trips by kind,
+// so tests assert round trips, not SQL.
+//
 // # Protocol
 //
 // Endpoints: POST /session/v1/login-request (password, or SNOWFLAKE_JWT

@@ -30,8 +30,8 @@ func TestCountingTransportAndRTT(t *testing.T) {
 	}
 
 	cases := []struct {
-		name              string
-		do                func(ctx context.Context) error
+		name             string
+		do               func(ctx context.Context) error
 		queries, results int64
 	}{
 		{"one statement", func(ctx context.Context) error {

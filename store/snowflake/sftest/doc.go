@@ -74,6 +74,39 @@
 // parameters, or the request parameter gosnowflake.WithQueryTag sends; it is
 // recorded with every statement in QueryLog.
 //
+// # Snowflake Scripting
+//
+// EXECUTE IMMEDIATE $$ block $$ (or '…'), and an anonymous block sent as
+// the request (DECLARE …, or BEGIN not followed by TRANSACTION, WORK, NAME
+// or ";"), run as ONE statement — one HTTP round trip, as in Snowflake ("A
+// block is considered one statement, even if the body of the block contains
+// multiple statements", EXECUTE IMMEDIATE). The subset dvtrun uses, each
+// pinned by a test quoting the documentation it follows (scripting_test.go):
+//   - DECLARE section: variables (name [type] [DEFAULT expr]), RESULTSETs
+//     (name RESULTSET [DEFAULT (query)]) and exceptions (name EXCEPTION
+//     (-20001, 'message'));
+//   - statements in order: SQL (BEGIN TRANSACTION, COMMIT and ROLLBACK
+//     included, with the session's transaction rules), LET name [type] :=
+//     expr, name := expr, LET res RESULTSET := (query) (the query runs at
+//     assignment), IF (…) THEN … ELSEIF … ELSE … END IF, nested blocks,
+//     RETURN expr, RETURN TABLE(res), RAISE name, RAISE (re-raise in a
+//     handler);
+//   - variables appear as :name in SQL and by bare name in expressions;
+//     their values are substituted as literals before translation;
+//   - EXCEPTION WHEN name [OR name] | STATEMENT_ERROR | OTHER THEN … (EXIT
+//     handlers only), with SQLCODE, SQLERRM and SQLSTATE set;
+//   - the result: RETURN TABLE(res) answers the RESULTSET's rows, RETURN
+//     expr one row in a column "anonymous block", no RETURN a NULL there;
+//   - an uncaught user exception fails the request with its number as the
+//     code and sqlState P0001 ("Uncaught exception of type 'NAME' : msg").
+//
+// Not verified against Snowflake (dvtrun's blocks do not depend on them): an
+// unhandled failure rolls back a transaction the block began, and a block
+// that ends with its own transaction open is rolled back and fails with
+// 000641 (the rule Snowflake documents for stored procedures). Not
+// supported: cursors, loops, CONTINUE handlers, EXECUTE IMMEDIATE … USING,
+// client binds with a block.
+//
 // # Sessions, transactions and locks
 //
 // Each session owns one DuckDB connection, so its transaction is invisible

@@ -88,7 +88,8 @@
 //   - statements in order: SQL (BEGIN TRANSACTION, COMMIT and ROLLBACK
 //     included, with the session's transaction rules), LET name [type] :=
 //     expr, name := expr, LET res RESULTSET := (query) (the query runs at
-//     assignment), IF (…) THEN … ELSEIF … ELSE … END IF, nested blocks,
+//     assignment), SELECT … INTO :a, :b FROM … (one row), IF (…) THEN …
+//     ELSEIF … ELSE … END IF, nested blocks,
 //     RETURN expr, RETURN TABLE(res), RAISE name, RAISE (re-raise in a
 //     handler);
 //   - variables appear as :name in SQL and by bare name in expressions;

@@ -574,6 +574,12 @@ func (r *scriptRun) nodes(ns []scriptNode, sc *scriptScope) (*result, bool, erro
 				return res, returned, err
 			}
 		case *sqlNode:
+			if vars, rest := selectInto(n.toks); vars != nil {
+				if err := r.selectInto(rest, vars, sc); err != nil {
+					return nil, false, err
+				}
+				continue
+			}
 			if _, err := r.query(n.toks, sc); err != nil {
 				return nil, false, err
 			}
@@ -685,13 +691,75 @@ func (r *scriptRun) scalar(expr string, sc *scriptScope) (*result, error) {
 	return r.query(compact(toks), sc)
 }
 
+// selectInto splits SELECT … INTO :a, :b FROM … into the variable names
+// and the query without the INTO clause; nil when there is no INTO.
+func selectInto(toks []token) ([]string, []token) {
+	if len(toks) == 0 || !toks[0].is("SELECT") {
+		return nil, nil
+	}
+	depth := 0
+	for i, t := range toks {
+		switch bare(t) {
+		case "(":
+			depth++
+		case ")":
+			depth--
+		}
+		if depth != 0 || !t.is("INTO") {
+			continue
+		}
+		var vars []string
+		j := i + 1
+		for j+1 < len(toks) && bare(toks[j]) == ":" && toks[j+1].kind == tkWord {
+			vars = append(vars, toks[j+1].upper())
+			j += 2
+			if j < len(toks) && bare(toks[j]) == "," {
+				j++
+			}
+		}
+		if len(vars) == 0 {
+			return nil, nil
+		}
+		rest := append(append([]token(nil), toks[:i]...), toks[j:]...)
+		return vars, rest
+	}
+	return nil, nil
+}
+
+// selectInto runs a single-row query and sets the variables to its values
+// (INTO: "The SELECT statement must return a single row").
+func (r *scriptRun) selectInto(query []token, vars []string, sc *scriptScope) error {
+	if r.child != nil {
+		r.child(strings.TrimSpace(render(query)), nil)
+	}
+	vals, err := r.row(render(r.substitute(query, sc, false)), len(vars))
+	if err != nil {
+		return err
+	}
+	for i, name := range vars {
+		if !sc.set(name, vals[i]) {
+			return &scriptError{sf: newSFError(CodeCompilation, "42601", "SQL compilation error: variable %s is not declared", name)}
+		}
+	}
+	return nil
+}
+
 // eval computes an expression (variables by bare name or :name) to a Go
 // value by asking DuckDB, inside the session's transaction.
 func (r *scriptRun) eval(expr []token, sc *scriptScope) (any, error) {
-	text := "SELECT " + render(r.substitute(expr, sc, true))
+	vals, err := r.row("SELECT "+render(r.substitute(expr, sc, true)), 1)
+	if err != nil {
+		return nil, err
+	}
+	return vals[0], nil
+}
+
+// row runs a query that must return one row of n columns and returns its
+// values as Go values.
+func (r *scriptRun) row(text string, n int) ([]any, error) {
 	stmts, err := parseRequest(text)
 	if err != nil || len(stmts) != 1 {
-		return nil, &scriptError{sf: newSFError(CodeCompilation, "42601", "SQL compilation error: invalid expression %q", strings.TrimSpace(render(expr)))}
+		return nil, &scriptError{sf: newSFError(CodeCompilation, "42601", "SQL compilation error: invalid expression or query %q", strings.TrimSpace(text))}
 	}
 	s := r.sess
 	if s.doomed != nil {
@@ -700,30 +768,59 @@ func (r *scriptRun) eval(expr []token, sc *scriptScope) (any, error) {
 	if err := s.begin(r.ctx); err != nil {
 		return nil, &scriptError{sf: mapError(err)}
 	}
-	var v any
-	if err := s.conn.QueryRowContext(r.ctx, stmts[0].duck).Scan(&v); err != nil {
+	fail := func(err error) ([]any, error) {
 		if s.duckTx {
 			s.checkAborted(r.ctx, err)
 		}
 		return nil, &scriptError{sf: mapError(err)}
 	}
+	rows, err := s.conn.QueryContext(r.ctx, stmts[0].duck)
+	if err != nil {
+		return fail(err)
+	}
+	defer rows.Close()
+	vals := make([]any, n)
+	ptrs := make([]any, n)
+	for i := range vals {
+		ptrs[i] = &vals[i]
+	}
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return fail(err)
+		}
+		return nil, &scriptError{sf: newSFError("100183", "P0000", "Query produced no results")}
+	}
+	if err := rows.Scan(ptrs...); err != nil {
+		return fail(err)
+	}
+	if rows.Next() {
+		return nil, &scriptError{sf: newSFError("100184", "22000", "Query produced more than one row")}
+	}
+	for i, v := range vals {
+		vals[i] = goValue(v)
+	}
+	return vals, nil
+}
+
+// goValue normalises a DuckDB value for a variable.
+func goValue(v any) any {
 	switch x := v.(type) {
 	case duckdb.Decimal:
 		if x.Scale == 0 && x.Value.IsInt64() {
-			return x.Value.Int64(), nil
+			return x.Value.Int64()
 		}
-		return x.Float64(), nil
+		return x.Float64()
 	case *big.Int:
 		if x.IsInt64() {
-			return x.Int64(), nil
+			return x.Int64()
 		}
-		return x.String(), nil
+		return x.String()
 	case []byte:
-		return string(x), nil
+		return string(x)
 	case int32:
-		return int64(x), nil
+		return int64(x)
 	}
-	return v, nil
+	return v
 }
 
 // substitute replaces variable references with literals of their values:

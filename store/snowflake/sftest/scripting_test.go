@@ -38,6 +38,21 @@ $$`,
 			want: []string{"3"},
 		},
 		{
+			name: "SELECT … INTO :variables",
+			doc:  `INTO: "Sets Snowflake Scripting variables to the values in a row returned by a SELECT statement." "The SELECT statement must return a single row."`,
+			sql: `EXECUTE IMMEDIATE $$
+DECLARE
+  n INTEGER;
+  m INTEGER;
+BEGIN
+  INSERT INTO s1 (a) VALUES (4), (5);
+  SELECT COUNT(*), MAX(a) INTO :n, :m FROM s1 WHERE a > 0;
+  RETURN n * 10 + m;
+END;
+$$`,
+			want: []string{"25"},
+		},
+		{
 			name: "RETURN TABLE(resultset)",
 			doc: `Working with RESULTSETs: "For a RESULTSET, the query is executed when you assign the query to the RESULTSET"; ` +
 				`"Use the TABLE(...) syntax to retrieve the results as a table."`,

@@ -53,6 +53,96 @@ UPDATE dvt_run_seq SET next_seq = next_seq WHERE run_id = HEX_DECODE_STRING(/*:r
 -- name: lock_bootstrap
 UPDATE dvt_locks SET owner = owner WHERE lock_name = 'bootstrap';
 
+-- name: append_block
+-- One request per append (issue 11): a Snowflake Scripting block, executed
+-- as one statement, decides under the run's lock whether the writes the
+-- client planned still apply, writes them, and answers with what the client
+-- needs in every case. The client plans from the run state it cached after
+-- its last write (next_seq, status, step states); next_seq only grows and
+-- every write advances it, so "next_seq is what I expect and none of my new
+-- keys is stored" means the plan is still right. Outcomes, in the 'O' row:
+--   APPLIED    the planned writes (the writes slot: update_seq, merge_events,
+--              insert_outbox, merge_steps, … rendered by the client) are
+--              committed; 'E' rows hold the stored records of the batch's
+--              keys, new and duplicate;
+--   DUPLICATE  every key of the batch is stored already (a retried append):
+--              nothing is written, 'E' rows hold the stored records;
+--   STALE      someone else wrote (or the client has no cached state): the
+--              answer carries the run's row ('R'), the stored records of the
+--              batch's keys ('E') and every step state ('S'); the client
+--              plans again and sends one more block;
+--   NOT_FOUND  the run has no sequence row.
+-- Values are hex literals and integers (script.go): a block is one statement
+-- and takes no client binds. A failure rolls the transaction back in the
+-- handler and reaches the client with its own code.
+EXECUTE IMMEDIATE $$
+DECLARE
+  found INTEGER DEFAULT 0;
+  seq_ok INTEGER DEFAULT 0;
+  stored_all INTEGER DEFAULT 0;
+  stored_new INTEGER DEFAULT 0;
+  outcome VARCHAR DEFAULT 'STALE';
+  res RESULTSET;
+BEGIN
+  BEGIN TRANSACTION;
+  -- Writing the run's sequence row first serialises the writers of a run.
+  UPDATE dvt_run_seq SET next_seq = next_seq WHERE run_id = HEX_DECODE_STRING(/*:run_id*/);
+  -- Lease fence (issue 8) belongs here, under the lock and before anything
+  -- is decided: IF (<the caller's fence token is stale>) THEN RAISE
+  -- lease_lost; END IF; with lease_lost declared above as an EXCEPTION the
+  -- client maps to LEASE_LOST. The handler below rolls back, nothing is
+  -- written.
+  SELECT COUNT(*), COALESCE(SUM(CASE WHEN next_seq = /*:expected_seq*/ THEN 1 ELSE 0 END), 0)
+    INTO :found, :seq_ok
+    FROM dvt_run_seq WHERE run_id = HEX_DECODE_STRING(/*:run_id*/);
+  SELECT COUNT(DISTINCT idempotency_key) INTO :stored_all
+    FROM dvt_run_events
+    WHERE run_id = HEX_DECODE_STRING(/*:run_id*/)
+      AND idempotency_key IN (SELECT HEX_DECODE_STRING(k.key_hex) FROM (VALUES /*:keys*/) AS k (key_hex));
+  SELECT COUNT(*) INTO :stored_new
+    FROM dvt_run_events
+    WHERE run_id = HEX_DECODE_STRING(/*:run_id*/)
+      AND idempotency_key IN (SELECT HEX_DECODE_STRING(k.key_hex) FROM (VALUES /*:new_keys*/) AS k (key_hex));
+  IF (found = 0) THEN
+    outcome := 'NOT_FOUND';
+  ELSEIF (stored_all = /*:nkeys*/) THEN
+    outcome := 'DUPLICATE';
+  ELSEIF (seq_ok = 1 AND stored_new = 0) THEN
+    /*writes*/
+    outcome := 'APPLIED';
+  END IF;
+  res := (
+    SELECT 'R' AS kind, s.next_seq AS run_seq, r.tenant_id, r.project_id, r.environment_id,
+           NULL AS event_id, s.status AS event_type, NULL AS step_id, r.plan_id, r.plan_version,
+           NULL AS logical_attempt_id, NULL AS engine_attempt_id, NULL AS idempotency_key,
+           NULL AS emitted_at, s.last_persisted_at AS persisted_at, NULL AS payload
+    FROM dvt_run_seq s JOIN dvt_runs r ON r.run_id = s.run_id
+    WHERE s.run_id = HEX_DECODE_STRING(/*:run_id*/)
+    UNION ALL
+    SELECT 'O', NULL, NULL, NULL, NULL, NULL, :outcome, NULL, NULL, NULL,
+           NULL, NULL, NULL, NULL, NULL, NULL
+    UNION ALL
+    SELECT 'E', run_seq, tenant_id, project_id, environment_id, event_id, event_type, step_id,
+           plan_id, plan_version, logical_attempt_id, engine_attempt_id, idempotency_key,
+           emitted_at, persisted_at, payload
+    FROM dvt_run_events
+    WHERE run_id = HEX_DECODE_STRING(/*:run_id*/)
+      AND idempotency_key IN (SELECT HEX_DECODE_STRING(k.key_hex) FROM (VALUES /*:keys*/) AS k (key_hex))
+    UNION ALL
+    SELECT 'S', NULL, NULL, NULL, NULL, NULL, status, step_id, NULL, NULL,
+           logical_attempt_id, NULL, NULL, NULL, NULL, NULL
+    FROM dvt_step_state
+    WHERE run_id = HEX_DECODE_STRING(/*:run_id*/) AND :outcome = 'STALE'
+  );
+  COMMIT;
+  RETURN TABLE(res);
+EXCEPTION
+  WHEN OTHER THEN
+    ROLLBACK;
+    RAISE;
+END;
+$$;
+
 -- name: run_exists
 SELECT COUNT(*) FROM dvt_runs WHERE run_id = ?;
 

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -56,6 +57,9 @@ type Store struct {
 	q       map[string]string
 	where   string   // the redacted DSN, for messages
 	secrets []string // credential values scrubbed from error messages
+
+	cacheMu sync.Mutex
+	cache   map[string]cachedRun // runs this Store appended to, by run id (append.go)
 }
 
 // Open connects to the database and schema a gosnowflake DSN names and

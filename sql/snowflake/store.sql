@@ -63,8 +63,8 @@ UPDATE dvt_locks SET owner = owner WHERE lock_name = 'bootstrap';
 -- keys is stored" means the plan is still right. Outcomes, in the 'O' row:
 --   APPLIED    the planned writes (the writes slot: update_seq, merge_events,
 --              insert_outbox, merge_steps, … rendered by the client) are
---              committed; 'E' rows hold the stored records of the batch's
---              keys, new and duplicate;
+--              committed; 'M' rows hold the stored metadata (eventId,
+--              runSeq, persistedAt) of the new events;
 --   DUPLICATE  every key of the batch is stored already (a retried append):
 --              nothing is written, 'E' rows hold the stored records;
 --   STALE      someone else wrote (or the client has no cached state): the
@@ -92,17 +92,18 @@ BEGIN
   -- lease_lost; END IF; with lease_lost declared above as an EXCEPTION the
   -- client maps to LEASE_LOST. The handler below rolls back, nothing is
   -- written.
-  SELECT COUNT(*), COALESCE(SUM(CASE WHEN next_seq = /*:expected_seq*/ THEN 1 ELSE 0 END), 0)
-    INTO :found, :seq_ok
+  -- One statement for the whole decision: each statement of a block is a
+  -- query job of its own in Snowflake.
+  SELECT COUNT(*),
+         COALESCE(SUM(CASE WHEN next_seq = /*:expected_seq*/ THEN 1 ELSE 0 END), 0),
+         (SELECT COUNT(DISTINCT idempotency_key) FROM dvt_run_events
+          WHERE run_id = HEX_DECODE_STRING(/*:run_id*/)
+            AND idempotency_key IN (SELECT HEX_DECODE_STRING(k.key_hex) FROM (VALUES /*:keys*/) AS k (key_hex))),
+         (SELECT COUNT(*) FROM dvt_run_events
+          WHERE run_id = HEX_DECODE_STRING(/*:run_id*/)
+            AND idempotency_key IN (SELECT HEX_DECODE_STRING(k.key_hex) FROM (VALUES /*:new_keys*/) AS k (key_hex)))
+    INTO :found, :seq_ok, :stored_all, :stored_new
     FROM dvt_run_seq WHERE run_id = HEX_DECODE_STRING(/*:run_id*/);
-  SELECT COUNT(DISTINCT idempotency_key) INTO :stored_all
-    FROM dvt_run_events
-    WHERE run_id = HEX_DECODE_STRING(/*:run_id*/)
-      AND idempotency_key IN (SELECT HEX_DECODE_STRING(k.key_hex) FROM (VALUES /*:keys*/) AS k (key_hex));
-  SELECT COUNT(*) INTO :stored_new
-    FROM dvt_run_events
-    WHERE run_id = HEX_DECODE_STRING(/*:run_id*/)
-      AND idempotency_key IN (SELECT HEX_DECODE_STRING(k.key_hex) FROM (VALUES /*:new_keys*/) AS k (key_hex));
   IF (found = 0) THEN
     outcome := 'NOT_FOUND';
   ELSEIF (stored_all = /*:nkeys*/) THEN
@@ -111,29 +112,45 @@ BEGIN
     /*writes*/
     outcome := 'APPLIED';
   END IF;
-  res := (
-    SELECT 'R' AS kind, s.next_seq AS run_seq, r.tenant_id, r.project_id, r.environment_id,
-           NULL AS event_id, s.status AS event_type, NULL AS step_id, r.plan_id, r.plan_version,
-           NULL AS logical_attempt_id, NULL AS engine_attempt_id, NULL AS idempotency_key,
-           NULL AS emitted_at, s.last_persisted_at AS persisted_at, NULL AS payload
-    FROM dvt_run_seq s JOIN dvt_runs r ON r.run_id = s.run_id
-    WHERE s.run_id = HEX_DECODE_STRING(/*:run_id*/)
-    UNION ALL
-    SELECT 'O', NULL, NULL, NULL, NULL, NULL, :outcome, NULL, NULL, NULL,
-           NULL, NULL, NULL, NULL, NULL, NULL
-    UNION ALL
-    SELECT 'E', run_seq, tenant_id, project_id, environment_id, event_id, event_type, step_id,
-           plan_id, plan_version, logical_attempt_id, engine_attempt_id, idempotency_key,
-           emitted_at, persisted_at, payload
-    FROM dvt_run_events
-    WHERE run_id = HEX_DECODE_STRING(/*:run_id*/)
-      AND idempotency_key IN (SELECT HEX_DECODE_STRING(k.key_hex) FROM (VALUES /*:keys*/) AS k (key_hex))
-    UNION ALL
-    SELECT 'S', NULL, NULL, NULL, NULL, NULL, status, step_id, NULL, NULL,
-           logical_attempt_id, NULL, NULL, NULL, NULL, NULL
-    FROM dvt_step_state
-    WHERE run_id = HEX_DECODE_STRING(/*:run_id*/) AND :outcome = 'STALE'
-  );
+  IF (outcome = 'APPLIED') THEN
+    -- The client planned the records: their stored metadata is enough.
+    res := (
+      SELECT 'O' AS kind, NULL AS run_seq, NULL AS tenant_id, NULL AS project_id, NULL AS environment_id,
+             NULL AS event_id, :outcome AS event_type, NULL AS step_id, NULL AS plan_id, NULL AS plan_version,
+             NULL AS logical_attempt_id, NULL AS engine_attempt_id, NULL AS idempotency_key,
+             NULL AS emitted_at, NULL AS persisted_at, CAST(NULL AS VARCHAR) AS payload
+      UNION ALL
+      SELECT 'M', run_seq, NULL, NULL, NULL, event_id, NULL, NULL, NULL, NULL, NULL, NULL,
+             idempotency_key, NULL, persisted_at, NULL
+      FROM dvt_run_events
+      WHERE run_id = HEX_DECODE_STRING(/*:run_id*/)
+        AND idempotency_key IN (SELECT HEX_DECODE_STRING(k.key_hex) FROM (VALUES /*:new_keys*/) AS k (key_hex))
+    );
+  ELSE
+    res := (
+      SELECT 'R' AS kind, s.next_seq AS run_seq, r.tenant_id, r.project_id, r.environment_id,
+             NULL AS event_id, s.status AS event_type, NULL AS step_id, r.plan_id, r.plan_version,
+             NULL AS logical_attempt_id, NULL AS engine_attempt_id, NULL AS idempotency_key,
+             NULL AS emitted_at, s.last_persisted_at AS persisted_at, NULL AS payload
+      FROM dvt_run_seq s JOIN dvt_runs r ON r.run_id = s.run_id
+      WHERE s.run_id = HEX_DECODE_STRING(/*:run_id*/)
+      UNION ALL
+      SELECT 'O', NULL, NULL, NULL, NULL, NULL, :outcome, NULL, NULL, NULL,
+             NULL, NULL, NULL, NULL, NULL, NULL
+      UNION ALL
+      SELECT 'E', run_seq, tenant_id, project_id, environment_id, event_id, event_type, step_id,
+             plan_id, plan_version, logical_attempt_id, engine_attempt_id, idempotency_key,
+             emitted_at, persisted_at, payload
+      FROM dvt_run_events
+      WHERE run_id = HEX_DECODE_STRING(/*:run_id*/)
+        AND idempotency_key IN (SELECT HEX_DECODE_STRING(k.key_hex) FROM (VALUES /*:keys*/) AS k (key_hex))
+      UNION ALL
+      SELECT 'S', NULL, NULL, NULL, NULL, NULL, status, step_id, NULL, NULL,
+             logical_attempt_id, NULL, NULL, NULL, NULL, NULL
+      FROM dvt_step_state
+      WHERE run_id = HEX_DECODE_STRING(/*:run_id*/) AND :outcome = 'STALE'
+    );
+  END IF;
   COMMIT;
   RETURN TABLE(res);
 EXCEPTION

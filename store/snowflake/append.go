@@ -295,7 +295,7 @@ func (s *Store) appendOnce(ctx context.Context, runID string, events []engine.Ru
 		case outcomeApplied:
 			for _, r := range res.Appended {
 				got, ok := ans.stored[r.IdempotencyKey]
-				if !ok || got.RunSeq != r.RunSeq || got.EventID != r.EventID {
+				if !ok || got.RunSeq != r.RunSeq || got.EventID != r.EventID || !got.PersistedAt.Equal(r.PersistedAt) {
 					s.forget(runID)
 					return engine.AppendResult{}, engine.Errorf(engine.CodeStoreCorrupt,
 						"run %s: event %s was appended as runSeq %d but reads back as %+v", runID, r.EventID, r.RunSeq, got)
@@ -369,6 +369,9 @@ func (s *Store) readAppendState(ctx context.Context, c querier, runID, q string,
 			st.steps[step.String] = engine.StepState{Status: engine.StepStatus(typ.String), LogicalAttemptID: int(logical.Int64)}
 		case "O":
 			st.outcome = typ.String
+		case "M": // metadata of an event the block appended
+			st.stored[key.String] = engine.RunEventRecord{RunEventWrite: engine.RunEventWrite{EventID: eventID.String, IdempotencyKey: key.String},
+				RunSeq: seq.Int64, PersistedAt: persisted.Time.UTC()}
 		}
 	}
 	if err := rows.Err(); err != nil {

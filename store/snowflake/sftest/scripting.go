@@ -747,6 +747,9 @@ func (r *scriptRun) selectInto(query []token, vars []string, sc *scriptScope) er
 // eval computes an expression (variables by bare name or :name) to a Go
 // value by asking DuckDB, inside the session's transaction.
 func (r *scriptRun) eval(expr []token, sc *scriptScope) (any, error) {
+	if v, ok := quickEval(r.substitute(expr, sc, true)); ok {
+		return v, nil
+	}
 	vals, err := r.row("SELECT "+render(r.substitute(expr, sc, true)), 1)
 	if err != nil {
 		return nil, err
@@ -879,4 +882,142 @@ func unparen(toks []token) []token {
 		return toks[1 : len(toks)-1]
 	}
 	return toks
+}
+
+// quickEval computes in Go the expressions blocks use most — literals,
+// comparisons of integers or strings, AND/OR of those — so that an IF does
+// not cost a DuckDB query. ok is false for anything else, which DuckDB
+// evaluates.
+func quickEval(toks []token) (any, bool) {
+	for len(toks) >= 2 && bare(toks[0]) == "(" && closes(toks) {
+		toks = toks[1 : len(toks)-1]
+	}
+	for _, op := range []string{"OR", "AND"} {
+		if parts := splitWord(toks, op); len(parts) > 1 {
+			acc := op == "AND"
+			for _, p := range parts {
+				v, ok := quickEval(p)
+				b, isBool := v.(bool)
+				if !ok || !isBool {
+					return nil, false
+				}
+				if op == "AND" {
+					acc = acc && b
+				} else {
+					acc = acc || b
+				}
+			}
+			return acc, true
+		}
+	}
+	if len(toks) == 1 {
+		return literalValue(toks[0])
+	}
+	if len(toks) == 3 && toks[1].kind == tkPunct {
+		return compareLiterals(toks[0], bare(toks[1]), toks[2])
+	}
+	if len(toks) == 4 && toks[1].kind == tkPunct && toks[2].kind == tkPunct && !strings.HasPrefix(toks[2].text, " ") {
+		return compareLiterals(toks[0], bare(toks[1])+bare(toks[2]), toks[3])
+	}
+	return nil, false
+}
+
+// closes reports whether the parenthesis opening toks closes at its end.
+func closes(toks []token) bool {
+	depth := 0
+	for i, t := range toks {
+		switch bare(t) {
+		case "(":
+			depth++
+		case ")":
+			depth--
+			if depth == 0 {
+				return i == len(toks)-1
+			}
+		}
+	}
+	return false
+}
+
+// splitWord splits toks at a keyword outside parentheses.
+func splitWord(toks []token, word string) [][]token {
+	var parts [][]token
+	depth, start := 0, 0
+	for i, t := range toks {
+		switch {
+		case bare(t) == "(":
+			depth++
+		case bare(t) == ")":
+			depth--
+		case depth == 0 && t.is(word):
+			parts = append(parts, toks[start:i])
+			start = i + 1
+		}
+	}
+	return append(parts, toks[start:])
+}
+
+func literalValue(t token) (any, bool) {
+	switch {
+	case t.kind == tkNumber:
+		n, err := strconv.ParseInt(bare(t), 10, 64)
+		return n, err == nil
+	case t.kind == tkString:
+		return t.val, true
+	case t.is("TRUE"):
+		return true, true
+	case t.is("FALSE"):
+		return false, true
+	}
+	return nil, false
+}
+
+func compareLiterals(a token, op string, b token) (any, bool) {
+	x, ok1 := literalValue(a)
+	y, ok2 := literalValue(b)
+	if !ok1 || !ok2 {
+		return nil, false
+	}
+	var c int
+	switch xv := x.(type) {
+	case int64:
+		yv, ok := y.(int64)
+		if !ok {
+			return nil, false
+		}
+		c = cmpInt(xv, yv)
+	case string:
+		yv, ok := y.(string)
+		if !ok {
+			return nil, false
+		}
+		c = strings.Compare(xv, yv)
+	default:
+		return nil, false
+	}
+	switch op {
+	case "=":
+		return c == 0, true
+	case "<>", "!=":
+		return c != 0, true
+	case "<":
+		return c < 0, true
+	case "<=":
+		return c <= 0, true
+	case ">":
+		return c > 0, true
+	case ">=":
+		return c >= 0, true
+	}
+	return nil, false
+}
+
+func cmpInt(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
 }

@@ -5,8 +5,9 @@
 -- not support it), so their values are rendered by store/snowflake/script.go
 -- into the /*:name*/ slots as hex string literals ('6162…', read back with
 -- HEX_DECODE_STRING), decimal integers or NULL — nothing a value contains can
--- end its literal. /*rows*/ takes rows of such literals; /*keys*/ and
--- /*steps*/ take lists of ? placeholders.
+-- end its literal. /*rows*/ takes rows of such literals; /*keys*/ takes a
+-- list of ? placeholders. Scripting blocks (append_block, bootstrap_block)
+-- are single statements that take no binds either: the same literals.
 
 -- name: create_locks
 -- The table is created with its 'migrate' row in one statement: a row
@@ -49,9 +50,6 @@ ROLLBACK;
 -- Writing the run's sequence row first is what serialises the writers of a
 -- run (Snowflake: the table lock of an UPDATE is held until COMMIT).
 UPDATE dvt_run_seq SET next_seq = next_seq WHERE run_id = HEX_DECODE_STRING(/*:run_id*/);
-
--- name: lock_bootstrap
-UPDATE dvt_locks SET owner = owner WHERE lock_name = 'bootstrap';
 
 -- name: append_block
 -- One request per append (issue 11): a Snowflake Scripting block, executed
@@ -160,31 +158,45 @@ EXCEPTION
 END;
 $$;
 
--- name: run_exists
-SELECT COUNT(*) FROM dvt_runs WHERE run_id = ?;
-
--- name: append_state
--- Everything the append path decides on, read in one request under the
--- run's lock: the run's row ('R': next_seq, status, tenancy, plan, last
--- persisted_at), the stored events with the batch's idempotency keys ('E')
--- and the state of the steps the batch touches ('S').
-SELECT 'R' AS kind, s.next_seq AS run_seq, r.tenant_id, r.project_id, r.environment_id,
-       NULL AS event_id, s.status AS event_type, NULL AS step_id, r.plan_id, r.plan_version,
-       NULL AS logical_attempt_id, NULL AS engine_attempt_id, NULL AS idempotency_key,
-       NULL AS emitted_at, s.last_persisted_at AS persisted_at, NULL AS payload
-FROM dvt_run_seq s JOIN dvt_runs r ON r.run_id = s.run_id
-WHERE s.run_id = ?
-UNION ALL
-SELECT 'E', run_seq, tenant_id, project_id, environment_id, event_id, event_type, step_id,
-       plan_id, plan_version, logical_attempt_id, engine_attempt_id, idempotency_key,
-       emitted_at, persisted_at, payload
-FROM dvt_run_events
-WHERE run_id = ? AND idempotency_key IN (/*keys*/)
-UNION ALL
-SELECT 'S', NULL, NULL, NULL, NULL, NULL, status, step_id, NULL, NULL,
-       logical_attempt_id, NULL, NULL, NULL, NULL, NULL
-FROM dvt_step_state
-WHERE run_id = ? AND step_id IN (/*steps*/);
+-- name: bootstrap_block
+-- A run's first write in one request: under the 'bootstrap' lock row
+-- (UPDATEs of one table wait for each other, which serialises bootstraps of
+-- one run id) the run must not exist; then the client's writes (insert_run,
+-- insert_seq, merge_events, insert_outbox, merge_steps) are committed.
+-- Outcomes in the 'O' row: APPLIED ('M' rows: the new events' stored
+-- metadata) or EXISTS (nothing written).
+EXECUTE IMMEDIATE $$
+DECLARE
+  found INTEGER DEFAULT 0;
+  outcome VARCHAR DEFAULT 'EXISTS';
+  res RESULTSET;
+BEGIN
+  BEGIN TRANSACTION;
+  UPDATE dvt_locks SET owner = owner WHERE lock_name = 'bootstrap';
+  SELECT COUNT(*) INTO :found FROM dvt_runs WHERE run_id = HEX_DECODE_STRING(/*:run_id*/);
+  IF (found = 0) THEN
+    /*writes*/
+    outcome := 'APPLIED';
+  END IF;
+  res := (
+    SELECT 'O' AS kind, NULL AS run_seq, NULL AS tenant_id, NULL AS project_id, NULL AS environment_id,
+           NULL AS event_id, :outcome AS event_type, NULL AS step_id, NULL AS plan_id, NULL AS plan_version,
+           NULL AS logical_attempt_id, NULL AS engine_attempt_id, NULL AS idempotency_key,
+           NULL AS emitted_at, NULL AS persisted_at, CAST(NULL AS VARCHAR) AS payload
+    UNION ALL
+    SELECT 'M', run_seq, NULL, NULL, NULL, event_id, NULL, NULL, NULL, NULL, NULL, NULL,
+           idempotency_key, NULL, persisted_at, NULL
+    FROM dvt_run_events
+    WHERE run_id = HEX_DECODE_STRING(/*:run_id*/) AND :outcome = 'APPLIED'
+  );
+  COMMIT;
+  RETURN TABLE(res);
+EXCEPTION
+  WHEN OTHER THEN
+    ROLLBACK;
+    RAISE;
+END;
+$$;
 
 -- name: insert_run
 INSERT INTO dvt_runs (run_id, tenant_id, project_id, environment_id, plan_id, plan_version,

@@ -23,8 +23,9 @@ import (
 // the block answer with the run's state instead, and the client plans again
 // and sends a second block.
 //
-// Bootstrap and signals use lockedTx: BEGIN + lock, a read under the lock,
-// then the writes and COMMIT (three requests on one session).
+// A bootstrap is one request too (bootstrap_block). Signals use lockedTx:
+// BEGIN + lock, a read under the lock, then the writes and COMMIT (three
+// requests on one session).
 
 // lockedTx runs one transaction on a pinned session: lock (a statement run
 // right after BEGIN in the same request), then body, which reads under the
@@ -174,30 +175,46 @@ func (s *Store) BootstrapRun(ctx context.Context, meta engine.RunMetadata, first
 	if err != nil {
 		return engine.AppendResult{}, err
 	}
-	lock, err := render(s.q["lock_bootstrap"], nil, nil)
+	st := appendState{found: true, row: row, stored: map[string]engine.RunEventRecord{}, steps: map[string]engine.StepState{}}
+	res, sc, next, err := s.planAppend(meta.RunID, st, b, &meta)
 	if err != nil {
 		return engine.AppendResult{}, err
 	}
-	var res engine.AppendResult
-	var next cachedRun
-	err = s.lockedTx(ctx, lock, func(c *sql.Conn) (script, error) {
-		var n int
-		if err := c.QueryRowContext(ctx, s.q["run_exists"], meta.RunID).Scan(&n); err != nil {
-			return nil, s.classify("read run", err)
+	block, err := render(s.q["bootstrap_block"], map[string]string{"run_id": hexLit(meta.RunID)}, nil)
+	if err != nil {
+		return engine.AppendResult{}, err
+	}
+	block = strings.Replace(block, "/*writes*/", sc.text(), 1)
+	err = s.withRetry(ctx, func() error {
+		ans, err := s.readAppendState(ctx, s.db, meta.RunID, block, nil)
+		if err != nil {
+			return err
 		}
-		if n > 0 {
-			return nil, engine.Errorf(engine.CodeRunAlreadyExists, "run %s already exists; nothing was written", meta.RunID)
+		if ans.outcome != outcomeApplied {
+			// Also what a retry finds after a lost answer: bootstrap is not
+			// idempotent, resume is how a run continues.
+			return engine.Errorf(engine.CodeRunAlreadyExists, "run %s already exists; nothing was written", meta.RunID)
 		}
-		st := appendState{found: true, row: row, stored: map[string]engine.RunEventRecord{}, steps: map[string]engine.StepState{}}
-		var sc script
-		res, sc, next, err = s.planAppend(meta.RunID, st, b, &meta)
-		return sc, err
+		return checkApplied(meta.RunID, res, ans)
 	})
 	if err != nil {
 		return engine.AppendResult{}, err
 	}
 	s.remember(meta.RunID, next)
 	return res, nil
+}
+
+// checkApplied compares the stored metadata an APPLIED block returned with
+// the records the client planned.
+func checkApplied(runID string, res engine.AppendResult, ans appendState) error {
+	for _, r := range res.Appended {
+		got, ok := ans.stored[r.IdempotencyKey]
+		if !ok || got.RunSeq != r.RunSeq || got.EventID != r.EventID || !got.PersistedAt.Equal(r.PersistedAt) {
+			return engine.Errorf(engine.CodeStoreCorrupt,
+				"run %s: event %s was appended as runSeq %d but reads back as %+v", runID, r.EventID, r.RunSeq, got)
+		}
+	}
+	return nil
 }
 
 // AppendAndEnqueue implements store.Store with one append block per
@@ -293,13 +310,9 @@ func (s *Store) appendOnce(ctx context.Context, runID string, events []engine.Ru
 			s.forget(runID)
 			return engine.AppendResult{}, engine.Errorf(engine.CodeRunNotFound, "run %s does not exist (bootstrap it first); nothing was written", runID)
 		case outcomeApplied:
-			for _, r := range res.Appended {
-				got, ok := ans.stored[r.IdempotencyKey]
-				if !ok || got.RunSeq != r.RunSeq || got.EventID != r.EventID || !got.PersistedAt.Equal(r.PersistedAt) {
-					s.forget(runID)
-					return engine.AppendResult{}, engine.Errorf(engine.CodeStoreCorrupt,
-						"run %s: event %s was appended as runSeq %d but reads back as %+v", runID, r.EventID, r.RunSeq, got)
-				}
+			if err := checkApplied(runID, res, ans); err != nil {
+				s.forget(runID)
+				return engine.AppendResult{}, err
 			}
 			s.remember(runID, next)
 			return res, nil

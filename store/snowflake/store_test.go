@@ -356,8 +356,9 @@ func TestLostAnswerStaysExactlyOnce(t *testing.T) {
 	}
 }
 
-// TestRoundTripsPerAppend: an append is ONE HTTP round trip — for a batch
-// of new events and for an all-duplicate batch — counted by the driver's
+// TestRoundTripsPerAppend: a bootstrap and an append are ONE HTTP round
+// trip each — for a batch of new events and for an all-duplicate batch —
+// counted by the driver's
 // transport, not by reading SQL. Planning from a missing or stale cache
 // (another process wrote, or this Store never saw the run) costs one more.
 func TestRoundTripsPerAppend(t *testing.T) {
@@ -369,7 +370,11 @@ func TestRoundTripsPerAppend(t *testing.T) {
 	other := openStore(t, dsn, snowflake.Options{})
 	defer other.Close()
 	f := storetest.NewFixture()
+	tr.Reset()
 	f.Bootstrap(t, s)
+	if n := tr.Count(); n != 1 {
+		t.Errorf("bootstrap: %d HTTP round trips, want 1", n)
+	}
 	var ten []engine.RunEventWrite
 	for i := range 5 {
 		ten = append(ten, f.Event(engine.StepStarted, fmt.Sprintf("m%d", i), 1), f.Event(engine.StepCompleted, fmt.Sprintf("m%d", i), 1))

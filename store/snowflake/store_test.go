@@ -371,9 +371,14 @@ func TestRoundTripsPerAppend(t *testing.T) {
 	defer other.Close()
 	f := storetest.NewFixture()
 	tr.Reset()
-	f.Bootstrap(t, s)
+	if _, err := s.BootstrapRun(ctx, f.Meta, []engine.RunEventWrite{f.Event(engine.RunQueued, "", 1)}); err != nil {
+		t.Fatal(err)
+	}
 	if n := tr.Count(); n != 1 {
 		t.Errorf("bootstrap: %d HTTP round trips, want 1", n)
+	}
+	if _, err := s.AppendAndEnqueue(ctx, f.Meta.RunID, []engine.RunEventWrite{f.Event(engine.RunStarted, "", 1)}); err != nil {
+		t.Fatal(err)
 	}
 	var ten []engine.RunEventWrite
 	for i := range 5 {

@@ -5,9 +5,9 @@
 -- not support it), so their values are rendered by store/snowflake/script.go
 -- into the /*:name*/ slots as hex string literals ('6162…', read back with
 -- HEX_DECODE_STRING), decimal integers or NULL — nothing a value contains can
--- end its literal. /*rows*/ takes rows of such literals; /*keys*/ takes a
--- list of ? placeholders. Scripting blocks (append_block, bootstrap_block)
--- are single statements that take no binds either: the same literals.
+-- end its literal. /*rows*/ takes rows of such literals. Scripting blocks
+-- (append_block, bootstrap_block, reserve_event_ids) are single statements
+-- that take no binds either: the same literals.
 
 -- name: create_locks
 -- The table is created with its 'migrate' row in one statement: a row
@@ -305,25 +305,38 @@ LIMIT ?;
 UPDATE dvt_runs SET provider_run_ref = ? WHERE run_id = ?;
 
 -- name: reserve_event_ids
--- MERGE holds the table lock, so two producers reserving one key at once
--- bind it once; the source holds each key once (it comes from a Go map).
-MERGE INTO dvt_event_ids t
-USING (
-    SELECT v.run_id, v.idempotency_key, v.event_id, CAST(v.reserved_at AS TIMESTAMP_TZ(9)) AS reserved_at
-    FROM (VALUES /*rows*/) AS v (run_id, idempotency_key, event_id, reserved_at)
-) s
-ON t.run_id = s.run_id AND t.idempotency_key = s.idempotency_key
-WHEN NOT MATCHED THEN INSERT (run_id, idempotency_key, event_id, reserved_at)
-    VALUES (s.run_id, s.idempotency_key, s.event_id, s.reserved_at);
-
--- name: bound_event_ids
--- A persisted event answers for its key before any reservation does.
-SELECT idempotency_key, event_id, 0 AS pref FROM dvt_run_events
-WHERE run_id = ? AND idempotency_key IN (/*keys*/)
-UNION ALL
-SELECT idempotency_key, event_id, 1 AS pref FROM dvt_event_ids
-WHERE run_id = ? AND idempotency_key IN (/*keys*/)
-ORDER BY pref;
+-- One request: the MERGE binds the candidates whose keys are free (it holds
+-- the table lock, so two producers reserving one key at once bind it once;
+-- the source holds each key once, it comes from a Go map), then the block
+-- returns what each key is bound to, a persisted event first. Values are hex
+-- literals (script.go): a block takes no binds.
+EXECUTE IMMEDIATE $$
+DECLARE
+  res RESULTSET;
+BEGIN
+  MERGE INTO dvt_event_ids t
+  USING (
+      SELECT HEX_DECODE_STRING(v.run_id) AS run_id, HEX_DECODE_STRING(v.idempotency_key) AS idempotency_key,
+             HEX_DECODE_STRING(v.event_id) AS event_id,
+             CAST(HEX_DECODE_STRING(v.reserved_at) AS TIMESTAMP_TZ(9)) AS reserved_at
+      FROM (VALUES /*rows*/) AS v (run_id, idempotency_key, event_id, reserved_at)
+  ) s
+  ON t.run_id = s.run_id AND t.idempotency_key = s.idempotency_key
+  WHEN NOT MATCHED THEN INSERT (run_id, idempotency_key, event_id, reserved_at)
+      VALUES (s.run_id, s.idempotency_key, s.event_id, s.reserved_at);
+  res := (
+    SELECT idempotency_key, event_id, 0 AS pref FROM dvt_run_events
+    WHERE run_id = HEX_DECODE_STRING(/*:run_id*/)
+      AND idempotency_key IN (SELECT HEX_DECODE_STRING(k.key_hex) FROM (VALUES /*:keys*/) AS k (key_hex))
+    UNION ALL
+    SELECT idempotency_key, event_id, 1 AS pref FROM dvt_event_ids
+    WHERE run_id = HEX_DECODE_STRING(/*:run_id*/)
+      AND idempotency_key IN (SELECT HEX_DECODE_STRING(k.key_hex) FROM (VALUES /*:keys*/) AS k (key_hex))
+    ORDER BY pref
+  );
+  RETURN TABLE(res);
+END;
+$$;
 
 -- name: insert_alert
 MERGE INTO dvt_alerts t

@@ -380,6 +380,13 @@ func TestRoundTripsPerAppend(t *testing.T) {
 	if _, err := s.AppendAndEnqueue(ctx, f.Meta.RunID, []engine.RunEventWrite{f.Event(engine.RunStarted, "", 1)}); err != nil {
 		t.Fatal(err)
 	}
+	tr.Reset()
+	if ids, err := s.ReserveEventIDs(ctx, f.Meta.RunID, map[string]string{"k1": "e1", "k2": "e2"}); err != nil || len(ids) != 2 {
+		t.Fatalf("ReserveEventIDs: %v %v", ids, err)
+	}
+	if n := tr.Count(); n != 1 {
+		t.Errorf("ReserveEventIDs: %d HTTP round trips, want 1", n)
+	}
 	var ten []engine.RunEventWrite
 	for i := range 5 {
 		ten = append(ten, f.Event(engine.StepStarted, fmt.Sprintf("m%d", i), 1), f.Event(engine.StepCompleted, fmt.Sprintf("m%d", i), 1))

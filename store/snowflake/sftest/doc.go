@@ -196,12 +196,55 @@
 // AS and CURRENT_TIMESTAMP without parentheses run on DuckDB (1.5) as they
 // are.
 //
+// # Fidelity on the state store's path
+//
+// Checked against Snowflake's documentation, emulated or avoided, pinned in
+// fidelity_test.go, scripting_test.go and store/snowflake's tests:
+//   - TIMESTAMP_TZ with an offset ("TIMESTAMP_TZ internally stores UTC time
+//     together with an associated time zone offset", Date & time data
+//     types): the server keeps the instant, not the offset, and reads it
+//     back in UTC. Avoided: dvtrun writes every timestamp in UTC (+00:00),
+//     so the instant is all there is; the round trip of a literal with
+//     another offset keeps its instant to the nanosecond (TIMESTAMP_TZ(9)).
+//   - SELECT ? AS a (Binding variables: the client types each bind):
+//     emulated — DuckDB cannot type a column that is only a parameter, so
+//     such a statement is prepared again with each parameter cast to the
+//     type its bind decoded to (TEXT → VARCHAR, FIXED → BIGINT, …).
+//   - VALUES in FROM/USING ("SELECT * FROM (VALUES (1, 'one'), …)" returns
+//     COLUMN1, COLUMN2, and FROM VALUES (…), (…) needs no parentheses;
+//     VALUES): emulated — an unaliased list gets COLUMN1…n, a list with
+//     "AS alias (a, b)" (MERGE … USING (VALUES …) AS s (…), dvtrun's form)
+//     runs as written.
+//   - Quoted identifiers ("identifiers in double quotes are case-sensitive",
+//     Identifier requirements): not emulated, DuckDB matches "t" and T alike.
+//     Avoided: the state store's SQL never quotes an identifier (a test
+//     scans sql/snowflake), and the warehouse upper-cases simple names
+//     before quoting them (ident), the object an unquoted reference
+//     resolves to.
+//   - LIMIT ? (LIMIT / FETCH: count is a constant, which a bind is at
+//     compile time): runs as in Snowflake.
+//   - CREATE TABLE IF NOT EXISTS … AS SELECT (CREATE TABLE: "[ IF NOT
+//     EXISTS ] … AS SELECT"): runs once; a second one leaves the table and
+//     its rows alone. dvtrun creates its lock table with its row this way.
+//   - Error codes dvtrun maps (store/snowflake/errors.go): 000625 (sqlState
+//     57014) for a statement that gave up waiting for a lock or was a 21st
+//     waiter ("…aborted because the number of waiters for this lock exceeds
+//     the 20 statements limit"), and for DuckDB conflicts Snowflake would
+//     have waited out — retried by the store; 390112 (session token
+//     expired: the driver renews it, gosnowflake's sessionExpiredCode) and
+//     390111 (session gone) — retried on a new session; 002003 (object does
+//     not exist), 001003 (compilation), 000008 (statement count), 000002
+//     (binds in a multi-statement request), 000604 (canceled) and a
+//     Scripting user exception's own number with sqlState P0001 — passed
+//     to the caller. 000603 is the server's own (see below).
+//
 // # Known gaps
 //
 // No arrow results, result chunks, stage binds (the
 // driver only uses them above client_stage_array_binding_threshold, which
 // the server never sets), PUT/GET, SHOW/DESCRIBE or INFORMATION_SCHEMA in
-// Snowflake's shape. TIMESTAMP_TZ keeps the instant, not the offset. A
+// Snowflake's shape. TIMESTAMP_TZ keeps the instant, not the offset. Quoted
+// identifiers are matched case-insensitively. A
 // runtime error (e.g. a failed cast) inside an explicit transaction aborts
 // DuckDB's transaction, where Snowflake rolls back only the statement: the
 // server rolls the transaction back at once and answers every later

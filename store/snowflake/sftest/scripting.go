@@ -878,7 +878,7 @@ func literalToken(v any, space bool) token {
 
 // unparen strips one pair of parentheses around a whole query.
 func unparen(toks []token) []token {
-	if len(toks) >= 2 && bare(toks[0]) == "(" && bare(toks[len(toks)-1]) == ")" {
+	if len(toks) >= 2 && bare(toks[0]) == "(" && skipParens(toks, 0) == len(toks)-1 && bare(toks[len(toks)-1]) == ")" {
 		return toks[1 : len(toks)-1]
 	}
 	return toks
@@ -889,7 +889,7 @@ func unparen(toks []token) []token {
 // not cost a DuckDB query. ok is false for anything else, which DuckDB
 // evaluates.
 func quickEval(toks []token) (any, bool) {
-	for len(toks) >= 2 && bare(toks[0]) == "(" && closes(toks) {
+	for len(toks) >= 2 && bare(toks[0]) == "(" && skipParens(toks, 0) == len(toks)-1 && bare(toks[len(toks)-1]) == ")" {
 		toks = toks[1 : len(toks)-1]
 	}
 	for _, op := range []string{"OR", "AND"} {
@@ -920,23 +920,6 @@ func quickEval(toks []token) (any, bool) {
 		return compareLiterals(toks[0], bare(toks[1])+bare(toks[2]), toks[3])
 	}
 	return nil, false
-}
-
-// closes reports whether the parenthesis opening toks closes at its end.
-func closes(toks []token) bool {
-	depth := 0
-	for i, t := range toks {
-		switch bare(t) {
-		case "(":
-			depth++
-		case ")":
-			depth--
-			if depth == 0 {
-				return i == len(toks)-1
-			}
-		}
-	}
-	return false
 }
 
 // splitWord splits toks at a keyword outside parentheses.

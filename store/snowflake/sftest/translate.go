@@ -582,7 +582,7 @@ func nameValuesColumns(toks []token) []token {
 		t := toks[i]
 		switch {
 		case bare(t) == "(" && i+2 < len(toks) && toks[i+1].is("VALUES") && bare(toks[i+2]) == "(":
-			end := matchParen(toks, i)
+			end := skipParens(toks, i)
 			if end < 0 {
 				return toks
 			}
@@ -593,9 +593,9 @@ func nameValuesColumns(toks []token) []token {
 		case t.is("VALUES") && i > 0 && toks[i-1].is("FROM") && i+1 < len(toks) && bare(toks[i+1]) == "(":
 			// FROM VALUES (…), (…): rows up to the first token after a row
 			// that is not a comma followed by "(".
-			end := matchParen(toks, i+1)
+			end := skipParens(toks, i+1)
 			for end > 0 && end+2 < len(toks) && bare(toks[end+1]) == "," && bare(toks[end+2]) == "(" {
-				end = matchParen(toks, end+2)
+				end = skipParens(toks, end+2)
 			}
 			if end < 0 {
 				return toks
@@ -651,26 +651,9 @@ var clauseWord = map[string]bool{
 	"LIMIT": true, "HAVING": true, "QUALIFY": true, "WHEN": true, "USING": true, "WINDOW": true, "OFFSET": true, "FETCH": true,
 }
 
-// matchParen returns the index of the parenthesis closing the one at i.
-func matchParen(toks []token, i int) int {
-	depth := 0
-	for j := i; j < len(toks); j++ {
-		switch bare(toks[j]) {
-		case "(":
-			depth++
-		case ")":
-			depth--
-			if depth == 0 {
-				return j
-			}
-		}
-	}
-	return -1
-}
-
 // valuesColumns counts the values of the row tuple opening at i.
 func valuesColumns(toks []token, i int) int {
-	end := matchParen(toks, i)
+	end := skipParens(toks, i)
 	n, depth := 1, 0
 	for j := i + 1; j < end; j++ {
 		switch bare(toks[j]) {

@@ -75,7 +75,7 @@ UPDATE dvt_run_seq SET next_seq = next_seq WHERE run_id = HEX_DECODE_STRING(/*:r
 -- handler and reaches the client with its own code.
 EXECUTE IMMEDIATE $$
 DECLARE
-  found INTEGER DEFAULT 0;
+  run_rows INTEGER DEFAULT 0;
   seq_ok INTEGER DEFAULT 0;
   stored_all INTEGER DEFAULT 0;
   stored_new INTEGER DEFAULT 0;
@@ -100,9 +100,9 @@ BEGIN
          (SELECT COUNT(*) FROM dvt_run_events
           WHERE run_id = HEX_DECODE_STRING(/*:run_id*/)
             AND idempotency_key IN (SELECT HEX_DECODE_STRING(k.key_hex) FROM (VALUES /*:new_keys*/) AS k (key_hex)))
-    INTO :found, :seq_ok, :stored_all, :stored_new
+    INTO :run_rows, :seq_ok, :stored_all, :stored_new
     FROM dvt_run_seq WHERE run_id = HEX_DECODE_STRING(/*:run_id*/);
-  IF (found = 0) THEN
+  IF (run_rows = 0) THEN
     outcome := 'NOT_FOUND';
   ELSEIF (stored_all = /*:nkeys*/) THEN
     outcome := 'DUPLICATE';
@@ -167,14 +167,14 @@ $$;
 -- metadata) or EXISTS (nothing written).
 EXECUTE IMMEDIATE $$
 DECLARE
-  found INTEGER DEFAULT 0;
+  run_rows INTEGER DEFAULT 0;
   outcome VARCHAR DEFAULT 'EXISTS';
   res RESULTSET;
 BEGIN
   BEGIN TRANSACTION;
   UPDATE dvt_locks SET owner = owner WHERE lock_name = 'bootstrap';
-  SELECT COUNT(*) INTO :found FROM dvt_runs WHERE run_id = HEX_DECODE_STRING(/*:run_id*/);
-  IF (found = 0) THEN
+  SELECT COUNT(*) INTO :run_rows FROM dvt_runs WHERE run_id = HEX_DECODE_STRING(/*:run_id*/);
+  IF (run_rows = 0) THEN
     /*writes*/
     outcome := 'APPLIED';
   END IF;

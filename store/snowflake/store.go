@@ -18,6 +18,7 @@ import (
 	"maps"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -218,6 +219,11 @@ func (s *Store) acquireMigrateLock(ctx context.Context, owner string) error {
 		}
 		wait = min(wait*2, time.Second)
 	}
+}
+
+// inList puts n placeholders into every marker of a statement.
+func inList(q, marker string, n int) string {
+	return strings.ReplaceAll(q, marker, placeholders(n))
 }
 
 func nullable(s string) any {

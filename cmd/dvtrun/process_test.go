@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/store/snowflake/sftest"
 )
 
 // buildBinary compiles the CLI once per test binary run.
@@ -125,11 +126,22 @@ func TestProcess(t *testing.T) {
 		h.checkLog(snap.RunID)
 	})
 
-	t.Run("SIGKILL", func(t *testing.T) {
-		// A runner killed outright keeps its lease until the lease expires;
-		// then resume takes the run over, re-runs only the step that was in
-		// flight, and duplicates nothing in the log.
+	// A runner killed outright keeps its lease until the lease expires;
+	// then resume takes the run over, re-runs only the step that was in
+	// flight, and duplicates nothing in the log — with the SQLite store, and
+	// with the Snowflake store (the test server runs in this process, the
+	// killed runner reached it over the network, mid append or not).
+	for _, backend := range []string{"sqlite", "snowflake"} {
+		t.Run("SIGKILL/"+backend, func(t *testing.T) { sigkill(t, bin, backend) })
+	}
+}
+
+func sigkill(t *testing.T, bin, backend string) {
+	{
 		h := newHarness(t)
+		if backend == "snowflake" {
+			h.env["DVT_STORE"] = "snowflake://" + sftest.Start(t).DSN("DVT", "PUBLIC")
+		}
 		env := append(os.Environ(), "DVT_STORE="+h.env["DVT_STORE"], "DVT_WAREHOUSE="+h.env["DVT_WAREHOUSE"])
 		plan := fixture("slow", "plan.yaml")
 		cmd := exec.Command(bin, "run", "--threads", "1", "--lease-ttl", "2s", plan)
@@ -185,5 +197,5 @@ func TestProcess(t *testing.T) {
 		if s, _ := snap.Step("model.slow"); s.EngineAttemptID < 2 {
 			t.Errorf("model.slow finished on engine attempt %d, want a new attempt after the crash", s.EngineAttemptID)
 		}
-	})
+	}
 }

@@ -16,11 +16,12 @@ import (
 	"testing"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/store/snowflake"
 	"github.com/dvtrun/dvtrun/store/sqlite"
 )
 
 // repoRoot is the module root (the directory holding go.mod).
-func repoRoot(t *testing.T) string {
+func repoRoot(t testing.TB) string {
 	t.Helper()
 	dir, err := filepath.Abs(".")
 	if err != nil {
@@ -65,7 +66,16 @@ func (h *harness) onlyRun() string {
 // events returns the run's log straight from the store.
 func (h *harness) events(runID string) []engine.RunEventRecord {
 	h.t.Helper()
-	st, err := sqlite.Open(context.Background(), h.statePath(), sqlite.Options{MustExist: true})
+	var st interface {
+		ListEvents(context.Context, string, int64, int) ([]engine.RunEventRecord, error)
+		Close() error
+	}
+	var err error
+	if dsn, ok := strings.CutPrefix(h.env["DVT_STORE"], "snowflake://"); ok {
+		st, err = snowflake.Open(context.Background(), dsn, snowflake.Options{})
+	} else {
+		st, err = sqlite.Open(context.Background(), h.statePath(), sqlite.Options{MustExist: true})
+	}
 	if err != nil {
 		h.t.Fatal(err)
 	}

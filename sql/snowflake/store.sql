@@ -5,8 +5,9 @@
 -- not support it), so their values are rendered by store/snowflake/script.go
 -- into the /*:name*/ slots as hex string literals ('6162…', read back with
 -- HEX_DECODE_STRING), decimal integers or NULL — nothing a value contains can
--- end its literal. /*rows*/ takes rows of such literals; /*keys*/ and
--- /*steps*/ take lists of ? placeholders.
+-- end its literal. /*rows*/ takes rows of such literals. Scripting blocks
+-- (append_block, bootstrap_block, reserve_event_ids) are single statements
+-- that take no binds either: the same literals.
 
 -- name: create_locks
 -- The table is created with its 'migrate' row in one statement: a row
@@ -50,34 +51,152 @@ ROLLBACK;
 -- run (Snowflake: the table lock of an UPDATE is held until COMMIT).
 UPDATE dvt_run_seq SET next_seq = next_seq WHERE run_id = HEX_DECODE_STRING(/*:run_id*/);
 
--- name: lock_bootstrap
-UPDATE dvt_locks SET owner = owner WHERE lock_name = 'bootstrap';
+-- name: append_block
+-- One request per append (issue 11): a Snowflake Scripting block, executed
+-- as one statement, decides under the run's lock whether the writes the
+-- client planned still apply, writes them, and answers with what the client
+-- needs in every case. The client plans from the run state it cached after
+-- its last write (next_seq, status, step states); next_seq only grows and
+-- every write advances it, so "next_seq is what I expect and none of my new
+-- keys is stored" means the plan is still right. Outcomes, in the 'O' row:
+--   APPLIED    the planned writes (the writes slot: update_seq, merge_events,
+--              insert_outbox, merge_steps, … rendered by the client) are
+--              committed; 'M' rows hold the stored metadata (eventId,
+--              runSeq, persistedAt) of the new events;
+--   DUPLICATE  every key of the batch is stored already (a retried append):
+--              nothing is written, 'E' rows hold the stored records;
+--   STALE      someone else wrote (or the client has no cached state): the
+--              answer carries the run's row ('R'), the stored records of the
+--              batch's keys ('E') and every step state ('S'); the client
+--              plans again and sends one more block;
+--   NOT_FOUND  the run has no sequence row.
+-- Values are hex literals and integers (script.go): a block is one statement
+-- and takes no client binds. A failure rolls the transaction back in the
+-- handler and reaches the client with its own code.
+EXECUTE IMMEDIATE $$
+DECLARE
+  run_rows INTEGER DEFAULT 0;
+  seq_ok INTEGER DEFAULT 0;
+  stored_all INTEGER DEFAULT 0;
+  stored_new INTEGER DEFAULT 0;
+  outcome VARCHAR DEFAULT 'STALE';
+  res RESULTSET;
+BEGIN
+  BEGIN TRANSACTION;
+  -- Writing the run's sequence row first serialises the writers of a run.
+  UPDATE dvt_run_seq SET next_seq = next_seq WHERE run_id = HEX_DECODE_STRING(/*:run_id*/);
+  -- Lease fence (issue 8) belongs here, under the lock and before anything
+  -- is decided: IF (<the caller's fence token is stale>) THEN RAISE
+  -- lease_lost; END IF; with lease_lost declared above as an EXCEPTION the
+  -- client maps to LEASE_LOST. The handler below rolls back, nothing is
+  -- written.
+  -- One statement for the whole decision: each statement of a block is a
+  -- query job of its own in Snowflake.
+  SELECT COUNT(*),
+         COALESCE(SUM(CASE WHEN next_seq = /*:expected_seq*/ THEN 1 ELSE 0 END), 0),
+         (SELECT COUNT(DISTINCT idempotency_key) FROM dvt_run_events
+          WHERE run_id = HEX_DECODE_STRING(/*:run_id*/)
+            AND idempotency_key IN (SELECT HEX_DECODE_STRING(k.key_hex) FROM (VALUES /*:keys*/) AS k (key_hex))),
+         (SELECT COUNT(*) FROM dvt_run_events
+          WHERE run_id = HEX_DECODE_STRING(/*:run_id*/)
+            AND idempotency_key IN (SELECT HEX_DECODE_STRING(k.key_hex) FROM (VALUES /*:new_keys*/) AS k (key_hex)))
+    INTO :run_rows, :seq_ok, :stored_all, :stored_new
+    FROM dvt_run_seq WHERE run_id = HEX_DECODE_STRING(/*:run_id*/);
+  IF (run_rows = 0) THEN
+    outcome := 'NOT_FOUND';
+  ELSEIF (stored_all = /*:nkeys*/) THEN
+    outcome := 'DUPLICATE';
+  ELSEIF (seq_ok = 1 AND stored_new = 0) THEN
+    /*writes*/
+    outcome := 'APPLIED';
+  END IF;
+  IF (outcome = 'APPLIED') THEN
+    -- The client planned the records: their stored metadata is enough.
+    res := (
+      SELECT 'O' AS kind, NULL AS run_seq, NULL AS tenant_id, NULL AS project_id, NULL AS environment_id,
+             NULL AS event_id, :outcome AS event_type, NULL AS step_id, NULL AS plan_id, NULL AS plan_version,
+             NULL AS logical_attempt_id, NULL AS engine_attempt_id, NULL AS idempotency_key,
+             NULL AS emitted_at, NULL AS persisted_at, CAST(NULL AS VARCHAR) AS payload
+      UNION ALL
+      SELECT 'M', run_seq, NULL, NULL, NULL, event_id, NULL, NULL, NULL, NULL, NULL, NULL,
+             idempotency_key, NULL, persisted_at, NULL
+      FROM dvt_run_events
+      WHERE run_id = HEX_DECODE_STRING(/*:run_id*/)
+        AND idempotency_key IN (SELECT HEX_DECODE_STRING(k.key_hex) FROM (VALUES /*:new_keys*/) AS k (key_hex))
+    );
+  ELSE
+    res := (
+      SELECT 'R' AS kind, s.next_seq AS run_seq, r.tenant_id, r.project_id, r.environment_id,
+             NULL AS event_id, s.status AS event_type, NULL AS step_id, r.plan_id, r.plan_version,
+             NULL AS logical_attempt_id, NULL AS engine_attempt_id, NULL AS idempotency_key,
+             NULL AS emitted_at, s.last_persisted_at AS persisted_at, NULL AS payload
+      FROM dvt_run_seq s JOIN dvt_runs r ON r.run_id = s.run_id
+      WHERE s.run_id = HEX_DECODE_STRING(/*:run_id*/)
+      UNION ALL
+      SELECT 'O', NULL, NULL, NULL, NULL, NULL, :outcome, NULL, NULL, NULL,
+             NULL, NULL, NULL, NULL, NULL, NULL
+      UNION ALL
+      SELECT 'E', run_seq, tenant_id, project_id, environment_id, event_id, event_type, step_id,
+             plan_id, plan_version, logical_attempt_id, engine_attempt_id, idempotency_key,
+             emitted_at, persisted_at, payload
+      FROM dvt_run_events
+      WHERE run_id = HEX_DECODE_STRING(/*:run_id*/)
+        AND idempotency_key IN (SELECT HEX_DECODE_STRING(k.key_hex) FROM (VALUES /*:keys*/) AS k (key_hex))
+      UNION ALL
+      SELECT 'S', NULL, NULL, NULL, NULL, NULL, status, step_id, NULL, NULL,
+             logical_attempt_id, NULL, NULL, NULL, NULL, NULL
+      FROM dvt_step_state
+      WHERE run_id = HEX_DECODE_STRING(/*:run_id*/) AND :outcome = 'STALE'
+    );
+  END IF;
+  COMMIT;
+  RETURN TABLE(res);
+EXCEPTION
+  WHEN OTHER THEN
+    ROLLBACK;
+    RAISE;
+END;
+$$;
 
--- name: run_exists
-SELECT COUNT(*) FROM dvt_runs WHERE run_id = ?;
-
--- name: append_state
--- Everything the append path decides on, read in one request under the
--- run's lock: the run's row ('R': next_seq, status, tenancy, plan, last
--- persisted_at), the stored events with the batch's idempotency keys ('E')
--- and the state of the steps the batch touches ('S').
-SELECT 'R' AS kind, s.next_seq AS run_seq, r.tenant_id, r.project_id, r.environment_id,
-       NULL AS event_id, s.status AS event_type, NULL AS step_id, r.plan_id, r.plan_version,
-       NULL AS logical_attempt_id, NULL AS engine_attempt_id, NULL AS idempotency_key,
-       NULL AS emitted_at, s.last_persisted_at AS persisted_at, NULL AS payload
-FROM dvt_run_seq s JOIN dvt_runs r ON r.run_id = s.run_id
-WHERE s.run_id = ?
-UNION ALL
-SELECT 'E', run_seq, tenant_id, project_id, environment_id, event_id, event_type, step_id,
-       plan_id, plan_version, logical_attempt_id, engine_attempt_id, idempotency_key,
-       emitted_at, persisted_at, payload
-FROM dvt_run_events
-WHERE run_id = ? AND idempotency_key IN (/*keys*/)
-UNION ALL
-SELECT 'S', NULL, NULL, NULL, NULL, NULL, status, step_id, NULL, NULL,
-       logical_attempt_id, NULL, NULL, NULL, NULL, NULL
-FROM dvt_step_state
-WHERE run_id = ? AND step_id IN (/*steps*/);
+-- name: bootstrap_block
+-- A run's first write in one request: under the 'bootstrap' lock row
+-- (UPDATEs of one table wait for each other, which serialises bootstraps of
+-- one run id) the run must not exist; then the client's writes (insert_run,
+-- insert_seq, merge_events, insert_outbox, merge_steps) are committed.
+-- Outcomes in the 'O' row: APPLIED ('M' rows: the new events' stored
+-- metadata) or EXISTS (nothing written).
+EXECUTE IMMEDIATE $$
+DECLARE
+  run_rows INTEGER DEFAULT 0;
+  outcome VARCHAR DEFAULT 'EXISTS';
+  res RESULTSET;
+BEGIN
+  BEGIN TRANSACTION;
+  UPDATE dvt_locks SET owner = owner WHERE lock_name = 'bootstrap';
+  SELECT COUNT(*) INTO :run_rows FROM dvt_runs WHERE run_id = HEX_DECODE_STRING(/*:run_id*/);
+  IF (run_rows = 0) THEN
+    /*writes*/
+    outcome := 'APPLIED';
+  END IF;
+  res := (
+    SELECT 'O' AS kind, NULL AS run_seq, NULL AS tenant_id, NULL AS project_id, NULL AS environment_id,
+           NULL AS event_id, :outcome AS event_type, NULL AS step_id, NULL AS plan_id, NULL AS plan_version,
+           NULL AS logical_attempt_id, NULL AS engine_attempt_id, NULL AS idempotency_key,
+           NULL AS emitted_at, NULL AS persisted_at, CAST(NULL AS VARCHAR) AS payload
+    UNION ALL
+    SELECT 'M', run_seq, NULL, NULL, NULL, event_id, NULL, NULL, NULL, NULL, NULL, NULL,
+           idempotency_key, NULL, persisted_at, NULL
+    FROM dvt_run_events
+    WHERE run_id = HEX_DECODE_STRING(/*:run_id*/) AND :outcome = 'APPLIED'
+  );
+  COMMIT;
+  RETURN TABLE(res);
+EXCEPTION
+  WHEN OTHER THEN
+    ROLLBACK;
+    RAISE;
+END;
+$$;
 
 -- name: insert_run
 INSERT INTO dvt_runs (run_id, tenant_id, project_id, environment_id, plan_id, plan_version,
@@ -186,25 +305,38 @@ LIMIT ?;
 UPDATE dvt_runs SET provider_run_ref = ? WHERE run_id = ?;
 
 -- name: reserve_event_ids
--- MERGE holds the table lock, so two producers reserving one key at once
--- bind it once; the source holds each key once (it comes from a Go map).
-MERGE INTO dvt_event_ids t
-USING (
-    SELECT v.run_id, v.idempotency_key, v.event_id, CAST(v.reserved_at AS TIMESTAMP_TZ(9)) AS reserved_at
-    FROM (VALUES /*rows*/) AS v (run_id, idempotency_key, event_id, reserved_at)
-) s
-ON t.run_id = s.run_id AND t.idempotency_key = s.idempotency_key
-WHEN NOT MATCHED THEN INSERT (run_id, idempotency_key, event_id, reserved_at)
-    VALUES (s.run_id, s.idempotency_key, s.event_id, s.reserved_at);
-
--- name: bound_event_ids
--- A persisted event answers for its key before any reservation does.
-SELECT idempotency_key, event_id, 0 AS pref FROM dvt_run_events
-WHERE run_id = ? AND idempotency_key IN (/*keys*/)
-UNION ALL
-SELECT idempotency_key, event_id, 1 AS pref FROM dvt_event_ids
-WHERE run_id = ? AND idempotency_key IN (/*keys*/)
-ORDER BY pref;
+-- One request: the MERGE binds the candidates whose keys are free (it holds
+-- the table lock, so two producers reserving one key at once bind it once;
+-- the source holds each key once, it comes from a Go map), then the block
+-- returns what each key is bound to, a persisted event first. Values are hex
+-- literals (script.go): a block takes no binds.
+EXECUTE IMMEDIATE $$
+DECLARE
+  res RESULTSET;
+BEGIN
+  MERGE INTO dvt_event_ids t
+  USING (
+      SELECT HEX_DECODE_STRING(v.run_id) AS run_id, HEX_DECODE_STRING(v.idempotency_key) AS idempotency_key,
+             HEX_DECODE_STRING(v.event_id) AS event_id,
+             CAST(HEX_DECODE_STRING(v.reserved_at) AS TIMESTAMP_TZ(9)) AS reserved_at
+      FROM (VALUES /*rows*/) AS v (run_id, idempotency_key, event_id, reserved_at)
+  ) s
+  ON t.run_id = s.run_id AND t.idempotency_key = s.idempotency_key
+  WHEN NOT MATCHED THEN INSERT (run_id, idempotency_key, event_id, reserved_at)
+      VALUES (s.run_id, s.idempotency_key, s.event_id, s.reserved_at);
+  res := (
+    SELECT idempotency_key, event_id, 0 AS pref FROM dvt_run_events
+    WHERE run_id = HEX_DECODE_STRING(/*:run_id*/)
+      AND idempotency_key IN (SELECT HEX_DECODE_STRING(k.key_hex) FROM (VALUES /*:keys*/) AS k (key_hex))
+    UNION ALL
+    SELECT idempotency_key, event_id, 1 AS pref FROM dvt_event_ids
+    WHERE run_id = HEX_DECODE_STRING(/*:run_id*/)
+      AND idempotency_key IN (SELECT HEX_DECODE_STRING(k.key_hex) FROM (VALUES /*:keys*/) AS k (key_hex))
+    ORDER BY pref
+  );
+  RETURN TABLE(res);
+END;
+$$;
 
 -- name: insert_alert
 MERGE INTO dvt_alerts t

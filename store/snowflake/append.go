@@ -6,6 +6,7 @@ import (
 	"database/sql/driver"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/snowflakedb/gosnowflake"
@@ -14,16 +15,17 @@ import (
 	"github.com/dvtrun/dvtrun/store"
 )
 
-// The append path costs three requests on one session:
+// An append is one request (issue 11): the append_block Scripting block
+// (store.sql) checks under the run's lock that the plan the client made from
+// its cached run state still holds, writes it and answers with the stored
+// records; an all-duplicate batch is answered from the same request. Only
+// when the cache is missing or stale (another writer, a new process) does
+// the block answer with the run's state instead, and the client plans again
+// and sends a second block.
 //
-//  1. BEGIN; UPDATE the run's dvt_run_seq row   (takes the lock)
-//  2. SELECT the run's row, the stored events with the batch's keys and the
-//     states of the steps it touches           (decided under the lock)
-//  3. MERGE events; INSERT outbox; UPDATE seq; MERGE step states; COMMIT
-//     — or ROLLBACK when nothing is new or Layer 2 refuses the batch.
-//
-// Requests 1 and 3 are multi-statement requests, so their values are hex
-// literals (script.go); request 2 binds its values.
+// A bootstrap is one request too (bootstrap_block). Signals use lockedTx:
+// BEGIN + lock, a read under the lock, then the writes and COMMIT (three
+// requests on one session).
 
 // lockedTx runs one transaction on a pinned session: lock (a statement run
 // right after BEGIN in the same request), then body, which reads under the
@@ -98,12 +100,64 @@ func (r runRow) metadata(runID string) engine.RunMetadata {
 	return engine.RunMetadata{RunID: runID, TenantID: r.tenant, ProjectID: r.project, EnvironmentID: r.env, PlanID: r.planID, PlanVersion: r.planVersion}
 }
 
-// appendState is everything request 2 reads.
+// appendState is what an append decides on: the run's row, the stored
+// events with the batch's keys and the step states (every step of the run
+// when it comes from the cache or a STALE answer). outcome is the block's
+// answer ('O' row).
 type appendState struct {
-	found  bool
-	row    runRow
-	stored map[string]engine.RunEventRecord // by idempotency key
-	steps  map[string]engine.StepState
+	found   bool
+	row     runRow
+	stored  map[string]engine.RunEventRecord // by idempotency key
+	steps   map[string]engine.StepState
+	outcome string
+}
+
+// cachedRun is the state of a run as this Store last wrote or read it under
+// the run's lock: every step's state, the next seq, status and tenancy. It
+// is a guess the append block verifies (next_seq equal), never trusted alone.
+type cachedRun struct {
+	row   runRow
+	steps map[string]engine.StepState
+}
+
+// Outcomes of the append block.
+const (
+	outcomeApplied   = "APPLIED"
+	outcomeDuplicate = "DUPLICATE"
+	outcomeStale     = "STALE"
+	outcomeNotFound  = "NOT_FOUND"
+)
+
+// maxStaleRounds bounds how often one append re-plans after STALE answers
+// (each one means another writer of the run committed in between).
+const maxStaleRounds = 64
+
+func (s *Store) cached(runID string) (cachedRun, bool) {
+	s.cacheMu.Lock()
+	defer s.cacheMu.Unlock()
+	c, ok := s.cache[runID]
+	return c, ok
+}
+
+// remember caches a run's state after a write or a read under its lock; a
+// finished run is forgotten, as nothing more is appended to it.
+func (s *Store) remember(runID string, c cachedRun) {
+	s.cacheMu.Lock()
+	defer s.cacheMu.Unlock()
+	if s.cache == nil {
+		s.cache = map[string]cachedRun{}
+	}
+	if c.row.status.Terminal() {
+		delete(s.cache, runID)
+		return
+	}
+	s.cache[runID] = c
+}
+
+func (s *Store) forget(runID string) {
+	s.cacheMu.Lock()
+	delete(s.cache, runID)
+	s.cacheMu.Unlock()
 }
 
 // BootstrapRun implements store.Store.
@@ -121,31 +175,50 @@ func (s *Store) BootstrapRun(ctx context.Context, meta engine.RunMetadata, first
 	if err != nil {
 		return engine.AppendResult{}, err
 	}
-	lock, err := render(s.q["lock_bootstrap"], nil, nil)
+	st := appendState{found: true, row: row, stored: map[string]engine.RunEventRecord{}, steps: map[string]engine.StepState{}}
+	res, sc, next, err := s.planAppend(meta.RunID, st, b, &meta)
 	if err != nil {
 		return engine.AppendResult{}, err
 	}
-	var res engine.AppendResult
-	err = s.lockedTx(ctx, lock, func(c *sql.Conn) (script, error) {
-		var n int
-		if err := c.QueryRowContext(ctx, s.q["run_exists"], meta.RunID).Scan(&n); err != nil {
-			return nil, s.classify("read run", err)
+	block, err := render(s.q["bootstrap_block"], map[string]string{"run_id": hexLit(meta.RunID)}, nil)
+	if err != nil {
+		return engine.AppendResult{}, err
+	}
+	block = strings.Replace(block, "/*writes*/", sc.text(), 1)
+	err = s.withRetry(ctx, func() error {
+		ans, err := s.readAppendState(ctx, s.db, meta.RunID, block, nil)
+		if err != nil {
+			return err
 		}
-		if n > 0 {
-			return nil, engine.Errorf(engine.CodeRunAlreadyExists, "run %s already exists; nothing was written", meta.RunID)
+		if ans.outcome != outcomeApplied {
+			// Also what a retry finds after a lost answer: bootstrap is not
+			// idempotent, resume is how a run continues.
+			return engine.Errorf(engine.CodeRunAlreadyExists, "run %s already exists; nothing was written", meta.RunID)
 		}
-		st := appendState{found: true, row: row, stored: map[string]engine.RunEventRecord{}, steps: map[string]engine.StepState{}}
-		var sc script
-		res, sc, err = s.planAppend(meta.RunID, st, b, &meta)
-		return sc, err
+		return checkApplied(meta.RunID, res, ans)
 	})
 	if err != nil {
 		return engine.AppendResult{}, err
 	}
+	s.remember(meta.RunID, next)
 	return res, nil
 }
 
-// AppendAndEnqueue implements store.Store.
+// checkApplied compares the stored metadata an APPLIED block returned with
+// the records the client planned.
+func checkApplied(runID string, res engine.AppendResult, ans appendState) error {
+	for _, r := range res.Appended {
+		got, ok := ans.stored[r.IdempotencyKey]
+		if !ok || got.RunSeq != r.RunSeq || got.EventID != r.EventID || !got.PersistedAt.Equal(r.PersistedAt) {
+			return engine.Errorf(engine.CodeStoreCorrupt,
+				"run %s: event %s was appended as runSeq %d but reads back as %+v", runID, r.EventID, r.RunSeq, got)
+		}
+	}
+	return nil
+}
+
+// AppendAndEnqueue implements store.Store with one append block per
+// request; see append_block in store.sql.
 func (s *Store) AppendAndEnqueue(ctx context.Context, runID string, events []engine.RunEventWrite) (engine.AppendResult, error) {
 	if len(events) == 0 {
 		return engine.AppendResult{}, nil
@@ -157,47 +230,25 @@ func (s *Store) AppendAndEnqueue(ctx context.Context, runID string, events []eng
 			return engine.AppendResult{}, err
 		}
 	}
-	lock, err := render(s.q["lock_run"], map[string]string{"run_id": hexLit(runID)}, nil)
-	if err != nil {
-		return engine.AppendResult{}, err
-	}
-	var keys, steps []string
-	seenKey, seenStep := map[string]bool{}, map[string]bool{}
+	var keys []string
+	seen := map[string]bool{}
 	for _, e := range events {
-		if !seenKey[e.IdempotencyKey] {
-			seenKey[e.IdempotencyKey] = true
+		if !seen[e.IdempotencyKey] {
+			seen[e.IdempotencyKey] = true
 			keys = append(keys, e.IdempotencyKey)
 		}
-		if _, changes := engine.TargetOf(e.EventType); changes && e.EventType.StepLevel() && !seenStep[e.StepID] {
-			seenStep[e.StepID] = true
-			steps = append(steps, e.StepID)
-		}
-	}
-	read := inList(inList(s.q["append_state"], "/*keys*/", len(keys)), "/*steps*/", len(steps))
-	args := []any{runID, runID}
-	for _, k := range keys {
-		args = append(args, k)
-	}
-	args = append(args, runID)
-	for _, st := range steps {
-		args = append(args, st)
 	}
 	var res engine.AppendResult
-	err = s.lockedTx(ctx, lock, func(c *sql.Conn) (script, error) {
-		st, err := s.readAppendState(ctx, c, runID, read, args)
-		if err != nil {
-			return nil, err
+	err := s.withRetry(ctx, func() error {
+		var err error
+		res, err = s.appendOnce(ctx, runID, events, keys)
+		if err != nil && engine.IsTransient(err) {
+			// The block may have committed before its answer was lost: the
+			// next attempt cannot trust the cache, and finds the events
+			// stored (DUPLICATE), so the append stays exactly-once.
+			s.forget(runID)
 		}
-		if !st.found {
-			return nil, engine.Errorf(engine.CodeRunNotFound, "run %s does not exist (bootstrap it first); nothing was written", runID)
-		}
-		b, err := store.FoldBatch(st.row.metadata(runID), events)
-		if err != nil {
-			return nil, err
-		}
-		var sc script
-		res, sc, err = s.planAppend(runID, st, b, nil)
-		return sc, err
+		return err
 	})
 	if err != nil {
 		return engine.AppendResult{}, err
@@ -205,7 +256,96 @@ func (s *Store) AppendAndEnqueue(ctx context.Context, runID string, events []eng
 	return res, nil
 }
 
-func (s *Store) readAppendState(ctx context.Context, c *sql.Conn, runID, q string, args []any) (appendState, error) {
+// appendOnce sends append blocks until one is APPLIED or answered as
+// DUPLICATE: the first is planned from the cached run state (or, with none,
+// only probes), each STALE answer brings the state to plan from again.
+func (s *Store) appendOnce(ctx context.Context, runID string, events []engine.RunEventWrite, keys []string) (engine.AppendResult, error) {
+	var st appendState
+	c, known := s.cached(runID)
+	if known {
+		st = appendState{found: true, row: c.row, stored: map[string]engine.RunEventRecord{}, steps: c.steps}
+	}
+	fresh := false // st was read under the lock in this call
+	for round := 0; round < maxStaleRounds; round++ {
+		var res engine.AppendResult
+		var next cachedRun
+		var sc script
+		expected := int64(-1) // matches no run: the block only answers
+		if known {
+			b, err := store.FoldBatch(st.row.metadata(runID), events)
+			if err != nil {
+				return engine.AppendResult{}, err
+			}
+			res, sc, next, err = s.planAppend(runID, st, b, nil)
+			if err != nil {
+				if engine.CodeOf(err) == engine.CodeInvalidTransition && !fresh {
+					known = false // refused on cached state: confirm on the stored one
+					continue
+				}
+				return engine.AppendResult{}, err
+			}
+			if len(sc) == 0 {
+				return res, nil // every key is stored, as read under the lock
+			}
+			expected = st.row.nextSeq
+		}
+		var newKeys []string
+		for _, r := range res.Appended {
+			newKeys = append(newKeys, r.IdempotencyKey)
+		}
+		block, err := render(s.q["append_block"], map[string]string{
+			"run_id": hexLit(runID), "expected_seq": intLit(expected), "nkeys": intLit(int64(len(keys))),
+			"keys": hexRows(keys), "new_keys": hexRows(newKeys),
+		}, nil)
+		if err != nil {
+			return engine.AppendResult{}, err
+		}
+		block = strings.Replace(block, "/*writes*/", sc.text(), 1)
+		ans, err := s.readAppendState(ctx, s.db, runID, block, nil)
+		if err != nil {
+			return engine.AppendResult{}, err
+		}
+		switch ans.outcome {
+		case outcomeNotFound:
+			s.forget(runID)
+			return engine.AppendResult{}, engine.Errorf(engine.CodeRunNotFound, "run %s does not exist (bootstrap it first); nothing was written", runID)
+		case outcomeApplied:
+			if err := checkApplied(runID, res, ans); err != nil {
+				s.forget(runID)
+				return engine.AppendResult{}, err
+			}
+			s.remember(runID, next)
+			return res, nil
+		case outcomeDuplicate:
+			if c, ok := s.cached(runID); ok && c.row.nextSeq != ans.row.nextSeq {
+				s.forget(runID)
+			}
+			ans.steps = nil // not read: only the run's row and the stored events
+			b, err := store.FoldBatch(ans.row.metadata(runID), events)
+			if err != nil {
+				return engine.AppendResult{}, err
+			}
+			res, _, _, err := s.planAppend(runID, ans, b, nil)
+			return res, err
+		case outcomeStale:
+			st, known, fresh = ans, true, true
+			s.remember(runID, cachedRun{row: ans.row, steps: ans.steps})
+		default:
+			return engine.AppendResult{}, engine.Errorf(engine.CodeStoreCorrupt, "run %s: the append block answered %q", runID, ans.outcome)
+		}
+	}
+	s.forget(runID)
+	return engine.AppendResult{}, engine.MarkTransient(engine.Errorf(engine.CodeStoreUnavailable,
+		"Snowflake state store %s: run %s: other writers committed before each of %d append attempts; retry", s.where, runID, maxStaleRounds))
+}
+
+// querier is a session or the pool: the append block needs no pinned
+// session, the reads under lockedTx do.
+type querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+func (s *Store) readAppendState(ctx context.Context, c querier, runID, q string, args []any) (appendState, error) {
 	st := appendState{stored: map[string]engine.RunEventRecord{}, steps: map[string]engine.StepState{}}
 	rows, err := c.QueryContext(ctx, q, args...)
 	if err != nil {
@@ -240,6 +380,11 @@ func (s *Store) readAppendState(ctx context.Context, c *sql.Conn, runID, q strin
 			st.stored[r.IdempotencyKey] = r
 		case "S":
 			st.steps[step.String] = engine.StepState{Status: engine.StepStatus(typ.String), LogicalAttemptID: int(logical.Int64)}
+		case "O":
+			st.outcome = typ.String
+		case "M": // metadata of an event the block appended
+			st.stored[key.String] = engine.RunEventRecord{RunEventWrite: engine.RunEventWrite{EventID: eventID.String, IdempotencyKey: key.String},
+				RunSeq: seq.Int64, PersistedAt: persisted.Time.UTC()}
 		}
 	}
 	if err := rows.Err(); err != nil {
@@ -251,16 +396,19 @@ func (s *Store) readAppendState(ctx context.Context, c *sql.Conn, runID, q strin
 // planAppend decides the append under the lock — which events are new,
 // their runSeq, Layer 2 — and returns the result and the statements that
 // write it (none: roll back). meta is set for a bootstrap.
-func (s *Store) planAppend(runID string, st appendState, b store.Batch, meta *engine.RunMetadata) (engine.AppendResult, script, error) {
+//
+// next is the run's state once the statements are committed (the state
+// before when there is nothing to write).
+func (s *Store) planAppend(runID string, st appendState, b store.Batch, meta *engine.RunMetadata) (res engine.AppendResult, sc script, next cachedRun, err error) {
 	persisted := s.now()
 	if persisted.Before(st.row.lastPersisted) {
 		// Another writer's clock ran ahead: persistedAt stays monotonic in
 		// runSeq order.
 		persisted = st.row.lastPersisted
 	}
-	var res engine.AppendResult
 	var fresh []engine.RunEventWrite
 	stored := maps.Clone(st.stored)
+	next = cachedRun{row: st.row, steps: st.steps}
 	seq := st.row.nextSeq
 	for _, e := range b.Events {
 		if rec, ok := stored[e.IdempotencyKey]; ok {
@@ -277,16 +425,17 @@ func (s *Store) planAppend(runID string, st appendState, b store.Batch, meta *en
 		res.Deduped = append(res.Deduped, stored[b.Events[j].IdempotencyKey])
 	}
 	if len(fresh) == 0 && meta == nil {
-		return res, nil, nil // all duplicates: nothing to commit
+		return res, nil, next, nil // all duplicates: nothing to commit
 	}
 	status, after, err := engine.CheckTransitions(st.row.status, st.steps, fresh)
 	if err != nil {
 		if !s.opts.DisableTransitionChecks {
-			return engine.AppendResult{}, nil, err
+			return engine.AppendResult{}, nil, next, err
 		}
 		status, after = engine.SkipInvalidTransitions(st.row.status, st.steps, fresh)
 	}
-	var sc script
+	next.row.nextSeq, next.row.status, next.row.lastPersisted = seq, status, persisted
+	next.steps = after
 	seqVals := map[string]string{"run_id": hexLit(runID), "next_seq": intLit(seq), "status": hexLit(string(status)), "persisted_at": hexLit(tsText(persisted))}
 	if meta != nil {
 		ins, err := render(s.q["insert_run"], map[string]string{
@@ -297,17 +446,17 @@ func (s *Store) planAppend(runID string, st appendState, b store.Batch, meta *en
 			"created_at": hexLit(tsText(persisted)),
 		}, nil)
 		if err != nil {
-			return engine.AppendResult{}, nil, err
+			return engine.AppendResult{}, nil, next, err
 		}
 		seqRow, err := render(s.q["insert_seq"], seqVals, nil)
 		if err != nil {
-			return engine.AppendResult{}, nil, err
+			return engine.AppendResult{}, nil, next, err
 		}
 		sc = append(sc, ins, seqRow)
 	} else {
 		upd, err := render(s.q["update_seq"], seqVals, nil)
 		if err != nil {
-			return engine.AppendResult{}, nil, err
+			return engine.AppendResult{}, nil, next, err
 		}
 		sc = append(sc, upd)
 	}
@@ -325,11 +474,11 @@ func (s *Store) planAppend(runID string, st appendState, b store.Batch, meta *en
 		}
 		merge, err := render(s.q["merge_events"], nil, rows)
 		if err != nil {
-			return engine.AppendResult{}, nil, err
+			return engine.AppendResult{}, nil, next, err
 		}
 		outbox, err := render(s.q["insert_outbox"], map[string]string{"run_id": hexLit(runID), "first_seq": intLit(res.Appended[0].RunSeq), "next_seq": intLit(seq)}, nil)
 		if err != nil {
-			return engine.AppendResult{}, nil, err
+			return engine.AppendResult{}, nil, next, err
 		}
 		sc = append(sc, merge, outbox)
 	}
@@ -343,7 +492,7 @@ func (s *Store) planAppend(runID string, st appendState, b store.Batch, meta *en
 	if len(stepRows) > 0 {
 		m, err := render(s.q["merge_steps"], nil, stepRows)
 		if err != nil {
-			return engine.AppendResult{}, nil, err
+			return engine.AppendResult{}, nil, next, err
 		}
 		sc = append(sc, m)
 	}
@@ -352,11 +501,11 @@ func (s *Store) planAppend(runID string, st appendState, b store.Batch, meta *en
 		// run's are dropped once, here.
 		f, err := render(s.q["forget_run_reservations"], map[string]string{"run_id": hexLit(runID)}, nil)
 		if err != nil {
-			return engine.AppendResult{}, nil, err
+			return engine.AppendResult{}, nil, next, err
 		}
 		sc = append(sc, f)
 	}
-	return res, sc, nil
+	return res, sc, next, nil
 }
 
 // SendSignal implements store.Store: under the run's lock it returns a

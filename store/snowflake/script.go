@@ -32,6 +32,19 @@ func hexOrNull(s string) string {
 
 func intLit(n int64) string { return strconv.FormatInt(n, 10) }
 
+// hexRows renders strings as rows of one hex literal for a VALUES list:
+// ('6162'), ('6364'); none gives one NULL row, which matches nothing.
+func hexRows(ss []string) string {
+	if len(ss) == 0 {
+		return "(NULL)"
+	}
+	rows := make([]string, len(ss))
+	for i, v := range ss {
+		rows[i] = "(" + hexLit(v) + ")"
+	}
+	return strings.Join(rows, ", ")
+}
+
 // tsText is how timestamps travel to Snowflake as text (bound or hex
 // encoded) before a CAST to TIMESTAMP_TZ(9): UTC, nanoseconds, explicit
 // offset.

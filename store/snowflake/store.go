@@ -15,8 +15,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -56,6 +59,9 @@ type Store struct {
 	q       map[string]string
 	where   string   // the redacted DSN, for messages
 	secrets []string // credential values scrubbed from error messages
+
+	cacheMu sync.Mutex
+	cache   map[string]cachedRun // runs this Store appended to, by run id (append.go)
 }
 
 // Open connects to the database and schema a gosnowflake DSN names and
@@ -343,45 +349,29 @@ func (s *Store) SetProviderRunRef(ctx context.Context, runID, ref string) error 
 	})
 }
 
-// ReserveEventIDs implements store.Store: one MERGE binds the candidates
-// whose keys are free, one SELECT reads what each key is bound to, a
-// persisted event first.
+// ReserveEventIDs implements store.Store in one request (the
+// reserve_event_ids block): a MERGE binds the candidates whose keys are
+// free, then the block answers what each key is bound to, a persisted event
+// first.
 func (s *Store) ReserveEventIDs(ctx context.Context, runID string, candidates map[string]string) (map[string]string, error) {
 	out := make(map[string]string, len(candidates))
 	if len(candidates) == 0 {
 		return out, nil
 	}
-	keys := make([]string, 0, len(candidates))
-	for k := range candidates {
-		keys = append(keys, k)
-	}
-	now := tsText(s.now())
-	var margs []any
+	keys := slices.Sorted(maps.Keys(candidates))
+	now := hexLit(tsText(s.now()))
 	rows := make([][]string, len(keys))
 	for i, k := range keys {
-		rows[i] = []string{"?", "?", "?", "?"}
-		margs = append(margs, runID, k, candidates[k], now)
+		rows[i] = []string{hexLit(runID), hexLit(k), hexLit(candidates[k]), now}
 	}
-	merge, err := render(s.q["reserve_event_ids"], nil, rows)
+	block, err := render(s.q["reserve_event_ids"], map[string]string{"run_id": hexLit(runID), "keys": hexRows(keys)}, rows)
 	if err != nil {
 		return nil, err
 	}
-	read := inList(s.q["bound_event_ids"], "/*keys*/", len(keys))
-	rargs := []any{runID}
-	for _, k := range keys {
-		rargs = append(rargs, k)
-	}
-	rargs = append(rargs, runID)
-	for _, k := range keys {
-		rargs = append(rargs, k)
-	}
 	err = s.withRetry(ctx, func() error {
-		if _, err := s.db.ExecContext(ctx, merge, margs...); err != nil {
-			return s.classify("reserve event ids", err)
-		}
-		rs, err := s.db.QueryContext(ctx, read, rargs...)
+		rs, err := s.db.QueryContext(ctx, block)
 		if err != nil {
-			return s.classify("read event ids", err)
+			return s.classify("reserve event ids", err)
 		}
 		defer rs.Close()
 		for rs.Next() {

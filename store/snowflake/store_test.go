@@ -1,9 +1,11 @@
 package snowflake_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"slices"
@@ -150,8 +152,8 @@ func TestConcurrentMigrations(t *testing.T) {
 // statement if values were spliced into SQL.
 const hostile = "it's a \"quote\" \\ back\\\\slash $$ dollar $$ ; DROP TABLE dvt_runs; -- comment\n/* block */ line2\r\n\ttab ünïcødé ✓ %s ?"
 
-// TestHostilePayloadRoundTrip: values travelling as hex literals in
-// multi-statement requests come back exactly.
+// TestHostilePayloadRoundTrip: values travelling as hex literals in append
+// blocks and multi-statement requests come back exactly, new and duplicate.
 func TestHostilePayloadRoundTrip(t *testing.T) {
 	srv := sftest.Start(t)
 	s := openStore(t, srv.DSN("dvt", "hostile"), snowflake.Options{})
@@ -167,8 +169,30 @@ func TestHostilePayloadRoundTrip(t *testing.T) {
 	start := f.Event(engine.StepStarted, "model.o'brien;--x", 1)
 	done := f.Event(engine.StepCompleted, "model.o'brien;--x", 1)
 	done.Payload = payload
-	if _, err := s.AppendAndEnqueue(ctx, f.Meta.RunID, []engine.RunEventWrite{start, done}); err != nil {
+	first, err := s.AppendAndEnqueue(ctx, f.Meta.RunID, []engine.RunEventWrite{start, done})
+	if err != nil {
 		t.Fatal(err)
+	}
+	// The duplicate answer of the append block carries the hostile values
+	// back exactly, from this Store and from one without a cache.
+	fresh := openStore(t, srv.DSN("dvt", "hostile"), snowflake.Options{})
+	defer fresh.Close()
+	for _, st := range []*snowflake.Store{s, fresh} {
+		again, err := st.AppendAndEnqueue(ctx, f.Meta.RunID, []engine.RunEventWrite{start, done})
+		if err != nil || len(again.Deduped) != 2 {
+			t.Fatalf("re-append: %+v %v", again, err)
+		}
+		for i, r := range again.Deduped {
+			if r.StepID != start.StepID || r.RunSeq != first.Appended[i].RunSeq || r.EventID != first.Appended[i].EventID {
+				t.Errorf("duplicate %d reads back as %+v", i, r)
+			}
+		}
+		var got, want any
+		json.Unmarshal(again.Deduped[1].Payload, &got)
+		json.Unmarshal(payload, &want)
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("duplicate payload\n got %s\nwant %s", again.Deduped[1].Payload, payload)
+		}
 	}
 	recs, err := s.ListEvents(ctx, f.Meta.RunID, 2, 0)
 	if err != nil || len(recs) != 2 {
@@ -201,37 +225,168 @@ func TestHostilePayloadRoundTrip(t *testing.T) {
 	}
 }
 
-// countingTransport counts the HTTP requests the driver makes, by kind:
-// query requests, result fetches of multi-statement children, the rest.
-type countingTransport struct {
-	base                   http.RoundTripper
-	queries, results, rest atomic.Int64
+// lossyTransport delivers requests but loses the answer to the append
+// blocks it is armed for: the server has executed (and committed) the
+// block, the client sees a broken connection — or, with cancel set, its
+// context is cancelled right after the request went out.
+type lossyTransport struct {
+	sftest.CountingTransport
+	armed  atomic.Int32 // answers still to lose
+	cancel func()
+	mu     sync.Mutex
+	lost   string // the requestId whose answers are lost, driver retries included
 }
 
-func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	switch p := r.URL.Path; {
-	case strings.HasSuffix(p, "/query-request"):
-		c.queries.Add(1)
-	case strings.HasPrefix(p, "/queries/") && strings.HasSuffix(p, "/result"):
-		c.results.Add(1)
-	default:
-		c.rest.Add(1)
+func (l *lossyTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Body == nil || !strings.HasSuffix(r.URL.Path, "/query-request") {
+		return l.CountingTransport.RoundTrip(r)
 	}
-	return c.base.RoundTrip(r)
+	reqID := r.URL.Query().Get("requestId")
+	l.mu.Lock()
+	lose := reqID != "" && reqID == l.lost
+	l.mu.Unlock()
+	if !lose && l.armed.Load() == 0 {
+		return l.CountingTransport.RoundTrip(r)
+	}
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return nil, err
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	if !lose && (!bytes.Contains(body, []byte("EXECUTE IMMEDIATE")) || l.armed.Add(-1) < 0) {
+		return l.CountingTransport.RoundTrip(r)
+	}
+	l.mu.Lock()
+	l.lost = reqID
+	l.mu.Unlock()
+	// Executed on a context of its own, so the server finishes the block.
+	r2 := r.Clone(context.WithoutCancel(r.Context()))
+	r2.Body = io.NopCloser(bytes.NewReader(body))
+	resp, err := l.CountingTransport.RoundTrip(r2)
+	if err == nil {
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	if l.cancel != nil {
+		l.cancel()
+		return nil, context.Canceled
+	}
+	return nil, io.ErrUnexpectedEOF
 }
 
-func (c *countingTransport) reset() { c.queries.Store(0); c.results.Store(0); c.rest.Store(0) }
+// TestLostAnswerStaysExactlyOnce: an append whose block committed but whose
+// answer never arrived — the connection broke, or the caller's context was
+// cancelled after the request went out — is retried (by the store, or by a
+// resumed run in a new process) and every idempotency key is stored once,
+// with the seqs of the first commit.
+func TestLostAnswerStaysExactlyOnce(t *testing.T) {
+	cases := []struct {
+		name   string
+		cancel bool // the caller gives up; a new Store (a resumed run) appends again
+	}{
+		{name: "connection broke after the request: the store retries"},
+		{name: "context cancelled after the request: a resumed run appends again", cancel: true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			srv := sftest.Start(t)
+			dsn := srv.DSN("dvt", "lost")
+			tr := &lossyTransport{}
+			s := openStore(t, dsn, snowflake.Options{Transporter: tr, RetryBase: time.Millisecond})
+			defer s.Close()
+			f := storetest.NewFixture()
+			f.Bootstrap(t, s)
+			batch := []engine.RunEventWrite{f.Event(engine.StepStarted, "m1", 1), f.Event(engine.StepCompleted, "m1", 1), f.Event(engine.StepStarted, "m2", 1)}
+			actx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			if c.cancel {
+				tr.cancel = cancel
+			}
+			tr.armed.Store(1)
+			res, err := s.AppendAndEnqueue(actx, f.Meta.RunID, batch)
+			if c.cancel {
+				if err == nil {
+					t.Fatal("append succeeded although its context was cancelled")
+				}
+				resumed := openStore(t, dsn, snowflake.Options{})
+				defer resumed.Close()
+				if res, err = resumed.AppendAndEnqueue(ctx, f.Meta.RunID, batch); err != nil {
+					t.Fatalf("resumed append: %v", err)
+				}
+			} else if err != nil {
+				t.Fatalf("append after a lost answer: %v", err)
+			}
+			if tr.armed.Load() > 0 {
+				t.Fatal("no answer was lost: the test did not exercise the retry")
+			}
+			if len(res.Deduped) != len(batch) {
+				// The first commit's answer never arrived: the events are
+				// found stored by the retry.
+				t.Errorf("%d of %d events reported as duplicates, want all", len(res.Deduped), len(batch))
+			}
+			if len(res.Appended)+len(res.Deduped) != len(batch) {
+				t.Errorf("result covers %d of %d events", len(res.Appended)+len(res.Deduped), len(batch))
+			}
+			evs, err := s.ListEvents(ctx, f.Meta.RunID, 0, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			count := map[string]int{}
+			for _, e := range evs {
+				count[e.IdempotencyKey]++
+			}
+			for _, e := range batch {
+				if count[e.IdempotencyKey] != 1 {
+					t.Errorf("key %s stored %d times", e.IdempotencyKey, count[e.IdempotencyKey])
+				}
+			}
+			for i, e := range evs {
+				if e.RunSeq != int64(i+1) {
+					t.Errorf("runSeq %d at position %d: seqs have a gap or repeat", e.RunSeq, i)
+				}
+			}
+			if n, err := s.CountOutbox(ctx, f.Meta.RunID); err != nil || n != len(evs) {
+				t.Errorf("outbox has %d rows for %d events (%v)", n, len(evs), err)
+			}
+			// And the store goes on appending from the right seq.
+			if _, err := s.AppendAndEnqueue(ctx, f.Meta.RunID, []engine.RunEventWrite{f.Event(engine.StepCompleted, "m2", 1)}); err != nil {
+				t.Fatalf("append after the retry: %v", err)
+			}
+		})
+	}
+}
 
-// TestRequestsPerAppend: an append batch costs three query requests,
-// transaction control included, whatever the outcome. The server's count
-// and the client's agree.
-func TestRequestsPerAppend(t *testing.T) {
+// TestRoundTripsPerAppend: a bootstrap and an append are ONE HTTP round
+// trip each — for a batch of new events and for an all-duplicate batch —
+// counted by the driver's
+// transport, not by reading SQL. Planning from a missing or stale cache
+// (another process wrote, or this Store never saw the run) costs one more.
+func TestRoundTripsPerAppend(t *testing.T) {
 	srv := sftest.Start(t)
-	tr := &countingTransport{base: http.DefaultTransport}
-	s := openStore(t, srv.DSN("dvt", "requests"), snowflake.Options{Transporter: tr})
+	dsn := srv.DSN("dvt", "requests")
+	tr := &sftest.CountingTransport{}
+	s := openStore(t, dsn, snowflake.Options{Transporter: tr})
 	defer s.Close()
+	other := openStore(t, dsn, snowflake.Options{})
+	defer other.Close()
 	f := storetest.NewFixture()
-	f.Bootstrap(t, s)
+	tr.Reset()
+	if _, err := s.BootstrapRun(ctx, f.Meta, []engine.RunEventWrite{f.Event(engine.RunQueued, "", 1)}); err != nil {
+		t.Fatal(err)
+	}
+	if n := tr.Count(); n != 1 {
+		t.Errorf("bootstrap: %d HTTP round trips, want 1", n)
+	}
+	if _, err := s.AppendAndEnqueue(ctx, f.Meta.RunID, []engine.RunEventWrite{f.Event(engine.RunStarted, "", 1)}); err != nil {
+		t.Fatal(err)
+	}
+	tr.Reset()
+	if ids, err := s.ReserveEventIDs(ctx, f.Meta.RunID, map[string]string{"k1": "e1", "k2": "e2"}); err != nil || len(ids) != 2 {
+		t.Fatalf("ReserveEventIDs: %v %v", ids, err)
+	}
+	if n := tr.Count(); n != 1 {
+		t.Errorf("ReserveEventIDs: %d HTTP round trips, want 1", n)
+	}
 	var ten []engine.RunEventWrite
 	for i := range 5 {
 		ten = append(ten, f.Event(engine.StepStarted, fmt.Sprintf("m%d", i), 1), f.Event(engine.StepCompleted, fmt.Sprintf("m%d", i), 1))
@@ -239,29 +394,51 @@ func TestRequestsPerAppend(t *testing.T) {
 	one := []engine.RunEventWrite{f.Event(engine.StepStarted, "solo", 1)}
 	cases := []struct {
 		name     string
+		before   func(t *testing.T) // runs before counting
+		store    *snowflake.Store
 		events   []engine.RunEventWrite
 		wantCode engine.Code
+		trips    int64
+		appended int
 	}{
-		{name: "one new event", events: one},
-		{name: "ten new events over five steps", events: ten},
-		{name: "all duplicates", events: ten},
-		{name: "refused by Layer 2", events: []engine.RunEventWrite{f.Event(engine.StepCompleted, "never-started", 1)}, wantCode: engine.CodeInvalidTransition},
+		{name: "one new event", store: s, events: one, trips: 1, appended: 1},
+		{name: "ten new events over five steps", store: s, events: ten, trips: 1, appended: 10},
+		{name: "all duplicates", store: s, events: ten, trips: 1},
+		{name: "refused by Layer 2 (confirmed on the stored state)", store: s,
+			events: []engine.RunEventWrite{f.Event(engine.StepCompleted, "never-started", 1)}, wantCode: engine.CodeInvalidTransition, trips: 1},
+		{name: "another writer appended: stale cache costs one more", store: s,
+			before: func(t *testing.T) {
+				if _, err := other.AppendAndEnqueue(ctx, f.Meta.RunID, []engine.RunEventWrite{f.Event(engine.StepStarted, "by-other", 1)}); err != nil {
+					t.Fatal(err)
+				}
+			},
+			events: []engine.RunEventWrite{f.Event(engine.StepCompleted, "by-other", 1)}, trips: 2, appended: 1},
+		{name: "new events, no cache yet (a new process)", store: openStore(t, dsn, snowflake.Options{Transporter: tr}),
+			events: []engine.RunEventWrite{f.Event(engine.StepStarted, "fresh", 1)}, trips: 2, appended: 1},
+		{name: "all duplicates, no cache yet", store: openStore(t, dsn, snowflake.Options{Transporter: tr}), events: ten, trips: 1},
+	}
+	for _, c := range cases {
+		if c.store != s {
+			defer c.store.Close()
+		}
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			srv.ResetCounters()
-			tr.reset()
-			_, err := s.AppendAndEnqueue(ctx, f.Meta.RunID, c.events)
+			if c.before != nil {
+				c.before(t)
+			}
+			tr.Reset()
+			res, err := c.store.AppendAndEnqueue(ctx, f.Meta.RunID, c.events)
 			if engine.CodeOf(err) != c.wantCode {
 				t.Fatalf("error %v, want code %q", err, c.wantCode)
 			}
-			if n := srv.QueryRequests(); n != 3 {
-				t.Errorf("server saw %d query requests, want 3", n)
+			if n := tr.Count(); n != c.trips {
+				t.Errorf("%d HTTP round trips (%d query, %d result, %d other), want %d", n,
+					tr.Count(sftest.TripQuery), tr.Count(sftest.TripResult), tr.Count(sftest.TripOther), c.trips)
 			}
-			if n := tr.queries.Load(); n != 3 {
-				t.Errorf("driver sent %d query requests, want 3", n)
+			if err == nil && (len(res.Appended) != c.appended || len(res.Appended)+len(res.Deduped) != len(c.events)) {
+				t.Errorf("%d appended, %d deduped; want %d appended of %d", len(res.Appended), len(res.Deduped), c.appended, len(c.events))
 			}
-			t.Logf("%s: %d query requests, %d result fetches, %d other", c.name, tr.queries.Load(), tr.results.Load(), tr.rest.Load())
 		})
 	}
 }
@@ -272,7 +449,7 @@ func BenchmarkAppend(b *testing.B) {
 	for _, size := range []int{1, 10} {
 		b.Run(fmt.Sprintf("batch=%d", size), func(b *testing.B) {
 			srv := sftest.Start(b)
-			tr := &countingTransport{base: http.DefaultTransport}
+			tr := &sftest.CountingTransport{}
 			s := openStore(b, srv.DSN("dvt", "bench"), snowflake.Options{Transporter: tr})
 			defer s.Close()
 			f := storetest.NewFixture()
@@ -287,7 +464,7 @@ func BenchmarkAppend(b *testing.B) {
 			}
 			lat := make([]time.Duration, 0, b.N)
 			srv.ResetCounters()
-			tr.reset()
+			tr.Reset()
 			b.ResetTimer()
 			for i := range b.N {
 				t0 := time.Now()
@@ -298,7 +475,7 @@ func BenchmarkAppend(b *testing.B) {
 			}
 			b.StopTimer()
 			b.ReportMetric(float64(srv.QueryRequests())/float64(b.N), "queries/op")
-			b.ReportMetric(float64(tr.queries.Load()+tr.results.Load()+tr.rest.Load())/float64(b.N), "http/op")
+			b.ReportMetric(float64(tr.Count())/float64(b.N), "http/op")
 			b.ReportMetric(float64(median(lat).Microseconds())/1000, "ms-median")
 		})
 	}

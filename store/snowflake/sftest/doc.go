@@ -10,6 +10,12 @@
 //	srv.ResetCounters() … srv.QueryRequests() // round trips per operation
 //	srv.QueryLog()                           // query ids, QUERY_TAG, SQL text
 //
+// Network cost: Options.RTT (sfserver -rtt 100ms) delays every HTTP request
+// like the way to a real account; Server.Requests counts every request
+// served, and CountingTransport, set as the driver's Config.Transporter (or
+// snowflake.Options.Transporter), counts one client's round trips by kind,
+// so tests assert round trips, not SQL.
+//
 // # Protocol
 //
 // Endpoints: POST /session/v1/login-request (password, or SNOWFLAKE_JWT
@@ -67,6 +73,40 @@
 // QUERY_TAG comes from ALTER SESSION SET QUERY_TAG, the login's session
 // parameters, or the request parameter gosnowflake.WithQueryTag sends; it is
 // recorded with every statement in QueryLog.
+//
+// # Snowflake Scripting
+//
+// EXECUTE IMMEDIATE $$ block $$ (or '…'), and an anonymous block sent as
+// the request (DECLARE …, or BEGIN not followed by TRANSACTION, WORK, NAME
+// or ";"), run as ONE statement — one HTTP round trip, as in Snowflake ("A
+// block is considered one statement, even if the body of the block contains
+// multiple statements", EXECUTE IMMEDIATE). The subset dvtrun uses, each
+// pinned by a test quoting the documentation it follows (scripting_test.go):
+//   - DECLARE section: variables (name [type] [DEFAULT expr]), RESULTSETs
+//     (name RESULTSET [DEFAULT (query)]) and exceptions (name EXCEPTION
+//     (-20001, 'message'));
+//   - statements in order: SQL (BEGIN TRANSACTION, COMMIT and ROLLBACK
+//     included, with the session's transaction rules), LET name [type] :=
+//     expr, name := expr, LET res RESULTSET := (query) (the query runs at
+//     assignment), SELECT … INTO :a, :b FROM … (one row), IF (…) THEN …
+//     ELSEIF … ELSE … END IF, nested blocks,
+//     RETURN expr, RETURN TABLE(res), RAISE name, RAISE (re-raise in a
+//     handler);
+//   - variables appear as :name in SQL and by bare name in expressions;
+//     their values are substituted as literals before translation;
+//   - EXCEPTION WHEN name [OR name] | STATEMENT_ERROR | OTHER THEN … (EXIT
+//     handlers only), with SQLCODE, SQLERRM and SQLSTATE set;
+//   - the result: RETURN TABLE(res) answers the RESULTSET's rows, RETURN
+//     expr one row in a column "anonymous block", no RETURN a NULL there;
+//   - an uncaught user exception fails the request with its number as the
+//     code and sqlState P0001 ("Uncaught exception of type 'NAME' : msg").
+//
+// Not verified against Snowflake (dvtrun's blocks do not depend on them): an
+// unhandled failure rolls back a transaction the block began, and a block
+// that ends with its own transaction open is rolled back and fails with
+// 000641 (the rule Snowflake documents for stored procedures). Not
+// supported: cursors, loops, CONTINUE handlers, EXECUTE IMMEDIATE … USING,
+// client binds with a block.
 //
 // # Sessions, transactions and locks
 //
@@ -156,12 +196,55 @@
 // AS and CURRENT_TIMESTAMP without parentheses run on DuckDB (1.5) as they
 // are.
 //
+// # Fidelity on the state store's path
+//
+// Checked against Snowflake's documentation, emulated or avoided, pinned in
+// fidelity_test.go, scripting_test.go and store/snowflake's tests:
+//   - TIMESTAMP_TZ with an offset ("TIMESTAMP_TZ internally stores UTC time
+//     together with an associated time zone offset", Date & time data
+//     types): the server keeps the instant, not the offset, and reads it
+//     back in UTC. Avoided: dvtrun writes every timestamp in UTC (+00:00),
+//     so the instant is all there is; the round trip of a literal with
+//     another offset keeps its instant to the nanosecond (TIMESTAMP_TZ(9)).
+//   - SELECT ? AS a (Binding variables: the client types each bind):
+//     emulated — DuckDB cannot type a column that is only a parameter, so
+//     such a statement is prepared again with each parameter cast to the
+//     type its bind decoded to (TEXT → VARCHAR, FIXED → BIGINT, …).
+//   - VALUES in FROM/USING ("SELECT * FROM (VALUES (1, 'one'), …)" returns
+//     COLUMN1, COLUMN2, and FROM VALUES (…), (…) needs no parentheses;
+//     VALUES): emulated — an unaliased list gets COLUMN1…n, a list with
+//     "AS alias (a, b)" (MERGE … USING (VALUES …) AS s (…), dvtrun's form)
+//     runs as written.
+//   - Quoted identifiers ("identifiers in double quotes are case-sensitive",
+//     Identifier requirements): not emulated, DuckDB matches "t" and T alike.
+//     Avoided: the state store's SQL never quotes an identifier (a test
+//     scans sql/snowflake), and the warehouse upper-cases simple names
+//     before quoting them (ident), the object an unquoted reference
+//     resolves to.
+//   - LIMIT ? (LIMIT / FETCH: count is a constant, which a bind is at
+//     compile time): runs as in Snowflake.
+//   - CREATE TABLE IF NOT EXISTS … AS SELECT (CREATE TABLE: "[ IF NOT
+//     EXISTS ] … AS SELECT"): runs once; a second one leaves the table and
+//     its rows alone. dvtrun creates its lock table with its row this way.
+//   - Error codes dvtrun maps (store/snowflake/errors.go): 000625 (sqlState
+//     57014) for a statement that gave up waiting for a lock or was a 21st
+//     waiter ("…aborted because the number of waiters for this lock exceeds
+//     the 20 statements limit"), and for DuckDB conflicts Snowflake would
+//     have waited out — retried by the store; 390112 (session token
+//     expired: the driver renews it, gosnowflake's sessionExpiredCode) and
+//     390111 (session gone) — retried on a new session; 002003 (object does
+//     not exist), 001003 (compilation), 000008 (statement count), 000002
+//     (binds in a multi-statement request), 000604 (canceled) and a
+//     Scripting user exception's own number with sqlState P0001 — passed
+//     to the caller. 000603 is the server's own (see below).
+//
 // # Known gaps
 //
 // No arrow results, result chunks, stage binds (the
 // driver only uses them above client_stage_array_binding_threshold, which
 // the server never sets), PUT/GET, SHOW/DESCRIBE or INFORMATION_SCHEMA in
-// Snowflake's shape. TIMESTAMP_TZ keeps the instant, not the offset. A
+// Snowflake's shape. TIMESTAMP_TZ keeps the instant, not the offset. Quoted
+// identifiers are matched case-insensitively. A
 // runtime error (e.g. a failed cast) inside an explicit transaction aborts
 // DuckDB's transaction, where Snowflake rolls back only the statement: the
 // server rolls the transaction back at once and answers every later

@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"math/big"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/duckdb/duckdb-go/v2"
 )
@@ -84,6 +86,19 @@ func runDuck(ctx context.Context, c *duckdb.Conn, st *stmt, args [][]driver.Name
 	typ, err := p.StatementType()
 	if err != nil {
 		return nil, err
+	}
+	if typ == duckdb.STATEMENT_TYPE_SELECT && arrayLen < 0 && len(args[0]) > 0 && untypedColumn(p) {
+		// SELECT ? AS a: DuckDB cannot type a column that is only a
+		// parameter, Snowflake types it by the bind. Cast each parameter to
+		// the type its bind decoded to and prepare again.
+		typed := *st
+		typed.duck = render(castParams(translate(st.toks), args[0]))
+		ps2, err := c.PrepareContext(ctx, typed.duck)
+		if err != nil {
+			return nil, err
+		}
+		p, st = ps2.(*duckdb.Stmt), &typed // the first is closed by its defer
+		defer p.Close()
 	}
 	kind := stmtKind(typ, st)
 	if arrayLen >= 0 {
@@ -350,4 +365,64 @@ func isDDL(first string) bool {
 		return true
 	}
 	return false
+}
+
+// untypedColumn reports a result column DuckDB could not type.
+func untypedColumn(p *duckdb.Stmt) bool {
+	n, err := p.ColumnCount()
+	if err != nil {
+		return false
+	}
+	for i := 0; i < n; i++ {
+		if t, err := p.ColumnType(i); err != nil || t == duckdb.TYPE_INVALID {
+			return true
+		}
+	}
+	return false
+}
+
+// castParams wraps each parameter in a CAST to the DuckDB type of its bound
+// value (? in order, $N by number).
+func castParams(toks []token, args []driver.NamedValue) []token {
+	out := make([]token, len(toks))
+	next := 0
+	for i, t := range toks {
+		out[i] = t
+		if t.kind != tkParam {
+			continue
+		}
+		idx := next
+		if b := bare(t); strings.HasPrefix(b, "$") {
+			if n, err := strconv.Atoi(b[1:]); err == nil {
+				idx = n - 1
+			}
+		} else {
+			next++
+		}
+		if idx < 0 || idx >= len(args) {
+			continue
+		}
+		pre := strings.TrimSuffix(t.text, bare(t))
+		out[i].text = pre + "CAST(" + bare(t) + " AS " + duckTypeOf(args[idx].Value) + ")"
+	}
+	return out
+}
+
+func duckTypeOf(v driver.Value) string {
+	switch x := v.(type) {
+	case int64:
+		return "BIGINT"
+	case float64:
+		return "DOUBLE"
+	case bool:
+		return "BOOLEAN"
+	case []byte:
+		return "BLOB"
+	case time.Time:
+		if x.Location() == time.UTC {
+			return "TIMESTAMP_NS"
+		}
+		return "TIMESTAMPTZ"
+	}
+	return "VARCHAR"
 }

@@ -52,6 +52,11 @@ func (s *Server) execute(ctx context.Context, sess *session, req *queryRequest, 
 	if req.BindStage != "" {
 		return fail(newSFError(CodeCompilation, "0A000", "sftest: stage binds are not supported"), qid)
 	}
+	if toks, err := lex(req.SQLText); err == nil {
+		if body, ok := isBlockRequest(toks); ok {
+			return s.executeScript(ctx, sess, body, req, entry, qid)
+		}
+	}
 	stmts, err := parseRequest(req.SQLText)
 	if err != nil {
 		return fail(newSFError(CodeCompilation, "42000", "SQL compilation error:\n%v", err), qid)
@@ -80,6 +85,34 @@ func (s *Server) execute(ctx context.Context, sess *session, req *queryRequest, 
 		return fail(newSFError("000002", "0A000", "Bind variables not supported in multiple statement queries."), qid)
 	}
 	return s.executeMulti(ctx, sess, stmts, entry, qid)
+}
+
+// executeScript runs a Snowflake Scripting block as one statement (see
+// scripting.go); its SQL statements are logged as children of the request.
+func (s *Server) executeScript(ctx context.Context, sess *session, body string, req *queryRequest, entry LoggedQuery, qid string) []byte {
+	if len(req.Bindings) > 0 {
+		e := newSFError("000002", "0A000", "sftest: bind variables are not supported with a Snowflake Scripting block")
+		entry.QueryID, entry.Err = qid, e.code
+		s.appendLog(entry)
+		return mustJSON(errResponse(e, qid))
+	}
+	res, err := sess.runScript(ctx, body, func(text string, err error) {
+		child := entry
+		child.QueryID, child.ParentQueryID, child.SQLText = newQueryID(), qid, text
+		if err != nil {
+			child.Err = mapError(err).code
+		}
+		s.appendLog(child)
+	})
+	entry.QueryID = qid
+	if err != nil {
+		e := mapError(err)
+		entry.Err = e.code
+		s.appendLog(entry)
+		return mustJSON(errResponse(e, qid))
+	}
+	s.appendLog(entry)
+	return mustJSON(okResponse(s.data(res, qid, sess)))
 }
 
 // executeMulti runs a multi-statement request: each statement gets its own

@@ -38,6 +38,10 @@ type Options struct {
 	// Logf, when set, receives one line per login and per statement
 	// (e.g. t.Logf).
 	Logf func(format string, args ...any)
+	// RTT delays every HTTP request by this much before it is served, as a
+	// network round trip to a real account (100–400 ms) would. The wait ends
+	// early if the client goes away.
+	RTT time.Duration
 }
 
 // LoggedQuery is one executed statement, as QUERY_HISTORY would show it.
@@ -74,6 +78,7 @@ type Server struct {
 
 	queryRequests  atomic.Int64
 	resultRequests atomic.Int64
+	httpRequests   atomic.Int64
 
 	ln   net.Listener
 	http *http.Server
@@ -147,7 +152,13 @@ func (s *Server) Start(addr string) error {
 // the test ends.
 func Start(t testing.TB) *Server {
 	t.Helper()
-	s, err := New(Options{})
+	return StartWith(t, Options{})
+}
+
+// StartWith is Start with options (e.g. RTT).
+func StartWith(t testing.TB, opts Options) *Server {
+	t.Helper()
+	s, err := New(opts)
 	if err != nil {
 		t.Fatalf("sftest: %v", err)
 	}
@@ -219,10 +230,16 @@ func (s *Server) QueryRequests() int64 { return s.queryRequests.Load() }
 // they are round trips too.
 func (s *Server) ResultRequests() int64 { return s.resultRequests.Load() }
 
-// ResetCounters sets both request counters to zero.
+// Requests is the number of HTTP requests of any kind served (login,
+// queries, result fetches, heartbeats, token renewals, telemetry…): every
+// one is a network round trip for a client of a real account.
+func (s *Server) Requests() int64 { return s.httpRequests.Load() }
+
+// ResetCounters sets the request counters to zero.
 func (s *Server) ResetCounters() {
 	s.queryRequests.Store(0)
 	s.resultRequests.Store(0)
+	s.httpRequests.Store(0)
 }
 
 // QueryLog returns a copy of the statements executed so far (the most
@@ -277,7 +294,19 @@ func (s *Server) handler() http.Handler {
 	mux.HandleFunc("POST /telemetry/send", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, okResponse(nil))
 	})
-	return mux
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.httpRequests.Add(1)
+		if s.opts.RTT > 0 {
+			t := time.NewTimer(s.opts.RTT)
+			select {
+			case <-t.C:
+			case <-r.Context().Done():
+				t.Stop()
+				return
+			}
+		}
+		mux.ServeHTTP(w, r)
+	})
 }
 
 // response is the envelope of every answer.

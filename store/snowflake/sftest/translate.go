@@ -1,6 +1,7 @@
 package sftest
 
 import (
+	"fmt"
 	"strings"
 )
 
@@ -99,6 +100,7 @@ func translate(in []token) []token {
 	toks = rewriteTypes(toks)
 	toks = rewriteDateFunctions(toks)
 	toks = rewriteFunctions(toks)
+	toks = nameValuesColumns(toks)
 	if isCreateTable(toks) {
 		toks = stripConstraints(toks)
 	}
@@ -567,4 +569,103 @@ func endOfElement(toks []token, i int) int {
 		}
 	}
 	return len(toks)
+}
+
+// nameValuesColumns gives a VALUES list in FROM/USING Snowflake's column
+// names COLUMN1, COLUMN2, … (DuckDB names them col0, col1, …) unless the
+// statement names them itself: (VALUES …) [AS] alias (a, b) is left alone,
+// (VALUES …) [[AS] alias] gets the column list, and the parenthesis-free
+// FROM VALUES (…), (…) is wrapped.
+func nameValuesColumns(toks []token) []token {
+	var out []token
+	for i := 0; i < len(toks); i++ {
+		t := toks[i]
+		switch {
+		case bare(t) == "(" && i+2 < len(toks) && toks[i+1].is("VALUES") && bare(toks[i+2]) == "(":
+			end := skipParens(toks, i)
+			if end < 0 {
+				return toks
+			}
+			cols := valuesColumns(toks, i+2)
+			out = append(out, toks[i:end+1]...)
+			i = end
+			out = append(out, valuesAlias(toks, &i, cols)...)
+		case t.is("VALUES") && i > 0 && toks[i-1].is("FROM") && i+1 < len(toks) && bare(toks[i+1]) == "(":
+			// FROM VALUES (…), (…): rows up to the first token after a row
+			// that is not a comma followed by "(".
+			end := skipParens(toks, i+1)
+			for end > 0 && end+2 < len(toks) && bare(toks[end+1]) == "," && bare(toks[end+2]) == "(" {
+				end = skipParens(toks, end+2)
+			}
+			if end < 0 {
+				return toks
+			}
+			cols := valuesColumns(toks, i+1)
+			out = append(out, token{kind: tkPunct, text: " ("})
+			out = append(out, toks[i:end+1]...)
+			out = append(out, token{kind: tkPunct, text: ")"})
+			i = end
+			out = append(out, valuesAlias(toks, &i, cols)...)
+		default:
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// valuesAlias returns the tokens that follow a VALUES list at *i: its alias
+// (consumed) and the COLUMNn list, or nothing when the statement lists the
+// columns itself.
+func valuesAlias(toks []token, i *int, cols int) []token {
+	j := *i + 1
+	var alias []token
+	if j < len(toks) && toks[j].is("AS") {
+		alias = append(alias, toks[j])
+		j++
+	}
+	if j < len(toks) && (toks[j].kind == tkWord && !clauseWord[toks[j].upper()] || toks[j].kind == tkQuoted) {
+		alias = append(alias, toks[j])
+		j++
+	} else if len(alias) > 0 {
+		return nil // AS without a name: leave the statement to DuckDB
+	}
+	if j < len(toks) && bare(toks[j]) == "(" {
+		return nil // the statement names the columns
+	}
+	if len(alias) == 0 {
+		alias = []token{{kind: tkWord, text: " AS"}, {kind: tkWord, text: " sftest_values"}}
+	}
+	*i = j - 1
+	names := make([]string, cols)
+	for c := range names {
+		names[c] = fmt.Sprintf("column%d", c+1)
+	}
+	return append(alias, token{kind: tkPunct, text: "(" + strings.Join(names, ", ") + ")"})
+}
+
+// clauseWord lists the words that can follow a FROM item where an alias
+// could stand.
+var clauseWord = map[string]bool{
+	"WHERE": true, "ON": true, "JOIN": true, "LEFT": true, "RIGHT": true, "INNER": true, "FULL": true, "CROSS": true,
+	"NATURAL": true, "GROUP": true, "ORDER": true, "UNION": true, "EXCEPT": true, "MINUS": true, "INTERSECT": true,
+	"LIMIT": true, "HAVING": true, "QUALIFY": true, "WHEN": true, "USING": true, "WINDOW": true, "OFFSET": true, "FETCH": true,
+}
+
+// valuesColumns counts the values of the row tuple opening at i.
+func valuesColumns(toks []token, i int) int {
+	end := skipParens(toks, i)
+	n, depth := 1, 0
+	for j := i + 1; j < end; j++ {
+		switch bare(toks[j]) {
+		case "(":
+			depth++
+		case ")":
+			depth--
+		case ",":
+			if depth == 0 {
+				n++
+			}
+		}
+	}
+	return n
 }

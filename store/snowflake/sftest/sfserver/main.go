@@ -21,9 +21,10 @@ func main() {
 	schema := flag.String("schema", "PUBLIC", "schema name put in the printed DSN")
 	path := flag.String("path", "", "DuckDB file (default: in-memory)")
 	verbose := flag.Bool("v", false, "log every login and statement")
+	rtt := flag.Duration("rtt", 0, "delay every HTTP request by this much, like the network to a real account (e.g. 100ms)")
 	flag.Parse()
 
-	opts := sftest.Options{Path: *path}
+	opts := sftest.Options{Path: *path, RTT: *rtt}
 	if *verbose {
 		opts.Logf = log.Printf
 	}

@@ -49,8 +49,7 @@ type Engine struct {
 // StartRequest asks for a run of a plan.
 type StartRequest struct {
 	Plan         *Plan
-	Ref          PlanRef
-	PlanBytes    []byte // when set, checked against Ref.SHA256
+	Ref          PlanRef // from LoadBundle: the bundle's sha256 and files
 	RunRequestID string
 	// Selection, when set, limits the run to Selection.Steps (recorded in
 	// RunQueued; the runner executes only those). ParentRunID is the run a
@@ -70,11 +69,6 @@ func (e *Engine) StartRun(ctx context.Context, req StartRequest) (string, error)
 	p := req.Plan
 	if p == nil {
 		return "", Errorf(CodeInvalidArgument, "no plan")
-	}
-	if req.PlanBytes != nil {
-		if err := CheckPlanRef(req.Ref, req.PlanBytes); err != nil {
-			return "", err
-		}
 	}
 	if req.Ref.PlanID != "" && (req.Ref.PlanID != p.PlanID || req.Ref.PlanVersion != p.PlanVersion) {
 		return "", Errorf(CodePlanHashMismatch, "PlanRef names %s@%s but the plan is %s@%s", req.Ref.PlanID, req.Ref.PlanVersion, p.PlanID, p.PlanVersion)

@@ -2,11 +2,8 @@ package engine
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -114,36 +111,56 @@ type SecretRef struct {
 	Name string `json:"name" yaml:"name"`
 }
 
-// PlanRef identifies the exact plan a run executes. SHA256 is the hex digest
-// of the plan file's bytes; a mismatch is refused (PLAN_HASH_MISMATCH).
+// PlanRef identifies the exact plan a run executes. SHA256 is the digest of
+// the plan bundle (the plan file and every file it references, see
+// LoadBundle) and Files the digest of each; a mismatch is refused
+// (PLAN_HASH_MISMATCH).
 type PlanRef struct {
-	URI           string `json:"uri"`
-	SHA256        string `json:"sha256"`
-	SchemaVersion string `json:"schemaVersion"`
-	PlanID        string `json:"planId"`
-	PlanVersion   string `json:"planVersion"`
+	URI           string       `json:"uri"`
+	SHA256        string       `json:"sha256"`
+	SchemaVersion string       `json:"schemaVersion"`
+	PlanID        string       `json:"planId"`
+	PlanVersion   string       `json:"planVersion"`
+	Files         []BundleFile `json:"files,omitempty"`
 }
 
-// Duration is a time.Duration written as a Go duration string ("30s").
-type Duration struct{ time.Duration }
+// Duration is a time.Duration written as a Go duration string ("30s") or a
+// number of seconds.
+type Duration struct {
+	time.Duration
+	// invalid keeps a value that is no duration, or one out of range, for
+	// Validate to report with its step.
+	invalid string
+}
+
+// MaxStepTimeout bounds a step's timeout: beyond it a number of seconds
+// would overflow time.Duration long before it meant anything.
+const MaxStepTimeout = 7 * 24 * time.Hour
 
 // MarshalJSON writes the duration as a Go duration string.
 func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()) }
 
-// UnmarshalJSON reads "30s"-style strings (or a number of seconds).
+// UnmarshalJSON reads "30s"-style strings or a number of seconds. A value
+// that is neither, or is out of range, is kept for Validate to refuse.
 func (d *Duration) UnmarshalJSON(b []byte) error {
+	*d = Duration{}
 	var s string
 	if err := json.Unmarshal(b, &s); err != nil {
 		var secs float64
 		if err2 := json.Unmarshal(b, &secs); err2 != nil {
-			return fmt.Errorf("duration must be a string like \"30s\": %w", err)
+			return fmt.Errorf("duration must be a string like \"30s\" or a number of seconds: %w", err)
+		}
+		if secs < 0 || secs > MaxStepTimeout.Seconds() {
+			d.invalid = string(b) + "s"
+			return nil
 		}
 		d.Duration = time.Duration(secs * float64(time.Second))
 		return nil
 	}
 	v, err := time.ParseDuration(s)
-	if err != nil {
-		return err
+	if err != nil || v < 0 || v > MaxStepTimeout {
+		d.invalid = s
+		return nil
 	}
 	d.Duration = v
 	return nil
@@ -232,44 +249,6 @@ type PlanSource interface {
 	ReadFile(name string) ([]byte, error)
 }
 
-// LoadPlan reads and parses a plan file, resolves step `path` SQL files
-// relative to it, and returns its PlanRef (with the sha256 of the file's
-// bytes). It does not validate the DAG.
-func LoadPlan(src PlanSource, file string) (*Plan, PlanRef, error) {
-	data, err := src.ReadFile(file)
-	if err != nil {
-		return nil, PlanRef{}, Errorf(CodePlanInvalid, "cannot read plan %s: %v", file, err)
-	}
-	p, err := ParsePlan(data, file)
-	if err != nil {
-		return nil, PlanRef{}, err
-	}
-	p.Dir = filepath.Dir(file)
-	for i := range p.Steps {
-		st := &p.Steps[i]
-		if st.Path == "" || st.Kind == KindSeed {
-			continue
-		}
-		b, err := src.ReadFile(filepath.Join(p.Dir, st.Path))
-		if err != nil {
-			return nil, PlanRef{}, Errorf(CodePlanInvalid, "step %s: cannot read %s: %v", st.ID, st.Path, err)
-		}
-		st.SQL = string(b)
-	}
-	sum := sha256.Sum256(data)
-	return p, PlanRef{URI: file, SHA256: hex.EncodeToString(sum[:]), SchemaVersion: p.SchemaVersion, PlanID: p.PlanID, PlanVersion: p.PlanVersion}, nil
-}
-
-// CheckPlanRef refuses plan bytes whose sha256 is not the one the PlanRef
-// promises.
-func CheckPlanRef(ref PlanRef, data []byte) error {
-	sum := sha256.Sum256(data)
-	if got := hex.EncodeToString(sum[:]); !strings.EqualFold(got, ref.SHA256) {
-		return Errorf(CodePlanHashMismatch, "plan %s has sha256 %s but its PlanRef expects %s", ref.URI, got, ref.SHA256)
-	}
-	return nil
-}
-
 var identRE = regexp.MustCompile(`^[A-Za-z_\p{L}][A-Za-z0-9_$\p{L}\p{N}]*$`)
 
 // Relation is the table or view a step builds: Name, or the part of the id
@@ -284,17 +263,25 @@ func (s PlanStep) Relation() string {
 	return s.ID
 }
 
-// Validate checks the DAG before anything is written and reports every
-// problem, each naming its step: duplicate or malformed ids, unknown kinds
-// and materializations, empty SQL, unknown dependencies, and cycles.
+// Validate checks the plan before anything is written and reports every
+// problem, each naming its step: duplicate or malformed ids (control
+// characters, '|'), unknown kinds and materializations, reserved relation
+// names, empty SQL, SQL a step kind cannot run (several statements in a
+// model or test, transaction control in a sql step), secrets the SQL uses
+// without declaring them, timeouts out of range, unknown dependencies, and
+// cycles. Every check the warehouses would make on the plan's text is made
+// here, so that a run is recorded only for a plan that passed them.
 func (p *Plan) Validate() error {
 	var problems []string
 	add := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
 	for _, f := range []struct{ name, v string }{{"planId", p.PlanID}, {"planVersion", p.PlanVersion}} {
-		if f.v == "" {
+		switch {
+		case f.v == "":
 			add("%s is missing", f.name)
-		} else if strings.Contains(f.v, "|") {
-			add("%s %q contains '|'", f.name, f.v)
+		case HasControl(f.v):
+			add("%s %s contains a control character", f.name, QuoteText(f.v))
+		case strings.Contains(f.v, "|"):
+			add("%s %s contains '|'", f.name, QuoteText(f.v))
 		}
 	}
 	if len(p.Steps) == 0 {
@@ -307,6 +294,9 @@ func (p *Plan) Validate() error {
 		case s.ID == "":
 			add("step #%d has no id", i+1)
 			continue
+		case HasControl(s.ID):
+			add("step #%d: id %s contains a control character", i+1, QuoteText(s.ID))
+			continue
 		case strings.Contains(s.ID, "|"):
 			add("step %s: id contains '|'", s.ID)
 		}
@@ -314,6 +304,11 @@ func (p *Plan) Validate() error {
 			add("step %s: duplicate id", s.ID)
 		}
 		ids[s.ID] = i
+		for _, f := range []struct{ name, v string }{{"name", s.Name}, {"path", s.Path}} {
+			if HasControl(f.v) {
+				add("step %s: %s %s contains a control character", s.ID, f.name, QuoteText(f.v))
+			}
+		}
 		switch s.Kind {
 		case KindSeed:
 			if s.Path == "" {
@@ -323,40 +318,49 @@ func (p *Plan) Validate() error {
 			switch s.Materialized {
 			case "", MaterializedTable, MaterializedView, MaterializedIncremental, MaterializedEphemeral:
 			default:
-				add("step %s: materialized %q is not table, view, incremental or ephemeral", s.ID, s.Materialized)
+				add("step %s: materialized %s is not table, view, incremental or ephemeral", s.ID, QuoteText(s.Materialized))
 			}
 		case KindTest:
 			switch s.Severity {
 			case "", SeverityError, SeverityWarn:
 			default:
-				add("step %s: severity %q is not error or warn", s.ID, s.Severity)
+				add("step %s: severity %s is not error or warn", s.ID, QuoteText(s.Severity))
 			}
 		case KindSQL:
 		default:
-			add("step %s: unknown kind %q (want seed, model, test or sql)", s.ID, s.Kind)
+			add("step %s: unknown kind %s (want seed, model, test or sql)", s.ID, QuoteText(s.Kind))
 		}
-		if s.Kind != KindSeed && strings.TrimSpace(s.SQL) == "" {
-			add("step %s: SQL is empty", s.ID)
+		if s.Kind != KindSeed {
+			for _, msg := range sqlProblems(s) {
+				add("step %s: %s", s.ID, msg)
+			}
 		}
 		if s.Kind == KindSeed || s.Kind == KindModel {
 			rel := s.Relation()
-			if !identRE.MatchString(rel) {
-				add("step %s: relation name %q is not a valid identifier", s.ID, rel)
-			} else if other, dup := relations[strings.ToLower(rel)]; dup {
+			lower := strings.ToLower(rel)
+			switch other, dup := relations[lower]; {
+			case !identRE.MatchString(rel):
+				add("step %s: relation name %s is not a valid identifier", s.ID, QuoteText(rel))
+			case reservedRelation(lower):
+				add("step %s: relation name %s uses a reserved prefix (sqlite_, dvt_tmp__)", s.ID, QuoteText(rel))
+			case dup:
 				add("step %s: builds %s, which step %s builds too", s.ID, rel, other)
-			} else {
-				relations[strings.ToLower(rel)] = s.ID
+			default:
+				relations[lower] = s.ID
 			}
 		}
 		if s.Retries < 0 {
 			add("step %s: retries %d is negative", s.ID, s.Retries)
 		}
-		if s.Timeout.Duration < 0 {
-			add("step %s: timeout %s is negative", s.ID, s.Timeout)
+		if bad := s.Timeout.invalid; bad != "" || s.Timeout.Duration < 0 || s.Timeout.Duration > MaxStepTimeout {
+			if bad == "" {
+				bad = s.Timeout.String()
+			}
+			add("step %s: timeout %s is out of range: want a duration from 0 to %s (a string like \"30s\" or a number of seconds)", s.ID, QuoteText(bad), MaxStepTimeout)
 		}
 		for _, ref := range s.Secrets {
 			if !secretNameRE.MatchString(ref.Name) {
-				add("step %s: secret name %q must be letters, digits and _", s.ID, ref.Name)
+				add("step %s: secret name %s must be letters, digits and _", s.ID, QuoteText(ref.Name))
 			}
 		}
 		for _, msg := range incrementalProblems(s) {
@@ -364,9 +368,12 @@ func (p *Plan) Validate() error {
 		}
 	}
 	for _, s := range p.Steps {
+		if s.ID == "" || HasControl(s.ID) {
+			continue
+		}
 		for _, d := range s.DependsOn {
 			if _, ok := ids[d]; !ok {
-				add("step %s: depends on unknown step %s", s.ID, d)
+				add("step %s: depends on unknown step %s", s.ID, ShowText(d))
 			} else if d == s.ID {
 				add("step %s: depends on itself", s.ID)
 			} else if dep := p.Steps[ids[d]]; isEphemeral(dep) && s.Kind != KindModel && s.Kind != KindTest {
@@ -376,13 +383,57 @@ func (p *Plan) Validate() error {
 	}
 	if len(problems) == 0 {
 		if cycle := p.findCycle(); cycle != nil {
-			add("dependency cycle: %s", strings.Join(cycle, " -> "))
+			add("dependency cycle: %s", JoinLimited(cycle, " -> ", 20))
 		}
 	}
 	if len(problems) == 0 {
 		return nil
 	}
-	return &Error{Code: CodePlanInvalid, Msg: fmt.Sprintf("plan %s: %s", orUnknown(p.PlanID), strings.Join(problems, "; ")), Meta: map[string]any{"problems": problems}}
+	return &Error{Code: CodePlanInvalid, Msg: fmt.Sprintf("plan %s: %s", QuoteText(orUnknown(p.PlanID)), JoinLimited(problems, "; ", maxListed)), Meta: map[string]any{"problems": problems}}
+}
+
+// maxListed is how many problems a one-line error names before it says how
+// many more there are.
+const maxListed = 10
+
+// reservedRelation: names the warehouses keep for themselves (SQLite's
+// catalog, the temporary names of atomic replaces).
+func reservedRelation(lower string) bool {
+	return strings.HasPrefix(lower, "sqlite_") || strings.HasPrefix(lower, "dvt_tmp__")
+}
+
+// sqlProblems lists what a warehouse would refuse in a step's SQL text.
+func sqlProblems(s PlanStep) []string {
+	if strings.TrimSpace(s.SQL) == "" {
+		return []string{"SQL is empty"}
+	}
+	var out []string
+	switch s.Kind {
+	case KindModel, KindTest:
+		if _, err := SingleStatement(s.SQL); err != nil {
+			out = append(out, err.Error())
+		}
+	case KindSQL:
+		if stmt := TransactionControl(s.SQL); stmt != "" {
+			out = append(out, fmt.Sprintf("%s controls the transaction; a sql step already runs in one", QuoteText(stmt)))
+		}
+	}
+	declared := map[string]bool{}
+	for _, r := range s.Secrets {
+		declared[r.Name] = true
+	}
+	used := false
+	for _, m := range secretRefRE.FindAllStringSubmatch(s.SQL, -1) {
+		used = true
+		if !declared[m[1]] {
+			out = append(out, fmt.Sprintf("the SQL uses secret %s, which the step does not declare in secrets", m[1]))
+			declared[m[1]] = true // once per name
+		}
+	}
+	if used && s.Kind == KindModel && s.Materialized != MaterializedTable {
+		out = append(out, "a view cannot take a secret (the warehouse stores a view's text); materialize it as a table")
+	}
+	return out
 }
 
 var secretNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)

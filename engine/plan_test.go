@@ -1,14 +1,13 @@
 package engine
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
-	"testing/fstest"
 	"time"
 )
 
@@ -65,7 +64,6 @@ func TestParsePlanRejects(t *testing.T) {
 		{"unknown field", `{"planId": "p", "planVersion": "1", "steps": [], "extra": 1}`, "extra"},
 		{"unknown step field", `{"planId": "p", "planVersion": "1", "steps": [{"id": "a", "kind": "sql", "password": "x"}]}`, "password"},
 		{"negative retries", `{"planId": "p", "planVersion": "1", "steps": [{"id": "a", "kind": "sql", "retries": -1}]}`, "retries"},
-		{"bad timeout", `{"planId": "p", "planVersion": "1", "steps": [{"id": "a", "kind": "sql", "timeout": "soon"}]}`, "soon"},
 		{"planVersion as a float", "planId: p\nplanVersion: 1.5\nsteps: []", "planVersion"},
 	}
 	for _, tc := range tests {
@@ -108,7 +106,7 @@ func TestValidate(t *testing.T) {
 		{"unknown kind", func(p *Plan) { p.Steps[4].Kind = "python" }, []string{`step sql.grant: unknown kind "python"`}},
 		{"relation not an identifier", func(p *Plan) { p.Steps[1].Name = `stg"; drop table x; --` }, []string{"step model.stg: relation name"}},
 		{"relation built twice, any case", func(p *Plan) { p.Steps[2].Name = "STG" }, []string{"step model.final: builds STG, which step model.stg builds too"}},
-		{"negative timeout", func(p *Plan) { p.Steps[2].Timeout.Duration = -time.Second }, []string{"step model.final: timeout -1s is negative"}},
+		{"negative timeout", func(p *Plan) { p.Steps[2].Timeout.Duration = -time.Second }, []string{`step model.final: timeout "-1s" is out of range`}},
 		{"secret name", func(p *Plan) { p.Steps[4].Secrets[0].Name = "A-B" }, []string{`step sql.grant: secret name "A-B"`}},
 		{"every problem reported", func(p *Plan) { p.Steps[0].Path = ""; p.Steps[3].SQL = "" }, []string{"step seed.raw:", "step test.not_null_final_id:"}},
 		{"no steps", func(p *Plan) { p.Steps = nil }, []string{"the plan has no steps"}},
@@ -136,6 +134,62 @@ func TestValidate(t *testing.T) {
 	}
 }
 
+// TestValidateHostile: plans a hostile user writes are refused by Validate
+// (so by `plan validate` and before `run` records anything), each problem
+// named, control characters escaped, long lists cut with a count.
+func TestValidateHostile(t *testing.T) {
+	step := func(s string) string {
+		return "planId: p\nplanVersion: \"1\"\nsteps:\n  - " + s + "\n"
+	}
+	tests := []struct{ name, text, want string }{
+		{"ESC in step id", step(`{id: "sql.a\e[2J", kind: sql, sql: "select 1"}`), `step #1: id "sql.a\x1b[2J" contains a control character`},
+		{"BEL in planId", "planId: \"p\\a\"\nplanVersion: \"1\"\nsteps: [{id: sql.a, kind: sql, sql: x}]\n", `planId "p\x07" contains a control character`},
+		{"newline in step id", step(`{id: "sql.a\nb", kind: sql, sql: "select 1"}`), `id "sql.a\nb" contains a control character`},
+		{"newline in dependency", step(`{id: sql.a, kind: sql, sql: x, dependsOn: ["b\e"]}`), `depends on unknown step "b\x1b"`},
+		{"timeout 1e10", step(`{id: sql.a, kind: sql, sql: x, timeout: 1e10}`), `step sql.a: timeout "10000000000s" is out of range: want a duration from 0 to 168h0m0s`},
+		{"timeout not a duration", step(`{id: sql.a, kind: sql, sql: x, timeout: soon}`), `step sql.a: timeout "soon" is out of range`},
+		{"negative timeout", step(`{id: sql.a, kind: sql, sql: x, timeout: -5}`), `timeout "-5s" is out of range`},
+		{"sqlite_master", step(`{id: model.sqlite_master, kind: model, sql: "select 1"}`), `step model.sqlite_master: relation name "sqlite_master" uses a reserved prefix`},
+		{"dvt_tmp__", step(`{id: seed.x, name: DVT_TMP__x, kind: seed, path: x.csv}`), `relation name "DVT_TMP__x" uses a reserved prefix`},
+		{"two statements in a test", step(`{id: test.a, kind: test, sql: "select 1; delete from t"}`), "step test.a: the SQL holds several statements"},
+		{"two statements in a model", step(`{id: model.a, kind: model, sql: "select 1; select 2"}`), "step model.a: the SQL holds several statements"},
+		{"begin/commit in a sql step", step(`{id: sql.a, kind: sql, sql: "begin; insert into t values (1); commit"}`), `step sql.a: "begin" controls the transaction`},
+		{"undeclared secret", step(`{id: sql.a, kind: sql, sql: "insert into t values ({{ secret('API_TOKEN') }})"}`), "step sql.a: the SQL uses secret API_TOKEN, which the step does not declare"},
+		{"secret in a view", step(`{id: model.a, kind: model, sql: "select {{ secret('K') }} as k", secrets: [{name: K}]}`), "step model.a: a view cannot take a secret"},
+		{"long id", step(`{id: "sql.` + strings.Repeat("x", 40000) + `\e", kind: sql, sql: x}`), `(40005 bytes) contains a control character`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := ParsePlan([]byte(tc.text), "p.yaml")
+			if err == nil {
+				err = p.Validate()
+			}
+			if CodeOf(err) != CodePlanInvalid || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v\nwant PLAN_INVALID with %s", err, tc.want)
+			}
+			if HasControl(err.Error()) || len(err.Error()) > 1000 {
+				t.Errorf("the error holds control characters or is %d bytes long", len(err.Error()))
+			}
+		})
+	}
+
+	// A thousand bad steps: every problem in Meta, ten in the sentence.
+	var b strings.Builder
+	b.WriteString("planId: p\nplanVersion: \"1\"\nsteps:\n")
+	for i := range 1000 {
+		fmt.Fprintf(&b, "  - {id: sql.s%d, kind: sql, sql: \"commit\"}\n", i)
+	}
+	p, err := ParsePlan([]byte(b.String()), "p.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = p.Validate()
+	var e *Error
+	if !errors.As(err, &e) || len(e.Meta["problems"].([]string)) != 1000 || !strings.HasSuffix(e.Msg, "… and 990 more") || len(e.Msg) > 2000 {
+		t.Errorf("1000 problems: %d bytes: %.300s", len(err.Error()), err)
+	}
+}
+
 func TestOrder(t *testing.T) {
 	p := &Plan{PlanID: "p", PlanVersion: "1", Steps: []PlanStep{
 		{ID: "test.t", Kind: KindTest, SQL: "x", DependsOn: []string{"model.b", "model.a"}},
@@ -158,43 +212,6 @@ func TestOrder(t *testing.T) {
 	}
 	if deps := p.Dependents()["seed.s"]; !slices.Equal(deps, []string{"model.b", "model.a"}) {
 		t.Errorf("dependents of seed.s: %v", deps)
-	}
-}
-
-func TestLoadPlan(t *testing.T) {
-	// model.final's SQL comes from a file relative to the plan.
-	text := strings.Replace(basePlan, `sql: "select id from stg"`, `path: models/final.sql`, 1)
-	fsys := fstest.MapFS{
-		"proj/plan.yaml":        {Data: []byte(text)},
-		"proj/models/final.sql": {Data: []byte("select id from file")},
-	}
-	p, ref, err := LoadPlan(fsys, "proj/plan.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum := sha256.Sum256([]byte(text))
-	if ref.SHA256 != hex.EncodeToString(sum[:]) || ref.PlanID != "p" || ref.PlanVersion != "3" || ref.URI != "proj/plan.yaml" {
-		t.Errorf("ref %+v", ref)
-	}
-	if final, _ := p.Step("model.final"); final.SQL != "select id from file" {
-		t.Errorf("model.final SQL %q", final.SQL)
-	}
-	if seed, _ := p.Step("seed.raw"); seed.SQL != "" || p.Dir != "proj" {
-		t.Errorf("seed %+v, dir %q", seed, p.Dir)
-	}
-	if err := CheckPlanRef(ref, []byte(text)); err != nil {
-		t.Error(err)
-	}
-	if err := CheckPlanRef(ref, []byte(text+" ")); CodeOf(err) != CodePlanHashMismatch {
-		t.Errorf("changed bytes: %v", err)
-	}
-
-	delete(fsys, "proj/models/final.sql")
-	if _, _, err := LoadPlan(fsys, "proj/plan.yaml"); CodeOf(err) != CodePlanInvalid || !strings.Contains(err.Error(), "step model.final: cannot read models/final.sql") {
-		t.Errorf("missing SQL file: %v", err)
-	}
-	if _, _, err := LoadPlan(fsys, "proj/none.yaml"); CodeOf(err) != CodePlanInvalid {
-		t.Errorf("missing plan: %v", err)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 )
 
 // Column types a seed's columns are inferred as.
@@ -27,12 +28,23 @@ type SeedTable struct {
 	Rows    [][]any
 }
 
+// Seed limits, checked in pre-flight so that an unloadable seed is refused
+// before a run is recorded: SQLite's default column limit is 2000 and
+// Snowflake's row size is bounded; a seed wider or longer than this is not a
+// seed.
+const (
+	MaxSeedColumns  = 1000
+	MaxSeedRowBytes = 1 << 20
+)
+
 // ReadSeed parses a CSV seed: a header row, RFC 4180 quoting (quoted fields
 // may hold commas, quotes and line breaks), LF or CRLF line ends, an optional
 // UTF-8 byte-order mark. A column is INTEGER when every non-empty value is a
 // decimal int64, REAL when every one is a finite decimal number, TEXT
 // otherwise (also when it has no values at all); empty fields are NULL.
-// Errors carry CodePlanInvalid and name the file and line as "name:line".
+// Binary content (a NUL byte or invalid UTF-8), more than MaxSeedColumns
+// columns or a row longer than MaxSeedRowBytes is refused. Errors carry
+// CodePlanInvalid and name the file and line as "name:line".
 func ReadSeed(r io.Reader, name string) (*SeedTable, error) {
 	cr := csv.NewReader(r)
 	cr.ReuseRecord = false
@@ -45,6 +57,12 @@ func ReadSeed(r io.Reader, name string) (*SeedTable, error) {
 	}
 	// Blank lines before the header are skipped; name the header's own line.
 	hline, _ := cr.FieldPos(0)
+	if len(header) > MaxSeedColumns {
+		return nil, Errorf(CodePlanInvalid, "seed %s:%d: the header has %d columns, more than the limit of %d", name, hline, len(header), MaxSeedColumns)
+	}
+	if err := checkRecord(name, hline, header); err != nil {
+		return nil, err
+	}
 	seen := map[string]bool{}
 	for i, h := range header {
 		if i == 0 {
@@ -57,11 +75,11 @@ func ReadSeed(r io.Reader, name string) (*SeedTable, error) {
 		// Headers become quoted SQL names in every warehouse: any printable
 		// text is safe, control and invalid characters are not.
 		if strings.ContainsFunc(h, func(r rune) bool { return r == unicode.ReplacementChar || !unicode.IsPrint(r) && r != ' ' }) {
-			return nil, Errorf(CodePlanInvalid, "seed %s:%d: column %q contains a control or invalid character", name, hline, h)
+			return nil, Errorf(CodePlanInvalid, "seed %s:%d: column %s contains a control or invalid character", name, hline, QuoteText(h))
 		}
 		// SQL names are case-insensitive: Id and ID would be one column.
 		if seen[strings.ToLower(h)] {
-			return nil, Errorf(CodePlanInvalid, "seed %s:%d: column %q appears twice", name, hline, h)
+			return nil, Errorf(CodePlanInvalid, "seed %s:%d: column %s appears twice", name, hline, QuoteText(h))
 		}
 		seen[strings.ToLower(h)] = true
 		header[i] = h
@@ -74,6 +92,10 @@ func ReadSeed(r io.Reader, name string) (*SeedTable, error) {
 		}
 		if err != nil {
 			return nil, seedErr(name, rec, len(header), err)
+		}
+		line, _ := cr.FieldPos(0)
+		if err := checkRecord(name, line, rec); err != nil {
+			return nil, err
 		}
 		raw = append(raw, rec)
 	}
@@ -129,6 +151,21 @@ func ReadSeed(r io.Reader, name string) (*SeedTable, error) {
 		t.Rows[i] = row
 	}
 	return t, nil
+}
+
+// checkRecord refuses binary content and over-long rows.
+func checkRecord(name string, line int, rec []string) error {
+	size := 0
+	for i, v := range rec {
+		size += len(v)
+		if strings.IndexByte(v, 0) >= 0 || !utf8.ValidString(v) {
+			return Errorf(CodePlanInvalid, "seed %s:%d: column %d holds binary content (a NUL byte or invalid UTF-8); a seed is UTF-8 text", name, line, i+1)
+		}
+	}
+	if size > MaxSeedRowBytes {
+		return Errorf(CodePlanInvalid, "seed %s:%d: the row is %d bytes, more than the limit of %d", name, line, size, MaxSeedRowBytes)
+	}
+	return nil
 }
 
 // decimalRE is what a REAL value looks like. strconv.ParseFloat alone would

@@ -209,7 +209,7 @@ func payloadRules(e RunEventWrite) bool {
 		return bytes.Contains(e.Payload, []byte(`"artifacts"`))
 	case RunQueued:
 		return bytes.Contains(e.Payload, []byte(`"selection"`)) || bytes.Contains(e.Payload, []byte(`"parentRunId"`)) ||
-			bytes.Contains(e.Payload, []byte(`"fullRefresh"`))
+			bytes.Contains(e.Payload, []byte(`"fullRefresh"`)) || bytes.Contains(e.Payload, []byte(`"planRef"`))
 	}
 	return false
 }

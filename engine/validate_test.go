@@ -121,6 +121,9 @@ func TestValidatePayloadRules(t *testing.T) {
 		{engine.RunCancelled, "", `{"artifacts":{"uri":"file:///x","kind":"k"}}`},
 		{engine.RunQueued, "", `{"fullRefresh":"yes"}`},
 		{engine.StepStarted, "", ``},
+		{engine.RunQueued, "", `{"planRef":"not an object"}`},
+		{engine.RunQueued, "", `{"planRef":{"sha256":"ab","files":[{"path":"models/x.sql","sha256":"not hex"}]}}`},
+		{engine.RunQueued, "", `{"planRef":{"files":[{"path":"","sha256":"` + strings.Repeat("a", 64) + `"}]}}`},
 	}
 	for _, tc := range tests {
 		e := validEvent(tc.typ, tc.step)

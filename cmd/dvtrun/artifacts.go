@@ -79,7 +79,7 @@ func (c *cli) runResultsExport(meta engine.RunMetadata, evs []engine.RunEventRec
 	}
 	var plan *engine.Plan
 	if planPath != "" {
-		p, ref, err := engine.LoadPlan(&fileSource{plan: planPath}, planPath)
+		p, ref, err := engine.LoadPlan(osSource{}, planPath)
 		switch {
 		case err != nil:
 			c.note("compiled_code left out: cannot read the run's plan %s: %s", planPath, oneLine(err.Error()))

@@ -41,11 +41,11 @@ func cmdPlanValidate(_ context.Context, c *cli, args []string) error {
 	if err != nil {
 		return err
 	}
-	p, ref, _, err := loadPlan(pos[0], *wantSHA)
+	b, err := loadPlan(pos[0], *wantSHA)
 	if *asJSON {
 		v := planVerdict{Valid: err == nil, Problems: []string{}}
 		if err == nil {
-			v.PlanID, v.PlanVersion, v.Steps, v.SHA256 = p.PlanID, p.PlanVersion, len(p.Steps), ref.SHA256
+			v.PlanID, v.PlanVersion, v.Steps, v.SHA256, v.Files = b.Plan.PlanID, b.Plan.PlanVersion, len(b.Plan.Steps), b.Ref.SHA256, b.Ref.Files
 		} else {
 			v.Code, v.Problems = engine.CodeOf(err), problemsOf(err)
 		}
@@ -57,19 +57,20 @@ func cmdPlanValidate(_ context.Context, c *cli, args []string) error {
 		return err
 	}
 	if !*asJSON {
-		fmt.Fprintf(c.stdout, "OK: plan %s@%s is valid: %d steps (sha256 %s)\n", p.PlanID, p.PlanVersion, len(p.Steps), ref.SHA256)
+		fmt.Fprintf(c.stdout, "OK: plan %s@%s is valid: %d steps, %d file(s) referenced (bundle sha256 %s)\n", b.Plan.PlanID, b.Plan.PlanVersion, len(b.Plan.Steps), len(b.Ref.Files)-1, b.Ref.SHA256)
 	}
 	return nil
 }
 
 type planVerdict struct {
-	Valid       bool        `json:"valid"`
-	PlanID      string      `json:"planId,omitempty"`
-	PlanVersion string      `json:"planVersion,omitempty"`
-	Steps       int         `json:"steps,omitempty"`
-	SHA256      string      `json:"sha256,omitempty"`
-	Code        engine.Code `json:"code,omitempty"`
-	Problems    []string    `json:"problems"`
+	Valid       bool                `json:"valid"`
+	PlanID      string              `json:"planId,omitempty"`
+	PlanVersion string              `json:"planVersion,omitempty"`
+	Steps       int                 `json:"steps,omitempty"`
+	SHA256      string              `json:"sha256,omitempty"` // of the bundle
+	Files       []engine.BundleFile `json:"files,omitempty"`
+	Code        engine.Code         `json:"code,omitempty"`
+	Problems    []string            `json:"problems"`
 }
 
 // problemsOf lists a validation error's problems one by one (Validate puts

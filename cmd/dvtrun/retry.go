@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"context"
 	"fmt"
 	"strings"
@@ -31,15 +32,16 @@ func cmdRetry(ctx context.Context, c *cli, args []string) error {
 	if planPath == "" {
 		return engine.Errorf(engine.CodeInvalidArgument, "run %s recorded no plan file; pass it: dvtrun retry %s PLAN", parent.meta.RunID, parent.meta.RunID)
 	}
-	p, ref, data, err := loadPlan(planPath, "")
+	b, err := loadPlan(planPath, "")
 	if err != nil {
 		return err
 	}
+	p, ref := b.Plan, b.Ref
 	if p.PlanID != parent.meta.PlanID || p.PlanVersion != parent.meta.PlanVersion {
 		return engine.Errorf(engine.CodePlanHashMismatch, "run %s ran plan %s@%s, not %s@%s (%s)", parent.meta.RunID, parent.meta.PlanID, parent.meta.PlanVersion, p.PlanID, p.PlanVersion, planPath)
 	}
-	for _, file := range planChanges(parent.meta, ref) {
-		fmt.Fprintf(c.stdout, "plan changed since run %s: file %s\n", parent.meta.RunID, file)
+	for _, change := range planChanges(parent.meta, parent.queued.PlanRef, ref) {
+		fmt.Fprintf(c.stdout, "plan changed since run %s: %s\n", parent.meta.RunID, change)
 	}
 	steps, gone := retrySteps(p, parent.queued, parent.snap)
 	for _, id := range gone {
@@ -51,7 +53,7 @@ func cmdRetry(ctx context.Context, c *cli, args []string) error {
 	}
 	sel := &engine.Selection{Steps: steps}
 	intro := fmt.Sprintf("Retrying %d step(s) of run %s: %s", len(steps), parent.meta.RunID, strings.Join(steps, ", "))
-	return c.startAndExecute(ctx, f, planPath, p, engine.StartRequest{Plan: p, Ref: ref, PlanBytes: data, Selection: sel, ParentRunID: parent.meta.RunID,
+	return c.startAndExecute(ctx, f, planPath, p, engine.StartRequest{Plan: p, Ref: ref, Selection: sel, ParentRunID: parent.meta.RunID,
 		FullRefresh: parent.queued.FullRefresh}, intro) // dbt retry reuses the run's flags
 }
 
@@ -140,13 +142,19 @@ func retrySteps(p *engine.Plan, q engine.RunQueuedRequest, snap engine.Snapshot)
 	return steps, gone
 }
 
-// planChanges names the files of the plan bundle that differ from the one
-// the run executed. Runs record the plan file's sha256 today, so that is
-// the one file compared; when runs record the bundle's digest (plan and
-// every referenced file), this is the one place to compare it.
-func planChanges(ran engine.RunMetadata, now engine.PlanRef) []string {
-	if strings.EqualFold(ran.PlanSHA256, now.SHA256) {
-		return nil
+// planChanges names what changed in the plan bundle since the run ran it:
+// each file, from the per-file sha256s RunQueued recorded (a run recorded
+// before bundles: the plan as a whole).
+func planChanges(ran engine.RunMetadata, recorded, now engine.PlanRef) []string {
+	if recorded.SHA256 == "" {
+		recorded.SHA256 = ran.PlanSHA256
 	}
-	return []string{now.URI}
+	var e *engine.Error
+	if err := now.Compare(recorded); errors.As(err, &e) {
+		if changes, ok := e.Meta["changes"].([]string); ok {
+			return changes
+		}
+		return []string{now.URI}
+	}
+	return nil
 }

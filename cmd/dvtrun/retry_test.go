@@ -91,7 +91,7 @@ func TestRetry(t *testing.T) {
 		t.Fatalf("retry: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
 	for _, want := range []string{
-		"plan changed since run " + parent + ": file " + plan,
+		"plan changed since run " + parent + `: the plan file "plan.yaml" changed`,
 		"Retrying 3 step(s) of run " + parent + ": model.flaky, sql.after_flaky, test.flaky_has_rows",
 	} {
 		if !strings.Contains(r.stdout, want) {

@@ -10,7 +10,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -35,71 +34,26 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// fileSource reads plan files from the file system and remembers the plan
-// file's bytes, so the sha256 checked is the sha256 of what was parsed.
-type fileSource struct {
-	plan     string
-	planData []byte
-}
+// osSource reads plan files from the file system.
+type osSource struct{}
 
-func (f *fileSource) ReadFile(name string) ([]byte, error) {
-	b, err := os.ReadFile(name)
-	if err == nil && name == f.plan {
-		f.planData = b
-	}
-	return b, err
-}
+func (osSource) ReadFile(name string) ([]byte, error) { return os.ReadFile(name) }
 
-// loadPlan reads, parses and validates a plan; with wantSHA it also refuses
-// a plan whose bytes do not hash to it. Nothing is written before this.
-func loadPlan(path, wantSHA string) (*engine.Plan, engine.PlanRef, []byte, error) {
-	src := &fileSource{plan: path}
-	p, ref, err := engine.LoadPlan(src, path)
+// loadPlan reads the plan bundle (the plan and every file it references)
+// and runs every check a run makes before anything is written; with wantSHA
+// it also refuses a bundle whose sha256 is not that.
+func loadPlan(path, wantSHA string) (*engine.PlanBundle, error) {
+	b, err := engine.LoadBundle(osSource{}, path)
 	if err != nil {
-		return nil, ref, nil, err
+		return nil, err
 	}
 	if wantSHA != "" {
-		if !sha256RE.MatchString(wantSHA) {
-			return nil, ref, nil, engine.Errorf(engine.CodeInvalidArgument, "--plan-sha256 %q is not 64 hex digits", wantSHA)
-		}
-		if err := engine.CheckPlanRef(engine.PlanRef{URI: path, SHA256: wantSHA}, src.planData); err != nil {
-			return nil, ref, nil, err
+		if err := b.Ref.CheckSHA256(wantSHA); err != nil {
+			return nil, err
 		}
 	}
-	if err := p.Validate(); err != nil {
-		return nil, ref, nil, err
-	}
-	if err := checkSeeds(p); err != nil {
-		return nil, ref, nil, err
-	}
-	return p, ref, src.planData, nil
+	return b, nil
 }
-
-// checkSeeds parses every seed CSV up front, so that a missing or malformed
-// file is refused before a run is recorded rather than failing mid-run.
-func checkSeeds(p *engine.Plan) error {
-	for _, st := range p.Steps {
-		if st.Kind != engine.KindSeed {
-			continue
-		}
-		path := st.Path
-		if !filepath.IsAbs(path) {
-			path = filepath.Join(p.Dir, path)
-		}
-		f, err := os.Open(path)
-		if err != nil {
-			return engine.Errorf(engine.CodePlanInvalid, "step %s: cannot read seed file %s: %v", st.ID, st.Path, pathError(err))
-		}
-		_, err = engine.ReadSeed(f, st.Path)
-		f.Close()
-		if err != nil {
-			return engine.Errorf(engine.CodePlanInvalid, "step %s: %s", st.ID, strings.TrimPrefix(err.Error(), string(engine.CodePlanInvalid)+": "))
-		}
-	}
-	return nil
-}
-
-var sha256RE = regexp.MustCompile(`^[0-9a-fA-F]{64}$`)
 
 // secretLookup resolves secrets at step time: DVT_SECRET_<NAME> from the
 // environment first, then the secrets file. Every value handed out is
@@ -233,15 +187,16 @@ func cmdRun(ctx context.Context, c *cli, args []string) error {
 	if err := f.check(); err != nil {
 		return err
 	}
-	p, ref, data, err := loadPlan(pos[0], *wantSHA)
+	b, err := loadPlan(pos[0], *wantSHA)
 	if err != nil {
 		return err
 	}
+	p := b.Plan
 	sel, err := c.choose(p, sf, true)
 	if err != nil {
 		return err
 	}
-	return c.startAndExecute(ctx, f, pos[0], p, engine.StartRequest{Plan: p, Ref: ref, PlanBytes: data, RunRequestID: *reqID, Selection: sel, FullRefresh: *fullRefresh}, "")
+	return c.startAndExecute(ctx, f, pos[0], p, engine.StartRequest{Plan: p, Ref: b.Ref, RunRequestID: *reqID, Selection: sel, FullRefresh: *fullRefresh}, "")
 }
 
 // startAndExecute records a new run of p (selected or not) and executes
@@ -297,10 +252,11 @@ func cmdResume(ctx context.Context, c *cli, args []string) error {
 	if err := f.check(); err != nil {
 		return err
 	}
-	p, ref, _, err := loadPlan(pos[1], "")
+	b, err := loadPlan(pos[1], "")
 	if err != nil {
 		return err
 	}
+	p := b.Plan
 	lookup, err := c.secretLookup(f.secretsFile)
 	if err != nil {
 		return err
@@ -318,8 +274,12 @@ func cmdResume(ctx context.Context, c *cli, args []string) error {
 	if err != nil {
 		return err
 	}
-	if !strings.EqualFold(meta.PlanSHA256, ref.SHA256) {
-		return engine.Errorf(engine.CodePlanHashMismatch, "run %s started with plan sha256 %s but %s has sha256 %s", meta.RunID, meta.PlanSHA256, pos[1], ref.SHA256)
+	recorded, err := engine.RecordedPlanRef(ctx, st, meta)
+	if err != nil {
+		return err
+	}
+	if err := b.Ref.Compare(recorded); err != nil {
+		return fmt.Errorf("run %s: %w", meta.RunID, err)
 	}
 	// Terminal runs are immutable: say so instead of printing an empty run.
 	snap, err := c.engineFor(st).GetRunStatus(ctx, meta.RunID)

@@ -112,7 +112,7 @@ func (h *harness) checkLog(runID string) engine.Snapshot {
 
 func TestRunShopPlan(t *testing.T) {
 	plan := filepath.Join(repoRoot(t), "plans", "shop", "plan.yaml")
-	p, _, err := engine.LoadPlan(&fileSource{plan: plan}, plan)
+	p, _, err := engine.LoadPlan(osSource{}, plan)
 	if err != nil {
 		t.Fatalf("the example plan: %v", err)
 	}
@@ -155,11 +155,18 @@ func TestRunShopPlan(t *testing.T) {
 
 func TestRunConsoleOutput(t *testing.T) {
 	h := newHarness(t)
-	data, err := os.ReadFile(fixture("ok", "plan.yaml"))
-	if err != nil {
-		t.Fatal(err)
+	// The bundle's sha256 is sha256sum's output for the plan and the
+	// files it references, hashed again.
+	manifest := ""
+	for _, name := range []string{"plan.yaml", "customers.csv"} {
+		data, err := os.ReadFile(fixture("ok", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum := sha256.Sum256(data)
+		manifest += hex.EncodeToString(sum[:]) + "  " + name + "\n"
 	}
-	sum := sha256.Sum256(data)
+	sum := sha256.Sum256([]byte(manifest))
 	r := h.run("run", "--threads", "2", "--run-request-id", "req-42", "--plan-sha256", hex.EncodeToString(sum[:]), fixture("ok", "plan.yaml"))
 	if r.code != 0 {
 		t.Fatalf("exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
@@ -388,7 +395,7 @@ func TestInterruptAndResume(t *testing.T) {
 		}
 	}
 	for id := range done {
-		p, _, _ := engine.LoadPlan(&fileSource{}, plan)
+		p, _, _ := engine.LoadPlan(osSource{}, plan)
 		st, _ := p.Step(id)
 		if strings.Contains(r.stdout, "START "+describe(st)+" ") {
 			t.Errorf("resume ran %s again", id)

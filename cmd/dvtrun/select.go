@@ -91,10 +91,11 @@ func cmdLs(_ context.Context, c *cli, args []string) error {
 	if err != nil {
 		return err
 	}
-	p, _, _, err := loadPlan(pos[0], "")
+	b, err := loadPlan(pos[0], "")
 	if err != nil {
 		return err
 	}
+	p := b.Plan
 	sel, err := c.choose(p, f, false)
 	if err != nil {
 		return err

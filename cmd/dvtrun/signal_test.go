@@ -21,13 +21,13 @@ func queueRun(t *testing.T, h *harness) string {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	p, ref, _, err := loadPlan(fixture("ok", "plan.yaml"), "")
+	b, err := loadPlan(fixture("ok", "plan.yaml"), "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	eng := &engine.Engine{Log: st, Clock: engine.ClockFunc(time.Now), IDs: engine.IDFunc(uuid.NewString),
 		Config: engine.Config{TenantID: "default", ProjectID: "default", EnvironmentID: "dev"}}
-	id, err := eng.StartRun(ctx, engine.StartRequest{Plan: p, Ref: ref})
+	id, err := eng.StartRun(ctx, engine.StartRequest{Plan: b.Plan, Ref: b.Ref})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -577,7 +577,7 @@ func TestSecretsNeverLeak(t *testing.T) {
 	p := &engine.Plan{PlanID: "p", PlanVersion: "1", Steps: []engine.PlanStep{
 		{ID: "sql.fails", Kind: engine.KindSQL, SQL: "select * from api where key = {{ secret('API_KEY') }}", Secrets: []engine.SecretRef{{Name: "API_KEY"}}},
 		{ID: "sql.echoes", Kind: engine.KindSQL, SQL: "select {{ secret('API_KEY') }}", Secrets: []engine.SecretRef{{Name: "API_KEY"}}},
-		{ID: "sql.undeclared", Kind: engine.KindSQL, SQL: "select {{ secret('OTHER') }}"},
+		{ID: "sql.undeclared", Kind: engine.KindSQL, SQL: "select {{ secret('OTHER') }}", Secrets: []engine.SecretRef{{Name: "OTHER"}}},
 	}}
 	h.wh.set("sql.fails", func(_ context.Context, req engine.StepRequest, call int) (engine.StepResult, error) {
 		if call == 1 {

@@ -183,7 +183,7 @@ func (w *Warehouse) runModel(ctx context.Context, req engine.StepRequest) (engin
 	if err != nil {
 		return engine.StepResult{}, err
 	}
-	body, err := singleStatement(req.SQL)
+	body, err := engine.SingleStatement(req.SQL)
 	if err != nil {
 		return engine.StepResult{}, engine.Errorf(engine.CodePlanInvalid, "model %s: %w", req.StepID, err)
 	}
@@ -288,7 +288,7 @@ func (w *Warehouse) replace(ctx context.Context, rel, mat string, build func(tx 
 }
 
 func (w *Warehouse) runTest(ctx context.Context, req engine.StepRequest) (engine.StepResult, error) {
-	body, err := singleStatement(req.SQL)
+	body, err := engine.SingleStatement(req.SQL)
 	if err != nil {
 		return engine.StepResult{}, engine.Errorf(engine.CodePlanInvalid, "test %s: %w", req.StepID, err)
 	}
@@ -305,7 +305,7 @@ func (w *Warehouse) runSQL(ctx context.Context, req engine.StepRequest) (engine.
 	if strings.TrimSpace(req.SQL) == "" {
 		return engine.StepResult{}, engine.Errorf(engine.CodePlanInvalid, "sql step %s: SQL is empty", req.StepID)
 	}
-	if stmt := transactionControl(req.SQL); stmt != "" {
+	if stmt := engine.TransactionControl(req.SQL); stmt != "" {
 		return engine.StepResult{}, engine.Errorf(engine.CodePlanInvalid, "sql step %s: %q controls the transaction; the step already runs in one", req.StepID, stmt)
 	}
 	if err := w.acquire(ctx); err != nil {

@@ -313,29 +313,6 @@ func TestOpenWarehouseErrors(t *testing.T) {
 	}
 }
 
-func TestSingleStatement(t *testing.T) {
-	tests := []struct {
-		in, want string
-		err      bool
-	}{
-		{"select 1", "select 1", false},
-		{"  select 1 ;  \n", "select 1", false},
-		{"select 1; /* done */ -- really\n;", "select 1", false},
-		{"select ';', \"a;b\", `c;d`, [e;f] from t", "select ';', \"a;b\", `c;d`, [e;f] from t", false},
-		{"select 'it''s; fine'", "select 'it''s; fine'", false},
-		{"select 1 -- ; not a split\nfrom t", "select 1 -- ; not a split\nfrom t", false},
-		{"select 1; select 2", "", true},
-		{"  ;  ", "", true},
-		{"-- only a comment", "", true},
-	}
-	for _, tc := range tests {
-		got, err := singleStatement(tc.in)
-		if (err != nil) != tc.err || got != tc.want {
-			t.Errorf("singleStatement(%q) = %q, %v; want %q, error %v", tc.in, got, err, tc.want, tc.err)
-		}
-	}
-}
-
 // TestWarehouseBusyIsTransient: another process holding the write lock past
 // the busy timeout makes a write step fail with a transient error, which
 // the runner retries; once the lock is gone the retry succeeds.
@@ -420,23 +397,5 @@ func TestWarehouseConcurrentSteps(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Error(err)
-	}
-}
-
-func TestTransactionControl(t *testing.T) {
-	tests := []struct{ sql, want string }{
-		{"delete from t; insert into t values (1)", ""},
-		{"delete from t; COMMIT; insert into t values (1)", "COMMIT"},
-		{"rollback", "rollback"},
-		{"savepoint a; delete from t; release a", "savepoint a"},
-		{"select 'commit;'; select \"end\"", ""},
-		{"-- commit\nselect 1", ""},
-		{"create trigger tr after insert on t begin insert into u values (1); delete from v; end; delete from t", ""},
-		{"create temp trigger tr after insert on t begin select 1; end; end", "end"},
-	}
-	for _, tc := range tests {
-		if got := transactionControl(tc.sql); got != tc.want {
-			t.Errorf("transactionControl(%q) = %q, want %q", tc.sql, got, tc.want)
-		}
 	}
 }

@@ -1,4 +1,4 @@
-package sqlite
+package engine
 
 import (
 	"errors"
@@ -6,13 +6,13 @@ import (
 	"strings"
 )
 
-// singleStatement returns sql without its trailing ';' (and anything but
+// SingleStatement returns sql without its trailing ';' (and anything but
 // blanks and comments after it), or an error when sql holds more than one
 // statement or none. Models and tests are wrapped in CREATE … AS / SELECT
 // count(*) FROM (…), where a second statement would either break the
 // wrapper or run unwrapped. Quotes ('…', "…", `…`, […]) and comments are
 // skipped so a ';' inside them does not count.
-func singleStatement(sql string) (string, error) {
+func SingleStatement(sql string) (string, error) {
 	end := -1 // index of the first top-level ';'
 	i := 0
 	for i < len(sql) && end < 0 {
@@ -84,12 +84,12 @@ func skipUntil(s string, i int, end string) int {
 	return len(s)
 }
 
-// transactionControl returns the first statement of sql that would end or
+// TransactionControl returns the first statement of sql that would end or
 // nest the transaction a sql step runs in (BEGIN, COMMIT, END, ROLLBACK,
 // SAVEPOINT, RELEASE), or "". A COMMIT in the middle would make the
 // statements before it permanent and leave the rest outside any
 // transaction. The BEGIN … END of a CREATE TRIGGER body is not one.
-func transactionControl(sql string) string {
+func TransactionControl(sql string) string {
 	inTrigger := false
 	for _, stmt := range splitStatements(sql) {
 		words := leadingWords(stmt, 4)

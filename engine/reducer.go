@@ -102,6 +102,15 @@ type seenSet struct {
 	run      [8]uint64        // run-level types × attempts 1..64
 	steps    [][4]uint64      // per step (parallel to reducer.steps): step types × attempts 1..64
 	overflow map[applied]bool // attempts outside 1..64
+	// unborn holds the events seen for steps that do not exist yet: every
+	// event about them so far was invalid (Policy A), so no step appeared.
+	unborn map[string][]stepKey
+}
+
+// stepKey is a step event's re-delivery key within its step.
+type stepKey struct {
+	typ     EventType
+	attempt int
 }
 
 type applied struct {
@@ -111,7 +120,14 @@ type applied struct {
 }
 
 func (s seenSet) clone() seenSet {
-	return seenSet{run: s.run, steps: slices.Clone(s.steps), overflow: maps.Clone(s.overflow)}
+	c := seenSet{run: s.run, steps: slices.Clone(s.steps), overflow: maps.Clone(s.overflow)}
+	if s.unborn != nil {
+		c.unborn = make(map[string][]stepKey, len(s.unborn))
+		for id, keys := range s.unborn {
+			c.unborn[id] = slices.Clone(keys)
+		}
+	}
+	return c
 }
 
 // typeBit orders the state-changing types within their entity.
@@ -208,9 +224,13 @@ func (r *reducer) apply(e *RunEventRecord) {
 // remembers it otherwise (also when it then turns out invalid). step is the
 // step's index, -1 for run-level events.
 func (r *reducer) redelivered(step int, e *RunEventRecord) bool {
-	a := e.LogicalAttemptID
+	return r.seenBefore(step, e.EventType, e.LogicalAttemptID)
+}
+
+// seenBefore is redelivered for the key (step, type, logical attempt a).
+func (r *reducer) seenBefore(step int, typ EventType, a int) bool {
 	if a < 1 || a > 64 {
-		k := applied{step: int32(step), attempt: a, typ: e.EventType}
+		k := applied{step: int32(step), attempt: a, typ: typ}
 		if r.seen.overflow[k] {
 			return true
 		}
@@ -222,9 +242,9 @@ func (r *reducer) redelivered(step int, e *RunEventRecord) bool {
 	}
 	var word *uint64
 	if step < 0 {
-		word = &r.seen.run[typeBit(e.EventType)]
+		word = &r.seen.run[typeBit(typ)]
 	} else {
-		word = &r.seen.steps[step][typeBit(e.EventType)]
+		word = &r.seen.steps[step][typeBit(typ)]
 	}
 	bit := uint64(1) << (a - 1)
 	if *word&bit != 0 {
@@ -240,10 +260,28 @@ func (r *reducer) applyStep(e *RunEventRecord, target string) {
 	}
 	i, ok := r.index[e.StepID]
 	if !ok {
+		// Policy A: a step appears only with the first event that applies
+		// to it; an invalid one is a violation and creates nothing.
+		key := stepKey{e.EventType, e.LogicalAttemptID}
+		if slices.Contains(r.seen.unborn[e.StepID], key) {
+			return
+		}
+		if _, valid := StepTransition(StepStatusPending, e.EventType, r.s.Status, 0, e.LogicalAttemptID); !valid {
+			if r.seen.unborn == nil {
+				r.seen.unborn = make(map[string][]stepKey)
+			}
+			r.seen.unborn[e.StepID] = append(r.seen.unborn[e.StepID], key)
+			r.violate(e, EntityStep, string(StepStatusPending), target)
+			return
+		}
 		i = len(r.steps)
 		r.index[e.StepID] = i
 		r.steps = append(r.steps, StepSnapshot{StepID: e.StepID, Status: StepStatusPending})
 		r.seen.steps = append(r.seen.steps, [4]uint64{})
+		for _, k := range r.seen.unborn[e.StepID] {
+			r.seenBefore(i, k.typ, k.attempt)
+		}
+		delete(r.seen.unborn, e.StepID)
 	}
 	if r.redelivered(i, e) {
 		return

@@ -135,13 +135,14 @@ func TestStepTransitions(t *testing.T) {
 		{"completes while paused (draining)", []engine.EventType{engine.RunPaused}, []ev{{engine.StepCompleted, 1}}, engine.StepStatusSuccess, 1, false},
 		{"skipped while paused", []engine.EventType{engine.RunPaused}, []ev{{engine.StepSkipped, 1}}, engine.StepStatusSkipped, 1, false},
 
-		{"completed while pending", nil, []ev{{engine.StepCompleted, 1}}, engine.StepStatusPending, 0, true},
+		// An invalid first event creates no step (Policy A): want "" is absent.
+		{"completed while pending", nil, []ev{{engine.StepCompleted, 1}}, "", 0, true},
 		{"failed to running with same attempt", nil, []ev{{engine.StepStarted, 1}, {engine.StepFailed, 1}, {engine.StepSkipped, 2}}, engine.StepStatusFailed, 1, true},
 		{"success is final", nil, []ev{{engine.StepStarted, 1}, {engine.StepCompleted, 1}, {engine.StepStarted, 2}}, engine.StepStatusSuccess, 1, true},
 		{"skipped is final", nil, []ev{{engine.StepSkipped, 1}, {engine.StepStarted, 2}}, engine.StepStatusSkipped, 1, true},
 		{"completion of another attempt", nil, []ev{{engine.StepStarted, 1}, {engine.StepCompleted, 2}}, engine.StepStatusRunning, 1, true},
-		{"start while paused", []engine.EventType{engine.RunPaused}, []ev{{engine.StepStarted, 1}}, engine.StepStatusPending, 0, true},
-		{"start after run completed", []engine.EventType{engine.RunCompleted}, []ev{{engine.StepStarted, 1}}, engine.StepStatusPending, 0, true},
+		{"start while paused", []engine.EventType{engine.RunPaused}, []ev{{engine.StepStarted, 1}}, "", 0, true},
+		{"start after run completed", []engine.EventType{engine.RunCompleted}, []ev{{engine.StepStarted, 1}}, "", 0, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -164,7 +165,14 @@ func TestStepTransitions(t *testing.T) {
 				s.add(e.t, step, e.attempt, p)
 			}
 			snap := engine.Project("r1", s.recs)
-			st, _ := snap.Step(step)
+			st, ok := snap.Step(step)
+			wantSteps := 0
+			if tc.want != "" {
+				wantSteps = 1
+			}
+			if ok != (wantSteps == 1) || len(snap.Steps) != wantSteps {
+				t.Fatalf("step present %v (%d steps), want %d steps", ok, len(snap.Steps), wantSteps)
+			}
 			if st.Status != tc.want || st.LogicalAttemptID != tc.attempt {
 				t.Fatalf("step %s attempt %d, want %s attempt %d", st.Status, st.LogicalAttemptID, tc.want, tc.attempt)
 			}
@@ -172,6 +180,47 @@ func TestStepTransitions(t *testing.T) {
 				t.Fatalf("inconsistent=%v violations=%v, want violation=%v", snap.Inconsistent, snap.Violations, tc.violates)
 			}
 		})
+	}
+}
+
+// TestInvalidFirstEventCreatesNoStep (issue 8, Found 7): an event the
+// table does not allow about a step the log never started is a violation
+// and nothing else: no step appears, in Project or Incremental. A later
+// valid event creates the step then (ordered by it), and a re-delivery of
+// the invalid event's key stays a re-delivery.
+func TestInvalidFirstEventCreatesNoStep(t *testing.T) {
+	s := running().
+		add(engine.StepCompleted, "ghost", 1, "").
+		add(engine.StepStarted, "a", 1, "").
+		add(engine.StepFailed, "ghost", 1, `{"error":{"code":"X","message":"m"}}`)
+	snap := engine.Project("r1", s.recs)
+	if _, ok := snap.Step("ghost"); ok || len(snap.Steps) != 1 || len(snap.Violations) != 2 || !snap.Inconsistent {
+		t.Fatalf("steps %+v violations %+v", snap.Steps, snap.Violations)
+	}
+	if v := snap.Violations[0]; v.StepID != "ghost" || v.PriorState != "PENDING" || v.AttemptedState != "SUCCESS" {
+		t.Errorf("violation %+v", v)
+	}
+	// The step starts for real; the repeated StepCompleted of attempt 1 is
+	// a re-delivery of the invalid one (its key was seen), so it changes
+	// nothing, as the SQL projection's first-occurrence rule says.
+	s.add(engine.StepStarted, "ghost", 1, "").add(engine.StepCompleted, "ghost", 1, "")
+	full := engine.Project("r1", s.recs)
+	st, ok := full.Step("ghost")
+	if !ok || st.Status != engine.StepStatusRunning || full.Steps[1].StepID != "ghost" || len(full.Violations) != 2 {
+		t.Fatalf("after a valid start: %+v, steps %+v, violations %d", st, full.Steps, len(full.Violations))
+	}
+	// Incremental from every split point gives the same snapshot and leaves
+	// its input as it was.
+	for cut := range s.recs {
+		base := engine.Project("r1", s.recs[:cut])
+		before := len(base.Steps)
+		inc := engine.Incremental(base, s.recs[cut:])
+		if d := engine.DiffSnapshots(inc, full); len(d) != 0 {
+			t.Fatalf("split at %d: %v", cut, d)
+		}
+		if len(base.Steps) != before {
+			t.Fatalf("Incremental changed its input")
+		}
 	}
 }
 

@@ -72,7 +72,9 @@ type Snapshot struct {
 	CompletedAt   time.Time   `json:"completedAt,omitzero"`
 	DurationMs    int64       `json:"durationMs,omitempty"`
 	Error         *ErrorInfo  `json:"error,omitempty"`
-	// Steps are in the order the log first mentions them.
+	// Steps are in the order of the first event that applied to each: an
+	// invalid event about a step the log has not started creates no step
+	// (Policy A).
 	Steps []StepSnapshot `json:"steps"`
 	// StaleThrough is, while Stale, the watermark of the resync that marked
 	// it: the snapshot is trusted again once a resync reads a log without

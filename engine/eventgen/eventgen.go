@@ -342,7 +342,10 @@ func (g *gen) oddPayload() {
 // rejects in the current state (or, rarely, accepts: the reducer decides).
 func (g *gen) invalid() {
 	st := g.steps[g.r.intn(len(g.steps))]
-	switch g.r.intn(6) {
+	switch g.r.intn(7) {
+	case 6: // the first event about a step the log never started (Policy A: no step appears)
+		types := []engine.EventType{engine.StepCompleted, engine.StepFailed, engine.StepCompleted}
+		g.emit(types[g.r.intn(len(types))], fmt.Sprintf("test.ghost%d", g.r.intn(2)), 1+g.r.intn(2), errPayload("GHOST", "never started"))
 	case 0:
 		g.emit(engine.StepCompleted, st.id, st.attempt+5, nil)
 	case 1:

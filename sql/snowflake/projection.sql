@@ -197,9 +197,13 @@ step_chain (run_id, step_id, n, run_seq, event_id, event_type, persisted_at, tar
 run_last AS (
     SELECT * FROM run_chain QUALIFY ROW_NUMBER() OVER (PARTITION BY run_id ORDER BY n DESC) = 1
 ),
+-- first_seq: the first event that applied to the step (the Go snapshot's
+-- order). Policy A: a step no event applied to does not exist.
 step_last AS (
-    SELECT step_chain.*, MIN(run_seq) OVER (PARTITION BY run_id, step_id) AS first_seq
-    FROM step_chain QUALIFY ROW_NUMBER() OVER (PARTITION BY run_id, step_id ORDER BY n DESC) = 1
+    SELECT * FROM (
+        SELECT step_chain.*, MIN(CASE WHEN ok THEN run_seq END) OVER (PARTITION BY run_id, step_id) AS first_seq
+        FROM step_chain QUALIFY ROW_NUMBER() OVER (PARTITION BY run_id, step_id ORDER BY n DESC) = 1
+    ) WHERE first_seq IS NOT NULL
 ),
 violations AS (
     SELECT run_id, 'RUN' AS entity, step_id, run_seq, event_id, event_type, persisted_at, prior, target

@@ -15,7 +15,8 @@
 --     or not — changes nothing (the reducer's seenSet).
 --   * Policy A: an event the table does not allow from the entity's state
 --     changes nothing, marks the run inconsistent and is listed as a
---     violation. The state before each event comes from a recursive CTE over
+--     violation; a step appears only with the first event that applies to
+--     it. The state before each event comes from a recursive CTE over
 --     each run's and each step's events in run_seq order; a step event sees
 --     the run status left by the run events before it.
 --   * Times are the emittedAt of the events that set them; durations are the
@@ -210,13 +211,15 @@ step_chain (run_id, step_id, n, run_seq, event_id, event_type, persisted_at, tar
 run_last AS (
     SELECT * FROM (SELECT run_chain.*, ROW_NUMBER() OVER (PARTITION BY run_id ORDER BY n DESC) AS r FROM run_chain) WHERE r = 1
 ),
--- first_seq: where the log first names the step (the Go snapshot's order).
+-- first_seq: the first event that applied to the step (the Go snapshot's
+-- order). Policy A: a step no event applied to (every event about it was
+-- invalid) does not exist.
 step_last AS MATERIALIZED (
     SELECT * FROM (
         SELECT step_chain.*,
-               MIN(run_seq) OVER (PARTITION BY run_id, step_id) AS first_seq,
+               MIN(CASE WHEN ok THEN run_seq END) OVER (PARTITION BY run_id, step_id) AS first_seq,
                ROW_NUMBER() OVER (PARTITION BY run_id, step_id ORDER BY n DESC) AS r
-        FROM step_chain) WHERE r = 1
+        FROM step_chain) WHERE r = 1 AND first_seq IS NOT NULL
 ),
 violations AS MATERIALIZED (
     SELECT run_id, 'RUN' AS entity, step_id, run_seq, event_id, event_type, persisted_at, prior, target

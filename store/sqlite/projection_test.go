@@ -340,6 +340,9 @@ func requireVariety(t *testing.T, streams map[string][]engine.RunEventRecord) {
 		}
 		for _, v := range snap.Violations {
 			mark("violation " + v.Entity)
+			if _, ok := snap.Step(v.StepID); v.Entity == engine.EntityStep && !ok {
+				mark("invalid event creating no step")
+			}
 		}
 		if snap.Substatus == engine.SubstatusDraining {
 			mark("draining")
@@ -364,7 +367,7 @@ func requireVariety(t *testing.T, streams map[string][]engine.RunEventRecord) {
 	}
 	for _, c := range []string{"re-delivery", "unknown type", "attempt outside 1..64", "run event with a step id", "violation RUN", "violation STEP",
 		"draining", "status COMPLETED", "status FAILED", "status CANCELLED", "status PAUSED", "status RUNNING", "step SKIPPED", "step FAILED",
-		"step RUNNING", "step PENDING", "retried step succeeded", "negative duration", "artifacts", "failure without a decodable error"} {
+		"step RUNNING", "invalid event creating no step", "retried step succeeded", "negative duration", "artifacts", "failure without a decodable error"} {
 		if count[c] < 20 {
 			t.Errorf("only %d of %d generated runs have %s", count[c], len(streams), c)
 		}

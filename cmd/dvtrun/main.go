@@ -11,9 +11,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"sort"
 	"strings"
-	"sync"
 	"syscall"
 
 	"github.com/dvtrun/dvtrun/engine"
@@ -82,8 +80,7 @@ type cli struct {
 
 	help map[*flag.FlagSet]string // usage header per command
 
-	mu      sync.Mutex
-	secrets []string // values to redact from anything printed
+	red engine.Redactor // secret values: never printed, in any form it knows
 }
 
 // globals are accepted before the command and by every command.
@@ -245,27 +242,10 @@ func (c *cli) errorLine(err error) string {
 }
 
 // addSecret remembers a value that must never be printed.
-func (c *cli) addSecret(v string) {
-	if v == "" {
-		return
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, s := range c.secrets {
-		if s == v {
-			return
-		}
-	}
-	c.secrets = append(c.secrets, v)
-	// Longest first, so a secret containing another is redacted whole.
-	sort.Slice(c.secrets, func(i, j int) bool { return len(c.secrets[i]) > len(c.secrets[j]) })
-}
+func (c *cli) addSecret(v string) { c.red.Add(v) }
 
-func (c *cli) redact(s string) string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return engine.Redact(s, c.secrets)
-}
+// redact removes every secret from s (in every form engine.Redactor knows).
+func (c *cli) redact(s string) string { return c.red.Redact(s) }
 
 // newFlagSet returns a command's FlagSet with the global flags registered
 // (their defaults are whatever came before the command).

@@ -51,6 +51,9 @@ type execution struct {
 	meta  engine.RunMetadata
 	em    *engine.Emitter
 	runID string
+	// redact removes every secret value the run resolves from what it
+	// records and reports.
+	redact *engine.Redactor
 
 	steps      []engine.PlanStep
 	pos        map[string]int // step id -> index in steps (plan order)
@@ -123,7 +126,7 @@ func (e *Runner) execute(ctx context.Context, runID string, p *engine.Plan, wh e
 		_ = e.Log.ReleaseLease(rctx, runID, cfg.Owner)
 	}()
 
-	r := &execution{e: e, cfg: cfg, p: p, wh: wh, meta: meta, runID: runID, em: engine.NewEmitter(e.Log, e.Clock, e.IDs, meta)}
+	r := &execution{e: e, cfg: cfg, p: p, wh: wh, meta: meta, runID: runID, em: engine.NewEmitter(e.Log, e.Clock, e.IDs, meta), redact: e.redactor(p)}
 	if e.Artifacts != nil {
 		r.em.OnClose(e.runResults(runID, p, func(context.Context) ([]engine.RunEventRecord, error) { return r.log(), nil }))
 	}
@@ -702,7 +705,7 @@ func (r *execution) completion(outs []outcome, ems []engine.Emission, reports []
 			Err: o.progressErr, EngineAttempt: o.engineAttempt, Elapsed: elapsed, Warning: o.warning, LogicalAttempt: r.logical[i]}
 		if o.err == nil {
 			r.setStatus(i, engine.StepStatusSuccess)
-			ems = append(ems, engine.Emission{Type: engine.StepCompleted, Step: s.ID, Attempt: r.logical[i], EngineAttempt: o.engineAttempt, Payload: r.redactPayload(pl, s)})
+			ems = append(ems, engine.Emission{Type: engine.StepCompleted, Step: s.ID, Attempt: r.logical[i], EngineAttempt: o.engineAttempt, Payload: r.redactPayload(pl)})
 			p.Status = engine.StepStatusSuccess
 			reports = append(reports, p)
 			for _, d := range r.dependents[i] {
@@ -714,7 +717,7 @@ func (r *execution) completion(outs []outcome, ems []engine.Emission, reports []
 			continue
 		}
 		r.setStatus(i, engine.StepStatusFailed)
-		ems = append(ems, engine.Emission{Type: engine.StepFailed, Step: s.ID, Attempt: r.logical[i], EngineAttempt: o.engineAttempt, Payload: r.redactPayload(pl, s)})
+		ems = append(ems, engine.Emission{Type: engine.StepFailed, Step: s.ID, Attempt: r.logical[i], EngineAttempt: o.engineAttempt, Payload: r.redactPayload(pl)})
 		p.Status = engine.StepStatusFailed
 		reports = append(reports, p)
 		ems, reports = r.skipDependents(i, ems, reports)
@@ -756,35 +759,28 @@ type stepPayload struct {
 	Error      *engine.ErrorInfo `json:"error,omitempty"`
 }
 
-// redactPayload encodes a step payload with the step's secret values
-// removed, whatever field a warehouse may have echoed them in.
-func (r *execution) redactPayload(pl stepPayload, s engine.PlanStep) json.RawMessage {
-	b := engine.EncodePayload(pl)
-	values := r.secretValues(s)
-	if len(values) == 0 {
-		return b
-	}
-	out := string(b)
-	for _, v := range values {
-		esc, _ := json.Marshal(v)
-		out = engine.Redact(out, []string{v, strings.Trim(string(esc), `"`)})
-	}
-	return json.RawMessage(out)
+// redactPayload encodes a step payload without any secret value the run
+// resolved, whatever field a warehouse may have echoed one in.
+func (r *execution) redactPayload(pl stepPayload) json.RawMessage {
+	return r.redact.RedactJSON(engine.EncodePayload(pl))
 }
 
-// secretValues returns the values of the secrets step s declares (those
-// that resolve), for redaction.
-func (r *execution) secretValues(s engine.PlanStep) []string {
-	if len(s.Secrets) == 0 || r.e.Secrets == nil {
-		return nil
+// redactor knows every secret value the plan's steps resolve: each step's
+// output is redacted of all of them, declared by that step or not (a step
+// may read back what another one stored).
+func (e *Runner) redactor(p *engine.Plan) *engine.Redactor {
+	red := engine.NewRedactor()
+	if e.Secrets == nil {
+		return red
 	}
-	var out []string
-	for _, ref := range s.Secrets {
-		if v, ok := r.e.Secrets(ref.Name); ok {
-			out = append(out, v)
+	for _, s := range p.Steps {
+		for _, ref := range s.Secrets {
+			if v, ok := e.Secrets(ref.Name); ok {
+				red.Add(v)
+			}
 		}
 	}
-	return out
+	return red
 }
 
 // intHeap orders ready steps by plan position, so runs are deterministic.

@@ -571,14 +571,21 @@ func TestResumeAfterCrash(t *testing.T) {
 }
 
 func TestSecretsNeverLeak(t *testing.T) {
-	const secret = "hunter2-very-secret"
+	// Every character that changes when the value is escaped (SQL, JSON).
+	const secret = "hun'ter2\"very\\secret\nend"
 	h := newHarness(t)
 	h.rn.Secrets = func(name string) (string, bool) { return secret, name == "API_KEY" }
 	p := &engine.Plan{PlanID: "p", PlanVersion: "1", Steps: []engine.PlanStep{
 		{ID: "sql.fails", Kind: engine.KindSQL, SQL: "select * from api where key = {{ secret('API_KEY') }}", Secrets: []engine.SecretRef{{Name: "API_KEY"}}},
 		{ID: "sql.echoes", Kind: engine.KindSQL, SQL: "select {{ secret('API_KEY') }}", Secrets: []engine.SecretRef{{Name: "API_KEY"}}},
 		{ID: "sql.undeclared", Kind: engine.KindSQL, SQL: "select {{ secret('OTHER') }}", Secrets: []engine.SecretRef{{Name: "OTHER"}}},
+		// Declares no secret, but reads back what sql.echoes stored: its
+		// warehouse error quotes the value SQL-escaped, upper-cased too.
+		{ID: "sql.readback", Kind: engine.KindSQL, SQL: "select * from audit_log"},
 	}}
+	h.wh.set("sql.readback", func(context.Context, engine.StepRequest, int) (engine.StepResult, error) {
+		return engine.StepResult{}, errors.New("bad value '" + strings.ReplaceAll(secret, "'", "''") + "' (" + strings.ToUpper(secret) + ")")
+	})
 	h.wh.set("sql.fails", func(_ context.Context, req engine.StepRequest, call int) (engine.StepResult, error) {
 		if call == 1 {
 			return engine.StepResult{}, engine.MarkTransient(errors.New("locked while binding " + req.Params[0].(string)))
@@ -601,10 +608,17 @@ func TestSecretsNeverLeak(t *testing.T) {
 	if len(h.wh.requests("sql.undeclared")) != 0 || stepOf(snap, "sql.undeclared").Error.Code != string(engine.CodeSecretNotFound) {
 		t.Errorf("undeclared secret: %+v", stepOf(snap, "sql.undeclared"))
 	}
+	forms := []string{secret, strings.ReplaceAll(secret, "'", "''"), strings.ToUpper(secret), strings.ToLower(secret), "hun'ter2", "HUN''TER2", `hun'ter2\"very`}
 	for _, e := range h.events(runID) {
-		if b, _ := json.Marshal(e); strings.Contains(string(b), secret) {
-			t.Errorf("%s of %s carries the secret: %s", e.EventType, e.StepID, b)
+		b, _ := json.Marshal(e)
+		for _, f := range forms {
+			if strings.Contains(string(b), f) || strings.Contains(string(e.Payload), f) {
+				t.Errorf("%s of %s carries the secret as %q: %s", e.EventType, e.StepID, f, b)
+			}
 		}
+	}
+	if msg := stepOf(snap, "sql.readback").Error.Message; strings.Count(msg, engine.Redacted) != 2 {
+		t.Errorf("a step that did not declare the secret stored %q", msg)
 	}
 	reported := 0
 	for _, x := range append(h.progress.phase(runner.PhaseStepDone), h.progress.phase(runner.PhaseStepRetry)...) {
@@ -612,8 +626,10 @@ func TestSecretsNeverLeak(t *testing.T) {
 			continue
 		}
 		reported++
-		if strings.Contains(x.Err.Error(), secret) {
-			t.Errorf("progress of %s leaks the secret: %v", x.Step.ID, x.Err)
+		for _, f := range forms {
+			if strings.Contains(x.Err.Error(), f) {
+				t.Errorf("progress of %s leaks the secret: %v", x.Step.ID, x.Err)
+			}
 		}
 		if errors.Unwrap(x.Err) != nil && strings.Contains(errors.Unwrap(x.Err).Error(), secret) {
 			t.Errorf("progress of %s wraps the secret", x.Step.ID)

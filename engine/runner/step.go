@@ -26,12 +26,11 @@ type queryTag struct {
 func (r *execution) runStep(runCtx, sctx context.Context, i, logical, engineAttempt int) outcome {
 	s := r.steps[i]
 	o := outcome{i: i, engineAttempt: engineAttempt}
-	values := r.secretValues(s)
 	fail := func(code engine.Code, msg string, retryable bool, cause error) outcome {
-		msg = engine.Redact(msg, values)
+		msg = r.redact.Redact(msg)
 		o.err = &engine.ErrorInfo{Code: string(code), Message: msg, Retryable: retryable}
 		e := &engine.Error{Code: code, Msg: msg}
-		if cause != nil && engine.Redact(cause.Error(), values) == cause.Error() {
+		if cause != nil && r.redact.Redact(cause.Error()) == cause.Error() {
 			e.Err = cause // keep the chain only when it cannot leak a secret
 		}
 		o.progressErr = e
@@ -96,7 +95,7 @@ func (r *execution) runStep(runCtx, sctx context.Context, i, logical, engineAtte
 			return fail(code, errMessage(err), engine.IsTransient(err), err)
 		}
 		r.e.report(Progress{Phase: PhaseStepRetry, RunID: r.runID, Index: r.order[i], Total: len(r.steps), Step: s,
-			Err: &engine.Error{Code: engine.CodeOf(err), Msg: engine.Redact(errMessage(err), values)}, EngineAttempt: o.engineAttempt + 1, LogicalAttempt: logical})
+			Err: &engine.Error{Code: engine.CodeOf(err), Msg: r.redact.Redact(errMessage(err))}, EngineAttempt: o.engineAttempt + 1, LogicalAttempt: logical})
 		if serr := r.sleep(ctx, r.cfg.Retry.Backoff(retries+1, r.rand())); serr != nil {
 			if stop, out := r.interrupted(runCtx, sctx, ctx, s, fail); stop {
 				out.i = i

@@ -59,7 +59,7 @@ const minSecretLen = 3
 
 // Redactor removes secret values from everything a run writes or prints:
 // events, errors, status, exports, the console. It knows each value in the
-// forms it travels in — as is; SQL-escaped (” for ', as a warehouse echoes
+// forms it travels in — as is; SQL-escaped (each quote doubled, as a warehouse echoes
 // a literal); JSON-escaped (inside a payload or a --json output); with
 // backslashes doubled (a C-style string literal); upper- and lower-cased
 // (upper(), lower()) — and each of those JSON-escaped. Derived values it

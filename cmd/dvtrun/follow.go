@@ -40,7 +40,7 @@ func (c *cli) follow(ctx context.Context, st stateStore, meta engine.RunMetadata
 	w := c.stdout
 	out := &followPrinter{c: c, asJSON: asJSON}
 	if !asJSON {
-		fmt.Fprintf(w, "Following run %s (plan %s@%s); Ctrl-C stops following, not the run.\n", meta.RunID, terminalSafe(meta.PlanID), terminalSafe(meta.PlanVersion))
+		fmt.Fprintf(w, "Following run %s (plan %s@%s); Ctrl-C stops following, not the run.\n", meta.RunID, engine.EscapeControl(meta.PlanID), engine.EscapeControl(meta.PlanVersion))
 	}
 	out.changes(engine.Snapshot{}, snap)
 	lastChange, runnerGone := time.Now(), false
@@ -65,7 +65,7 @@ func (c *cli) follow(ctx context.Context, st stateStore, meta engine.RunMetadata
 				if gone {
 					out.line("run", fmt.Sprintf("%s, and no runner holds it: it continues when resumed (`dvtrun resume %s PLAN`) or taken over by a worker", next.Status, meta.RunID))
 				} else {
-					out.line("run", fmt.Sprintf("%s, owned by %s", next.Status, terminalSafe(l.Owner)))
+					out.line("run", fmt.Sprintf("%s, owned by %s", next.Status, engine.EscapeControl(l.Owner)))
 				}
 			}
 		}
@@ -166,7 +166,7 @@ func runLine(s engine.Snapshot) string {
 	if s.Error != nil {
 		fmt.Fprintf(&b, ": %s: %s", s.Error.Code, oneLine(s.Error.Message))
 	}
-	return terminalSafe(b.String())
+	return engine.EscapeControl(b.String())
 }
 
 func (o *followPrinter) stepLine(s engine.StepSnapshot) string {
@@ -187,5 +187,5 @@ func (o *followPrinter) stepLine(s engine.StepSnapshot) string {
 			b.WriteString(": " + oneLine(s.SkipReason))
 		}
 	}
-	return terminalSafe(b.String())
+	return engine.EscapeControl(b.String())
 }

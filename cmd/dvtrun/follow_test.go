@@ -51,20 +51,6 @@ func TestFollowFinishedRun(t *testing.T) {
 	wantError(t, h.run("status", "x", "--follow", "--interval", "1ms"), exitUsage, "INVALID_ARGUMENT", "--interval")
 }
 
-func TestTerminalSafe(t *testing.T) {
-	cases := map[string]string{
-		"plain ünïcødé":      "plain ünïcødé",
-		"clear\x1b[2Jthis":   `clear\x1b[2Jthis`,
-		"bell\a tab\t nl\n":  `bell\x07 tab\x09 nl\x0a`,
-		"c1 \u009b del \x7f": `c1 \x9b del \x7f`,
-	}
-	for in, want := range cases {
-		if got := terminalSafe(in); got != want {
-			t.Errorf("terminalSafe(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
 // TestProjectOnce: `project --once` stores one snapshot per run and then has
 // nothing left to do; the stored snapshot is the run's status.
 func TestProjectOnce(t *testing.T) {

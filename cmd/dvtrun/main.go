@@ -13,6 +13,8 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"unicode"
+	"unicode/utf16"
 
 	"github.com/dvtrun/dvtrun/engine"
 )
@@ -88,11 +90,27 @@ type globals struct {
 	store, warehouse             string
 	tenant, project, environment string
 	config                       string // --config FILE: sinks and the signals policy
+	// scoped names the scope flags given explicitly (flag or environment):
+	// verify --all checks every run unless one narrows it.
+	scoped map[string]bool
+}
+
+// markScoped records which scope flags fs set.
+func (g *globals) markScoped(fs *flag.FlagSet) {
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "tenant", "project", "environment":
+			g.scoped[f.Name] = true
+		}
+	})
 }
 
 func (g *globals) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.store, "store", g.store, "state store `URL`: sqlite:PATH or snowflake://DSN (env DVT_STORE)")
 	fs.StringVar(&g.warehouse, "warehouse", g.warehouse, "warehouse `URL`: sqlite:PATH or snowflake://DSN (env DVT_WAREHOUSE)")
+	// --help prints defaults: a DSN from the environment without its password.
+	fs.Lookup("store").DefValue = redactTarget(g.store)
+	fs.Lookup("warehouse").DefValue = redactTarget(g.warehouse)
 	fs.StringVar(&g.tenant, "tenant", g.tenant, "tenant id (env DVT_TENANT)")
 	fs.StringVar(&g.config, "config", g.config, "configuration `FILE`: sinks, signals policy (env DVT_CONFIG)")
 	fs.StringVar(&g.project, "project", g.project, "project id (env DVT_PROJECT)")
@@ -143,6 +161,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, env func(
 		project:     envOr(env, "DVT_PROJECT", "default"),
 		environment: envOr(env, "DVT_ENVIRONMENT", "dev"),
 		config:      env("DVT_CONFIG"),
+		scoped:      map[string]bool{},
+	}
+	for name, key := range map[string]string{"tenant": "DVT_TENANT", "project": "DVT_PROJECT", "environment": "DVT_ENVIRONMENT"} {
+		c.g.scoped[name] = env(key) != ""
 	}
 	top := flag.NewFlagSet("dvtrun", flag.ContinueOnError)
 	top.SetOutput(io.Discard)
@@ -156,6 +178,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, env func(
 	case err != nil:
 		return c.fail(engine.Errorf(engine.CodeInvalidArgument, "%v (see dvtrun --help)", err))
 	}
+	c.g.markScoped(top)
 	rest := top.Args()
 	if len(rest) == 0 {
 		c.usage(stderr, top)
@@ -238,7 +261,7 @@ func (c *cli) errorLine(err error) string {
 		msg = strings.Replace(msg, string(code)+": ", "", 1)
 	}
 	msg = strings.Join(strings.Fields(msg), " ")
-	return "dvtrun: " + string(code) + ": " + c.redact(msg)
+	return "dvtrun: " + string(code) + ": " + c.clean(msg)
 }
 
 // addSecret remembers a value that must never be printed.
@@ -246,6 +269,39 @@ func (c *cli) addSecret(v string) { c.red.Add(v) }
 
 // redact removes every secret from s (in every form engine.Redactor knows).
 func (c *cli) redact(s string) string { return c.red.Redact(s) }
+
+// clean is s fit for the terminal: secrets redacted, control characters
+// (ESC, BEL, newline, tab…) escaped so that input or stored text cannot
+// move the cursor, ring, recolour or split a table row. Every string the
+// CLI prints that came from input or the store goes through it.
+func (c *cli) clean(s string) string { return engine.EscapeControl(c.redact(s)) }
+
+// cleanDoc is a whole JSON or CSV document fit for the terminal: secrets
+// redacted, and the characters a terminal acts on that the format leaves
+// raw (C0 controls but newline, CR and tab; DEL; C1 controls; format
+// characters such as bidi overrides) written as \uXXXX. In JSON they occur
+// only inside strings, where the escape decodes to the same character.
+func (c *cli) cleanDoc(s string) string {
+	s = c.redact(s)
+	if !strings.ContainsFunc(s, rawControl) {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		if !rawControl(r) {
+			b.WriteRune(r)
+			continue
+		}
+		for _, u := range utf16.Encode([]rune{r}) {
+			fmt.Fprintf(&b, `\u%04x`, u)
+		}
+	}
+	return b.String()
+}
+
+func rawControl(r rune) bool {
+	return r < 0x20 && r != '\n' && r != '\r' && r != '\t' || r >= 0x7f && r <= 0x9f || unicode.Is(unicode.Cf, r)
+}
 
 // newFlagSet returns a command's FlagSet with the global flags registered
 // (their defaults are whatever came before the command).
@@ -282,6 +338,7 @@ func (c *cli) parse(fs *flag.FlagSet, args []string, minPos, maxPos int) ([]stri
 			}
 			return nil, engine.Errorf(engine.CodeInvalidArgument, "%s: %v (see %s --help)", fs.Name(), err, fs.Name())
 		}
+		c.g.markScoped(fs)
 		args = fs.Args()
 		if len(args) == 0 {
 			break

@@ -255,3 +255,23 @@ func TestSnowflakeDSNNeverPrinted(t *testing.T) {
 		}
 	}
 }
+
+// TestHelpHidesDSNPassword (issue 8, Found 5): --help prints the flags'
+// defaults, which come from DVT_STORE and DVT_WAREHOUSE: a DSN's password
+// and tokens must not be among them.
+func TestHelpHidesDSNPassword(t *testing.T) {
+	h := newHarness(t)
+	h.env["DVT_STORE"] = "snowflake://alice:s3cr3t-pw@myorg-acct/DVT/PUBLIC?warehouse=WH&token=t0ken-value"
+	h.env["DVT_WAREHOUSE"] = "snowflake://bob:wh-pa55@myorg-acct/DVT/PUBLIC"
+	for _, args := range [][]string{{"--help"}, {"run", "--help"}, {"verify", "--help"}, {"help", "status"}} {
+		r := h.run(args...)
+		if r.code != 0 || !strings.Contains(r.stdout, "alice:***@myorg-acct") || !strings.Contains(r.stdout, "bob:***@") {
+			t.Errorf("%v: exit %d, the defaults are not shown redacted:\n%s", args, r.code, r.stdout)
+		}
+		for _, secret := range []string{"s3cr3t-pw", "t0ken-value", "wh-pa55"} {
+			if strings.Contains(r.stdout+r.stderr, secret) {
+				t.Errorf("%v prints %q", args, secret)
+			}
+		}
+	}
+}

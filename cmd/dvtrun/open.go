@@ -2,11 +2,11 @@ package main
 
 import (
 	"context"
-	"regexp"
 	"strings"
 
 	"github.com/dvtrun/dvtrun/engine"
 	"github.com/dvtrun/dvtrun/store"
+	"github.com/dvtrun/dvtrun/store/snowflake"
 	"github.com/dvtrun/dvtrun/store/sqlite"
 )
 
@@ -31,7 +31,9 @@ func (c *cli) parseTarget(flagName, raw string) (target, error) {
 		}
 		// The store scrubs its own errors; the CLI also keeps the password
 		// out of anything it prints.
-		c.addSecret(dsnPassword(dsn))
+		for _, s := range snowflake.DSNSecrets(dsn) {
+			c.addSecret(s)
+		}
 		return target{kind: "snowflake", dsn: dsn}, nil
 	case strings.HasPrefix(raw, "sqlite://"):
 		raw = strings.TrimPrefix(raw, "sqlite://")
@@ -47,17 +49,14 @@ func (c *cli) parseTarget(flagName, raw string) (target, error) {
 	return target{kind: "sqlite", path: raw}, nil
 }
 
-// dsnPassword extracts the password of a user:password@account DSN so that
-// it can be redacted from anything printed.
-func dsnPassword(dsn string) string {
-	m := dsnPasswordRE.FindStringSubmatch(dsn)
-	if m == nil {
-		return ""
+// redactTarget is a --store or --warehouse URL fit to print (a flag's
+// default in --help): a Snowflake DSN's credentials become ***.
+func redactTarget(raw string) string {
+	if dsn, ok := strings.CutPrefix(raw, "snowflake://"); ok {
+		return "snowflake://" + snowflake.RedactDSN(dsn)
 	}
-	return m[1]
+	return raw
 }
-
-var dsnPasswordRE = regexp.MustCompile(`^[^:@/]*:([^@]+)@`)
 
 // stateStore is what the CLI needs of a state store: the store interface.
 // Verify additionally needs sqlProjector.

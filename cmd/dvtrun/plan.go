@@ -57,7 +57,7 @@ func cmdPlanValidate(_ context.Context, c *cli, args []string) error {
 		return err
 	}
 	if !*asJSON {
-		fmt.Fprintf(c.stdout, "OK: plan %s@%s is valid: %d steps, %d file(s) referenced (bundle sha256 %s)\n", b.Plan.PlanID, b.Plan.PlanVersion, len(b.Plan.Steps), len(b.Ref.Files)-1, b.Ref.SHA256)
+		fmt.Fprintf(c.stdout, "OK: plan %s@%s is valid: %d steps, %d file(s) referenced (bundle sha256 %s)\n", c.clean(b.Plan.PlanID), c.clean(b.Plan.PlanVersion), len(b.Plan.Steps), len(b.Ref.Files)-1, b.Ref.SHA256)
 	}
 	return nil
 }
@@ -137,11 +137,11 @@ func cmdPlanImportDBT(_ context.Context, c *cli, args []string) error {
 	if *out != "" {
 		where = *out
 	}
-	fmt.Fprintf(report, "imported %d steps from dbt manifest v%d into plan %s@%s (%s)\n", len(res.Plan.Steps), res.SchemaVersion, res.Plan.PlanID, res.Plan.PlanVersion, where)
+	fmt.Fprintf(report, "imported %d steps from dbt manifest v%d into plan %s@%s (%s)\n", len(res.Plan.Steps), res.SchemaVersion, c.clean(res.Plan.PlanID), c.clean(res.Plan.PlanVersion), c.clean(where))
 	if len(res.Problems) > 0 {
 		fmt.Fprintf(report, "%d node(s) not imported:\n", len(res.Problems))
 		for _, p := range res.Problems {
-			fmt.Fprintf(report, "  %s: %s\n", p.NodeID, oneLine(p.Message))
+			fmt.Fprintf(report, "  %s: %s\n", c.clean(p.NodeID), c.clean(oneLine(p.Message)))
 		}
 		if *strict {
 			return &exitError{code: exitFailed, err: engine.Errorf(engine.CodePlanInvalid, "%d dbt node(s) could not be imported (--strict)", len(res.Problems))}

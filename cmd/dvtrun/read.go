@@ -51,9 +51,14 @@ func (c *cli) loadRun(ctx context.Context, st stateStore, runID string) (engine.
 }
 
 func (c *cli) printJSON(v any) error {
-	enc := json.NewEncoder(c.stdout)
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
 	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+	if err := enc.Encode(v); err != nil {
+		return err
+	}
+	_, err := io.WriteString(c.stdout, c.cleanDoc(buf.String()))
+	return err
 }
 
 func fmtTime(t time.Time) string {
@@ -116,7 +121,7 @@ func cmdRuns(ctx context.Context, c *cli, args []string) error {
 		if r.Inconsistent {
 			status += " (INCONSISTENT)"
 		}
-		fmt.Fprintf(tw, "%s\t%s@%s\t%s\t%d/%d\t%s\t%s\n", r.RunID, r.PlanID, r.PlanVersion, status, r.Succeeded, r.Steps, fmtMs(r.DurationMs, r.completed), fmtTime(r.CreatedAt))
+		fmt.Fprintf(tw, "%s\t%s@%s\t%s\t%d/%d\t%s\t%s\n", c.clean(r.RunID), c.clean(r.PlanID), c.clean(r.PlanVersion), status, r.Succeeded, r.Steps, fmtMs(r.DurationMs, r.completed), fmtTime(r.CreatedAt))
 	}
 	return tw.Flush()
 }
@@ -145,7 +150,9 @@ func cmdStatus(ctx context.Context, c *cli, args []string) error {
 	if *follow {
 		return c.follow(ctx, st, meta, *interval, *asJSON)
 	}
-	snap, err := c.engineFor(st).GetRunStatus(ctx, meta.RunID)
+	// A read command never writes: the Go reducer over the log, without
+	// recording INVALID_TRANSITION alerts (the runner and resume do).
+	snap, err := goSnapshot(ctx, st, meta.RunID)
 	if err != nil {
 		return err
 	}
@@ -172,9 +179,9 @@ func (c *cli) printStatus(meta engine.RunMetadata, snap engine.Snapshot) {
 		status += " STALE"
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "Run:\t%s\n", meta.RunID)
-	fmt.Fprintf(tw, "Plan:\t%s@%s (sha256 %s)\n", meta.PlanID, meta.PlanVersion, meta.PlanSHA256)
-	fmt.Fprintf(tw, "Scope:\t%s/%s/%s\n", meta.TenantID, meta.ProjectID, meta.EnvironmentID)
+	fmt.Fprintf(tw, "Run:\t%s\n", c.clean(meta.RunID))
+	fmt.Fprintf(tw, "Plan:\t%s@%s (sha256 %s)\n", c.clean(meta.PlanID), c.clean(meta.PlanVersion), c.clean(meta.PlanSHA256))
+	fmt.Fprintf(tw, "Scope:\t%s/%s/%s\n", c.clean(meta.TenantID), c.clean(meta.ProjectID), c.clean(meta.EnvironmentID))
 	fmt.Fprintf(tw, "Status:\t%s\n", status)
 	if !snap.StartedAt.IsZero() {
 		fmt.Fprintf(tw, "Started:\t%s\n", fmtTime(snap.StartedAt))
@@ -183,7 +190,7 @@ func (c *cli) printStatus(meta engine.RunMetadata, snap engine.Snapshot) {
 		fmt.Fprintf(tw, "Completed:\t%s (%d ms)\n", fmtTime(snap.CompletedAt), snap.DurationMs)
 	}
 	if snap.Error != nil {
-		fmt.Fprintf(tw, "Error:\t%s: %s\n", snap.Error.Code, c.redact(oneLine(snap.Error.Message)))
+		fmt.Fprintf(tw, "Error:\t%s: %s\n", c.clean(snap.Error.Code), c.clean(oneLine(snap.Error.Message)))
 	}
 	fmt.Fprintf(tw, "Events:\t%d\n", snap.LastEventSeq)
 	tw.Flush()
@@ -192,7 +199,7 @@ func (c *cli) printStatus(meta engine.RunMetadata, snap engine.Snapshot) {
 		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "SEQ\tEVENT\tENTITY\tSTEP\tPRIOR\tATTEMPTED")
 		for _, v := range snap.Violations {
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", v.RunSeq, v.EventType, v.Entity, v.StepID, v.PriorState, v.AttemptedState)
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", v.RunSeq, c.clean(string(v.EventType)), v.Entity, c.clean(v.StepID), v.PriorState, v.AttemptedState)
 		}
 		tw.Flush()
 	}
@@ -204,7 +211,7 @@ func (c *cli) printStatus(meta engine.RunMetadata, snap engine.Snapshot) {
 		if s.Error != nil {
 			detail = s.Error.Code + ": " + s.Error.Message
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d.%d\t%s\t%s\n", s.StepID, s.Status, s.LogicalAttemptID, s.EngineAttemptID, fmtMs(s.DurationMs, !s.CompletedAt.IsZero()), c.redact(oneLine(detail)))
+		fmt.Fprintf(tw, "%s\t%s\t%d.%d\t%s\t%s\n", c.clean(s.StepID), s.Status, s.LogicalAttemptID, s.EngineAttemptID, fmtMs(s.DurationMs, !s.CompletedAt.IsZero()), c.clean(oneLine(detail)))
 	}
 	tw.Flush()
 }
@@ -268,7 +275,7 @@ func cmdEvents(ctx context.Context, c *cli, args []string) error {
 	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SEQ\tTYPE\tSTEP\tATTEMPT\tEMITTED_AT\tPAYLOAD")
 	for _, e := range evs {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%d.%d\t%s\t%s\n", e.RunSeq, e.EventType, e.StepID, e.LogicalAttemptID, e.EngineAttemptID, fmtTime(e.EmittedAt), c.redact(string(e.Payload)))
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d.%d\t%s\t%s\n", e.RunSeq, c.clean(string(e.EventType)), c.clean(e.StepID), e.LogicalAttemptID, e.EngineAttemptID, fmtTime(e.EmittedAt), c.clean(string(e.Payload)))
 	}
 	return tw.Flush()
 }
@@ -443,7 +450,7 @@ func cmdExport(ctx context.Context, c *cli, args []string) error {
 	if err != nil {
 		return err
 	}
-	data := []byte(c.redact(buf.String()))
+	data := []byte(c.cleanDoc(buf.String()))
 	if *out == "" {
 		_, err = c.stdout.Write(data)
 		return err

@@ -365,11 +365,30 @@ func TestInconsistentRun(t *testing.T) {
 			t.Errorf("status does not show %q:\n%s", want, r.stdout)
 		}
 	}
-	if r := h.run("runs"); !strings.Contains(r.stdout, "RUNNING (INCONSISTENT)") {
-		t.Errorf("runs does not flag the run:\n%s", r.stdout)
+	// Policy A (issue 8, Found 7): the invalid event creates no step.
+	if regexp.MustCompile(`(?m)^model\.x`).MatchString(r.stdout) {
+		t.Errorf("status lists model.x as a step:\n%s", r.stdout)
+	}
+	if r := h.run("runs"); !strings.Contains(r.stdout, "RUNNING (INCONSISTENT)") || !regexp.MustCompile(`INCONSISTENT\)\s+0/0\s`).MatchString(r.stdout) {
+		t.Errorf("runs does not flag the run with 0/0 steps:\n%s", r.stdout)
+	}
+	if r := h.run("export", f.Meta.RunID, "--format", "csv"); r.code != 0 || strings.Contains(r.stdout, "model.x") || strings.Count(r.stdout, "\n") != 1 {
+		t.Errorf("CSV export has a row for model.x:\n%s", r.stdout)
 	}
 	if r := h.run("verify", f.Meta.RunID); r.code != 0 {
 		t.Errorf("verify: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	// Read commands never write (issue 8, Found 8): no alert was recorded.
+	for _, args := range [][]string{{"status", f.Meta.RunID, "--json"}, {"events", f.Meta.RunID}, {"export", f.Meta.RunID}, {"verify", "--all"}} {
+		h.run(args...)
+	}
+	st, err = sqlite.Open(ctx, h.statePath(), sqlite.Options{MustExist: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if alerts, err := st.ListAlerts(ctx, ""); err != nil || len(alerts) != 0 {
+		t.Errorf("read commands recorded %d alerts (%v)", len(alerts), err)
 	}
 }
 

@@ -230,9 +230,9 @@ func (c *cli) startAndExecute(ctx context.Context, f runFlags, planPath string, 
 	if req.Selection != nil {
 		steps = fmt.Sprintf("%d of %d steps selected", len(req.Selection.Steps), n)
 	}
-	fmt.Fprintf(c.stdout, "Running plan %s@%s (%s) as run %s\n", p.PlanID, p.PlanVersion, steps, runID)
+	fmt.Fprintf(c.stdout, "Running plan %s@%s (%s) as run %s\n", c.clean(p.PlanID), c.clean(p.PlanVersion), steps, c.clean(runID))
 	if intro != "" {
-		fmt.Fprintln(c.stdout, intro)
+		fmt.Fprintln(c.stdout, c.clean(intro))
 	}
 	con.start = time.Now()
 	rn := c.newRunner(st, f, con, lookup)
@@ -288,7 +288,7 @@ func cmdResume(ctx context.Context, c *cli, args []string) error {
 	}
 	switch {
 	case snap.Status == engine.StatusCompleted:
-		fmt.Fprintf(c.stdout, "Run %s is already COMPLETED: nothing to resume.\n", meta.RunID)
+		fmt.Fprintf(c.stdout, "Run %s is already COMPLETED: nothing to resume.\n", c.clean(meta.RunID))
 		return nil
 	case snap.Status.Terminal():
 		return engine.Errorf(engine.CodeInvalidArgument, "run %s is already %s and cannot be resumed; start a new run", meta.RunID, snap.Status)
@@ -301,7 +301,7 @@ func cmdResume(ctx context.Context, c *cli, args []string) error {
 	con := newConsole(c, targetName)
 	rn := c.newRunner(st, f, con, lookup)
 	rn.Signals = cfg.Signals
-	fmt.Fprintf(c.stdout, "Resuming run %s of plan %s@%s\n", meta.RunID, p.PlanID, p.PlanVersion)
+	fmt.Fprintf(c.stdout, "Resuming run %s of plan %s@%s\n", c.clean(meta.RunID), c.clean(p.PlanID), c.clean(p.PlanVersion))
 	con.start = time.Now()
 	snap, err = rn.Resume(ctx, meta.RunID, p, wh)
 	return c.finishRun(ctx, con, meta.RunID, pos[1], snap, err)
@@ -311,7 +311,7 @@ func cmdResume(ctx context.Context, c *cli, args []string) error {
 func (c *cli) finishRun(ctx context.Context, con *console, runID, planPath string, snap engine.Snapshot, err error) error {
 	if ctx.Err() != nil {
 		con.summary()
-		fmt.Fprintf(c.stdout, "Interrupted. Continue with: dvtrun resume %s %s\n", runID, planPath)
+		fmt.Fprintf(c.stdout, "Interrupted. Continue with: dvtrun resume %s %s\n", c.clean(runID), c.clean(planPath))
 		return &exitError{code: exitInterrupted, err: engine.Errorf(engine.CodeStepCancelled, "run %s interrupted; continue it with `dvtrun resume %s %s`", runID, runID, planPath)}
 	}
 	if err != nil {
@@ -324,7 +324,7 @@ func (c *cli) finishRun(ctx context.Context, con *console, runID, planPath strin
 		return err
 	}
 	con.summary()
-	fmt.Fprintf(c.stdout, "Run %s %s\n", runID, snap.Status)
+	fmt.Fprintf(c.stdout, "Run %s %s\n", c.clean(runID), snap.Status)
 	return runOutcome(runID, planPath, snap)
 }
 
@@ -384,11 +384,12 @@ const statusColumn = 72
 
 // line writes `left ..... right`, right starting at statusColumn.
 func (o *console) line(left, right string) {
+	left = o.c.clean(left)
 	dots := statusColumn - len(left) - 2
 	if dots < 3 {
 		dots = 3
 	}
-	fmt.Fprintf(o.w, "%s %s %s\n", o.c.redact(left), strings.Repeat(".", dots), right)
+	fmt.Fprintf(o.w, "%s %s %s\n", left, strings.Repeat(".", dots), right)
 }
 
 func describe(s engine.PlanStep) string {
@@ -430,7 +431,7 @@ func (o *console) Report(p runner.Progress) {
 		if p.Err != nil {
 			msg = ": " + oneLine(p.Err.Error())
 		}
-		fmt.Fprintf(o.w, "%sRETRY %s (engine attempt %d)%s\n", prefix, describe(p.Step), p.EngineAttempt, o.c.redact(msg))
+		fmt.Fprintf(o.w, "%sRETRY %s (engine attempt %d)%s\n", prefix, o.c.clean(describe(p.Step)), p.EngineAttempt, o.c.clean(msg))
 	case runner.PhaseStepDone:
 		o.stepDone(p, prefix, rel)
 	case runner.PhaseSignal:
@@ -448,17 +449,17 @@ func (o *console) Report(p runner.Progress) {
 // signal says what a signal sent from elsewhere did to the run.
 func (o *console) signal(p runner.Progress) {
 	sg := p.Signal
-	by := "by " + terminalSafe(sg.RequestedBy)
+	by := "by " + engine.EscapeControl(sg.RequestedBy)
 	if sg.RequestedBy == "" {
 		by = "by an unnamed actor"
 	}
 	why := ""
 	if sg.Reason != "" {
-		why = " (" + terminalSafe(oneLine(sg.Reason)) + ")"
+		why = " (" + engine.EscapeControl(oneLine(sg.Reason)) + ")"
 	}
 	switch {
 	case p.Rejected != "":
-		fmt.Fprintf(o.w, "Signal %s %s rejected: %s\n", sg.Type, by, o.c.redact(terminalSafe(oneLine(p.Rejected))))
+		fmt.Fprintf(o.w, "Signal %s %s rejected: %s\n", sg.Type, by, o.c.redact(engine.EscapeControl(oneLine(p.Rejected))))
 	case sg.Type == engine.SignalPause:
 		fmt.Fprintf(o.w, "PAUSED %s%s: no new steps start; %d step(s) in flight draining\n", by, why, p.InFlight)
 	case sg.Type == engine.SignalResume:
@@ -466,7 +467,7 @@ func (o *console) signal(p runner.Progress) {
 	case sg.Type == engine.SignalCancel:
 		fmt.Fprintf(o.w, "CANCELLED %s%s\n", by, why)
 	case sg.Type == engine.SignalRetryStep:
-		fmt.Fprintf(o.w, "RETRY of %s requested %s%s\n", terminalSafe(sg.StepID), by, why)
+		fmt.Fprintf(o.w, "RETRY of %s requested %s%s\n", engine.EscapeControl(sg.StepID), by, why)
 	}
 }
 
@@ -542,7 +543,7 @@ func (o *console) summary() {
 	if len(o.failures) > 0 {
 		fmt.Fprintf(o.w, "\nCompleted with %d error(s):\n", len(o.failures))
 		for _, f := range o.failures {
-			fmt.Fprintf(o.w, "  %s\n", o.c.redact(f))
+			fmt.Fprintf(o.w, "  %s\n", o.c.clean(f))
 		}
 	} else {
 		fmt.Fprintln(o.w, "\nCompleted successfully")

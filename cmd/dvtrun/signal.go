@@ -106,9 +106,9 @@ func (c *cli) sendSignal(ctx context.Context, runID string, t engine.SignalType,
 		return err
 	}
 	w := c.stdout
-	fmt.Fprintf(w, "%s sent to run %s by %s (signal %d, %s)\n", sig.Type, sig.RunID, terminalSafe(actor), sig.Seq, sig.SignalID)
+	fmt.Fprintf(w, "%s sent to run %s by %s (signal %d, %s)\n", sig.Type, sig.RunID, engine.EscapeControl(actor), sig.Seq, sig.SignalID)
 	if ok, why := cfg.Signals.Allows(actor, t, meta.EnvironmentID); !ok {
-		fmt.Fprintf(w, "The signals policy in %s does not allow it (%s): the run's runner will record it as SignalRejected.\n", terminalSafe(c.g.config), terminalSafe(why))
+		fmt.Fprintf(w, "The signals policy in %s does not allow it (%s): the run's runner will record it as SignalRejected.\n", engine.EscapeControl(c.g.config), engine.EscapeControl(why))
 	}
 	lease, held, err := st.GetLease(ctx, meta.RunID)
 	if err != nil {
@@ -119,7 +119,7 @@ func (c *cli) sendSignal(ctx context.Context, runID string, t engine.SignalType,
 		return nil
 	}
 	if sf.wait == 0 {
-		fmt.Fprintf(w, "Run %s is owned by %s, which decides the signal at its next poll.\n", meta.RunID, terminalSafe(lease.Owner))
+		fmt.Fprintf(w, "Run %s is owned by %s, which decides the signal at its next poll.\n", meta.RunID, engine.EscapeControl(lease.Owner))
 		return nil
 	}
 	dec, found, err := waitForDecision(ctx, st, sig, snap.LastEventSeq, sf.wait)
@@ -127,7 +127,7 @@ func (c *cli) sendSignal(ctx context.Context, runID string, t engine.SignalType,
 		return err
 	}
 	if !found {
-		fmt.Fprintf(w, "No decision from %s within %s; it decides at its next poll (see `dvtrun events %s`).\n", terminalSafe(lease.Owner), sf.wait, meta.RunID)
+		fmt.Fprintf(w, "No decision from %s within %s; it decides at its next poll (see `dvtrun events %s`).\n", engine.EscapeControl(lease.Owner), sf.wait, meta.RunID)
 		return nil
 	}
 	var p struct {
@@ -135,10 +135,10 @@ func (c *cli) sendSignal(ctx context.Context, runID string, t engine.SignalType,
 	}
 	_ = json.Unmarshal(dec.Payload, &p)
 	if dec.EventType == engine.SignalRejected {
-		fmt.Fprintf(w, "%s rejected by the runner %s: %s\n", sig.Type, terminalSafe(lease.Owner), terminalSafe(p.Reason))
+		fmt.Fprintf(w, "%s rejected by the runner %s: %s\n", sig.Type, engine.EscapeControl(lease.Owner), engine.EscapeControl(p.Reason))
 		return &exitError{code: exitFailed, err: engine.Errorf(engine.CodeSignalRejected, "run %s's runner rejected %s from %s: %s", meta.RunID, sig.Type, actor, p.Reason)}
 	}
-	fmt.Fprintf(w, "%s accepted by the runner %s\n", sig.Type, terminalSafe(lease.Owner))
+	fmt.Fprintf(w, "%s accepted by the runner %s\n", sig.Type, engine.EscapeControl(lease.Owner))
 	return nil
 }
 
@@ -148,7 +148,7 @@ func (c *cli) sendSignal(ctx context.Context, runID string, t engine.SignalType,
 func noRunner(runID string, t engine.SignalType, l store.Lease, held bool) string {
 	who := fmt.Sprintf("No runner holds run %s (it has not started, or its runner stopped)", runID)
 	if held {
-		who = fmt.Sprintf("No runner holds run %s: the lease of %s expired at %s (the runner is gone)", runID, terminalSafe(l.Owner), fmtTime(l.ExpiresAt))
+		who = fmt.Sprintf("No runner holds run %s: the lease of %s expired at %s (the runner is gone)", runID, engine.EscapeControl(l.Owner), fmtTime(l.ExpiresAt))
 	}
 	effect := "it is decided when the run is resumed (`dvtrun resume " + runID + " PLAN`) or taken over by a worker"
 	if t == engine.SignalCancel {

@@ -1,9 +1,12 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
+	"slices"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/dvtrun/dvtrun/engine"
@@ -29,7 +32,7 @@ var projectorFor = func(st stateStore) (sqlProjector, bool) {
 
 func cmdVerify(ctx context.Context, c *cli, args []string) error {
 	fs := c.newFlagSet("verify", "[RUN_ID | --all]", "Compare the SQL projection of runs with the Go reducer over their event logs.\nEach difference is printed as a row; exit 0 when they agree, 1 on any difference.")
-	all := fs.Bool("all", false, "verify every run of the tenant/project/environment")
+	all := fs.Bool("all", false, "verify every run in the store, of every tenant/project/environment unless --tenant, --project or --environment (or DVT_TENANT…) narrow it")
 	asJSON := fs.Bool("json", false, "print JSON")
 	pos, err := c.parse(fs, args, 0, 1)
 	if err != nil {
@@ -48,30 +51,38 @@ func cmdVerify(ctx context.Context, c *cli, args []string) error {
 		return engine.Errorf(engine.CodeInvalidArgument, "the %s state store has no SQL projection to verify", c.g.store)
 	}
 	var diffs []engine.SnapshotDiff
-	var n int
+	var scopes []verifiedScope
 	if *all {
-		n, diffs, err = c.verifyAll(ctx, st, proj)
+		scopes, diffs, err = c.verifyAll(ctx, st, proj)
 	} else {
-		n, diffs, err = c.verifyOne(ctx, st, proj, pos[0])
+		scopes, diffs, err = c.verifyOne(ctx, st, proj, pos[0])
 	}
 	if err != nil {
 		return err
+	}
+	n := 0
+	for _, s := range scopes {
+		n += s.Runs
 	}
 	if *asJSON {
 		if diffs == nil {
 			diffs = []engine.SnapshotDiff{}
 		}
+		if scopes == nil {
+			scopes = []verifiedScope{}
+		}
 		if err := c.printJSON(struct {
 			Runs        int                   `json:"runs"`
+			Scopes      []verifiedScope       `json:"scopes"`
 			Differences []engine.SnapshotDiff `json:"differences"`
-		}{n, diffs}); err != nil {
+		}{n, scopes, diffs}); err != nil {
 			return err
 		}
 	} else if len(diffs) > 0 {
 		tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "RUN\tSTEP\tFIELD\tSQL\tGO")
 		for _, d := range diffs {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", d.RunID, d.StepID, d.Field, c.redact(oneLine(d.SQL)), c.redact(oneLine(d.Go)))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", c.clean(d.RunID), c.clean(d.StepID), d.Field, c.clean(oneLine(d.SQL)), c.clean(oneLine(d.Go)))
 		}
 		tw.Flush()
 	}
@@ -83,9 +94,61 @@ func cmdVerify(ctx context.Context, c *cli, args []string) error {
 		return &exitError{code: exitFailed, err: engine.Errorf(codeProjectionMismatch, "%d difference(s) in %d of %d runs: SQL projection != Go reducer", len(diffs), len(runs), n)}
 	}
 	if !*asJSON {
-		fmt.Fprintf(c.stdout, "verified %d runs: SQL projection == Go reducer\n", n)
+		fmt.Fprintf(c.stdout, "verified %d runs in %d scope(s): SQL projection == Go reducer\n", n, len(scopes))
+		for _, s := range scopes {
+			fmt.Fprintf(c.stdout, "  %s/%s/%s: %d runs\n", c.clean(s.TenantID), c.clean(s.ProjectID), c.clean(s.EnvironmentID), s.Runs)
+		}
 	}
 	return nil
+}
+
+// verifiedScope counts the runs verify checked in one tenant/project/environment.
+type verifiedScope struct {
+	TenantID      string `json:"tenantId"`
+	ProjectID     string `json:"projectId"`
+	EnvironmentID string `json:"environmentId"`
+	Runs          int    `json:"runs"`
+}
+
+// countScopes groups runs by scope, in a stable order.
+func countScopes(runs []engine.RunMetadata) []verifiedScope {
+	idx := map[[3]string]int{}
+	var out []verifiedScope
+	for _, m := range runs {
+		k := [3]string{m.TenantID, m.ProjectID, m.EnvironmentID}
+		i, ok := idx[k]
+		if !ok {
+			i = len(out)
+			idx[k] = i
+			out = append(out, verifiedScope{TenantID: k[0], ProjectID: k[1], EnvironmentID: k[2]})
+		}
+		out[i].Runs++
+	}
+	slices.SortFunc(out, func(a, b verifiedScope) int {
+		return cmp.Or(strings.Compare(a.TenantID, b.TenantID), strings.Compare(a.ProjectID, b.ProjectID), strings.Compare(a.EnvironmentID, b.EnvironmentID))
+	})
+	return out
+}
+
+// runFilter is the scope verify --all checks: only the scope flags given.
+func (c *cli) runFilter() store.RunFilter {
+	f := store.RunFilter{Limit: math.MaxInt32}
+	if c.g.scoped["tenant"] {
+		f.TenantID = c.g.tenant
+	}
+	if c.g.scoped["project"] {
+		f.ProjectID = c.g.project
+	}
+	if c.g.scoped["environment"] {
+		f.EnvironmentID = c.g.environment
+	}
+	return f
+}
+
+// inScope reports whether a snapshot's run is one f selects (empty fields
+// select everything, as in ListRuns).
+func inScope(f store.RunFilter, s engine.Snapshot) bool {
+	return (f.TenantID == "" || f.TenantID == s.TenantID) && (f.ProjectID == "" || f.ProjectID == s.ProjectID) && (f.EnvironmentID == "" || f.EnvironmentID == s.EnvironmentID)
 }
 
 // goSnapshot is the Go reducer over the run's whole log (no alerts are
@@ -98,30 +161,31 @@ func goSnapshot(ctx context.Context, st stateStore, runID string) (engine.Snapsh
 	return engine.Project(runID, evs), nil
 }
 
-func (c *cli) verifyOne(ctx context.Context, st stateStore, proj sqlProjector, runID string) (int, []engine.SnapshotDiff, error) {
+func (c *cli) verifyOne(ctx context.Context, st stateStore, proj sqlProjector, runID string) ([]verifiedScope, []engine.SnapshotDiff, error) {
 	meta, err := c.loadRun(ctx, st, runID)
 	if err != nil {
-		return 0, nil, err
+		return nil, nil, err
 	}
 	sqlSnap, err := proj.ProjectSQL(ctx, meta.RunID)
 	if err != nil {
-		return 0, nil, err
+		return nil, nil, err
 	}
 	goSnap, err := goSnapshot(ctx, st, meta.RunID)
 	if err != nil {
-		return 0, nil, err
+		return nil, nil, err
 	}
-	return 1, engine.DiffSnapshots(sqlSnap, goSnap), nil
+	return countScopes([]engine.RunMetadata{meta}), engine.DiffSnapshots(sqlSnap, goSnap), nil
 }
 
-func (c *cli) verifyAll(ctx context.Context, st stateStore, proj sqlProjector) (int, []engine.SnapshotDiff, error) {
-	runs, err := st.ListRuns(ctx, store.RunFilter{TenantID: c.g.tenant, ProjectID: c.g.project, EnvironmentID: c.g.environment, Limit: math.MaxInt32})
+func (c *cli) verifyAll(ctx context.Context, st stateStore, proj sqlProjector) ([]verifiedScope, []engine.SnapshotDiff, error) {
+	filter := c.runFilter()
+	runs, err := st.ListRuns(ctx, filter)
 	if err != nil {
-		return 0, nil, err
+		return nil, nil, err
 	}
 	sqlSnaps, err := proj.ProjectAllSQL(ctx)
 	if err != nil {
-		return 0, nil, err
+		return nil, nil, err
 	}
 	var diffs []engine.SnapshotDiff
 	seen := map[string]bool{}
@@ -129,7 +193,7 @@ func (c *cli) verifyAll(ctx context.Context, st stateStore, proj sqlProjector) (
 		seen[m.RunID] = true
 		goSnap, err := goSnapshot(ctx, st, m.RunID)
 		if err != nil {
-			return 0, nil, err
+			return nil, nil, err
 		}
 		sqlSnap, ok := sqlSnaps[m.RunID]
 		if !ok {
@@ -140,9 +204,9 @@ func (c *cli) verifyAll(ctx context.Context, st stateStore, proj sqlProjector) (
 	}
 	// A run the SQL projection invents in this scope is a difference too.
 	for id, s := range sqlSnaps {
-		if !seen[id] && s.TenantID == c.g.tenant && s.ProjectID == c.g.project && s.EnvironmentID == c.g.environment {
+		if !seen[id] && inScope(filter, s) {
 			diffs = append(diffs, engine.SnapshotDiff{RunID: id, Field: "run", SQL: "present", Go: engine.Absent})
 		}
 	}
-	return len(runs), diffs, nil
+	return countScopes(runs), diffs, nil
 }

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/store/sqlite"
+	"github.com/dvtrun/dvtrun/store/storetest"
 )
 
 // skewed is an SQL projection that gets model.b's status wrong.
@@ -44,7 +46,7 @@ func TestVerify(t *testing.T) {
 		exit   int
 		stdout []string
 	}{
-		{"one run agrees", false, []string{"verify", fixedRunID}, 0, []string{"verified 1 runs: SQL projection == Go reducer"}},
+		{"one run agrees", false, []string{"verify", fixedRunID}, 0, []string{"verified 1 runs in 1 scope(s): SQL projection == Go reducer", "default/default/dev: 1 runs"}},
 		{"all runs agree", false, []string{"verify", "--all"}, 0, []string{"verified 1 runs"}},
 		{"one run differs", true, []string{"verify", fixedRunID}, 1, []string{"RUN", "FIELD", fixedRunID + "  model.b  status  SUCCESS  FAILED"}},
 		{"all: a run differs", true, []string{"verify", "--all"}, 1, []string{"model.b  status  SUCCESS  FAILED"}},
@@ -84,6 +86,83 @@ func TestVerify(t *testing.T) {
 			}
 			if c.skew != (len(got.Differences) == 1) {
 				t.Errorf("--json differences: %+v", got.Differences)
+			}
+		})
+	}
+}
+
+// seedRunIn writes a run with two steps in the given scope.
+func seedRunIn(t *testing.T, path, runID, tenant, project, env string) {
+	t.Helper()
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	f := storetest.NewFixture()
+	f.Meta.RunID = runID
+	f.Meta.TenantID, f.Meta.ProjectID, f.Meta.EnvironmentID = tenant, project, env
+	f.Bootstrap(t, st)
+	if _, err := st.AppendAndEnqueue(ctx, runID, []engine.RunEventWrite{f.Event(engine.StepStarted, "model.b", 1), f.Event(engine.StepFailed, "model.b", 1)}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestVerifyAllScopes (issue 8, Found 8): verify --all checks every run in
+// the store, whatever its tenant, project and environment, unless a scope
+// flag (or DVT_TENANT…) narrows it, and says what it checked per scope.
+func TestVerifyAllScopes(t *testing.T) {
+	h := newHarness(t)
+	seedFailedRun(t, h.statePath())
+	seedRunIn(t, h.statePath(), "run-acme-1", "acme", "shop", "prod")
+	seedRunIn(t, h.statePath(), "run-acme-2", "acme", "shop", "prod")
+	seedRunIn(t, h.statePath(), "run-beta-1", "beta", "x", "dev")
+	cases := []struct {
+		name  string
+		env   map[string]string
+		args  []string
+		want  []string
+		runs  int
+		skews bool
+	}{
+		{"every scope", nil, []string{"verify", "--all"}, []string{"verified 4 runs in 3 scope(s)", "acme/shop/prod: 2 runs", "beta/x/dev: 1 runs", "default/default/dev: 1 runs"}, 4, false},
+		{"a tenant flag narrows", nil, []string{"verify", "--all", "--tenant", "acme"}, []string{"verified 2 runs in 1 scope(s)", "acme/shop/prod: 2 runs"}, 2, false},
+		{"the environment narrows", map[string]string{"DVT_ENVIRONMENT": "dev"}, []string{"verify", "--all"}, []string{"verified 2 runs in 2 scope(s)", "beta/x/dev: 1 runs"}, 2, false},
+		{"a difference in another tenant is found", nil, []string{"verify", "--all"}, []string{"run-beta-1"}, 4, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if c.skews {
+				orig := projectorFor
+				projectorFor = func(st stateStore) (sqlProjector, bool) {
+					p, ok := orig(st)
+					return skewed{p}, ok
+				}
+				defer func() { projectorFor = orig }()
+			}
+			for k, v := range c.env {
+				h.env[k] = v
+				defer delete(h.env, k)
+			}
+			r := h.run(c.args...)
+			if c.skews {
+				wantError(t, r, exitFailed, "PROJECTION_MISMATCH", "of 4 runs")
+			} else if r.code != 0 {
+				t.Fatalf("exit %d: %s", r.code, r.stderr)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(r.stdout, w) {
+					t.Errorf("stdout does not say %q:\n%s", w, r.stdout)
+				}
+			}
+			r = h.run(append(c.args, "--json")...)
+			var got struct {
+				Runs   int
+				Scopes []verifiedScope
+			}
+			if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || got.Runs != c.runs {
+				t.Errorf("--json: %v %+v", err, got)
 			}
 		})
 	}

@@ -140,6 +140,10 @@ func RedactDSN(dsn string) string {
 	return out[:i+1] + strings.Join(parts, "&")
 }
 
+// DSNSecrets lists the credential values a DSN carries (password, token,
+// passcode…), raw and URL-decoded: what the CLI must never print.
+func DSNSecrets(dsn string) []string { return secretsOfDSN(dsn) }
+
 // secretsOfDSN lists the credential values a DSN carries, raw and
 // URL-decoded, so error texts can be scrubbed of them.
 func secretsOfDSN(dsn string) []string {

@@ -97,7 +97,7 @@ func loadPlan(src PlanSource, file string, keepSeeds bool) (*Plan, PlanRef, map[
 			if st.Kind == KindSeed {
 				what = "cannot read seed file"
 			}
-			return nil, PlanRef{}, nil, Errorf(CodePlanInvalid, "step %s: %s %s: %v", st.ID, what, st.Path, pathErr(err))
+			return nil, PlanRef{}, nil, Errorf(CodePlanInvalid, "step %s: %s %s: %v", ShowText(st.ID), what, ShowText(st.Path), pathErr(err))
 		}
 		files[st.Path] = digest(b)
 		if st.Kind == KindSeed {
@@ -244,7 +244,7 @@ func (p *Plan) preflight(seeds map[string][]byte) error {
 			if errors.As(err, &e) {
 				msg = e.Msg
 			}
-			problems = append(problems, fmt.Sprintf("step %s: %s", st.ID, msg))
+			problems = append(problems, fmt.Sprintf("step %s: %s", ShowText(st.ID), msg))
 		}
 	}
 	if len(problems) == 0 {

@@ -298,41 +298,42 @@ func (p *Plan) Validate() error {
 			add("step #%d: id %s contains a control character", i+1, QuoteText(s.ID))
 			continue
 		case strings.Contains(s.ID, "|"):
-			add("step %s: id contains '|'", s.ID)
+			add("step %s: id contains '|'", ShowText(s.ID))
 		}
+		id := ShowText(s.ID) // as messages show it
 		if _, dup := ids[s.ID]; dup {
-			add("step %s: duplicate id", s.ID)
+			add("step %s: duplicate id", id)
 		}
 		ids[s.ID] = i
 		for _, f := range []struct{ name, v string }{{"name", s.Name}, {"path", s.Path}} {
 			if HasControl(f.v) {
-				add("step %s: %s %s contains a control character", s.ID, f.name, QuoteText(f.v))
+				add("step %s: %s %s contains a control character", id, f.name, QuoteText(f.v))
 			}
 		}
 		switch s.Kind {
 		case KindSeed:
 			if s.Path == "" {
-				add("step %s: a seed needs the path of its CSV file", s.ID)
+				add("step %s: a seed needs the path of its CSV file", id)
 			}
 		case KindModel:
 			switch s.Materialized {
 			case "", MaterializedTable, MaterializedView, MaterializedIncremental, MaterializedEphemeral:
 			default:
-				add("step %s: materialized %s is not table, view, incremental or ephemeral", s.ID, QuoteText(s.Materialized))
+				add("step %s: materialized %s is not table, view, incremental or ephemeral", id, QuoteText(s.Materialized))
 			}
 		case KindTest:
 			switch s.Severity {
 			case "", SeverityError, SeverityWarn:
 			default:
-				add("step %s: severity %s is not error or warn", s.ID, QuoteText(s.Severity))
+				add("step %s: severity %s is not error or warn", id, QuoteText(s.Severity))
 			}
 		case KindSQL:
 		default:
-			add("step %s: unknown kind %s (want seed, model, test or sql)", s.ID, QuoteText(s.Kind))
+			add("step %s: unknown kind %s (want seed, model, test or sql)", id, QuoteText(s.Kind))
 		}
 		if s.Kind != KindSeed {
 			for _, msg := range sqlProblems(s) {
-				add("step %s: %s", s.ID, msg)
+				add("step %s: %s", id, msg)
 			}
 		}
 		if s.Kind == KindSeed || s.Kind == KindModel {
@@ -340,27 +341,27 @@ func (p *Plan) Validate() error {
 			lower := strings.ToLower(rel)
 			switch other, dup := relations[lower]; {
 			case !identRE.MatchString(rel):
-				add("step %s: relation name %s is not a valid identifier", s.ID, QuoteText(rel))
+				add("step %s: relation name %s is not a valid identifier", id, QuoteText(rel))
 			case reservedRelation(lower):
-				add("step %s: relation name %s uses a reserved prefix (sqlite_, dvt_tmp__)", s.ID, QuoteText(rel))
+				add("step %s: relation name %s uses a reserved prefix (sqlite_, dvt_tmp__)", id, QuoteText(rel))
 			case dup:
-				add("step %s: builds %s, which step %s builds too", s.ID, rel, other)
+				add("step %s: builds %s, which step %s builds too", id, rel, other)
 			default:
-				relations[lower] = s.ID
+				relations[lower] = id
 			}
 		}
 		if s.Retries < 0 {
-			add("step %s: retries %d is negative", s.ID, s.Retries)
+			add("step %s: retries %d is negative", id, s.Retries)
 		}
 		if bad := s.Timeout.invalid; bad != "" || s.Timeout.Duration < 0 || s.Timeout.Duration > MaxStepTimeout {
 			if bad == "" {
 				bad = s.Timeout.String()
 			}
-			add("step %s: timeout %s is out of range: want a duration from 0 to %s (a string like \"30s\" or a number of seconds)", s.ID, QuoteText(bad), MaxStepTimeout)
+			add("step %s: timeout %s is out of range: want a duration from 0 to %s (a string like \"30s\" or a number of seconds)", id, QuoteText(bad), MaxStepTimeout)
 		}
 		for _, ref := range s.Secrets {
 			if !secretNameRE.MatchString(ref.Name) {
-				add("step %s: secret name %s must be letters, digits and _", s.ID, QuoteText(ref.Name))
+				add("step %s: secret name %s must be letters, digits and _", id, QuoteText(ref.Name))
 			}
 		}
 		for _, msg := range incrementalProblems(s) {
@@ -371,18 +372,22 @@ func (p *Plan) Validate() error {
 		if s.ID == "" || HasControl(s.ID) {
 			continue
 		}
+		id := ShowText(s.ID)
 		for _, d := range s.DependsOn {
 			if _, ok := ids[d]; !ok {
-				add("step %s: depends on unknown step %s", s.ID, ShowText(d))
+				add("step %s: depends on unknown step %s", id, ShowText(d))
 			} else if d == s.ID {
-				add("step %s: depends on itself", s.ID)
+				add("step %s: depends on itself", id)
 			} else if dep := p.Steps[ids[d]]; isEphemeral(dep) && s.Kind != KindModel && s.Kind != KindTest {
-				add("step %s: depends on ephemeral model %s, which only models and tests can read (it is inlined as a CTE)", s.ID, d)
+				add("step %s: depends on ephemeral model %s, which only models and tests can read (it is inlined as a CTE)", id, ShowText(d))
 			}
 		}
 	}
 	if len(problems) == 0 {
 		if cycle := p.findCycle(); cycle != nil {
+			for i, id := range cycle {
+				cycle[i] = ShowText(id)
+			}
 			add("dependency cycle: %s", JoinLimited(cycle, " -> ", 20))
 		}
 	}

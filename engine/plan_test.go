@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 // basePlan is a small valid plan; the tests below break it one way at a
@@ -238,7 +239,17 @@ func FuzzParsePlan(f *testing.F) {
 			if CodeOf(err) != CodePlanInvalid {
 				t.Fatalf("Validate error without PLAN_INVALID: %v", err)
 			}
+			// Whatever the input, the sentence is one bounded line that a
+			// terminal can print as is.
+			if msg := err.Error(); HasControl(msg) || len(msg) > 8<<10 {
+				t.Fatalf("Validate error of %d bytes or with control characters: %.300q", len(msg), msg)
+			}
 			return
+		}
+		for _, s := range p.Steps {
+			if HasControl(s.ID) || HasControl(p.PlanID) || s.Timeout.Duration < 0 || s.Timeout.Duration > MaxStepTimeout {
+				t.Fatalf("a valid plan with step %q of plan %q, timeout %v", s.ID, p.PlanID, s.Timeout)
+			}
 		}
 		order := p.Order()
 		if len(order) != len(p.Steps) {
@@ -277,12 +288,15 @@ func FuzzReadSeed(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		tab, err := ReadSeed(strings.NewReader(string(data)), "fuzz.csv")
 		if err != nil {
-			if CodeOf(err) != CodePlanInvalid || !strings.Contains(err.Error(), "fuzz.csv") {
-				t.Fatalf("error %v: want PLAN_INVALID naming the file", err)
+			if CodeOf(err) != CodePlanInvalid || !strings.Contains(err.Error(), "fuzz.csv:") && !strings.Contains(err.Error(), "seed fuzz.csv is empty") {
+				t.Fatalf("error %v: want PLAN_INVALID naming the file and line", err)
+			}
+			if len(err.Error()) > 1024 {
+				t.Fatalf("a %d-byte error: %.200q", len(err.Error()), err)
 			}
 			return
 		}
-		if len(tab.Columns) == 0 || len(tab.Types) != len(tab.Columns) {
+		if len(tab.Columns) == 0 || len(tab.Types) != len(tab.Columns) || len(tab.Columns) > MaxSeedColumns {
 			t.Fatalf("columns %v types %v", tab.Columns, tab.Types)
 		}
 		for i, row := range tab.Rows {
@@ -299,7 +313,8 @@ func FuzzReadSeed(f *testing.F) {
 				case float64:
 					ok = tab.Types[c] == TypeReal
 				case string:
-					ok = tab.Types[c] == TypeText && v != ""
+					// Binary content never loads.
+					ok = tab.Types[c] == TypeText && v != "" && utf8.ValidString(v.(string)) && !strings.ContainsRune(v.(string), 0)
 				}
 				if !ok {
 					t.Fatalf("row %d column %s: %#v in a %s column", i, tab.Columns[c], v, tab.Types[c])

@@ -260,8 +260,7 @@ func (c *cli) errorLine(err error) string {
 		// The code already leads the line: drop its first repetition.
 		msg = strings.Replace(msg, string(code)+": ", "", 1)
 	}
-	msg = strings.Join(strings.Fields(msg), " ")
-	return "dvtrun: " + string(code) + ": " + c.clean(msg)
+	return "dvtrun: " + string(code) + ": " + c.cleanLine(msg)
 }
 
 // addSecret remembers a value that must never be printed.
@@ -275,6 +274,11 @@ func (c *cli) redact(s string) string { return c.red.Redact(s) }
 // move the cursor, ring, recolour or split a table row. Every string the
 // CLI prints that came from input or the store goes through it.
 func (c *cli) clean(s string) string { return engine.EscapeControl(c.redact(s)) }
+
+// cleanLine is clean on one line: runs of white space (newlines included)
+// become one space, after redaction, so a secret with a newline is still
+// recognised.
+func (c *cli) cleanLine(s string) string { return engine.EscapeControl(oneLine(c.redact(s))) }
 
 // cleanDoc is a whole JSON or CSV document fit for the terminal: secrets
 // redacted, and the characters a terminal acts on that the format leaves

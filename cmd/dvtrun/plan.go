@@ -141,7 +141,7 @@ func cmdPlanImportDBT(_ context.Context, c *cli, args []string) error {
 	if len(res.Problems) > 0 {
 		fmt.Fprintf(report, "%d node(s) not imported:\n", len(res.Problems))
 		for _, p := range res.Problems {
-			fmt.Fprintf(report, "  %s: %s\n", c.clean(p.NodeID), c.clean(oneLine(p.Message)))
+			fmt.Fprintf(report, "  %s: %s\n", c.clean(p.NodeID), c.cleanLine(p.Message))
 		}
 		if *strict {
 			return &exitError{code: exitFailed, err: engine.Errorf(engine.CodePlanInvalid, "%d dbt node(s) could not be imported (--strict)", len(res.Problems))}

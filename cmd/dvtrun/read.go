@@ -190,7 +190,7 @@ func (c *cli) printStatus(meta engine.RunMetadata, snap engine.Snapshot) {
 		fmt.Fprintf(tw, "Completed:\t%s (%d ms)\n", fmtTime(snap.CompletedAt), snap.DurationMs)
 	}
 	if snap.Error != nil {
-		fmt.Fprintf(tw, "Error:\t%s: %s\n", c.clean(snap.Error.Code), c.clean(oneLine(snap.Error.Message)))
+		fmt.Fprintf(tw, "Error:\t%s: %s\n", c.clean(snap.Error.Code), c.cleanLine(snap.Error.Message))
 	}
 	fmt.Fprintf(tw, "Events:\t%d\n", snap.LastEventSeq)
 	tw.Flush()
@@ -211,7 +211,7 @@ func (c *cli) printStatus(meta engine.RunMetadata, snap engine.Snapshot) {
 		if s.Error != nil {
 			detail = s.Error.Code + ": " + s.Error.Message
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d.%d\t%s\t%s\n", c.clean(s.StepID), s.Status, s.LogicalAttemptID, s.EngineAttemptID, fmtMs(s.DurationMs, !s.CompletedAt.IsZero()), c.clean(oneLine(detail)))
+		fmt.Fprintf(tw, "%s\t%s\t%d.%d\t%s\t%s\n", c.clean(s.StepID), s.Status, s.LogicalAttemptID, s.EngineAttemptID, fmtMs(s.DurationMs, !s.CompletedAt.IsZero()), c.cleanLine(detail))
 	}
 	tw.Flush()
 }

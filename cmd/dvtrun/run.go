@@ -348,7 +348,7 @@ func runOutcome(runID, planPath string, snap engine.Snapshot) error {
 		}
 		msg := fmt.Sprintf("run %s failed", runID)
 		if len(failed) > 0 {
-			msg += fmt.Sprintf(": %s failed, %d step(s) skipped", strings.Join(failed, ", "), skipped)
+			msg += fmt.Sprintf(": %d failed (%s), %d step(s) skipped", len(failed), engine.JoinLimited(failed, ", ", 10), skipped)
 		} else if snap.Error != nil {
 			msg += ": " + snap.Error.Message
 		}
@@ -429,7 +429,7 @@ func (o *console) Report(p runner.Progress) {
 	case runner.PhaseStepRetry:
 		msg := ""
 		if p.Err != nil {
-			msg = ": " + oneLine(p.Err.Error())
+			msg = ": " + oneLine(o.c.redact(p.Err.Error()))
 		}
 		fmt.Fprintf(o.w, "%sRETRY %s (engine attempt %d)%s\n", prefix, o.c.clean(describe(p.Step)), p.EngineAttempt, o.c.clean(msg))
 	case runner.PhaseStepDone:
@@ -497,7 +497,7 @@ func (o *console) stepDone(p runner.Progress, prefix, rel string) {
 		o.errs++
 		detail := "failed"
 		if p.Err != nil {
-			detail = oneLine(p.Err.Error())
+			detail = oneLine(o.c.redact(p.Err.Error()))
 		}
 		if !strings.Contains(detail, s.ID) {
 			detail = s.ID + ": " + detail
@@ -525,7 +525,7 @@ func (o *console) stepDone(p runner.Progress, prefix, rel string) {
 			what = "sql operation " + rel
 		}
 		if p.SkipReason != "" {
-			what += " (" + oneLine(p.SkipReason) + ")"
+			what += " (" + oneLine(o.c.redact(p.SkipReason)) + ")"
 		}
 		o.line(prefix+"SKIP "+what, "[SKIP]")
 	}

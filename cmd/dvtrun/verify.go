@@ -82,7 +82,7 @@ func cmdVerify(ctx context.Context, c *cli, args []string) error {
 		tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "RUN\tSTEP\tFIELD\tSQL\tGO")
 		for _, d := range diffs {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", c.clean(d.RunID), c.clean(d.StepID), d.Field, c.clean(oneLine(d.SQL)), c.clean(oneLine(d.Go)))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", c.clean(d.RunID), c.clean(d.StepID), d.Field, c.cleanLine(d.SQL), c.cleanLine(d.Go))
 		}
 		tw.Flush()
 	}

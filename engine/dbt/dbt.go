@@ -431,7 +431,17 @@ func (im *importer) run() (*Result, error) {
 	}
 	res := &Result{Plan: p, Problems: im.problems, SchemaVersion: im.version}
 	if len(p.Steps) == 0 {
-		return res, engine.Errorf(engine.CodePlanInvalid, "no node of the dbt manifest could be imported (%d problems)", len(im.problems))
+		// The error is all a caller gets: it carries the problems, cut to a
+		// readable line in the message and whole in Meta.
+		listed := make([]string, len(im.problems))
+		for i, pr := range im.problems {
+			listed[i] = engine.ShowText(pr.NodeID) + ": " + pr.Message
+		}
+		msg := "no node of the dbt manifest could be imported"
+		if len(listed) > 0 {
+			msg += fmt.Sprintf(" (%d problems): %s", len(listed), engine.JoinLimited(listed, "; ", 10))
+		}
+		return res, &engine.Error{Code: engine.CodePlanInvalid, Msg: msg, Meta: map[string]any{"problems": listed}}
 	}
 	if err := p.Validate(); err != nil {
 		return res, fmt.Errorf("the imported plan is not valid: %w", err)

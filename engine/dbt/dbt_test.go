@@ -3,6 +3,7 @@ package dbt_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -248,6 +249,15 @@ func runOnSQLite(t *testing.T, p *engine.Plan, setup string, failures, rows map[
 	}
 }
 
+// manyEmptyModels renders n model nodes with no SQL: none imports.
+func manyEmptyModels(n int) string {
+	nodes := make([]string, n)
+	for i := range nodes {
+		nodes[i] = fmt.Sprintf(`"model.a.m%02d": {"resource_type": "model", "name": "m%02d"}`, i, i)
+	}
+	return strings.Join(nodes, ", ")
+}
+
 func TestImportRejects(t *testing.T) {
 	v12 := `"metadata": {"dbt_schema_version": "https://schemas.getdbt.com/dbt/manifest/v12.json"}`
 	tests := []struct {
@@ -258,13 +268,18 @@ func TestImportRejects(t *testing.T) {
 		{"schema v3", `{"metadata": {"dbt_schema_version": "https://schemas.getdbt.com/dbt/manifest/v3.json"}, "nodes": {}}`, "v3 is not supported"},
 		{"schema v13", `{"metadata": {"dbt_schema_version": "https://schemas.getdbt.com/dbt/manifest/v13.json"}, "nodes": {}}`, "v13 is not supported"},
 		{"null node", `{` + v12 + `, "nodes": {"model.a.b": null}}`, "node model.a.b is null"},
-		{"nothing importable", `{` + v12 + `, "nodes": {"model.a.b": {"resource_type": "model", "name": "b"}}}`, "no node of the dbt manifest could be imported"},
+		// The error keeps the problem list (issue 8, Found 6).
+		{"nothing importable", `{` + v12 + `, "nodes": {"model.a.b": {"resource_type": "model", "name": "b"}}}`, "no node of the dbt manifest could be imported (1 problems): model.a.b: "},
+		{"nothing importable, many nodes", `{` + v12 + `, "nodes": {` + manyEmptyModels(40) + `}}`, "(40 problems): model.a.m00: "},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := dbt.Import([]byte(tc.manifest), dbt.Options{})
 			if err == nil || engine.CodeOf(err) != engine.CodePlanInvalid || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("got %v, want PLAN_INVALID with %q", err, tc.want)
+			}
+			if strings.Contains(tc.name, "many") && (!strings.HasSuffix(err.Error(), "… and 30 more") || len(err.Error()) > 2000) {
+				t.Errorf("a long problem list is not cut with a count: %d bytes: %.200s…", len(err.Error()), err)
 			}
 		})
 	}

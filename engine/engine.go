@@ -76,11 +76,8 @@ func (e *Engine) StartRun(ctx context.Context, req StartRequest) (string, error)
 	if err := p.Validate(); err != nil {
 		return "", err
 	}
-	if n := len(p.Metadata.RequiresCapabilities); n > 0 {
-		return "", Errorf(CodeCapabilitiesNotSupported, "plan %s requires capabilities %v; the %s adapter evaluates none", p.PlanID, p.Metadata.RequiresCapabilities, AdapterName)
-	}
-	if t := p.Metadata.TargetAdapter; t != "" && t != "any" && t != AdapterName {
-		return "", Errorf(CodeTargetAdapterMismatch, "plan %s targets adapter %q; this is the %q adapter", p.PlanID, t, AdapterName)
+	if err := CheckAdapter(p); err != nil {
+		return "", err
 	}
 	if sel := req.Selection; sel != nil {
 		if len(sel.Steps) == 0 {
@@ -121,6 +118,19 @@ func (e *Engine) StartRun(ctx context.Context, req StartRequest) (string, error)
 		return "", err
 	}
 	return runID, nil
+}
+
+// CheckAdapter refuses a plan the local adapter cannot run: required
+// capabilities (it evaluates none) or another target adapter. StartRun and
+// `plan validate` both call it.
+func CheckAdapter(p *Plan) error {
+	if n := len(p.Metadata.RequiresCapabilities); n > 0 {
+		return Errorf(CodeCapabilitiesNotSupported, "plan %s requires capabilities %v; the %s adapter evaluates none", ShowText(p.PlanID), p.Metadata.RequiresCapabilities, AdapterName)
+	}
+	if t := p.Metadata.TargetAdapter; t != "" && t != "any" && t != AdapterName {
+		return Errorf(CodeTargetAdapterMismatch, "plan %s targets adapter %s; this is the %q adapter", ShowText(p.PlanID), QuoteText(t), AdapterName)
+	}
+	return nil
 }
 
 // GetRunStatus projects the run's snapshot from its log, recording any

@@ -42,6 +42,9 @@ func cmdPlanValidate(_ context.Context, c *cli, args []string) error {
 		return err
 	}
 	b, err := loadPlan(pos[0], *wantSHA)
+	if err == nil {
+		err = engine.CheckAdapter(b.Plan) // run refuses these before writing too
+	}
 	if *asJSON {
 		v := planVerdict{Valid: err == nil, Problems: []string{}}
 		if err == nil {

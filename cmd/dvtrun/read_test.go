@@ -397,6 +397,8 @@ func TestInconsistentRun(t *testing.T) {
 func TestRefusedByTheAdapter(t *testing.T) {
 	h := newHarness(t)
 	wantError(t, h.run("run", fixture("adapter", "plan.yaml")), exitUsage, "TARGET_ADAPTER_MISMATCH", "airflow")
+	// plan validate makes every check run makes before writing.
+	wantError(t, h.run("plan", "validate", fixture("adapter", "plan.yaml")), exitUsage, "TARGET_ADAPTER_MISMATCH", "airflow")
 	if n := countRuns(t, h.statePath()); n != 0 {
 		t.Errorf("%d runs recorded", n)
 	}

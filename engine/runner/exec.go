@@ -550,21 +550,14 @@ func (r *execution) final() (engine.Emission, bool) {
 			skipped = append(skipped, r.steps[i].ID)
 		}
 	}
-	msg := fmt.Sprintf("%d step(s) failed: %s", len(failed), listIDs(failed))
+	msg := fmt.Sprintf("%d step(s) failed: %s", len(failed), engine.JoinLimited(failed, ", ", 10))
 	if len(failed) == 0 {
-		msg = fmt.Sprintf("no step is FAILED now, but %d step(s) were skipped after a failure: %s", len(skipped), listIDs(skipped))
+		msg = fmt.Sprintf("no step is FAILED now, but %d step(s) were skipped after a failure: %s", len(skipped), engine.JoinLimited(skipped, ", ", 10))
 	}
 	return engine.Emission{Type: engine.RunFailed, Attempt: 1, Payload: map[string]any{
 		"error":       engine.ErrorInfo{Code: string(engine.CodeStepFailed), Message: msg},
 		"failedSteps": failed, "skippedSteps": len(skipped),
 	}}, true
-}
-
-func listIDs(ids []string) string {
-	if len(ids) > 10 {
-		return strings.Join(ids[:10], ", ") + fmt.Sprintf(" and %d more", len(ids)-10)
-	}
-	return strings.Join(ids, ", ")
 }
 
 // schedule starts what may start: steps the log showed RUNNING (they are in

@@ -305,7 +305,7 @@ func FuzzReadSeed(f *testing.F) {
 			}
 			for c, v := range row {
 				ok := false
-				switch v.(type) {
+				switch x := v.(type) {
 				case nil:
 					ok = true
 				case int64:
@@ -314,7 +314,7 @@ func FuzzReadSeed(f *testing.F) {
 					ok = tab.Types[c] == TypeReal
 				case string:
 					// Binary content never loads.
-					ok = tab.Types[c] == TypeText && v != "" && utf8.ValidString(v.(string)) && !strings.ContainsRune(v.(string), 0)
+					ok = tab.Types[c] == TypeText && x != "" && utf8.ValidString(x) && !strings.ContainsRune(x, 0)
 				}
 				if !ok {
 					t.Fatalf("row %d column %s: %#v in a %s column", i, tab.Columns[c], v, tab.Types[c])

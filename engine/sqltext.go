@@ -13,35 +13,20 @@ import (
 // wrapper or run unwrapped. Quotes ('…', "…", `…`, […]) and comments are
 // skipped so a ';' inside them does not count.
 func SingleStatement(sql string) (string, error) {
-	end := -1 // index of the first top-level ';'
-	i := 0
-	for i < len(sql) && end < 0 {
-		switch c := sql[i]; {
-		case c == '\'' || c == '"' || c == '`':
-			i = skipQuoted(sql, i, c)
-		case c == '[':
-			i = skipUntil(sql, i+1, "]")
-		case c == '-' && strings.HasPrefix(sql[i:], "--"):
-			i = skipUntil(sql, i+2, "\n")
-		case c == '/' && strings.HasPrefix(sql[i:], "/*"):
-			i = skipUntil(sql, i+2, "*/")
-		case c == ';':
-			end = i
-		default:
-			i++
-		}
-	}
-	body := sql
-	if end >= 0 {
-		body = sql[:end]
-		if !blank(sql[end+1:]) {
+	body := ""
+	for _, stmt := range splitStatements(sql) {
+		switch {
+		case blank(stmt):
+		case body != "":
 			return "", errors.New("the SQL holds several statements; a model or test is one query")
+		default:
+			body = strings.TrimSpace(stmt)
 		}
 	}
-	if blank(body) {
+	if body == "" {
 		return "", errors.New("the SQL is empty")
 	}
-	return strings.TrimSpace(body), nil
+	return body, nil
 }
 
 // blank reports whether s holds only whitespace, ';' and comments.

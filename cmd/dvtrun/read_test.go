@@ -24,6 +24,22 @@ const fixedRunID = "0b6f3f5e-8d3a-4c55-9d38-2a9d6c1e7a01"
 // against it without depending on the runner.
 func seedFailedRun(t *testing.T, path string) {
 	t.Helper()
+	seedRun(t, path, fixedRunID, "default", "default", "dev", func(f *storetest.Fixture) []engine.RunEventWrite {
+		return []engine.RunEventWrite{
+			f.Event(engine.StepStarted, "model.a", 1),
+			f.Event(engine.StepCompleted, "model.a", 1),
+			f.Event(engine.StepStarted, "model.b", 1),
+			f.Event(engine.StepFailed, "model.b", 1),
+			f.Event(engine.StepSkipped, "model.c", 1),
+			f.Event(engine.RunFailed, "", 1),
+		}
+	})
+}
+
+// seedRun bootstraps a run in the given scope and appends the events
+// events returns.
+func seedRun(t *testing.T, path, runID, tenant, project, env string, events func(f *storetest.Fixture) []engine.RunEventWrite) {
+	t.Helper()
 	ctx := context.Background()
 	st, err := sqlite.Open(ctx, path, sqlite.Options{})
 	if err != nil {
@@ -31,18 +47,10 @@ func seedFailedRun(t *testing.T, path string) {
 	}
 	defer st.Close()
 	f := storetest.NewFixture()
-	f.Meta.RunID = fixedRunID
-	f.Meta.TenantID, f.Meta.ProjectID, f.Meta.EnvironmentID = "default", "default", "dev"
+	f.Meta.RunID = runID
+	f.Meta.TenantID, f.Meta.ProjectID, f.Meta.EnvironmentID = tenant, project, env
 	f.Bootstrap(t, st)
-	evs := []engine.RunEventWrite{
-		f.Event(engine.StepStarted, "model.a", 1),
-		f.Event(engine.StepCompleted, "model.a", 1),
-		f.Event(engine.StepStarted, "model.b", 1),
-		f.Event(engine.StepFailed, "model.b", 1),
-		f.Event(engine.StepSkipped, "model.c", 1),
-		f.Event(engine.RunFailed, "", 1),
-	}
-	if _, err := st.AppendAndEnqueue(ctx, fixedRunID, evs); err != nil {
+	if _, err := st.AppendAndEnqueue(ctx, runID, events(f)); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/dvtrun/dvtrun/engine"
-	"github.com/dvtrun/dvtrun/store/sqlite"
 	"github.com/dvtrun/dvtrun/store/storetest"
 )
 
@@ -38,6 +37,16 @@ func (s skewed) ProjectAllSQL(ctx context.Context) (map[string]engine.Snapshot, 
 	return all, err
 }
 
+// skewProjection makes verify's SQL projection skewed until t ends.
+func skewProjection(t *testing.T) {
+	orig := projectorFor
+	projectorFor = func(st stateStore) (sqlProjector, bool) {
+		p, ok := orig(st)
+		return skewed{p}, ok
+	}
+	t.Cleanup(func() { projectorFor = orig })
+}
+
 func TestVerify(t *testing.T) {
 	cases := []struct {
 		name   string
@@ -55,12 +64,7 @@ func TestVerify(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			if c.skew {
-				orig := projectorFor
-				projectorFor = func(st stateStore) (sqlProjector, bool) {
-					p, ok := orig(st)
-					return skewed{p}, ok
-				}
-				defer func() { projectorFor = orig }()
+				skewProjection(t)
 			}
 			h := newHarness(t)
 			seedFailedRun(t, h.statePath())
@@ -91,33 +95,18 @@ func TestVerify(t *testing.T) {
 	}
 }
 
-// seedRunIn writes a run with two steps in the given scope.
-func seedRunIn(t *testing.T, path, runID, tenant, project, env string) {
-	t.Helper()
-	ctx := context.Background()
-	st, err := sqlite.Open(ctx, path, sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	f := storetest.NewFixture()
-	f.Meta.RunID = runID
-	f.Meta.TenantID, f.Meta.ProjectID, f.Meta.EnvironmentID = tenant, project, env
-	f.Bootstrap(t, st)
-	if _, err := st.AppendAndEnqueue(ctx, runID, []engine.RunEventWrite{f.Event(engine.StepStarted, "model.b", 1), f.Event(engine.StepFailed, "model.b", 1)}); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // TestVerifyAllScopes (issue 8, Found 8): verify --all checks every run in
 // the store, whatever its tenant, project and environment, unless a scope
 // flag (or DVT_TENANT…) narrows it, and says what it checked per scope.
 func TestVerifyAllScopes(t *testing.T) {
 	h := newHarness(t)
 	seedFailedRun(t, h.statePath())
-	seedRunIn(t, h.statePath(), "run-acme-1", "acme", "shop", "prod")
-	seedRunIn(t, h.statePath(), "run-acme-2", "acme", "shop", "prod")
-	seedRunIn(t, h.statePath(), "run-beta-1", "beta", "x", "dev")
+	failB := func(f *storetest.Fixture) []engine.RunEventWrite {
+		return []engine.RunEventWrite{f.Event(engine.StepStarted, "model.b", 1), f.Event(engine.StepFailed, "model.b", 1)}
+	}
+	seedRun(t, h.statePath(), "run-acme-1", "acme", "shop", "prod", failB)
+	seedRun(t, h.statePath(), "run-acme-2", "acme", "shop", "prod", failB)
+	seedRun(t, h.statePath(), "run-beta-1", "beta", "x", "dev", failB)
 	cases := []struct {
 		name  string
 		env   map[string]string
@@ -134,12 +123,7 @@ func TestVerifyAllScopes(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			if c.skews {
-				orig := projectorFor
-				projectorFor = func(st stateStore) (sqlProjector, bool) {
-					p, ok := orig(st)
-					return skewed{p}, ok
-				}
-				defer func() { projectorFor = orig }()
+				skewProjection(t)
 			}
 			for k, v := range c.env {
 				h.env[k] = v

@@ -8,7 +8,10 @@ import (
 
 // snapshotStateVersion is bumped when the persisted form changes; a state of
 // another version is refused and the projector rebuilds from the log.
-const snapshotStateVersion = 1
+// Version 2: Policy A creates no step from an invalid first event, and the
+// keys of such events are remembered (Unborn); a version-1 state may hold
+// such a step and is rebuilt.
+const snapshotStateVersion = 2
 
 // snapshotState is the persisted form of a snapshot: the snapshot itself
 // and the reducer's memory of the events it applied, which Incremental needs
@@ -24,6 +27,15 @@ type seenState struct {
 	Run      [8]uint64       `json:"run"`
 	Steps    [][4]uint64     `json:"steps,omitempty"`
 	Overflow []appliedRecord `json:"overflow,omitempty"`
+	Unborn   []unbornRecord  `json:"unborn,omitempty"`
+}
+
+// unbornRecord is the key of an invalid event about a step that does not
+// exist yet (seenSet.unborn).
+type unbornRecord struct {
+	StepID  string    `json:"stepId"`
+	Attempt int       `json:"attempt"`
+	Type    EventType `json:"type"`
 }
 
 type appliedRecord struct {
@@ -45,6 +57,11 @@ func (s Snapshot) MarshalState() ([]byte, error) {
 	}
 	for k := range s.seen.overflow {
 		st.Seen.Overflow = append(st.Seen.Overflow, appliedRecord{Step: k.step, Attempt: k.attempt, Type: k.typ})
+	}
+	for id, keys := range s.seen.unborn {
+		for _, k := range keys {
+			st.Seen.Unborn = append(st.Seen.Unborn, unbornRecord{StepID: id, Attempt: k.attempt, Type: k.typ})
+		}
 	}
 	return json.Marshal(st)
 }
@@ -79,6 +96,15 @@ func UnmarshalSnapshotState(b []byte) (Snapshot, error) {
 			s.seen.overflow = make(map[applied]bool, len(st.Seen.Overflow))
 		}
 		s.seen.overflow[applied{step: a.Step, attempt: a.Attempt, typ: a.Type}] = true
+	}
+	for _, u := range st.Seen.Unborn {
+		if _, exists := s.index[u.StepID]; exists {
+			return Snapshot{}, Errorf(CodeStoreCorrupt, "snapshot state of run %s remembers step %s as not started and as a step", s.RunID, u.StepID)
+		}
+		if s.seen.unborn == nil {
+			s.seen.unborn = make(map[string][]stepKey)
+		}
+		s.seen.unborn[u.StepID] = append(s.seen.unborn[u.StepID], stepKey{typ: u.Type, attempt: u.Attempt})
 	}
 	return s, nil
 }

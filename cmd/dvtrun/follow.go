@@ -32,7 +32,9 @@ const leaseCheckEvery = 5 * time.Second
 func (c *cli) follow(ctx context.Context, st stateStore, meta engine.RunMetadata, interval time.Duration, asJSON bool) error {
 	// Lag is measured by the projection service, against the store's
 	// clock; a follower on another machine would measure its clock skew.
-	p := &projection.Projector{Events: st, Alerts: st}
+	// status is a read command: it never writes, so it records no alerts
+	// (the runner and the projection service do).
+	p := &projection.Projector{Events: st}
 	snap, err := c.followStart(ctx, st, p, meta.RunID)
 	if err != nil {
 		return err

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"strings"
 
 	"github.com/dvtrun/dvtrun/engine"
@@ -40,7 +39,7 @@ func (r *execution) runStep(runCtx, sctx context.Context, i, logical, engineAtte
 		UniqueKey: s.UniqueKey, IncrementalFilter: s.IncrementalFilter, FullRefresh: r.fullRefresh}
 	switch s.Kind {
 	case engine.KindSeed:
-		req.SeedPath = filepath.Join(r.p.Dir, s.Path)
+		req.SeedPath = r.p.FilePath(s.Path) // as LoadBundle read and hashed it
 	default:
 		lookup := r.e.Secrets
 		if lookup == nil {

@@ -112,6 +112,22 @@ func TestBadInputsThroughCLI(t *testing.T) {
 	}
 }
 
+// TestHostileScopeFlags: scope ids with control characters are refused
+// before anything is opened.
+func TestHostileScopeFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"--tenant", "acme\x1b[2J", "runs"},
+		{"runs", "--project", "p\nq"},
+		{"run", "--environment", "dev|prod", fixture("ok", "plan.yaml")},
+	} {
+		h := newHarness(t)
+		wantRefused(t, h, h.run(args...), "INVALID_ARGUMENT", "contains a control character or '|'")
+	}
+	h := newHarness(t)
+	h.env["DVT_TENANT"] = "t\a"
+	wantRefused(t, h, h.run("runs"), "INVALID_ARGUMENT", "--tenant")
+}
+
 // TestHostileStoreTextIsEscaped (issue 8, Found 6): a run written by
 // another producer with ESC, BEL and newlines in its ids and error text is
 // printed escaped by every read command: the runs table keeps one row per

@@ -95,6 +95,20 @@ type globals struct {
 	scoped map[string]bool
 }
 
+// check refuses scope ids a run could not be recorded under: they become
+// part of every event and of every line that shows the run.
+func (g *globals) check() error {
+	for _, f := range []struct{ name, v string }{{"tenant", g.tenant}, {"project", g.project}, {"environment", g.environment}} {
+		switch {
+		case f.v == "":
+			return engine.Errorf(engine.CodeInvalidArgument, "--%s is empty", f.name)
+		case engine.HasControl(f.v) || strings.Contains(f.v, "|"):
+			return engine.Errorf(engine.CodeInvalidArgument, "--%s %s contains a control character or '|'", f.name, engine.QuoteText(f.v))
+		}
+	}
+	return nil
+}
+
 // markScoped records which scope flags fs set.
 func (g *globals) markScoped(fs *flag.FlagSet) {
 	fs.Visit(func(f *flag.Flag) {
@@ -179,6 +193,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, env func(
 		return c.fail(engine.Errorf(engine.CodeInvalidArgument, "%v (see dvtrun --help)", err))
 	}
 	c.g.markScoped(top)
+	if err := c.g.check(); err != nil {
+		return c.fail(err)
+	}
 	rest := top.Args()
 	if len(rest) == 0 {
 		c.usage(stderr, top)
@@ -353,6 +370,9 @@ func (c *cli) parse(fs *flag.FlagSet, args []string, minPos, maxPos int) ([]stri
 		}
 		pos = append(pos, args[0])
 		args = args[1:]
+	}
+	if err := c.g.check(); err != nil {
+		return nil, err
 	}
 	switch {
 	case len(pos) < minPos:

@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -212,21 +211,18 @@ func (r PlanRef) Compare(recorded PlanRef) error {
 // planRef, with the bundle's files). A run whose RunQueued carries none
 // gets its metadata's sha256 alone.
 func RecordedPlanRef(ctx context.Context, log EventReader, meta RunMetadata) (PlanRef, error) {
-	ref := PlanRef{SHA256: meta.PlanSHA256, PlanID: meta.PlanID, PlanVersion: meta.PlanVersion}
 	evs, err := log.ListEvents(ctx, meta.RunID, 0, 1)
 	if err != nil {
 		return PlanRef{}, err
 	}
-	if len(evs) == 0 || evs[0].EventType != RunQueued {
-		return ref, nil
+	q, err := QueuedRequest(evs)
+	if err != nil {
+		return PlanRef{}, err
 	}
-	var payload struct {
-		PlanRef *PlanRef `json:"planRef"`
+	if q.PlanRef.SHA256 == "" {
+		return PlanRef{SHA256: meta.PlanSHA256, PlanID: meta.PlanID, PlanVersion: meta.PlanVersion}, nil
 	}
-	if json.Unmarshal(evs[0].Payload, &payload) != nil || payload.PlanRef == nil {
-		return ref, nil
-	}
-	return *payload.PlanRef, nil
+	return q.PlanRef, nil
 }
 
 // preflight parses every seed from the bytes that were hashed: a missing,

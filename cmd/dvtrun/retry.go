@@ -1,8 +1,8 @@
 package main
 
 import (
-	"errors"
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -41,7 +41,7 @@ func cmdRetry(ctx context.Context, c *cli, args []string) error {
 		return engine.Errorf(engine.CodePlanHashMismatch, "run %s ran plan %s@%s, not %s@%s (%s)", parent.meta.RunID, parent.meta.PlanID, parent.meta.PlanVersion, p.PlanID, p.PlanVersion, planPath)
 	}
 	for _, change := range planChanges(parent.meta, parent.queued.PlanRef, ref) {
-		fmt.Fprintf(c.stdout, "plan changed since run %s: %s\n", parent.meta.RunID, change)
+		fmt.Fprintf(c.stdout, "plan changed since run %s: %s\n", c.clean(parent.meta.RunID), c.clean(change))
 	}
 	steps, gone := retrySteps(p, parent.queued, parent.snap)
 	for _, id := range gone {

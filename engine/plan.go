@@ -290,82 +290,32 @@ func (p *Plan) Validate() error {
 	ids := make(map[string]int, len(p.Steps))
 	relations := map[string]string{}
 	for i, s := range p.Steps {
-		switch {
-		case s.ID == "":
+		if s.ID == "" {
 			add("step #%d has no id", i+1)
 			continue
-		case HasControl(s.ID):
-			add("step #%d: id %s contains a control character", i+1, QuoteText(s.ID))
-			continue
-		case strings.Contains(s.ID, "|"):
-			add("step %s: id contains '|'", ShowText(s.ID))
 		}
-		id := ShowText(s.ID) // as messages show it
+		label := "step " + ShowText(s.ID) // as messages show it
+		if HasControl(s.ID) {
+			label = fmt.Sprintf("step #%d", i+1)
+		}
+		for _, msg := range s.Problems() {
+			add("%s: %s", label, msg)
+		}
+		if HasControl(s.ID) {
+			continue
+		}
 		if _, dup := ids[s.ID]; dup {
-			add("step %s: duplicate id", id)
+			add("%s: duplicate id", label)
 		}
 		ids[s.ID] = i
-		for _, f := range []struct{ name, v string }{{"name", s.Name}, {"path", s.Path}} {
-			if HasControl(f.v) {
-				add("step %s: %s %s contains a control character", id, f.name, QuoteText(f.v))
-			}
-		}
-		switch s.Kind {
-		case KindSeed:
-			if s.Path == "" {
-				add("step %s: a seed needs the path of its CSV file", id)
-			}
-		case KindModel:
-			switch s.Materialized {
-			case "", MaterializedTable, MaterializedView, MaterializedIncremental, MaterializedEphemeral:
-			default:
-				add("step %s: materialized %s is not table, view, incremental or ephemeral", id, QuoteText(s.Materialized))
-			}
-		case KindTest:
-			switch s.Severity {
-			case "", SeverityError, SeverityWarn:
-			default:
-				add("step %s: severity %s is not error or warn", id, QuoteText(s.Severity))
-			}
-		case KindSQL:
-		default:
-			add("step %s: unknown kind %s (want seed, model, test or sql)", id, QuoteText(s.Kind))
-		}
-		if s.Kind != KindSeed {
-			for _, msg := range sqlProblems(s) {
-				add("step %s: %s", id, msg)
-			}
-		}
 		if s.Kind == KindSeed || s.Kind == KindModel {
 			rel := s.Relation()
 			lower := strings.ToLower(rel)
-			switch other, dup := relations[lower]; {
-			case !identRE.MatchString(rel):
-				add("step %s: relation name %s is not a valid identifier", id, QuoteText(rel))
-			case reservedRelation(lower):
-				add("step %s: relation name %s uses a reserved prefix (sqlite_, dvt_tmp__)", id, QuoteText(rel))
-			case dup:
-				add("step %s: builds %s, which step %s builds too", id, rel, other)
-			default:
-				relations[lower] = id
+			if other, dup := relations[lower]; dup && identRE.MatchString(rel) && !reservedRelation(lower) {
+				add("%s: builds %s, which step %s builds too", label, rel, other)
+			} else if !dup {
+				relations[lower] = ShowText(s.ID)
 			}
-		}
-		if s.Retries < 0 {
-			add("step %s: retries %d is negative", id, s.Retries)
-		}
-		if bad := s.Timeout.invalid; bad != "" || s.Timeout.Duration < 0 || s.Timeout.Duration > MaxStepTimeout {
-			if bad == "" {
-				bad = s.Timeout.String()
-			}
-			add("step %s: timeout %s is out of range: want a duration from 0 to %s (a string like \"30s\" or a number of seconds)", id, QuoteText(bad), MaxStepTimeout)
-		}
-		for _, ref := range s.Secrets {
-			if !secretNameRE.MatchString(ref.Name) {
-				add("step %s: secret name %s must be letters, digits and _", id, QuoteText(ref.Name))
-			}
-		}
-		for _, msg := range incrementalProblems(s) {
-			add("step %s: %s", s.ID, msg)
 		}
 	}
 	for _, s := range p.Steps {
@@ -395,6 +345,77 @@ func (p *Plan) Validate() error {
 		return nil
 	}
 	return &Error{Code: CodePlanInvalid, Msg: fmt.Sprintf("plan %s: %s", QuoteText(orUnknown(p.PlanID)), JoinLimited(problems, "; ", maxListed)), Meta: map[string]any{"problems": problems}}
+}
+
+// Problems lists what is wrong with the step on its own, each as a sentence
+// that does not name the step: control characters or '|' in its id, name or
+// path, an unknown kind, materialization or severity, a relation name that
+// is not an identifier or is reserved, SQL a warehouse would refuse (see
+// sqlProblems), negative retries, a timeout out of range, a malformed
+// secret name, the incremental-model rules. Validate adds what concerns
+// several steps (duplicates, dependencies, cycles); the dbt importer drops
+// a node with problems.
+func (s PlanStep) Problems() []string {
+	var out []string
+	add := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
+	switch {
+	case HasControl(s.ID):
+		add("id %s contains a control character", QuoteText(s.ID))
+	case strings.Contains(s.ID, "|"):
+		add("id contains '|'")
+	}
+	for _, f := range []struct{ name, v string }{{"name", s.Name}, {"path", s.Path}} {
+		if HasControl(f.v) {
+			add("%s %s contains a control character", f.name, QuoteText(f.v))
+		}
+	}
+	switch s.Kind {
+	case KindSeed:
+		if s.Path == "" {
+			add("a seed needs the path of its CSV file")
+		}
+	case KindModel:
+		switch s.Materialized {
+		case "", MaterializedTable, MaterializedView, MaterializedIncremental, MaterializedEphemeral:
+		default:
+			add("materialized %s is not table, view, incremental or ephemeral", QuoteText(s.Materialized))
+		}
+	case KindTest:
+		switch s.Severity {
+		case "", SeverityError, SeverityWarn:
+		default:
+			add("severity %s is not error or warn", QuoteText(s.Severity))
+		}
+	case KindSQL:
+	default:
+		add("unknown kind %s (want seed, model, test or sql)", QuoteText(s.Kind))
+	}
+	if s.Kind != KindSeed {
+		out = append(out, sqlProblems(s)...)
+	}
+	if s.Kind == KindSeed || s.Kind == KindModel {
+		switch rel := s.Relation(); {
+		case !identRE.MatchString(rel):
+			add("relation name %s is not a valid identifier", QuoteText(rel))
+		case reservedRelation(strings.ToLower(rel)):
+			add("relation name %s uses a reserved prefix (sqlite_, dvt_tmp__)", QuoteText(rel))
+		}
+	}
+	if s.Retries < 0 {
+		add("retries %d is negative", s.Retries)
+	}
+	if bad := s.Timeout.invalid; bad != "" || s.Timeout.Duration < 0 || s.Timeout.Duration > MaxStepTimeout {
+		if bad == "" {
+			bad = s.Timeout.String()
+		}
+		add("timeout %s is out of range: want a duration from 0 to %s (a string like \"30s\" or a number of seconds)", QuoteText(bad), MaxStepTimeout)
+	}
+	for _, ref := range s.Secrets {
+		if !secretNameRE.MatchString(ref.Name) {
+			add("secret name %s must be letters, digits and _", QuoteText(ref.Name))
+		}
+	}
+	return append(out, incrementalProblems(s)...)
 }
 
 // maxListed is how many problems a one-line error names before it says how
@@ -435,7 +456,7 @@ func sqlProblems(s PlanStep) []string {
 			declared[m[1]] = true // once per name
 		}
 	}
-	if used && s.Kind == KindModel && s.Materialized != MaterializedTable {
+	if used && s.Kind == KindModel && (s.Materialized == "" || s.Materialized == MaterializedView) {
 		out = append(out, "a view cannot take a secret (the warehouse stores a view's text); materialize it as a table")
 	}
 	return out

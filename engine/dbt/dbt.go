@@ -327,6 +327,13 @@ func (im *importer) run() (*Result, error) {
 		if !ok {
 			continue
 		}
+		// What the plan's validation would refuse in this step alone (SQL
+		// with several statements, a reserved name, control characters…)
+		// is this node's problem, not the whole import's.
+		if probs := st.Problems(); len(probs) > 0 {
+			im.fail(id, "%s", strings.Join(probs, "; "))
+			continue
+		}
 		if other, dup := seenStep[st.ID]; dup {
 			// Tests of the same name in two places differ by the hash dbt
 			// appends to their unique_id.

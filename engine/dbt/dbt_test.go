@@ -413,3 +413,42 @@ func TestImportIncremental(t *testing.T) {
 		t.Errorf("reader SQL after inlining:\n%s", reader.SQL)
 	}
 }
+
+// TestImportDropsNodesValidationRefuses: a node whose step the plan's
+// validation would refuse on its own (several statements, a reserved
+// relation name, a control character) is a problem of that node; the rest
+// of the manifest imports into a plan that validates.
+func TestImportDropsNodesValidationRefuses(t *testing.T) {
+	node := func(id, name, sql string) string {
+		return `"` + id + `": {"resource_type": "model", "name": "` + name + `", "config": {"materialized": "table"}, "compiled_code": "` + sql + `", "depends_on": {"nodes": []}}`
+	}
+	m := `{"metadata": {"dbt_schema_version": "https://schemas.getdbt.com/dbt/manifest/v12.json"}, "nodes": {` + strings.Join([]string{
+		node("model.p.good", "good", "select 1 as x"),
+		node("model.p.two", "two", "select 1 as x; drop table good"),
+		node("model.p.sqlite_master", "sqlite_master", "select 1 as x"),
+		node("model.p.esc", `esc\u001b[2J`, "select 1 as x"),
+	}, ", ") + `}}`
+	res, err := dbt.Import([]byte(m), dbt.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Plan.Steps) != 1 || res.Plan.Steps[0].ID != "model.good" {
+		t.Fatalf("steps %+v", res.Plan.Steps)
+	}
+	want := map[string]string{
+		"model.p.two":           "several statements",
+		"model.p.sqlite_master": "reserved prefix",
+		"model.p.esc":           `"esc\x1b[2J"`,
+	}
+	for _, p := range res.Problems {
+		if w, ok := want[p.NodeID]; ok && strings.Contains(p.Message, w) {
+			delete(want, p.NodeID)
+		}
+	}
+	if len(want) > 0 {
+		t.Errorf("problems %+v lack %v", res.Problems, want)
+	}
+	if err := res.Plan.Validate(); err != nil {
+		t.Error(err)
+	}
+}

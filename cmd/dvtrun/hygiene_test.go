@@ -295,3 +295,23 @@ func dumpTables(t *testing.T, path string) string {
 	}
 	return b.String()
 }
+
+// TestManyFailuresOneShortLine (issue 8, Found 6): a run whose many steps
+// fail ends with one error line that names ten and counts the rest.
+func TestManyFailuresOneShortLine(t *testing.T) {
+	h := newHarness(t)
+	var b strings.Builder
+	b.WriteString("planId: many\nplanVersion: \"1\"\nsteps:\n")
+	for i := range 40 {
+		fmt.Fprintf(&b, "  - {id: sql.broken_%02d, kind: sql, sql: \"insert into missing_table values (1)\"}\n", i)
+	}
+	plan := filepath.Join(h.dir, "plan.yaml")
+	if err := os.WriteFile(plan, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := h.run("run", "--threads", "4", plan)
+	wantError(t, r, exitFailed, "STEP_FAILED", "40 failed (", "… and 30 more")
+	if len(r.stderr) > 600 {
+		t.Errorf("a %d-byte error line: %s", len(r.stderr), r.stderr)
+	}
+}

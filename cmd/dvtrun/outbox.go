@@ -239,11 +239,11 @@ func cmdOutboxList(ctx context.Context, c *cli, args []string, name, summary str
 		if d.State == delivery.StatePending {
 			next = fmtTime(d.NextAttemptAt)
 		}
-		lastErr := oneLine(d.LastError)
+		lastErr := c.cleanLine(d.LastError)
 		if len(lastErr) > 80 {
 			lastErr = lastErr[:77] + "..."
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", d.RunID, d.RunSeq, d.EventType, d.EventID, d.Sink, d.State, d.Attempts, next, c.redact(lastErr))
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", c.clean(d.RunID), d.RunSeq, c.clean(string(d.EventType)), c.clean(d.EventID), c.clean(d.Sink), d.State, d.Attempts, next, lastErr)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

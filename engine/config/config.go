@@ -1,7 +1,8 @@
 // Package config reads dvtrun's configuration file (--config FILE, or
 // DVT_CONFIG): one YAML document whose top-level sections configure the
 // long-running parts of dvtrun — event sinks for outbox delivery and the
-// policy of who may send which signal. Unknown keys are errors, so a typo
+// policy of who may send which signal, cron schedules and the limits of
+// the run queue. Unknown keys are errors, so a typo
 // never silently turns a feature off.
 package config
 
@@ -19,8 +20,10 @@ import (
 
 // Config is the whole configuration file.
 type Config struct {
-	Sinks   []Sink       `yaml:"sinks"`
-	Signals SignalPolicy `yaml:"signals"`
+	Sinks     []Sink       `yaml:"sinks"`
+	Signals   SignalPolicy `yaml:"signals"`
+	Schedules []Schedule   `yaml:"schedules"`
+	Limits    Limits       `yaml:"limits"`
 }
 
 // Parse decodes and validates a configuration document; name is the file's
@@ -42,7 +45,13 @@ func (c *Config) validate() error {
 	if err := validateSinks(c.Sinks); err != nil {
 		return err
 	}
-	return c.Signals.validate()
+	if err := c.Signals.validate(); err != nil {
+		return err
+	}
+	if err := validateSchedules(c.Schedules); err != nil {
+		return err
+	}
+	return c.Limits.validate()
 }
 
 // yamlMessage turns yaml.v3's multi-line type errors into one line.

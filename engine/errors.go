@@ -30,6 +30,7 @@ const (
 	CodeSecretNotFound             Code = "SECRET_NOT_FOUND"
 	CodeLeaseHeld                  Code = "LEASE_HELD"
 	CodeBackpressure               Code = "BACKPRESSURE_REJECTED"
+	CodeRunQueueFull               Code = "RUN_QUEUE_FULL" // backpressure REJECT; Meta retryAfterSeconds
 	CodeProjectorNonContiguous     Code = "PROJECTOR_NON_CONTIGUOUS_FETCH_DETECTED"
 	CodeProjectorLagHigh           Code = "PROJECTOR_LAG_HIGH"
 	CodePauseDrainTimeout          Code = "PAUSE_DRAIN_TIMEOUT"

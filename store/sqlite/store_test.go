@@ -43,5 +43,15 @@ func TestConformance(t *testing.T) {
 			return s
 		},
 		Advance: clock.Advance,
+		Fresh: func(t *testing.T) func(t *testing.T) store.Store {
+			path := filepath.Join(t.TempDir(), "queue.db")
+			return func(t *testing.T) store.Store {
+				s, err := sqlite.Open(context.Background(), path, sqlite.Options{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return s
+			}
+		},
 	})
 }

@@ -70,8 +70,15 @@ func TestConformance(t *testing.T) {
 			return openStore(t, dsn, snowflake.Options{Now: clock.Now})
 		},
 		Advance: clock.Advance,
+		Fresh: func(t *testing.T) func(t *testing.T) store.Store {
+			dsn := srv.DSN("dvt", fmt.Sprintf("queue_%d", freshSchemas.Add(1)))
+			return func(t *testing.T) store.Store { return openStore(t, dsn, snowflake.Options{}) }
+		},
 	})
 }
+
+// freshSchemas numbers the schemas of the queue conformance cases.
+var freshSchemas atomic.Int64
 
 // TestConformanceOnSnowflake runs the same suite against a real account
 // when DVT_SNOWFLAKE_DSN names one (a gosnowflake DSN; use a scratch

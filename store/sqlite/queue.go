@@ -14,6 +14,7 @@ import (
 	"github.com/dvtrun/dvtrun/engine/queue"
 	"github.com/dvtrun/dvtrun/engine/schedule"
 	sqlfiles "github.com/dvtrun/dvtrun/sql"
+	"github.com/dvtrun/dvtrun/store"
 )
 
 // The run queue and the schedule cursors. Every write runs under BEGIN
@@ -207,9 +208,6 @@ func (s *Store) RetireWorker(ctx context.Context, owner string) error {
 	})
 }
 
-// claimCandidates is how many candidates one claim transaction considers.
-const claimCandidates = 32
-
 // ClaimRequest implements queue.Store.
 func (s *Store) ClaimRequest(ctx context.Context, owner string, ttl time.Duration, l queue.ClaimLimits) (queue.Request, bool, error) {
 	var out queue.Request
@@ -218,101 +216,25 @@ func (s *Store) ClaimRequest(ctx context.Context, owner string, ttl time.Duratio
 		if _, err := tx.ExecContext(ctx, q["heartbeat"], owner, ttlModifier(ttl)); err != nil {
 			return err
 		}
-		cands, err := readCandidates(ctx, tx, q)
-		if err != nil {
-			return err
-		}
-		busy, err := readBusy(ctx, tx, q)
+		cands, err := store.ClaimCandidates(ctx, tx, q, l)
 		if err != nil {
 			return err
 		}
 		for _, c := range cands {
-			if !c.claimable(l, busy) {
-				continue
-			}
-			res, err := tx.ExecContext(ctx, q["claim_request"], owner, c.id, c.version)
+			res, err := tx.ExecContext(ctx, q["claim_request"], owner, c.ID, c.Version)
 			if err != nil {
 				return err
 			}
 			if n, _ := res.RowsAffected(); n != 1 {
 				continue
 			}
-			out, err = scanRequest(tx.QueryRowContext(ctx, q["request_by_id"], c.id))
+			out, err = scanRequest(tx.QueryRowContext(ctx, q["request_by_id"], c.ID))
 			ok = err == nil
 			return err
 		}
 		return nil
 	})
 	return out, ok, err
-}
-
-// candidate is a claimable-looking row with what the limits need.
-type candidate struct {
-	id, planID, state, sched string
-	version, seq             int64
-	serial                   bool
-	active, ofPlan           int
-}
-
-// claimable applies the limits: a takeover always (its run already
-// counts), a PENDING request only within the concurrency limits and, if
-// serial, when its schedule is idle and it is the schedule's first.
-func (c candidate) claimable(l queue.ClaimLimits, busy map[string]scheduleBusy) bool {
-	if c.state != string(queue.StatePending) {
-		return true
-	}
-	if !l.Allows(c.planID, c.active, c.ofPlan) {
-		return false
-	}
-	if c.serial && c.sched != "" {
-		b := busy[c.sched]
-		return b.active == 0 && b.firstPending == c.seq
-	}
-	return true
-}
-
-type scheduleBusy struct {
-	active       int
-	firstPending int64
-}
-
-func readCandidates(ctx context.Context, tx *sqlx.Tx, q map[string]string) ([]candidate, error) {
-	rows, err := tx.QueryContext(ctx, q["claim_candidates"], claimCandidates)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []candidate
-	for rows.Next() {
-		var c candidate
-		var serial int
-		if err := rows.Scan(&c.id, &c.planID, &c.version, &c.state, &c.sched, &serial, &c.seq, &c.active, &c.ofPlan); err != nil {
-			return nil, err
-		}
-		c.serial = serial == 1
-		out = append(out, c)
-	}
-	return out, rows.Err()
-}
-
-func readBusy(ctx context.Context, tx *sqlx.Tx, q map[string]string) (map[string]scheduleBusy, error) {
-	rows, err := tx.QueryContext(ctx, q["busy_schedules"])
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := map[string]scheduleBusy{}
-	for rows.Next() {
-		var name string
-		var b scheduleBusy
-		var first sql.NullInt64
-		if err := rows.Scan(&name, &b.active, &first); err != nil {
-			return nil, err
-		}
-		b.firstPending = first.Int64
-		out[name] = b
-	}
-	return out, rows.Err()
 }
 
 // ownedUpdate runs one of the owner-conditioned updates and reports

@@ -219,6 +219,7 @@ func testClaimRace(t *testing.T, b Backend) {
 				mu.Lock()
 				claimedBy[r.RequestID] = append(claimedBy[r.RequestID], owner)
 				mu.Unlock()
+				time.Sleep(time.Millisecond) // let the others in between claims
 			}
 		}()
 	}

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-		"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine"
 	"github.com/dvtrun/dvtrun/engine/queue"
 	"github.com/dvtrun/dvtrun/engine/schedule"
 	sqlfiles "github.com/dvtrun/dvtrun/sql"

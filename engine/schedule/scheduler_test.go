@@ -1,0 +1,332 @@
+package schedule_test
+
+import (
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/queue"
+	"github.com/dvtrun/dvtrun/engine/schedule"
+	"github.com/dvtrun/dvtrun/store/sqlite"
+)
+
+var ctx = context.Background()
+
+// clock is the schedulers' injected clock.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) Set(t time.Time) {
+	c.mu.Lock()
+	c.t = t
+	c.mu.Unlock()
+}
+
+func (c *clock) Advance(d time.Duration) { c.Set(c.Now().Add(d)) }
+
+func utc(s string) time.Time {
+	t, err := time.Parse(time.RFC3339, s)
+	if err != nil {
+		panic(err)
+	}
+	return t.UTC()
+}
+
+type fixture struct {
+	path      string
+	clock     *clock
+	store     *sqlite.Store
+	cancelled []string
+}
+
+func newFixture(t *testing.T, start time.Time) *fixture {
+	f := &fixture{path: filepath.Join(t.TempDir(), "state.db"), clock: &clock{t: start}}
+	f.store = f.open(t)
+	return f
+}
+
+func (f *fixture) open(t *testing.T) *sqlite.Store {
+	t.Helper()
+	s, err := sqlite.Open(ctx, f.path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func (f *fixture) scheduler(st schedule.Store, defs ...schedule.Def) *schedule.Scheduler {
+	return &schedule.Scheduler{
+		Store: st, Clock: f.clock, IDs: engine.IDFunc(uuid.NewString), Defs: defs,
+		TenantID: "acme", ProjectID: "shop", EnvironmentID: "dev",
+		Resolve: func(context.Context, string) (schedule.PlanInfo, error) {
+			return schedule.PlanInfo{PlanID: "shop", PlanVersion: "1", SHA256: "ab12"}, nil
+		},
+		CancelRun: func(_ context.Context, runID, _ string) error {
+			f.cancelled = append(f.cancelled, runID)
+			return nil
+		},
+	}
+}
+
+func def(t *testing.T, name, expr, tz, overlap string, window time.Duration) schedule.Def {
+	t.Helper()
+	sp, err := schedule.Parse(expr, tz)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return schedule.Def{Name: name, Spec: sp, PlanPath: "plans/shop/plan.yaml", Overlap: overlap, CatchupWindow: window}
+}
+
+func (f *fixture) requests(t *testing.T) []queue.Request {
+	t.Helper()
+	list, err := f.store.ListRequests(ctx, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return list
+}
+
+func pass(t *testing.T, s *schedule.Scheduler) schedule.PassResult {
+	t.Helper()
+	r, err := s.Pass(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// Three replicas pass at every step, concurrently: one request per tick.
+func TestReplicasEnqueueOneRequestPerTick(t *testing.T) {
+	f := newFixture(t, utc("2026-04-01T00:00:30Z"))
+	d := def(t, "every-minute", "@every 1m", "", schedule.OverlapAllowAll, time.Hour)
+	replicas := []*schedule.Scheduler{f.scheduler(f.open(t), d), f.scheduler(f.open(t), d), f.scheduler(f.open(t), d)}
+	pass(t, replicas[0]) // creates the cursor
+	const ticks = 30
+	fired := 0
+	var mu sync.Mutex
+	for range ticks {
+		f.clock.Advance(time.Minute)
+		var wg sync.WaitGroup
+		for _, s := range replicas {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				r := pass(t, s)
+				mu.Lock()
+				fired += r.Fired
+				mu.Unlock()
+			}()
+		}
+		wg.Wait()
+	}
+	list := f.requests(t)
+	if len(list) != ticks || fired != ticks {
+		t.Fatalf("%d requests, %d fired, want %d", len(list), fired, ticks)
+	}
+	seen := map[string]bool{}
+	for i, r := range list {
+		want := schedule.TickRequestID("every-minute", utc("2026-04-01T00:01:30Z").Add(time.Duration(i)*time.Minute))
+		if r.RunRequestID != want || seen[r.RunRequestID] || r.Schedule != "every-minute" || r.Serial {
+			t.Fatalf("request %d: %+v, want runRequestId %s", i, r, want)
+		}
+		seen[r.RunRequestID] = true
+	}
+	cur, _, _ := f.store.GetCursor(ctx, "every-minute")
+	if cur.Fired != ticks || cur.Missed != 0 || !cur.NextTick.Equal(f.clock.Now().Add(time.Minute)) {
+		t.Fatalf("cursor %+v", cur)
+	}
+}
+
+// Two days of downtime with a one-hour catch-up window: one run, the rest
+// recorded as missed with an alert carrying the count.
+func TestDowntimeBeyondCatchupWindow(t *testing.T) {
+	f := newFixture(t, utc("2026-04-01T00:10:00Z"))
+	s := f.scheduler(f.store, def(t, "hourly", "@hourly", "", schedule.OverlapSkip, time.Hour))
+	pass(t, s) // cursor at 01:00
+	f.clock.Set(utc("2026-04-03T00:40:00Z"))
+	r := pass(t, s)
+	// Ticks 04-01T01:00 .. 04-03T00:00 are 48; only 04-03T00:00 is within
+	// the hour before 00:40.
+	if r.Fired != 1 || r.Missed != 47 {
+		t.Fatalf("pass %+v, want 1 fired, 47 missed", r)
+	}
+	list := f.requests(t)
+	if len(list) != 1 || list[0].RunRequestID != schedule.TickRequestID("hourly", utc("2026-04-03T00:00:00Z")) {
+		t.Fatalf("requests %+v", list)
+	}
+	alerts, err := f.store.ListAlerts(ctx, "")
+	if err != nil || len(alerts) != 1 || alerts[0].Code != schedule.CodeTickMissed {
+		t.Fatalf("alerts %+v %v", alerts, err)
+	}
+	var p struct {
+		Missed          int    `json:"missed"`
+		FirstMissedTick string `json:"firstMissedTick"`
+		LastMissedTick  string `json:"lastMissedTick"`
+	}
+	if err := json.Unmarshal(alerts[0].Payload, &p); err != nil || p.Missed != 47 || p.FirstMissedTick != "2026-04-01T01:00:00Z" || p.LastMissedTick != "2026-04-02T23:00:00Z" {
+		t.Fatalf("alert payload %s (%v)", alerts[0].Payload, err)
+	}
+	cur, _, _ := f.store.GetCursor(ctx, "hourly")
+	if cur.Missed != 47 || cur.Fired != 1 || !cur.NextTick.Equal(utc("2026-04-03T01:00:00Z")) {
+		t.Fatalf("cursor %+v", cur)
+	}
+	// The next pass finds nothing to do.
+	if r := pass(t, s); r != (schedule.PassResult{}) {
+		t.Fatalf("second pass %+v", r)
+	}
+}
+
+// The scheduler, stepping its clock every 10 minutes across DST changes,
+// fires a skipped local time once after the gap and a repeated one once.
+func TestSchedulerAcrossDST(t *testing.T) {
+	cases := []struct {
+		name, expr, tz string
+		from, to       string
+		want           []string
+	}{
+		{"berlin spring", "30 2 * * *", "Europe/Berlin", "2026-03-28T12:00:00Z", "2026-03-30T12:00:00Z", []string{"2026-03-29T01:00:00Z", "2026-03-30T00:30:00Z"}},
+		{"berlin fall", "30 2 * * *", "Europe/Berlin", "2026-10-24T12:00:00Z", "2026-10-26T12:00:00Z", []string{"2026-10-25T00:30:00Z", "2026-10-26T01:30:00Z"}},
+		{"los angeles spring", "0 2 * * *", "America/Los_Angeles", "2026-03-07T12:00:00Z", "2026-03-09T12:00:00Z", []string{"2026-03-08T10:00:00Z", "2026-03-09T09:00:00Z"}},
+		{"los angeles fall", "30 1 * * *", "America/Los_Angeles", "2026-10-31T12:00:00Z", "2026-11-02T12:00:00Z", []string{"2026-11-01T08:30:00Z", "2026-11-02T09:30:00Z"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, utc(tc.from))
+			s := f.scheduler(f.store, def(t, "nightly", tc.expr, tc.tz, schedule.OverlapAllowAll, time.Hour))
+			for now := utc(tc.from); !now.After(utc(tc.to)); now = now.Add(10 * time.Minute) {
+				f.clock.Set(now)
+				pass(t, s)
+			}
+			list := f.requests(t)
+			if len(list) != len(tc.want) {
+				t.Fatalf("%d requests, want %d: %+v", len(list), len(tc.want), list)
+			}
+			for i, w := range tc.want {
+				if list[i].RunRequestID != schedule.TickRequestID("nightly", utc(w)) {
+					t.Errorf("request %d: %s, want tick %s", i, list[i].RunRequestID, w)
+				}
+			}
+		})
+	}
+}
+
+func TestOverlapPolicies(t *testing.T) {
+	cases := []struct {
+		overlap string
+		// After tick 1 is claimed and running, ticks 2 and 3 fire.
+		wantStates  []queue.State // of the requests in enqueue order
+		wantSkipped int
+		wantCancel  int
+		// whether tick 2's request may start while tick 1 runs
+		secondStartsAtOnce bool
+	}{
+		{schedule.OverlapSkip, []queue.State{queue.StateRunning}, 2, 0, false},
+		{schedule.OverlapBufferOne, []queue.State{queue.StateRunning, queue.StatePending}, 1, 0, false},
+		{schedule.OverlapBufferAll, []queue.State{queue.StateRunning, queue.StatePending, queue.StatePending}, 0, 0, false},
+		{schedule.OverlapCancelOther, []queue.State{queue.StateRunning, queue.StateCancelled, queue.StatePending}, 0, 2, false},
+		{schedule.OverlapAllowAll, []queue.State{queue.StateRunning, queue.StatePending, queue.StatePending}, 0, 0, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.overlap, func(t *testing.T) {
+			f := newFixture(t, utc("2026-04-01T00:00:30Z"))
+			s := f.scheduler(f.store, def(t, "s", "@every 1m", "", tc.overlap, time.Hour))
+			pass(t, s)
+			f.clock.Advance(time.Minute)
+			if r := pass(t, s); r.Fired != 1 {
+				t.Fatalf("tick 1: %+v", r)
+			}
+			first, ok, err := f.store.ClaimRequest(ctx, "worker", time.Minute, queue.ClaimLimits{})
+			if err != nil || !ok {
+				t.Fatalf("claim tick 1: %v %v", ok, err)
+			}
+			if err := f.store.SetRequestRun(ctx, first.RequestID, "worker", "run-1"); err != nil {
+				t.Fatal(err)
+			}
+			skipped := 0
+			for range 2 {
+				f.clock.Advance(time.Minute)
+				skipped += pass(t, s).Skipped
+			}
+			list := f.requests(t)
+			if len(list) != len(tc.wantStates) {
+				t.Fatalf("%d requests, want %d: %+v", len(list), len(tc.wantStates), list)
+			}
+			for i, r := range list {
+				if r.State != tc.wantStates[i] {
+					t.Errorf("request %d is %s, want %s", i, r.State, tc.wantStates[i])
+				}
+			}
+			if skipped != tc.wantSkipped || len(f.cancelled) != tc.wantCancel {
+				t.Fatalf("skipped %d (want %d), cancelled runs %v (want %d)", skipped, tc.wantSkipped, f.cancelled, tc.wantCancel)
+			}
+			cur, _, _ := f.store.GetCursor(ctx, "s")
+			if cur.Skipped != int64(tc.wantSkipped) {
+				t.Fatalf("cursor skipped %d", cur.Skipped)
+			}
+			if len(list) < 2 {
+				return
+			}
+			_, ok, err = f.store.ClaimRequest(ctx, "worker-2", time.Minute, queue.ClaimLimits{})
+			if err != nil || ok != tc.secondStartsAtOnce {
+				t.Fatalf("a second request started while tick 1 runs: %v (want %v) %v", ok, tc.secondStartsAtOnce, err)
+			}
+			if tc.secondStartsAtOnce {
+				return
+			}
+			// When tick 1's run ends, the next waiting request starts.
+			if err := f.store.FinishRequest(ctx, first.RequestID, "worker", "COMPLETED"); err != nil {
+				t.Fatal(err)
+			}
+			next, ok, err := f.store.ClaimRequest(ctx, "worker-2", time.Minute, queue.ClaimLimits{})
+			if err != nil || !ok || next.State != queue.StateClaimed {
+				t.Fatalf("after tick 1 finished: %+v %v %v", next, ok, err)
+			}
+			if want := list[len(list)-1]; tc.overlap != schedule.OverlapBufferAll && next.RequestID != want.RequestID {
+				t.Fatalf("started %s, want %s", next.RunRequestID, want.RunRequestID)
+			}
+			if tc.overlap == schedule.OverlapBufferAll && next.RequestID != list[1].RequestID {
+				t.Fatalf("buffer_all starts in order: got %s, want %s", next.RunRequestID, list[1].RunRequestID)
+			}
+		})
+	}
+}
+
+func TestBackfillAndTriggerUseTheRequestPath(t *testing.T) {
+	f := newFixture(t, utc("2026-04-01T12:00:00Z"))
+	d := def(t, "nightly", "0 2 * * *", "Europe/Berlin", schedule.OverlapSkip, time.Hour)
+	s := f.scheduler(f.store, d)
+	q := &queue.Queue{Store: f.store, IDs: engine.IDFunc(uuid.NewString)}
+	got, created, err := schedule.Backfill(ctx, q, s, d, utc("2026-03-01T00:00:00Z"), utc("2026-03-05T00:00:00Z"))
+	if err != nil || created != 4 || len(got) != 4 {
+		t.Fatalf("backfill: %d created, %d requests, %v", created, len(got), err)
+	}
+	if got[0].RunRequestID != schedule.TickRequestID("nightly", utc("2026-03-01T01:00:00Z")) {
+		t.Fatalf("first backfilled tick %s", got[0].RunRequestID)
+	}
+	// The same range again: every tick is already requested.
+	if _, created, err := schedule.Backfill(ctx, q, s, d, utc("2026-03-01T00:00:00Z"), utc("2026-03-05T00:00:00Z")); err != nil || created != 0 {
+		t.Fatalf("second backfill created %d (%v)", created, err)
+	}
+	r, isNew, err := schedule.Trigger(ctx, q, s, d)
+	if err != nil || !isNew || r.Schedule != "nightly" {
+		t.Fatalf("trigger: %+v %v %v", r, isNew, err)
+	}
+	if n := len(f.requests(t)); n != 5 {
+		t.Fatalf("%d requests", n)
+	}
+}

@@ -1,0 +1,74 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+)
+
+func TestLoopLifecycle(t *testing.T) {
+	var l Loop
+	l.Stop() // before Start: a no-op
+	running := make(chan struct{})
+	var stopped atomic.Bool
+	if err := l.Start(context.Background(), func(ctx context.Context) {
+		close(running)
+		<-ctx.Done()
+		stopped.Store(true)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	<-running
+	if err := l.Start(context.Background(), func(context.Context) {}); !errors.Is(err, ErrStarted) {
+		t.Fatalf("second Start: %v", err)
+	}
+	l.Stop()
+	if !stopped.Load() {
+		t.Fatal("Stop returned before run did")
+	}
+	l.Stop() // double stop
+}
+
+func TestLoopStopsWithContext(t *testing.T) {
+	var l Loop
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := l.Start(ctx, func(ctx context.Context) { <-ctx.Done() }); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	<-l.Done()
+	l.Stop()
+}
+
+type fake struct {
+	name    string
+	log     *[]string
+	failing bool
+}
+
+func (f *fake) Start(context.Context) error {
+	if f.failing {
+		return errors.New("no")
+	}
+	*f.log = append(*f.log, "start "+f.name)
+	return nil
+}
+func (f *fake) Stop() { *f.log = append(*f.log, "stop "+f.name) }
+
+func TestGroupOrder(t *testing.T) {
+	var log []string
+	g := Group{&fake{name: "a", log: &log}, &fake{name: "b", log: &log}}
+	if err := g.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	g.Stop()
+	if got := len(log); got != 4 || log[2] != "stop b" || log[3] != "stop a" {
+		t.Fatalf("log %v", log)
+	}
+	log = nil
+	g = Group{&fake{name: "a", log: &log}, &fake{name: "c", log: &log, failing: true}}
+	if err := g.Start(context.Background()); err == nil || len(log) != 2 || log[1] != "stop a" {
+		t.Fatalf("failed start: %v %v", err, log)
+	}
+}

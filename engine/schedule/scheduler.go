@@ -74,11 +74,16 @@ type Scheduler struct {
 	loop service.Loop
 }
 
-// Counters are the scheduler's metrics.
-type Counters struct {
-	mu                      sync.Mutex
+// Stats are the scheduler's metrics.
+type Stats struct {
 	Fired, Missed, Skipped  int64
 	Passes, AdvanceConflict int64
+}
+
+// Counters collects Stats across passes.
+type Counters struct {
+	mu sync.Mutex
+	s  Stats
 }
 
 func (c *Counters) add(p PassResult) {
@@ -87,18 +92,18 @@ func (c *Counters) add(p PassResult) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.Passes++
-	c.Fired += int64(p.Fired)
-	c.Missed += int64(p.Missed)
-	c.Skipped += int64(p.Skipped)
-	c.AdvanceConflict += int64(p.Conflicts)
+	c.s.Passes++
+	c.s.Fired += int64(p.Fired)
+	c.s.Missed += int64(p.Missed)
+	c.s.Skipped += int64(p.Skipped)
+	c.s.AdvanceConflict += int64(p.Conflicts)
 }
 
-// Snapshot returns a copy of the counters.
-func (c *Counters) Snapshot() Counters {
+// Snapshot returns the current stats.
+func (c *Counters) Snapshot() Stats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return Counters{Fired: c.Fired, Missed: c.Missed, Skipped: c.Skipped, Passes: c.Passes, AdvanceConflict: c.AdvanceConflict}
+	return c.s
 }
 
 // PassResult sums one pass over the schedules.

@@ -40,6 +40,7 @@ const (
 	exitFailed      = 1   // a run failed, verify found differences, an operational error
 	exitUsage       = 2   // invalid input or usage: nothing was run
 	exitInterrupted = 130 // SIGINT/SIGTERM: the run can be resumed
+	exitQueueFull   = 75  // RUN_QUEUE_FULL: try again after the retry-after (sysexits' EX_TEMPFAIL)
 )
 
 // codeInternal labels an error that carries no contract code, so that the
@@ -162,6 +163,12 @@ func commands() []command {
 		{"verify", "[RUN_ID | --all]", "compare the SQL projection with the Go reducer", cmdVerify},
 		{"project", "[--once]", "keep the live snapshot table current", cmdProject},
 		{"outbox", "deliver|list|dead|retry", "deliver outbox events to sinks, inspect and replay", cmdOutbox},
+		{"enqueue", "PLAN", "ask for a run of a plan; a worker starts it", cmdEnqueue},
+		{"queue", "[cancel ID]", "list the run queue, or cancel a waiting request", cmdQueue},
+		{"schedule", "list|trigger|backfill", "show schedules, fire one now, backfill a range", cmdSchedule},
+		{"scheduler", "", "fire the configured schedules into the run queue (daemon)", cmdScheduler},
+		{"worker", "", "claim queued run requests and run them (daemon)", cmdWorker},
+		{"serve", "", "scheduler and worker in one process (daemon)", cmdServe},
 	}
 }
 
@@ -228,7 +235,7 @@ func (c *cli) usage(w io.Writer, top *flag.FlagSet) {
 	top.SetOutput(w)
 	top.PrintDefaults()
 	top.SetOutput(io.Discard)
-	fmt.Fprintln(w, "\nExit codes: 0 ok, 1 a run failed or verify found differences, 2 invalid input, 130 interrupted (resumable).")
+	fmt.Fprintln(w, "\nExit codes: 0 ok, 1 a run failed or verify found differences, 2 invalid input, 75 run queue full (retry later), 130 interrupted (resumable).")
 	fmt.Fprintln(w, "Run `dvtrun COMMAND --help` for a command's flags.")
 }
 
@@ -256,6 +263,9 @@ func exitCode(err error) int {
 	}
 	if errors.Is(err, context.Canceled) {
 		return exitInterrupted
+	}
+	if engine.CodeOf(err) == engine.CodeRunQueueFull {
+		return exitQueueFull
 	}
 	if inputCodes[engine.CodeOf(err)] {
 		return exitUsage

@@ -1,0 +1,525 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/config"
+	"github.com/dvtrun/dvtrun/engine/queue"
+	"github.com/dvtrun/dvtrun/engine/schedule"
+	"github.com/dvtrun/dvtrun/engine/service"
+	"github.com/dvtrun/dvtrun/engine/worker"
+)
+
+// daemonFlags are shared by scheduler, worker and serve.
+type daemonFlags struct {
+	config   string
+	poll     time.Duration
+	http     string
+	slots    int
+	grace    time.Duration
+	leaseTTL time.Duration
+	threads  int
+	secrets  string
+}
+
+func (d *daemonFlags) register(c *cli, name string, worker bool) *flag.FlagSet {
+	fs := c.newFlagSet(name, "", daemonHelp[name])
+	fs.StringVar(&d.config, "config", "", "config `FILE` (schedules, limits; env DVT_CONFIG)")
+	// On Snowflake every poll wakes a warehouse: seconds, not milliseconds.
+	fs.DurationVar(&d.poll, "poll", 2*time.Second, "pause between polls of the store when idle")
+	fs.StringVar(&d.http, "http", "", "serve /livez, /readyz and /metrics on this loopback `ADDR` (e.g. 127.0.0.1:9464)")
+	if worker {
+		fs.IntVar(&d.slots, "slots", 1, "run up to `N` requests at once in this process")
+		fs.DurationVar(&d.grace, "grace", 30*time.Second, "on SIGTERM, let runs in flight finish this long before handing them back")
+		fs.DurationVar(&d.leaseTTL, "lease-ttl", 30*time.Second, "how long claims and run leases outlive a worker that stopped heart-beating")
+		fs.IntVar(&d.threads, "threads", 4, "steps in parallel within a run")
+		fs.StringVar(&d.secrets, "secrets-file", "", "`FILE` of KEY=VALUE secrets (DVT_SECRET_<NAME> wins)")
+	}
+	return fs
+}
+
+var daemonHelp = map[string]string{
+	"scheduler": "Fire the configured schedules into the run queue until SIGTERM. Any number of schedulers\nmay run on one store: each tick becomes one request.",
+	"worker":    "Claim queued run requests and run them until SIGTERM, then let runs in flight finish\nwithin --grace or hand them back to another worker. Exit 0.",
+	"serve":     "Scheduler and worker in one process: the single-machine default.",
+}
+
+func (d daemonFlags) check(worker bool) error {
+	if d.poll < 100*time.Millisecond {
+		return engine.Errorf(engine.CodeInvalidArgument, "--poll must be at least 100ms")
+	}
+	if d.http != "" {
+		host, _, err := net.SplitHostPort(d.http)
+		if err != nil {
+			return engine.Errorf(engine.CodeInvalidArgument, "--http %q: %v", d.http, err)
+		}
+		if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+			return engine.Errorf(engine.CodeInvalidArgument, "--http %q: serve on a loopback address (127.0.0.1, ::1 or localhost)", d.http)
+		}
+	}
+	if worker {
+		switch {
+		case d.slots < 1:
+			return engine.Errorf(engine.CodeInvalidArgument, "--slots must be at least 1")
+		case d.leaseTTL < time.Second:
+			return engine.Errorf(engine.CodeInvalidArgument, "--lease-ttl must be at least 1s")
+		case d.grace < 0:
+			return engine.Errorf(engine.CodeInvalidArgument, "--grace must not be negative")
+		case d.threads < 1:
+			return engine.Errorf(engine.CodeInvalidArgument, "--threads must be at least 1")
+		}
+	}
+	return nil
+}
+
+// jsonLogger is the daemons' log: JSON lines on stderr.
+func (c *cli) jsonLogger(component string) *slog.Logger {
+	return slog.New(slog.NewJSONHandler(c.stderr, nil)).With("component", component)
+}
+
+func (c *cli) ownerID(role string) string {
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s@%s:%d:%s", role, host, os.Getpid(), newID()[:8])
+}
+
+// newScheduler builds the scheduler of the config's schedules.
+func (c *cli) newScheduler(st queueStore, cfg *config.Config, poll time.Duration, log *slog.Logger) (*schedule.Scheduler, error) {
+	defs := make([]schedule.Def, 0, len(cfg.Schedules))
+	for _, s := range cfg.Schedules {
+		sp, err := s.Spec()
+		if err != nil {
+			return nil, engine.Errorf(engine.CodeConfigInvalid, "schedule %s: %v", s.Name, err)
+		}
+		// A plan that does not load is refused now, not at its first tick.
+		if _, err := planDigest(s.Plan); err != nil {
+			return nil, fmt.Errorf("schedule %s: %w", s.Name, err)
+		}
+		defs = append(defs, schedule.Def{Name: s.Name, Spec: sp, PlanPath: s.Plan, Overlap: string(s.Overlap), CatchupWindow: s.CatchupWindow, Priority: s.Priority})
+	}
+	eng := c.engineFor(st)
+	return &schedule.Scheduler{
+		Store: st, Clock: engine.ClockFunc(time.Now), IDs: engine.IDFunc(newID), Defs: defs,
+		TenantID: c.g.tenant, ProjectID: c.g.project, EnvironmentID: c.g.environment,
+		Resolve:   func(_ context.Context, path string) (schedule.PlanInfo, error) { return planDigest(path) },
+		CancelRun: eng.CancelRun,
+		Poll:      poll, Sleep: sleepCtx, Log: log, Metrics: &schedule.Counters{},
+	}, nil
+}
+
+func findDef(s *schedule.Scheduler, name string) (schedule.Def, error) {
+	for _, d := range s.Defs {
+		if d.Name == name {
+			return d, nil
+		}
+	}
+	return schedule.Def{}, engine.Errorf(engine.CodeInvalidArgument, "no schedule %q in the config", name)
+}
+
+func cmdSchedule(ctx context.Context, c *cli, args []string) error {
+	sub := ""
+	if len(args) > 0 {
+		sub, args = args[0], args[1:]
+	}
+	fs := c.newFlagSet("schedule "+sub, "list | trigger NAME | backfill NAME --from T --to T",
+		"Show the configured schedules (next ticks, last run), fire one now, or enqueue the ticks of a past range\nthrough the run queue (a tick already requested is not requested again).")
+	cfgPath := fs.String("config", "", "config `FILE` (env DVT_CONFIG)")
+	from := fs.String("from", "", "backfill from `TIME` (RFC 3339, inclusive)")
+	to := fs.String("to", "", "backfill to `TIME` (RFC 3339, inclusive)")
+	asJSON := fs.Bool("json", false, "print JSON")
+	var pos []string
+	var err error
+	switch sub {
+	case "list":
+		pos, err = c.parse(fs, args, 0, 0)
+	case "trigger", "backfill":
+		pos, err = c.parse(fs, args, 1, 1)
+	default:
+		return engine.Errorf(engine.CodeInvalidArgument, "schedule: want list, trigger NAME or backfill NAME (see dvtrun schedule list --help)")
+	}
+	if err != nil {
+		return err
+	}
+	cfg, err := c.loadConfig(*cfgPath)
+	if err != nil {
+		return err
+	}
+	st, err := c.openQueueStore(ctx, false)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	s, err := c.newScheduler(st, cfg, time.Second, nil)
+	if err != nil {
+		return err
+	}
+	q := &queue.Queue{Store: st, IDs: engine.IDFunc(newID), Limits: queueLimits(cfg.Limits)}
+	switch sub {
+	case "trigger":
+		d, err := findDef(s, pos[0])
+		if err != nil {
+			return err
+		}
+		r, _, err := schedule.Trigger(ctx, q, s, d)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(c.stdout, "Enqueued request %s for schedule %s (runRequestId %s)\n", r.RequestID, d.Name, r.RunRequestID)
+		return nil
+	case "backfill":
+		d, err := findDef(s, pos[0])
+		if err != nil {
+			return err
+		}
+		f, err1 := time.Parse(time.RFC3339, *from)
+		t, err2 := time.Parse(time.RFC3339, *to)
+		if err1 != nil || err2 != nil || t.Before(f) {
+			return engine.Errorf(engine.CodeInvalidArgument, "backfill needs --from and --to as RFC 3339 times, --from not after --to")
+		}
+		reqs, created, err := schedule.Backfill(ctx, q, s, d, f, t)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(c.stdout, "Backfill of %s: %d tick(s) from %s to %s, %d newly enqueued, %d already requested\n",
+			d.Name, len(reqs), f.UTC().Format(time.RFC3339), t.UTC().Format(time.RFC3339), created, len(reqs)-created)
+		return nil
+	}
+	return c.listSchedules(ctx, st, s, *asJSON)
+}
+
+func (c *cli) listSchedules(ctx context.Context, st queueStore, s *schedule.Scheduler, asJSON bool) error {
+	type row struct {
+		Name      string      `json:"name"`
+		Cron      string      `json:"cron"`
+		Timezone  string      `json:"timezone"`
+		Overlap   string      `json:"overlap"`
+		NextTicks []time.Time `json:"nextTicks"`
+		LastTick  time.Time   `json:"lastTick,omitzero"`
+		LastRun   string      `json:"lastRequestId,omitempty"`
+		LastState string      `json:"lastState,omitempty"`
+		Fired     int64       `json:"fired"`
+		Missed    int64       `json:"missed"`
+		Skipped   int64       `json:"skipped"`
+	}
+	now := time.Now()
+	var rows []row
+	for _, d := range s.Defs {
+		cur, ok, err := st.GetCursor(ctx, d.Name)
+		if err != nil {
+			return err
+		}
+		r := row{Name: d.Name, Cron: d.Spec.Expr, Timezone: d.Spec.Loc.String(), Overlap: d.Overlap}
+		next := d.Spec.Next(now)
+		if ok {
+			r.LastTick, r.LastRun, r.Fired, r.Missed, r.Skipped = cur.LastTick, cur.LastRequestID, cur.Fired, cur.Missed, cur.Skipped
+			if cur.NextTick.Before(next) {
+				next = cur.NextTick
+			}
+			if cur.LastRequestID != "" {
+				if lr, err := st.GetRequest(ctx, cur.LastRequestID); err == nil {
+					r.LastState = string(lr.State)
+					if lr.Outcome != "" {
+						r.LastState += " " + lr.Outcome
+					}
+				}
+			}
+		}
+		for i := 0; i < 3 && !next.IsZero(); i++ {
+			r.NextTicks = append(r.NextTicks, next)
+			next = d.Spec.Next(next)
+		}
+		rows = append(rows, r)
+	}
+	if asJSON {
+		return c.printJSON(rows)
+	}
+	if len(rows) == 0 {
+		fmt.Fprintln(c.stdout, "No schedules in the config.")
+		return nil
+	}
+	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SCHEDULE\tCRON\tZONE\tOVERLAP\tNEXT TICKS (UTC)\tLAST TICK\tLAST RUN\tFIRED\tMISSED\tSKIPPED")
+	for _, r := range rows {
+		var ticks []string
+		for _, t := range r.NextTicks {
+			ticks = append(ticks, t.UTC().Format("2006-01-02 15:04:05"))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\n", r.Name, r.Cron, r.Timezone, r.Overlap,
+			strings.Join(ticks, ", "), fmtTime(r.LastTick), r.LastState, r.Fired, r.Missed, r.Skipped)
+	}
+	return tw.Flush()
+}
+
+// cliExec is the worker's Executor: it loads the request's plan, checks
+// its sha256, and runs it with engine.Engine and runner.Runner.
+type cliExec struct {
+	c      *cli
+	st     queueStore
+	wh     warehouse
+	f      runFlags
+	lookup engine.SecretLookup
+	owner  string
+}
+
+func (x *cliExec) plan(r queue.Request) (*engine.Plan, engine.PlanRef, []byte, error) {
+	p, ref, data, err := loadPlan(r.PlanPath, "")
+	if err != nil {
+		return nil, ref, nil, err
+	}
+	info, err := planDigest(r.PlanPath)
+	if err != nil {
+		return nil, ref, nil, err
+	}
+	if !strings.EqualFold(info.SHA256, r.PlanSHA256) {
+		return nil, ref, nil, engine.Errorf(engine.CodePlanHashMismatch, "request %s was made for plan sha256 %s but %s now has sha256 %s", r.RequestID, r.PlanSHA256, r.PlanPath, info.SHA256)
+	}
+	return p, ref, data, nil
+}
+
+func (x *cliExec) engine(r queue.Request) *engine.Engine {
+	eng := x.c.engineFor(x.st)
+	eng.Config.TenantID, eng.Config.ProjectID, eng.Config.EnvironmentID = r.TenantID, r.ProjectID, r.EnvironmentID
+	eng.Config.TriggeredBy, eng.Config.TriggerSource = x.owner, "queue"
+	if r.Schedule != "" {
+		eng.Config.TriggeredBy, eng.Config.TriggerSource = "schedule:"+r.Schedule, "schedule"
+	}
+	return eng
+}
+
+func (x *cliExec) Start(ctx context.Context, r queue.Request) (string, error) {
+	p, ref, data, err := x.plan(r)
+	if err != nil {
+		return "", err
+	}
+	return x.engine(r).StartRun(ctx, engine.StartRequest{Plan: p, Ref: ref, PlanBytes: data, RunRequestID: r.RunRequestID})
+}
+
+func (x *cliExec) Execute(ctx context.Context, r queue.Request, runID string, resume bool) (engine.RunStatus, error) {
+	p, _, _, err := x.plan(r)
+	if err != nil {
+		return "", err
+	}
+	rn := x.c.newRunner(x.st, x.f, nil, x.lookup)
+	rn.Config.Config = x.engine(r).Config
+	rn.Config.Owner = x.owner
+	var snap engine.Snapshot
+	if resume {
+		snap, err = rn.Resume(ctx, runID, p, x.wh)
+	} else {
+		snap, err = rn.Execute(ctx, runID, p, x.wh)
+	}
+	return snap.Status, err
+}
+
+func cmdScheduler(ctx context.Context, c *cli, args []string) error {
+	return c.daemon(ctx, "scheduler", args, true, false)
+}
+
+func cmdWorker(ctx context.Context, c *cli, args []string) error {
+	return c.daemon(ctx, "worker", args, false, true)
+}
+
+func cmdServe(ctx context.Context, c *cli, args []string) error {
+	return c.daemon(ctx, "serve", args, true, true)
+}
+
+// daemon runs the scheduler and/or the worker until ctx ends (SIGTERM),
+// then stops them and exits 0.
+func (c *cli) daemon(ctx context.Context, name string, args []string, withScheduler, withWorker bool) error {
+	var d daemonFlags
+	fs := d.register(c, name, withWorker)
+	if _, err := c.parse(fs, args, 0, 0); err != nil {
+		return err
+	}
+	if err := d.check(withWorker); err != nil {
+		return err
+	}
+	cfg, err := c.loadConfig(d.config)
+	if err != nil {
+		return err
+	}
+	log := c.jsonLogger(name)
+	st, err := c.openQueueStore(ctx, false)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	var group service.Group
+	m := &metrics{st: st}
+	if withScheduler {
+		s, err := c.newScheduler(st, cfg, d.poll, log)
+		if err != nil {
+			return err
+		}
+		m.sched = s.Metrics
+		group = append(group, s)
+	}
+	var w *worker.Worker
+	if withWorker {
+		lookup, err := c.secretLookup(d.secrets)
+		if err != nil {
+			return err
+		}
+		wh, _, err := c.openWarehouse(ctx)
+		if err != nil {
+			return err
+		}
+		defer wh.Close()
+		owner := c.ownerID(name)
+		w = &worker.Worker{
+			Store: st, ID: owner, Limits: claimLimits(cfg.Limits), Slots: d.slots,
+			HeartbeatTTL: d.leaseTTL, Poll: d.poll, Grace: d.grace,
+			Clock: engine.ClockFunc(time.Now), Sleep: sleepCtx, Log: log, Metrics: &worker.Counters{},
+			Exec: &cliExec{c: c, st: st, wh: wh, lookup: lookup, owner: owner,
+				f: runFlags{threads: d.threads, leaseTTL: d.leaseTTL}},
+		}
+		m.worker = w.Metrics
+		group = append(group, w)
+	}
+	srv, err := c.serveHTTP(d.http, m, func() bool { return w == nil || w.Ready() }, log)
+	if err != nil {
+		return err
+	}
+	if err := group.Start(ctx); err != nil {
+		return err
+	}
+	log.Info("started", "schedules", len(cfg.Schedules), "worker", withWorker, "http", d.http)
+	<-ctx.Done()
+	log.Info("stopping")
+	group.Stop()
+	if srv != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}
+	log.Info("stopped")
+	return nil
+}
+
+// serveHTTP serves /livez, /readyz and /metrics; addr "" serves nothing.
+func (c *cli) serveHTTP(addr string, m *metrics, ready func() bool, log *slog.Logger) (*http.Server, error) {
+	if addr == "" {
+		return nil, nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, engine.Errorf(engine.CodeInvalidArgument, "--http %s: %v", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/livez", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !ready() {
+			http.Error(w, "not ready", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/metrics", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+		if err := m.write(r.Context(), w); err != nil {
+			log.Error("metrics failed", "error", err.Error())
+		}
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("http server failed", "error", err.Error())
+		}
+	}()
+	log.Info("http listening", "addr", ln.Addr().String())
+	return srv, nil
+}
+
+// metrics writes the Prometheus text exposition by hand: a handful of
+// counters and gauges does not need a client library.
+type metrics struct {
+	st     queueStore
+	sched  *schedule.Counters
+	worker *worker.Counters
+	mu     sync.Mutex
+}
+
+func (m *metrics) write(ctx context.Context, w interface{ Write([]byte) (int, error) }) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	list, err := m.st.ListRequests(ctx, true)
+	if err != nil {
+		return err
+	}
+	byState := map[string]int{}
+	outcomes := map[string]int{}
+	var oldest time.Time
+	for _, r := range list {
+		byState[string(r.State)]++
+		if r.Outcome != "" {
+			outcomes[r.Outcome]++
+		}
+		if r.State == queue.StatePending && (oldest.IsZero() || r.EnqueuedAt.Before(oldest)) {
+			oldest = r.EnqueuedAt
+		}
+	}
+	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
+	p("# HELP dvtrun_queue_requests Run requests by state.")
+	p("# TYPE dvtrun_queue_requests gauge")
+	for _, s := range []queue.State{queue.StatePending, queue.StateClaimed, queue.StateRunning, queue.StateDone, queue.StateCancelled} {
+		p(`dvtrun_queue_requests{state="%s"} %d`, s, byState[string(s)])
+	}
+	p("# HELP dvtrun_queue_oldest_pending_age_seconds Age of the oldest waiting request.")
+	p("# TYPE dvtrun_queue_oldest_pending_age_seconds gauge")
+	age := 0.0
+	if !oldest.IsZero() {
+		age = time.Since(oldest).Seconds()
+	}
+	p("dvtrun_queue_oldest_pending_age_seconds %g", age)
+	p("# HELP dvtrun_runs Finished run requests by the run's final status.")
+	p("# TYPE dvtrun_runs gauge")
+	keys := make([]string, 0, len(outcomes))
+	for k := range outcomes {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		p(`dvtrun_runs{status="%s"} %d`, k, outcomes[k])
+	}
+	if m.worker != nil {
+		s := m.worker.Snapshot()
+		counter := func(name, help string, v int64) {
+			p("# HELP %s %s", name, help)
+			p("# TYPE %s counter", name)
+			p("%s %d", name, v)
+		}
+		counter("dvtrun_worker_claims_total", "Requests this worker claimed.", s.Claims)
+		counter("dvtrun_worker_takeovers_total", "Claims of a request whose owner stopped heart-beating.", s.Takeovers)
+		counter("dvtrun_worker_runs_completed_total", "Runs this worker saw COMPLETED.", s.Completed)
+		counter("dvtrun_worker_runs_failed_total", "Runs this worker saw end otherwise.", s.Failed)
+		counter("dvtrun_worker_released_total", "Requests handed back.", s.Released)
+		p("# HELP dvtrun_worker_claim_latency_seconds Time of a successful claim transaction.")
+		p("# TYPE dvtrun_worker_claim_latency_seconds summary")
+		p("dvtrun_worker_claim_latency_seconds_sum %g", s.ClaimLatencySum.Seconds())
+		p("dvtrun_worker_claim_latency_seconds_count %d", s.ClaimLatencyCount)
+		p("# HELP dvtrun_worker_running Runs in flight in this worker.")
+		p("# TYPE dvtrun_worker_running gauge")
+		p("dvtrun_worker_running %d", s.Running)
+	}
+	if m.sched != nil {
+		s := m.sched.Snapshot()
+		p("# HELP dvtrun_schedule_ticks_total Schedule ticks by outcome.")
+		p("# TYPE dvtrun_schedule_ticks_total counter")
+		p(`dvtrun_schedule_ticks_total{outcome="fired"} %d`, s.Fired)
+		p(`dvtrun_schedule_ticks_total{outcome="missed"} %d`, s.Missed)
+		p(`dvtrun_schedule_ticks_total{outcome="skipped_overlap"} %d`, s.Skipped)
+	}
+	return nil
+}

@@ -59,6 +59,10 @@ type StartRequest struct {
 	// FullRefresh rebuilds incremental models from their full select
 	// (dvtrun run --full-refresh); recorded in RunQueued as fullRefresh.
 	FullRefresh bool
+	// RunID is the run's id when the caller decided it beforehand (a queue
+	// worker records it with its claim first, so a crash cannot leave an
+	// orphan run); "" draws a new one.
+	RunID string
 }
 
 // StartRun validates the plan and its PlanRef, checks that this adapter can
@@ -87,7 +91,10 @@ func (e *Engine) StartRun(ctx context.Context, req StartRequest) (string, error)
 			return "", err
 		}
 	}
-	runID := e.IDs.NewID()
+	runID := req.RunID
+	if runID == "" {
+		runID = e.IDs.NewID()
+	}
 	meta := RunMetadata{
 		RunID: runID, TenantID: cfg.TenantID, ProjectID: cfg.ProjectID, EnvironmentID: cfg.EnvironmentID,
 		PlanID: p.PlanID, PlanVersion: p.PlanVersion, PlanSHA256: req.Ref.SHA256, TargetAdapter: AdapterName,

@@ -298,21 +298,31 @@ func (x *cliExec) engine(r queue.Request) *engine.Engine {
 	return eng
 }
 
-func (x *cliExec) Start(ctx context.Context, r queue.Request) (string, error) {
+// Run implements worker.Executor.
+func (x *cliExec) Run(ctx context.Context, r queue.Request, runID string) (engine.RunStatus, error) {
 	p, ref, data, err := x.plan(r)
 	if err != nil {
 		return "", err
 	}
-	return x.engine(r).StartRun(ctx, engine.StartRequest{Plan: p, Ref: ref, PlanBytes: data, RunRequestID: r.RunRequestID})
-}
-
-func (x *cliExec) Execute(ctx context.Context, r queue.Request, runID string, resume bool) (engine.RunStatus, error) {
-	p, _, _, err := x.plan(r)
-	if err != nil {
+	eng := x.engine(r)
+	resume := true
+	switch snap, err := eng.GetRunStatus(ctx, runID); {
+	case errors.Is(err, engine.ErrRunNotFound):
+		// First claim, or the last holder died before the run existed.
+		if _, err := eng.StartRun(ctx, engine.StartRequest{Plan: p, Ref: ref, PlanBytes: data, RunRequestID: r.RunRequestID, RunID: runID}); err != nil && !errors.Is(err, engine.ErrRunAlreadyExists) {
+			return "", err
+		}
+		resume = false
+	case err != nil:
 		return "", err
+	case snap.Status.Terminal():
+		// The last holder finished the run but not the request.
+		return snap.Status, nil
+	case snap.Status == engine.StatusQueued:
+		resume = false
 	}
 	rn := x.c.newRunner(x.st, x.f, nil, x.lookup)
-	rn.Config.Config = x.engine(r).Config
+	rn.Config.Config = eng.Config
 	rn.Config.Owner = x.owner
 	var snap engine.Snapshot
 	if resume {
@@ -381,7 +391,7 @@ func (c *cli) daemon(ctx context.Context, name string, args []string, withSchedu
 		w = &worker.Worker{
 			Store: st, ID: owner, Limits: claimLimits(cfg.Limits), Slots: d.slots,
 			HeartbeatTTL: d.leaseTTL, Poll: d.poll, Grace: d.grace,
-			Clock: engine.ClockFunc(time.Now), Sleep: sleepCtx, Log: log, Metrics: &worker.Counters{},
+			Clock: engine.ClockFunc(time.Now), IDs: engine.IDFunc(newID), Sleep: sleepCtx, Log: log, Metrics: &worker.Counters{},
 			Exec: &cliExec{c: c, st: st, wh: wh, lookup: lookup, owner: owner,
 				f: runFlags{threads: d.threads, leaseTTL: d.leaseTTL}},
 		}

@@ -20,18 +20,24 @@ import (
 // checks its sha256 against the request's and drives engine.Engine and
 // runner.Runner.
 type Executor interface {
-	// Start records the request's run (engine.Engine.StartRun) and returns
-	// its id; nothing runs yet.
-	Start(ctx context.Context, r queue.Request) (runID string, err error)
-	// Execute runs the run to its end (runner.Runner.Execute) or, with
-	// resume, continues a run another worker started (runner.Runner.Resume:
-	// it rebuilds from the log; no completed step runs again). It returns
-	// the run's status when it stopped.
+	// Run brings run runID of request r to its end and returns the run's
+	// status when it stopped: it starts the run with that id if it does not
+	// exist yet (engine.Engine.StartRun), returns the status of a run that
+	// already ended, and otherwise continues it from its log
+	// (runner.Runner.Execute or Resume: no completed step runs again).
+	// LEASE_HELD means another runner's lease on the run has not expired.
 	//
 	// Seam for fenced ownership: the runner takes the run's lease itself
-	// (store AcquireLease today); when leases carry fence tokens, resume is
-	// where the token of the takeover is obtained.
-	Execute(ctx context.Context, r queue.Request, runID string, resume bool) (engine.RunStatus, error)
+	// (store AcquireLease today); when leases carry fence tokens, a resume
+	// after a takeover is where the new token is obtained.
+	Run(ctx context.Context, r queue.Request, runID string) (engine.RunStatus, error)
+}
+
+// refusals are the codes that mean the request can never run as made: it
+// is finished, not handed to another worker.
+var refusals = map[engine.Code]bool{
+	engine.CodePlanInvalid: true, engine.CodePlanHashMismatch: true, engine.CodeInvalidArgument: true,
+	engine.CodeCapabilitiesNotSupported: true, engine.CodeTargetAdapterMismatch: true, engine.CodeSecretNotFound: true,
 }
 
 // Worker is a service that claims and runs requests.
@@ -54,10 +60,14 @@ type Worker struct {
 	// LeaseRetry is the pause before trying again to resume a run whose
 	// dead runner's lease has not expired yet (default 1s).
 	LeaseRetry time.Duration
-	Clock      engine.Clock
-	Sleep      func(ctx context.Context, d time.Duration) error
-	Log        *slog.Logger
-	Metrics    *Counters
+	// MaxAttempts bounds the claims of one request that end in an error
+	// that is not a refusal (default 5); then it is finished as FAILED.
+	MaxAttempts int
+	Clock       engine.Clock
+	IDs         engine.IDSource
+	Sleep       func(ctx context.Context, d time.Duration) error
+	Log         *slog.Logger
+	Metrics     *Counters
 
 	loop     service.Loop
 	mu       sync.Mutex
@@ -112,6 +122,9 @@ func (w *Worker) defaults() {
 	}
 	if w.LeaseRetry <= 0 {
 		w.LeaseRetry = time.Second
+	}
+	if w.MaxAttempts <= 0 {
+		w.MaxAttempts = 5
 	}
 	if w.Log == nil {
 		w.Log = slog.New(slog.DiscardHandler)
@@ -243,39 +256,41 @@ func (w *Worker) handle(ctx context.Context, r queue.Request) {
 	// Bookkeeping writes outlive an interrupted run.
 	bk, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	runID, resume := r.RunID, r.RunID != ""
-	if !resume {
-		id, err := w.Exec.Start(ctx, r)
-		if err != nil {
-			if ctx.Err() != nil {
-				w.release(bk, r, log)
-				return
-			}
-			// The request cannot start (plan changed, invalid, ...): done.
-			log.Error("run not started", "error", err.Error(), "code", string(engine.CodeOf(err)))
-			w.finish(bk, r, "REFUSED:"+string(engine.CodeOf(err)), log)
-			return
-		}
-		runID = id
+	runID := r.RunID
+	if runID == "" {
+		// The run's id is recorded with the claim before the run exists:
+		// whoever holds the request next starts or continues that run, never
+		// a second one.
+		runID = w.IDs.NewID()
 		if err := w.Store.SetRequestRun(bk, r.RequestID, w.ID, runID); err != nil {
-			log.Error("recording the run failed", "run", runID, "error", err.Error())
+			log.Error("recording the run id failed", "error", err.Error())
 			return
 		}
 	}
 	for {
-		status, err := w.Exec.Execute(ctx, r, runID, resume)
+		status, err := w.Exec.Run(ctx, r, runID)
+		code := engine.CodeOf(err)
 		switch {
-		case errors.Is(err, engine.ErrLeaseHeld) && resume && ctx.Err() == nil:
+		case ctx.Err() != nil:
+			w.release(bk, r, log)
+		case errors.Is(err, engine.ErrLeaseHeld):
 			// The dead runner's lease has not expired yet.
 			if w.Sleep(ctx, w.LeaseRetry) == nil {
 				continue
 			}
 			w.release(bk, r, log)
-		case ctx.Err() != nil || (err == nil && !status.Terminal()):
-			w.release(bk, r, log)
-		case err != nil:
-			log.Error("run failed", "run", runID, "error", err.Error())
+		case err != nil && refusals[code]:
+			log.Error("request refused", "run", runID, "error", err.Error(), "code", string(code))
+			w.finish(bk, r, "REFUSED:"+string(code), log)
+		case err != nil && r.Attempts >= w.MaxAttempts:
+			log.Error("run failed; attempts used up", "run", runID, "error", err.Error(), "attempts", r.Attempts)
 			w.finish(bk, r, string(engine.StatusFailed), log)
+		case err != nil:
+			log.Error("run stopped on an error; handing it back", "run", runID, "error", err.Error(), "code", string(code))
+			w.release(bk, r, log)
+		case !status.Terminal():
+			log.Info("run stopped before its end; handing it back", "run", runID, "status", string(status))
+			w.release(bk, r, log)
 		default:
 			log.Info("run finished", "run", runID, "status", string(status))
 			w.finish(bk, r, string(status), log)

@@ -32,25 +32,22 @@ func sleep(ctx context.Context, d time.Duration) error {
 // fakeExec records what the worker asked of it.
 type fakeExec struct {
 	mu        sync.Mutex
-	started   []string
-	executed  map[string][]bool // runID -> resume flags
-	block     bool              // Execute waits for ctx
-	leaseHeld int               // Execute answers LEASE_HELD this many times first
+	runs      map[string]int // runID -> Run calls
+	block     bool           // Run waits for ctx
+	leaseHeld int            // Run answers LEASE_HELD this many times first
+	refuse    bool
 }
 
-func (f *fakeExec) Start(_ context.Context, r queue.Request) (string, error) {
+func (f *fakeExec) Run(ctx context.Context, _ queue.Request, runID string) (engine.RunStatus, error) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.started = append(f.started, r.RequestID)
-	return "run-" + r.RunRequestID, nil
-}
-
-func (f *fakeExec) Execute(ctx context.Context, _ queue.Request, runID string, resume bool) (engine.RunStatus, error) {
-	f.mu.Lock()
-	if f.executed == nil {
-		f.executed = map[string][]bool{}
+	if f.runs == nil {
+		f.runs = map[string]int{}
 	}
-	f.executed[runID] = append(f.executed[runID], resume)
+	f.runs[runID]++
+	if f.refuse {
+		f.mu.Unlock()
+		return "", engine.Errorf(engine.CodePlanHashMismatch, "changed")
+	}
 	if f.leaseHeld > 0 {
 		f.leaseHeld--
 		f.mu.Unlock()
@@ -88,6 +85,7 @@ func enqueue(t *testing.T, q *queue.Queue, id string) queue.Request {
 func newWorker(st *sqlite.Store, ex worker.Executor, id string) *worker.Worker {
 	return &worker.Worker{Store: st, Exec: ex, ID: id, Slots: 2, HeartbeatTTL: time.Second, Poll: 20 * time.Millisecond,
 		Grace: 200 * time.Millisecond, LeaseRetry: 20 * time.Millisecond, Clock: engine.ClockFunc(time.Now), Sleep: sleep,
+		IDs:     engine.IDFunc(uuid.NewString),
 		Metrics: &worker.Counters{}}
 }
 
@@ -130,8 +128,8 @@ func TestWorkerRunsRequests(t *testing.T) {
 	w.Stop() // double stop
 	list, _ := st.ListRequests(ctx, true)
 	for _, r := range list {
-		if r.Outcome != "COMPLETED" || r.RunID != "run-"+r.RunRequestID {
-			t.Fatalf("request %+v", r)
+		if r.Outcome != "COMPLETED" || r.RunID == "" || ex.runs[r.RunID] != 1 {
+			t.Fatalf("request %+v, runs %v", r, ex.runs)
 		}
 	}
 	if m := w.Metrics.Snapshot(); m.Claims != 5 || m.Completed != 5 || m.Takeovers != 0 {
@@ -155,7 +153,7 @@ func TestWorkerStopHandsBackAndAnotherResumes(t *testing.T) {
 	})
 	w1.Stop()
 	got, _ := st.GetRequest(ctx, r.RequestID)
-	if got.State != queue.StateRunning || got.Owner != "" || got.RunID != "run-long" {
+	if got.State != queue.StateRunning || got.Owner != "" || got.RunID == "" {
 		t.Fatalf("after stop: %+v", got)
 	}
 	ex := &fakeExec{leaseHeld: 2}
@@ -170,11 +168,11 @@ func TestWorkerStopHandsBackAndAnotherResumes(t *testing.T) {
 	})
 	ex.mu.Lock()
 	defer ex.mu.Unlock()
-	if len(ex.started) != 0 {
-		t.Fatalf("the takeover started a new run: %v", ex.started)
+	if len(ex.runs) != 1 || ex.runs[got.RunID] != 3 {
+		t.Fatalf("runs %v, want run %s 3 times (2 refused by the lease)", ex.runs, got.RunID)
 	}
-	if flags := ex.executed["run-long"]; len(flags) != 3 || !flags[0] || !flags[2] {
-		t.Fatalf("resume calls %v, want 3 resumes (2 refused by the lease)", flags)
+	if done, _ := st.GetRequest(ctx, r.RequestID); done.RunID != got.RunID || done.Attempts != 2 {
+		t.Fatalf("after the takeover: %+v", done)
 	}
 	if m := w2.Metrics.Snapshot(); m.Takeovers != 1 || m.Completed != 1 {
 		t.Fatalf("metrics %+v", m)
@@ -201,7 +199,21 @@ func TestTakeoverAfterHeartbeatExpiry(t *testing.T) {
 		got, _ := st.GetRequest(ctx, r.RequestID)
 		return got.State == queue.StateDone && got.Owner == "heir"
 	})
-	if flags := ex.executed["run-orphan"]; len(flags) != 1 || !flags[0] {
-		t.Fatalf("executions %v", ex.executed)
+	if len(ex.runs) != 1 || ex.runs["run-orphan"] != 1 {
+		t.Fatalf("runs %v", ex.runs)
 	}
+}
+
+func TestRefusedRequestIsFinished(t *testing.T) {
+	st, q := setup(t)
+	r := enqueue(t, q, "changed-plan")
+	w := newWorker(st, &fakeExec{refuse: true}, "w1")
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	waitFor(t, "the refusal", func() bool {
+		got, _ := st.GetRequest(ctx, r.RequestID)
+		return got.State == queue.StateDone && got.Outcome == "REFUSED:PLAN_HASH_MISMATCH"
+	})
 }

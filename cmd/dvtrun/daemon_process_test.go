@@ -52,9 +52,11 @@ func startDaemon(t *testing.T, bin string, env []string, dir, name string, args 
 	return p
 }
 
-// stop sends SIGTERM and returns the exit code.
+// stop sends SIGTERM once the daemon has installed its signal handling
+// (it logs "started") and returns the exit code.
 func (p *daemonProc) stop(t *testing.T) int {
 	t.Helper()
+	waitUntil(t, p.name+" to start", 60*time.Second, func() bool { return strings.Contains(p.logText(), `"msg":"started"`) })
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatalf("%s: %v", p.name, err)
 	}

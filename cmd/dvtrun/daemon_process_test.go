@@ -17,6 +17,8 @@ import (
 	"github.com/dvtrun/dvtrun/engine"
 	"github.com/dvtrun/dvtrun/engine/queue"
 	"github.com/dvtrun/dvtrun/store"
+	"github.com/dvtrun/dvtrun/store/snowflake"
+	"github.com/dvtrun/dvtrun/store/snowflake/sftest"
 	"github.com/dvtrun/dvtrun/store/sqlite"
 )
 
@@ -102,12 +104,30 @@ func waitUntil(t *testing.T, what string, timeout time.Duration, cond func() boo
 }
 
 // TestProcessSchedulersAndWorkers: two scheduler and two worker processes
-// on one SQLite store, a schedule firing every second for 20+ ticks: one
-// request and one run per tick, every run COMPLETED, every process exits 0
-// on SIGTERM.
+// on one state store — SQLite, then the Snowflake test server — and a
+// schedule firing every second for 20+ ticks: one request and one run per
+// tick, every run COMPLETED, every process exits 0 on SIGTERM.
 func TestProcessSchedulersAndWorkers(t *testing.T) {
 	bin := buildBinary(t)
-	h := newHarness(t)
+	t.Run("sqlite", func(t *testing.T) {
+		h := newHarness(t)
+		schedulersAndWorkers(t, bin, h, openTestStore(t, h))
+	})
+	t.Run("snowflake", func(t *testing.T) {
+		srv := sftest.Start(t)
+		dsn := srv.DSN("DVT", "PUBLIC")
+		st, err := snowflake.Open(context.Background(), dsn, snowflake.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		h := newHarness(t)
+		h.env["DVT_STORE"] = "snowflake://" + dsn
+		schedulersAndWorkers(t, bin, h, st)
+	})
+}
+
+func schedulersAndWorkers(t *testing.T, bin string, h *harness, st queueStore) {
 	plan, _ := filepath.Abs(fixture("ok", "plan.yaml"))
 	cfg := h.writeConfig(`schedules:
   - name: every-second
@@ -117,16 +137,15 @@ func TestProcessSchedulersAndWorkers(t *testing.T) {
     catchupWindow: 1m
 `)
 	env := append(os.Environ(), "DVT_STORE="+h.env["DVT_STORE"], "DVT_WAREHOUSE="+h.env["DVT_WAREHOUSE"], "DVT_CONFIG="+cfg)
-	// The store exists before the four processes open it.
-	st := openTestStore(t, h)
 	var scheds, workers []*daemonProc
 	for i := range 2 {
 		scheds = append(scheds, startDaemon(t, bin, env, h.dir, "scheduler"+string(rune('a'+i)), "scheduler", "--poll", "200ms"))
 		workers = append(workers, startDaemon(t, bin, env, h.dir, "worker"+string(rune('a'+i)), "worker", "--poll", "200ms", "--lease-ttl", "5s", "--slots", "2"))
 	}
+	ctx := context.Background()
 	const ticks = 22
-	waitUntil(t, "22 ticks", 120*time.Second, func() bool {
-		c, ok, err := st.GetCursor(context.Background(), "every-second")
+	waitUntil(t, "22 ticks", 180*time.Second, func() bool {
+		c, ok, err := st.GetCursor(ctx, "every-second")
 		return err == nil && ok && c.Fired >= ticks
 	})
 	for _, p := range scheds {
@@ -134,8 +153,8 @@ func TestProcessSchedulersAndWorkers(t *testing.T) {
 			t.Errorf("%s exited %d on SIGTERM\n%s", p.name, code, p.logText())
 		}
 	}
-	waitUntil(t, "every request to finish", 120*time.Second, func() bool {
-		list, err := st.ListRequests(context.Background(), false)
+	waitUntil(t, "every request to finish", 180*time.Second, func() bool {
+		list, err := st.ListRequests(ctx, false)
 		return err == nil && len(list) == 0
 	})
 	for _, p := range workers {
@@ -143,8 +162,8 @@ func TestProcessSchedulersAndWorkers(t *testing.T) {
 			t.Errorf("%s exited %d on SIGTERM\n%s", p.name, code, p.logText())
 		}
 	}
-	cur, _, _ := st.GetCursor(context.Background(), "every-second")
-	list, err := st.ListRequests(context.Background(), true)
+	cur, _, _ := st.GetCursor(ctx, "every-second")
+	list, err := st.ListRequests(ctx, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +190,7 @@ func TestProcessSchedulersAndWorkers(t *testing.T) {
 			t.Errorf("ticks %s and %s: want consecutive seconds, each once", ticksSeen[i-1], ticksSeen[i])
 		}
 	}
-	all, err := st.ListRuns(context.Background(), storeFilterAll())
+	all, err := st.ListRuns(ctx, storeFilterAll())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,8 +198,12 @@ func TestProcessSchedulersAndWorkers(t *testing.T) {
 		t.Fatalf("%d runs for %d requests (%d distinct run ids): want one run per tick", len(all), len(list), len(runs))
 	}
 	for _, m := range all {
-		if s := h.checkLog(m.RunID); s.Status != engine.StatusCompleted {
-			t.Errorf("run %s is %s", m.RunID, s.Status)
+		evs, err := st.ListEvents(ctx, m.RunID, 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s := engine.Project(m.RunID, evs); s.Status != engine.StatusCompleted || s.Inconsistent {
+			t.Errorf("run %s is %s (inconsistent %v)", m.RunID, s.Status, s.Inconsistent)
 		}
 	}
 	t.Logf("%d ticks, one run each; runs per worker %v", len(list), byWorker)

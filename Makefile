@@ -24,8 +24,9 @@ bench: ## run the benchmarks and print medians of $(COUNT) runs (benchstat needs
 	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -count $(COUNT) -timeout 60m $(PKGS) | tee bench.out
 	$(GO) run $(BENCHSTAT) bench.out
 
-lint: ## gofmt, go vet, staticcheck
+lint: ## gofmt, go mod tidy, go vet, staticcheck
 	@test -z "$$(gofmt -l .)" || (gofmt -l .; echo "gofmt: files above need formatting"; exit 1)
+	@$(GO) mod tidy -diff >/dev/null || (echo "go.mod/go.sum are not tidy: run go mod tidy"; exit 1)
 	$(GO) vet $(PKGS)
 	$(GO) run $(STATICCHECK) $(PKGS)
 

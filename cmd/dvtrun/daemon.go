@@ -25,7 +25,6 @@ import (
 
 // daemonFlags are shared by scheduler, worker and serve.
 type daemonFlags struct {
-	config   string
 	poll     time.Duration
 	http     string
 	slots    int
@@ -37,7 +36,6 @@ type daemonFlags struct {
 
 func (d *daemonFlags) register(c *cli, name string, worker bool) *flag.FlagSet {
 	fs := c.newFlagSet(name, "", daemonHelp[name])
-	fs.StringVar(&d.config, "config", "", "config `FILE` (schedules, limits; env DVT_CONFIG)")
 	// On Snowflake every poll wakes a warehouse: seconds, not milliseconds.
 	fs.DurationVar(&d.poll, "poll", 2*time.Second, "pause between polls of the store when idle")
 	fs.StringVar(&d.http, "http", "", "serve /livez, /readyz and /metrics on this loopback `ADDR` (e.g. 127.0.0.1:9464)")
@@ -135,7 +133,6 @@ func cmdSchedule(ctx context.Context, c *cli, args []string) error {
 	}
 	fs := c.newFlagSet("schedule "+sub, "list | trigger NAME | backfill NAME --from T --to T",
 		"Show the configured schedules (next ticks, last run), fire one now, or enqueue the ticks of a past range\nthrough the run queue (a tick already requested is not requested again).")
-	cfgPath := fs.String("config", "", "config `FILE` (env DVT_CONFIG)")
 	from := fs.String("from", "", "backfill from `TIME` (RFC 3339, inclusive)")
 	to := fs.String("to", "", "backfill to `TIME` (RFC 3339, inclusive)")
 	asJSON := fs.Bool("json", false, "print JSON")
@@ -152,7 +149,7 @@ func cmdSchedule(ctx context.Context, c *cli, args []string) error {
 	if err != nil {
 		return err
 	}
-	cfg, err := c.loadConfig(*cfgPath)
+	cfg, err := c.queueConfig()
 	if err != nil {
 		return err
 	}
@@ -356,7 +353,7 @@ func (c *cli) daemon(ctx context.Context, name string, args []string, withSchedu
 	if err := d.check(withWorker); err != nil {
 		return err
 	}
-	cfg, err := c.loadConfig(d.config)
+	cfg, err := c.queueConfig()
 	if err != nil {
 		return err
 	}

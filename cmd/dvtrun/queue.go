@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
@@ -37,25 +36,15 @@ func (c *cli) openQueueStore(ctx context.Context, mustExist bool) (queueStore, e
 	return qs, nil
 }
 
-// loadConfig reads the --config file (DVT_CONFIG); "" gives the defaults.
-func (c *cli) loadConfig(path string) (*config.Config, error) {
-	if path == "" {
-		path = c.env("DVT_CONFIG")
-	}
-	if path == "" {
-		return config.Parse(nil, "(no config)")
-	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, engine.Errorf(engine.CodeConfigInvalid, "cannot read the config file %s: %v", path, pathError(err))
-	}
-	cfg, err := config.Parse(data, path)
+// queueConfig is the --config file with schedule plan paths made
+// relative to the file, as the file's reader expects.
+func (c *cli) queueConfig() (*config.Config, error) {
+	cfg, err := c.loadConfig()
 	if err != nil {
 		return nil, err
 	}
-	// Plan paths in the file are relative to the file.
 	for i := range cfg.Schedules {
-		cfg.Schedules[i].Plan = relativeTo(path, cfg.Schedules[i].Plan)
+		cfg.Schedules[i].Plan = relativeTo(c.g.config, cfg.Schedules[i].Plan)
 	}
 	return cfg, nil
 }
@@ -109,7 +98,6 @@ func cmdEnqueue(ctx context.Context, c *cli, args []string) error {
 	reqID := fs.String("request-id", "", "the caller's `ID` for this run request (default: a new one)")
 	prio := fs.Int("priority", 0, "higher `N` starts first")
 	notBefore := fs.String("not-before", "", "do not start before `TIME` (RFC 3339, or a duration from now)")
-	cfgPath := fs.String("config", "", "config `FILE` with limits (env DVT_CONFIG)")
 	asJSON := fs.Bool("json", false, "print the request as JSON")
 	pos, err := c.parse(fs, args, 1, 1)
 	if err != nil {
@@ -119,7 +107,7 @@ func cmdEnqueue(ctx context.Context, c *cli, args []string) error {
 	if err != nil {
 		return err
 	}
-	cfg, err := c.loadConfig(*cfgPath)
+	cfg, err := c.queueConfig()
 	if err != nil {
 		return err
 	}

@@ -149,9 +149,21 @@ func (s *Scheduler) log() *slog.Logger {
 // (inside the catch-up window) or recorded as missed (older).
 func (s *Scheduler) Pass(ctx context.Context) (PassResult, error) {
 	var total PassResult
+	// One read of every cursor serves the whole pass: on Snowflake each
+	// query wakes a warehouse, so an idle pass costs one query, not one per
+	// schedule.
+	list, err := s.Store.ListCursors(ctx)
+	if err != nil {
+		return total, err
+	}
+	cursors := make(map[string]Cursor, len(list))
+	for _, c := range list {
+		cursors[c.Name] = c
+	}
 	var firstErr error
 	for _, d := range s.Defs {
-		r, err := s.pass(ctx, d)
+		cur, ok := cursors[d.Name]
+		r, err := s.pass(ctx, d, cur, ok)
 		if err != nil {
 			if ctx.Err() != nil {
 				return total, ctx.Err()
@@ -174,17 +186,14 @@ func (s *Scheduler) Pass(ctx context.Context) (PassResult, error) {
 // after a long downtime); the rest are walked by the next pass.
 const maxTicksPerPass = 200000
 
-func (s *Scheduler) pass(ctx context.Context, d Def) (PassResult, error) {
+func (s *Scheduler) pass(ctx context.Context, d Def, cur Cursor, ok bool) (PassResult, error) {
 	now := s.Clock.Now().UTC()
-	cur, ok, err := s.Store.GetCursor(ctx, d.Name)
-	if err != nil {
-		return PassResult{}, err
-	}
 	if !ok {
 		// A new schedule starts with its next tick: it does not replay the past.
 		if err := s.Store.InitCursor(ctx, d.Name, d.Spec.Next(now)); err != nil {
 			return PassResult{}, err
 		}
+		var err error
 		if cur, _, err = s.Store.GetCursor(ctx, d.Name); err != nil {
 			return PassResult{}, err
 		}

@@ -330,3 +330,45 @@ func TestBackfillAndTriggerUseTheRequestPath(t *testing.T) {
 		t.Fatalf("%d requests", n)
 	}
 }
+
+// countingStore counts the scheduler's reads.
+type countingStore struct {
+	schedule.Store
+	lists, gets, advances int
+}
+
+func (c *countingStore) ListCursors(ctx context.Context) ([]schedule.Cursor, error) {
+	c.lists++
+	return c.Store.ListCursors(ctx)
+}
+
+func (c *countingStore) GetCursor(ctx context.Context, name string) (schedule.Cursor, bool, error) {
+	c.gets++
+	return c.Store.GetCursor(ctx, name)
+}
+
+func (c *countingStore) AdvanceCursor(ctx context.Context, a schedule.Advance) (bool, error) {
+	c.advances++
+	return c.Store.AdvanceCursor(ctx, a)
+}
+
+// An idle pass over many schedules is one query: on Snowflake every query
+// wakes a warehouse.
+func TestIdlePassIsOneRead(t *testing.T) {
+	f := newFixture(t, utc("2026-04-01T00:00:30Z"))
+	cs := &countingStore{Store: f.store}
+	var defs []schedule.Def
+	for _, n := range []string{"a", "b", "c", "d"} {
+		defs = append(defs, def(t, n, "@hourly", "", schedule.OverlapSkip, time.Hour))
+	}
+	s := f.scheduler(cs, defs...)
+	pass(t, s) // creates the cursors
+	*cs = countingStore{Store: f.store}
+	for range 3 {
+		f.clock.Advance(time.Minute)
+		pass(t, s)
+	}
+	if cs.lists != 3 || cs.gets != 0 || cs.advances != 0 {
+		t.Fatalf("3 idle passes over 4 schedules: %d lists, %d gets, %d advances", cs.lists, cs.gets, cs.advances)
+	}
+}

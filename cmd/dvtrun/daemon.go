@@ -14,6 +14,9 @@ import (
 	"sync"
 	"text/tabwriter"
 	"time"
+	// Schedules name IANA zones; the binary carries the zone database so
+	// that a host or container without one still loads them.
+	_ "time/tzdata"
 
 	"github.com/dvtrun/dvtrun/engine"
 	"github.com/dvtrun/dvtrun/engine/config"

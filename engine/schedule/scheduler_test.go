@@ -126,7 +126,10 @@ func TestReplicasEnqueueOneRequestPerTick(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				r := pass(t, s)
+				r, err := s.Pass(ctx)
+				if err != nil {
+					t.Error(err)
+				}
 				mu.Lock()
 				fired += r.Fired
 				mu.Unlock()

@@ -12,6 +12,8 @@ import (
 	"github.com/dvtrun/dvtrun/engine/config"
 	"github.com/dvtrun/dvtrun/engine/queue"
 	"github.com/dvtrun/dvtrun/engine/schedule"
+	"github.com/dvtrun/dvtrun/store/snowflake"
+	"github.com/dvtrun/dvtrun/store/sqlite"
 )
 
 // queueStore is a state store with the run queue and schedule cursors
@@ -21,6 +23,12 @@ type queueStore interface {
 	queue.Store
 	schedule.CursorStore
 }
+
+// Both backends have the run queue.
+var (
+	_ queueStore = (*sqlite.Store)(nil)
+	_ queueStore = (*snowflake.Store)(nil)
+)
 
 // openQueueStore opens the state store as a queue store.
 func (c *cli) openQueueStore(ctx context.Context, mustExist bool) (queueStore, error) {

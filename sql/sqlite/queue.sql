@@ -120,8 +120,10 @@ FROM dvt_schedule_cursors ORDER BY schedule_name;
 
 -- name: insert_cursor
 INSERT INTO dvt_schedule_cursors (schedule_name, next_tick, version, updated_at)
-VALUES (?, ?, 1, strftime('%Y-%m-%dT%H:%M:%f', 'now') || '000000Z')
-ON CONFLICT (schedule_name) DO NOTHING;
+VALUES (?, ?, 1, strftime('%Y-%m-%dT%H:%M:%f', 'now') || '000000Z');
+
+-- name: cursor_exists
+SELECT COUNT(*) FROM dvt_schedule_cursors WHERE schedule_name = ?;
 
 -- name: advance_cursor
 -- The scheduler's claim of a tick: the same conditional-UPDATE shape.

@@ -62,6 +62,9 @@ type Store struct {
 
 	cacheMu sync.Mutex
 	cache   map[string]cachedRun // runs this Store appended to, by run id (append.go)
+
+	// QueueSQL is the run queue and the schedule cursors.
+	*store.QueueSQL
 }
 
 // Open connects to the database and schema a gosnowflake DSN names and
@@ -99,6 +102,10 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 		secrets: append(secretsOfDSN(dsn), secretsOfConfig(cfg)...),
 	}
 	if err := s.migrate(ctx); err != nil {
+		s.db.Close()
+		return nil, err
+	}
+	if s.QueueSQL, err = s.newQueue(); err != nil {
 		s.db.Close()
 		return nil, err
 	}

@@ -50,6 +50,9 @@ type Store struct {
 	q     map[string]string
 	stmts map[string]*sql.Stmt // the statements without an IN list, prepared once
 
+	// QueueSQL is the run queue and the schedule cursors.
+	*store.QueueSQL
+
 	// writeMu serialises this process's write transactions: SQLite allows one
 	// writer at a time, and waiting on a mutex is cheaper and fairer than
 	// SQLite's busy-retry loop. Other processes are held off by BEGIN
@@ -97,6 +100,10 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	}
 	s := &Store{db: db, path: path, opts: opts, q: q, stmts: map[string]*sql.Stmt{}}
 	if err := s.migrate(ctx); err != nil {
+		db.Close()
+		return nil, err
+	}
+	if s.QueueSQL, err = s.newQueue(); err != nil {
 		db.Close()
 		return nil, err
 	}

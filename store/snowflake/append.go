@@ -34,6 +34,16 @@ import (
 // a COMMIT that did happen, the retry finds the events stored and reports
 // them as Deduped: the append stays exactly-once either way.
 func (s *Store) lockedTx(ctx context.Context, lock string, body func(c *sql.Conn) (script, error)) error {
+	return s.pinnedTx(ctx, lock, func(c *sql.Conn) (script, bool, error) {
+		sc, err := body(c)
+		return sc, len(sc) > 0, err
+	})
+}
+
+// pinnedTx is lockedTx's session: BEGIN and lock in one request, body, then
+// body's statements and COMMIT in one request when body says commit (a
+// rollback otherwise), the whole retried on contention.
+func (s *Store) pinnedTx(ctx context.Context, lock string, body func(c *sql.Conn) (sc script, commit bool, err error)) error {
 	return s.withRetry(ctx, func() error {
 		c, err := s.db.Conn(ctx)
 		if err != nil {
@@ -49,8 +59,8 @@ func (s *Store) lockedTx(ctx context.Context, lock string, body func(c *sql.Conn
 		if err := s.execScript(ctx, c, script{s.q["begin"], lock}); err != nil {
 			return s.classify("lock", err)
 		}
-		sc, err := body(c)
-		if err != nil || len(sc) == 0 {
+		sc, commit, err := body(c)
+		if err != nil || !commit {
 			return err
 		}
 		if err := s.execScript(ctx, c, append(sc, s.q["commit"])); err != nil {

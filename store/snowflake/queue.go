@@ -40,31 +40,12 @@ func (s *Store) newQueue() (*store.QueueSQL, error) {
 	}), nil
 }
 
-// queueTx runs fn in one write transaction under the lock row, on a pinned
-// session, retried whole when contention aborts it.
+// queueTx runs fn in one write transaction under the lock row.
 func (s *Store) queueTx(ctx context.Context, lock string, fn func(store.Tx) error) error {
-	return s.withRetry(ctx, func() error {
-		c, err := s.db.Conn(ctx)
-		if err != nil {
-			return s.classify("connect", err)
-		}
-		defer c.Close()
-		committed := false
-		defer func() {
-			if !committed {
-				s.rollback(ctx, c)
-			}
-		}()
-		if err := s.execScript(ctx, c, script{s.q["begin"], lock}); err != nil {
-			return s.classify("lock the queue", err)
-		}
+	return s.pinnedTx(ctx, lock, func(c *sql.Conn) (script, bool, error) {
 		if err := fn(c); err != nil {
-			return s.classify("run queue", err)
+			return nil, false, s.classify("run queue", err)
 		}
-		if _, err := c.ExecContext(ctx, s.q["commit"]); err != nil {
-			return s.classify("commit", err)
-		}
-		committed = true
-		return nil
+		return nil, true, nil
 	})
 }

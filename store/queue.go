@@ -13,9 +13,6 @@ type Queryer interface {
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 }
 
-// claimCandidates is how many rows one claim transaction considers.
-const claimCandidates = 32
-
 // Candidate is a request a claim may try: its conditional UPDATE names the
 // row and the version read.
 type Candidate struct {
@@ -85,7 +82,7 @@ type scheduleBusy struct {
 }
 
 func readCandidates(ctx context.Context, tx Queryer, q map[string]string) ([]candidate, error) {
-	rows, err := tx.QueryContext(ctx, q["claim_candidates"], claimCandidates)
+	rows, err := tx.QueryContext(ctx, q["claim_candidates"])
 	if err != nil {
 		return nil, err
 	}

@@ -67,14 +67,15 @@ DELETE FROM dvt_workers WHERE worker_id = ?;
 -- name: claim_candidates
 -- Takeovers first (their runs are already under way), then PENDING
 -- requests by priority and enqueue order. The schedule columns let the
--- claimer hold back serial requests of a busy schedule.
+-- claimer hold back serial requests of a busy schedule. One claim considers
+-- the first 32 (a literal: Snowflake's LIMIT is not documented to bind).
 SELECT r.request_id, r.plan_id, r.version, r.state, COALESCE(r.schedule_name, ''), r.serial, r.enqueue_seq
 FROM dvt_run_requests r
 WHERE (r.state = 'PENDING' AND r.not_before <= CAST(CURRENT_TIMESTAMP() AS TIMESTAMP_TZ(9)))
    OR (r.state IN ('CLAIMED', 'RUNNING')
        AND r.owner NOT IN (SELECT worker_id FROM dvt_workers WHERE expires_at > CAST(CURRENT_TIMESTAMP() AS TIMESTAMP_TZ(9))))
 ORDER BY CASE WHEN r.state = 'PENDING' THEN 1 ELSE 0 END, r.priority DESC, r.enqueue_seq
-LIMIT ?;
+LIMIT 32;
 
 -- name: active_by_plan
 SELECT plan_id, COUNT(*) FROM dvt_run_requests WHERE state IN ('CLAIMED', 'RUNNING') GROUP BY plan_id;

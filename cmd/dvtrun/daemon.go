@@ -392,7 +392,7 @@ func (c *cli) daemon(ctx context.Context, name string, args []string, withSchedu
 			Store: st, ID: owner, Limits: claimLimits(cfg.Limits), Slots: d.slots,
 			HeartbeatTTL: d.leaseTTL, Poll: d.poll, Grace: d.grace,
 			Clock: engine.ClockFunc(time.Now), IDs: engine.IDFunc(newID), Sleep: sleepCtx, Log: log, Metrics: &worker.Counters{},
-			Exec: &cliExec{c: c, st: st, wh: wh, lookup: lookup, owner: owner,
+			Exec: &cliExec{c: c, st: &timedAppends{queueStore: st, lat: &m.appends}, wh: wh, lookup: lookup, owner: owner,
 				f: runFlags{threads: d.threads, leaseTTL: d.leaseTTL}},
 		}
 		m.worker = w.Metrics
@@ -455,10 +455,44 @@ func (c *cli) serveHTTP(addr string, m *metrics, ready func() bool, log *slog.Lo
 // metrics writes the Prometheus text exposition by hand: a handful of
 // counters and gauges does not need a client library.
 type metrics struct {
-	st     queueStore
-	sched  *schedule.Counters
-	worker *worker.Counters
-	mu     sync.Mutex
+	st      queueStore
+	sched   *schedule.Counters
+	worker  *worker.Counters
+	appends latency
+	mu      sync.Mutex
+}
+
+// latency sums durations for a Prometheus summary without quantiles.
+type latency struct {
+	mu    sync.Mutex
+	sum   time.Duration
+	count int64
+}
+
+func (l *latency) add(d time.Duration) {
+	l.mu.Lock()
+	l.sum += d
+	l.count++
+	l.mu.Unlock()
+}
+
+func (l *latency) get() (time.Duration, int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.sum, l.count
+}
+
+// timedAppends is the worker's runs' state store, timing each append.
+type timedAppends struct {
+	queueStore
+	lat *latency
+}
+
+func (t *timedAppends) AppendAndEnqueue(ctx context.Context, runID string, events []engine.RunEventWrite) (engine.AppendResult, error) {
+	start := time.Now()
+	res, err := t.queueStore.AppendAndEnqueue(ctx, runID, events)
+	t.lat.add(time.Since(start))
+	return res, err
 }
 
 func (m *metrics) write(ctx context.Context, w interface{ Write([]byte) (int, error) }) error {
@@ -519,6 +553,11 @@ func (m *metrics) write(ctx context.Context, w interface{ Write([]byte) (int, er
 		p("# TYPE dvtrun_worker_claim_latency_seconds summary")
 		p("dvtrun_worker_claim_latency_seconds_sum %g", s.ClaimLatencySum.Seconds())
 		p("dvtrun_worker_claim_latency_seconds_count %d", s.ClaimLatencyCount)
+		sum, n := m.appends.get()
+		p("# HELP dvtrun_store_append_latency_seconds Time of the runs' event appends (AppendAndEnqueue).")
+		p("# TYPE dvtrun_store_append_latency_seconds summary")
+		p("dvtrun_store_append_latency_seconds_sum %g", sum.Seconds())
+		p("dvtrun_store_append_latency_seconds_count %d", n)
 		p("# HELP dvtrun_worker_running Runs in flight in this worker.")
 		p("# TYPE dvtrun_worker_running gauge")
 		p("dvtrun_worker_running %d", s.Running)

@@ -1,0 +1,85 @@
+package main
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func get(url string) (int, string) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0, ""
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// serve runs an enqueued plan and reports it on /metrics; /livez and
+// /readyz answer; cancelling (SIGTERM in main) ends it with exit 0 and JSON
+// logs on stderr.
+func TestServeRunsTheQueueAndServesMetrics(t *testing.T) {
+	h := newHarness(t)
+	if r := h.run("enqueue", fixture("ok", "plan.yaml")); r.code != 0 {
+		t.Fatalf("enqueue: %+v", r)
+	}
+	addr := freeAddr(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan result, 1)
+	go func() { done <- h.runCtx(ctx, "serve", "--poll", "100ms", "--http", addr) }()
+	var metrics string
+	deadline := time.Now().Add(60 * time.Second)
+	for !strings.Contains(metrics, `dvtrun_queue_requests{state="DONE"} 1`) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the request never finished; /metrics:\n%s", metrics)
+		}
+		time.Sleep(100 * time.Millisecond)
+		_, metrics = get("http://" + addr + "/metrics")
+	}
+	for _, want := range []string{
+		`dvtrun_runs{status="COMPLETED"} 1`, "dvtrun_worker_claims_total 1", "dvtrun_worker_takeovers_total 0",
+		`dvtrun_schedule_ticks_total{outcome="fired"} 0`, "dvtrun_queue_oldest_pending_age_seconds 0",
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %q:\n%s", want, metrics)
+		}
+	}
+	if !regexp.MustCompile(`dvtrun_store_append_latency_seconds_count [1-9]`).MatchString(metrics) {
+		t.Errorf("no append latency:\n%s", metrics)
+	}
+	for _, path := range []string{"/livez", "/readyz"} {
+		if code, _ := get("http://" + addr + path); code != http.StatusOK {
+			t.Errorf("%s: %d", path, code)
+		}
+	}
+	cancel()
+	r := <-done
+	if r.code != 0 {
+		t.Fatalf("serve exited %d: %s", r.code, r.stderr)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(r.stderr), "\n") {
+		if !strings.HasPrefix(line, `{"time":`) {
+			t.Errorf("stderr line is not a JSON log record: %q", line)
+		}
+	}
+	if !strings.Contains(r.stderr, `"msg":"run finished"`) || !strings.Contains(r.stderr, `"msg":"stopped"`) {
+		t.Errorf("logs:\n%s", r.stderr)
+	}
+}

@@ -229,7 +229,7 @@ func (c *cli) usage(w io.Writer, top *flag.FlagSet) {
 	fmt.Fprintln(w, "\nUsage: dvtrun [global flags] COMMAND [flags] [args]")
 	fmt.Fprintln(w, "\nCommands:")
 	for _, cmd := range commands() {
-		fmt.Fprintf(w, "  %-8s %-40s %s\n", cmd.name, cmd.args, cmd.summary)
+		fmt.Fprintf(w, "  %-9s %-40s %s\n", cmd.name, cmd.args, cmd.summary)
 	}
 	fmt.Fprintln(w, "\nGlobal flags (also accepted after the command):")
 	top.SetOutput(w)

@@ -58,7 +58,7 @@ func startDaemon(t *testing.T, bin string, env []string, dir, name string, args 
 // (it logs "started") and returns the exit code.
 func (p *daemonProc) stop(t *testing.T) int {
 	t.Helper()
-	waitUntil(t, p.name+" to start", 60*time.Second, func() bool { return strings.Contains(p.logText(), `"msg":"started"`) })
+	waitUntil(t, p.name+" to start", func() bool { return strings.Contains(p.logText(), `"msg":"started"`) })
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatalf("%s: %v", p.name, err)
 	}
@@ -90,17 +90,6 @@ func openTestStore(t *testing.T, h *harness) *sqlite.Store {
 	}
 	t.Cleanup(func() { st.Close() })
 	return st
-}
-
-func waitUntil(t *testing.T, what string, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
 }
 
 // TestProcessSchedulersAndWorkers: two scheduler and two worker processes
@@ -144,7 +133,7 @@ func schedulersAndWorkers(t *testing.T, bin string, h *harness, st queueStore) {
 	}
 	ctx := context.Background()
 	const ticks = 22
-	waitUntil(t, "22 ticks", 180*time.Second, func() bool {
+	waitUntil(t, "22 ticks", func() bool {
 		c, ok, err := st.GetCursor(ctx, "every-second")
 		return err == nil && ok && c.Fired >= ticks
 	})
@@ -153,7 +142,7 @@ func schedulersAndWorkers(t *testing.T, bin string, h *harness, st queueStore) {
 			t.Errorf("%s exited %d on SIGTERM\n%s", p.name, code, p.logText())
 		}
 	}
-	waitUntil(t, "every request to finish", 180*time.Second, func() bool {
+	waitUntil(t, "every request to finish", func() bool {
 		list, err := st.ListRequests(ctx, false)
 		return err == nil && len(list) == 0
 	})
@@ -242,7 +231,7 @@ func TestProcessWorkerCrashTakeover(t *testing.T) {
 		}
 		wargs := []string{"worker", "--poll", "200ms", "--lease-ttl", "1s", "--grace", "1s"}
 		victim := startDaemon(t, bin, env, h.dir, "victim", wargs...)
-		waitUntil(t, "the victim's claim", 60*time.Second, func() bool {
+		waitUntil(t, "the victim's claim", func() bool {
 			list, err := st.ListRequests(context.Background(), false)
 			return err == nil && len(list) == 1 && list[0].State == queue.StateRunning
 		})
@@ -251,7 +240,7 @@ func TestProcessWorkerCrashTakeover(t *testing.T) {
 		victim.cmd.Process.Kill()
 		<-victim.done
 		heir := startDaemon(t, bin, env, h.dir, "heir", wargs...)
-		waitUntil(t, "the heir to finish the request", 90*time.Second, func() bool {
+		waitUntil(t, "the heir to finish the request", func() bool {
 			list, err := st.ListRequests(context.Background(), true)
 			return err == nil && len(list) == 1 && list[0].State == queue.StateDone
 		})

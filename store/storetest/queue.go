@@ -27,7 +27,7 @@ var queueCases = []struct {
 }{
 	{"QueueEnqueueIsIdempotentOnTheKey", testEnqueueIdempotent},
 	{"QueueAdmitRefusalWritesNothing", testAdmitRefuses},
-	{"QueueClaimOrderPriorityThenFIFO", testClaimOrder},
+	{"QueueClaimOrderPriorityThenFIFO", testQueueClaimOrder},
 	{"QueueNotBeforeByDatabaseClock", testNotBefore},
 	{"QueueEightClaimersHundredRequests", testClaimRace},
 	{"QueueClaimHonoursLimits", testClaimLimits},
@@ -75,7 +75,7 @@ func enqueue(t *testing.T, s queue.Store, r queue.Request) queue.Request {
 	return got
 }
 
-func claim(t *testing.T, s queue.Store, owner string, l queue.ClaimLimits) (queue.Request, bool) {
+func claimRequest(t *testing.T, s queue.Store, owner string, l queue.ClaimLimits) (queue.Request, bool) {
 	t.Helper()
 	r, ok, err := s.ClaimRequest(ctx, owner, time.Minute, l)
 	if err != nil {
@@ -130,14 +130,14 @@ func testAdmitRefuses(t *testing.T, b Backend) {
 	}
 }
 
-func testClaimOrder(t *testing.T, b Backend) {
+func testQueueClaimOrder(t *testing.T, b Backend) {
 	s := queueOpener(t, b)()
 	for i, p := range []int{0, 5, 0, 9, 5} {
 		enqueue(t, s, request("shop", fmt.Sprint("r", i), p))
 	}
 	var got []string
 	for {
-		r, ok := claim(t, s, "w1", queue.ClaimLimits{})
+		r, ok := claimRequest(t, s, "w1", queue.ClaimLimits{})
 		if !ok {
 			break
 		}
@@ -164,12 +164,12 @@ func testNotBefore(t *testing.T, b Backend) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := claim(t, s, "w1", queue.ClaimLimits{}); ok {
+	if _, ok := claimRequest(t, s, "w1", queue.ClaimLimits{}); ok {
 		t.Fatal("claimed before not_before")
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		got, ok := claim(t, s, "w1", queue.ClaimLimits{})
+		got, ok := claimRequest(t, s, "w1", queue.ClaimLimits{})
 		if ok {
 			if got.ClaimedAt.Before(stored.NotBefore) {
 				t.Fatalf("claimed at %s, before not_before %s (db now at enqueue %s)", got.ClaimedAt, stored.NotBefore, dbNow)
@@ -255,25 +255,25 @@ func testClaimLimits(t *testing.T, b Backend) {
 	}
 	enqueue(t, s, request("bakery", "b0", 0))
 	l := queue.ClaimLimits{MaxConcurrentRuns: 3, PerPlan: map[string]int{"shop": 1}}
-	first, ok := claim(t, s, "w1", l)
+	first, ok := claimRequest(t, s, "w1", l)
 	if !ok || first.PlanID != "shop" {
 		t.Fatalf("first claim: %+v %v", first, ok)
 	}
-	second, ok := claim(t, s, "w1", l)
+	second, ok := claimRequest(t, s, "w1", l)
 	if !ok || second.PlanID != "bakery" {
 		t.Fatalf("the per-plan limit should pass over shop to bakery: %+v %v", second, ok)
 	}
-	if r, ok := claim(t, s, "w2", l); ok {
+	if r, ok := claimRequest(t, s, "w2", l); ok {
 		t.Fatalf("claimed %+v past shop's limit of 1", r)
 	}
 	if err := s.FinishRequest(ctx, first.RequestID, "w1", "COMPLETED"); err != nil {
 		t.Fatal(err)
 	}
-	if r, ok := claim(t, s, "w2", l); !ok || r.PlanID != "shop" {
+	if r, ok := claimRequest(t, s, "w2", l); !ok || r.PlanID != "shop" {
 		t.Fatalf("after shop's run finished: %+v %v", r, ok)
 	}
 	l.MaxConcurrentRuns = 2
-	if r, ok := claim(t, s, "w2", queue.ClaimLimits{MaxConcurrentRuns: 2}); ok {
+	if r, ok := claimRequest(t, s, "w2", queue.ClaimLimits{MaxConcurrentRuns: 2}); ok {
 		t.Fatalf("claimed %+v with 2 of 2 runs active", r)
 	}
 	done, _ := s.GetRequest(ctx, first.RequestID)
@@ -292,12 +292,12 @@ func testTakeover(t *testing.T, b Backend) {
 	if err := s.SetRequestRun(ctx, r.RequestID, "dying", "run-1"); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := claim(t, s, "heir", queue.ClaimLimits{}); ok {
+	if _, ok := claimRequest(t, s, "heir", queue.ClaimLimits{}); ok {
 		t.Fatal("taken over while the owner's heartbeat is live")
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		got, ok := claim(t, s, "heir", queue.ClaimLimits{MaxConcurrentRuns: 1})
+		got, ok := claimRequest(t, s, "heir", queue.ClaimLimits{MaxConcurrentRuns: 1})
 		if ok {
 			if got.RequestID != r.RequestID || got.Owner != "heir" || got.State != queue.StateRunning || got.RunID != "run-1" || got.Attempts != 2 {
 				t.Fatalf("takeover: %+v", got)
@@ -319,7 +319,7 @@ func testReleaseCancel(t *testing.T, b Backend) {
 	s := queueOpener(t, b)()
 	a := enqueue(t, s, request("shop", "a", 1))
 	enqueue(t, s, request("shop", "b", 0))
-	got, _ := claim(t, s, "w1", queue.ClaimLimits{})
+	got, _ := claimRequest(t, s, "w1", queue.ClaimLimits{})
 	if got.RequestID != a.RequestID {
 		t.Fatalf("claimed %+v", got)
 	}
@@ -329,7 +329,7 @@ func testReleaseCancel(t *testing.T, b Backend) {
 	if got, _ := s.GetRequest(ctx, a.RequestID); got.State != queue.StatePending || got.Owner != "" {
 		t.Fatalf("released without a run: %+v", got)
 	}
-	got, _ = claim(t, s, "w1", queue.ClaimLimits{})
+	got, _ = claimRequest(t, s, "w1", queue.ClaimLimits{})
 	if err := s.SetRequestRun(ctx, got.RequestID, "w1", "run-a"); err != nil {
 		t.Fatal(err)
 	}
@@ -337,7 +337,7 @@ func testReleaseCancel(t *testing.T, b Backend) {
 		t.Fatal(err)
 	}
 	// Released with a run: another worker takes it over at once.
-	heir, ok := claim(t, s, "w2", queue.ClaimLimits{})
+	heir, ok := claimRequest(t, s, "w2", queue.ClaimLimits{})
 	if !ok || heir.RequestID != a.RequestID || heir.RunID != "run-a" || heir.State != queue.StateRunning {
 		t.Fatalf("after release with a run: %+v %v", heir, ok)
 	}
@@ -359,7 +359,7 @@ func testReleaseCancel(t *testing.T, b Backend) {
 	if _, err := s.CancelRequest(ctx, "nope"); !errors.Is(err, &engine.Error{Code: engine.CodeRunNotFound}) {
 		t.Fatalf("cancel unknown: %v", err)
 	}
-	if _, ok := claim(t, s, "w3", queue.ClaimLimits{}); ok {
+	if _, ok := claimRequest(t, s, "w3", queue.ClaimLimits{}); ok {
 		t.Fatal("a cancelled request was claimed")
 	}
 	if list, _ := s.ListRequests(ctx, false); len(list) != 1 {
@@ -377,21 +377,21 @@ func testSerial(t *testing.T, b Backend) {
 	first := enqueue(t, s, mk("tick-1"))
 	second := enqueue(t, s, mk("tick-2"))
 	free := enqueue(t, s, request("shop", "manual", 0))
-	got, _ := claim(t, s, "w1", queue.ClaimLimits{})
+	got, _ := claimRequest(t, s, "w1", queue.ClaimLimits{})
 	if got.RequestID != first.RequestID {
 		t.Fatalf("first claim %+v", got)
 	}
-	got, _ = claim(t, s, "w1", queue.ClaimLimits{})
+	got, _ = claimRequest(t, s, "w1", queue.ClaimLimits{})
 	if got.RequestID != free.RequestID {
 		t.Fatalf("tick-2 must wait for tick-1; claimed %+v", got)
 	}
-	if r, ok := claim(t, s, "w1", queue.ClaimLimits{}); ok {
+	if r, ok := claimRequest(t, s, "w1", queue.ClaimLimits{}); ok {
 		t.Fatalf("claimed %+v while tick-1 runs", r)
 	}
 	if err := s.FinishRequest(ctx, first.RequestID, "w1", "COMPLETED"); err != nil {
 		t.Fatal(err)
 	}
-	if got, ok := claim(t, s, "w1", queue.ClaimLimits{}); !ok || got.RequestID != second.RequestID {
+	if got, ok := claimRequest(t, s, "w1", queue.ClaimLimits{}); !ok || got.RequestID != second.RequestID {
 		t.Fatalf("after tick-1: %+v %v", got, ok)
 	}
 }

@@ -39,6 +39,7 @@ func startDaemon(t *testing.T, bin string, env []string, dir, name string, args 
 	}
 	cmd := exec.Command(bin, args...)
 	cmd.Env = env
+	cmd.Dir = dir // whatever a daemon writes next to itself stays in the test's directory
 	cmd.Stdout, cmd.Stderr = f, f
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

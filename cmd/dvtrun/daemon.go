@@ -273,19 +273,10 @@ type cliExec struct {
 	owner  string
 }
 
-func (x *cliExec) plan(r queue.Request) (*engine.Plan, engine.PlanRef, []byte, error) {
-	p, ref, data, err := loadPlan(r.PlanPath, "")
-	if err != nil {
-		return nil, ref, nil, err
-	}
-	info, err := planDigest(r.PlanPath)
-	if err != nil {
-		return nil, ref, nil, err
-	}
-	if !strings.EqualFold(info.SHA256, r.PlanSHA256) {
-		return nil, ref, nil, engine.Errorf(engine.CodePlanHashMismatch, "request %s was made for plan sha256 %s but %s now has sha256 %s", r.RequestID, r.PlanSHA256, r.PlanPath, info.SHA256)
-	}
-	return p, ref, data, nil
+// plan loads the request's plan bundle, refusing it (PLAN_HASH_MISMATCH)
+// when its sha256 is no longer the one the request recorded.
+func (x *cliExec) plan(r queue.Request) (*engine.PlanBundle, error) {
+	return loadPlan(r.PlanPath, r.PlanSHA256)
 }
 
 func (x *cliExec) engine(r queue.Request) *engine.Engine {
@@ -300,16 +291,17 @@ func (x *cliExec) engine(r queue.Request) *engine.Engine {
 
 // Run implements worker.Executor.
 func (x *cliExec) Run(ctx context.Context, r queue.Request, runID string) (engine.RunStatus, error) {
-	p, ref, data, err := x.plan(r)
+	b, err := x.plan(r)
 	if err != nil {
 		return "", err
 	}
+	p := b.Plan
 	eng := x.engine(r)
 	resume := true
 	switch snap, err := eng.GetRunStatus(ctx, runID); {
 	case errors.Is(err, engine.ErrRunNotFound):
 		// First claim, or the last holder died before the run existed.
-		if _, err := eng.StartRun(ctx, engine.StartRequest{Plan: p, Ref: ref, PlanBytes: data, RunRequestID: r.RunRequestID, RunID: runID}); err != nil && !errors.Is(err, engine.ErrRunAlreadyExists) {
+		if _, err := eng.StartRun(ctx, engine.StartRequest{Plan: p, Ref: b.Ref, RunRequestID: r.RunRequestID, RunID: runID}); err != nil && !errors.Is(err, engine.ErrRunAlreadyExists) {
 			return "", err
 		}
 		resume = false

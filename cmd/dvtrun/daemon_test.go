@@ -2,9 +2,12 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -81,5 +84,48 @@ func TestServeRunsTheQueueAndServesMetrics(t *testing.T) {
 	}
 	if !strings.Contains(r.stderr, `"msg":"run finished"`) || !strings.Contains(r.stderr, `"msg":"stopped"`) {
 		t.Errorf("logs:\n%s", r.stderr)
+	}
+}
+
+// A request records its plan bundle's sha256; a worker refuses to run the
+// plan once a file of the bundle changed, and says why in the outcome.
+func TestWorkerRefusesAChangedPlanBundle(t *testing.T) {
+	h := newHarness(t)
+	dir := filepath.Join(h.dir, "plan")
+	if err := os.CopyFS(dir, os.DirFS(fixture("ok"))); err != nil {
+		t.Fatal(err)
+	}
+	if r := h.run("enqueue", filepath.Join(dir, "plan.yaml"), "--request-id", "before-edit"); r.code != 0 {
+		t.Fatalf("enqueue: %+v", r)
+	}
+	// A seed file of the bundle changes after the request was made.
+	f, err := os.OpenFile(filepath.Join(dir, "customers.csv"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString("99,Zed,NZ\n")
+	f.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan result, 1)
+	go func() { done <- h.runCtx(ctx, "worker", "--poll", "100ms") }()
+	var rows []struct {
+		State   string `json:"state"`
+		Outcome string `json:"outcome"`
+		RunID   string `json:"runId"`
+	}
+	waitUntil(t, "the refusal", func() bool {
+		r := h.run("queue", "--all", "--json")
+		return json.Unmarshal([]byte(r.stdout), &rows) == nil && len(rows) == 1 && rows[0].State == "DONE"
+	})
+	cancel()
+	if r := <-done; r.code != 0 {
+		t.Fatalf("worker exit %d: %s", r.code, r.stderr)
+	}
+	if rows[0].Outcome != "REFUSED:PLAN_HASH_MISMATCH" {
+		t.Fatalf("outcome %q", rows[0].Outcome)
+	}
+	if r := h.run("runs", "--json"); strings.Contains(r.stdout, rows[0].RunID) && rows[0].RunID != "" {
+		t.Fatalf("a run was recorded for the refused request: %s", r.stdout)
 	}
 }

@@ -65,14 +65,14 @@ func relativeTo(file, p string) string {
 }
 
 // planDigest is what a run request records of its plan: id, version and
-// sha256. This is the one place that decides which sha256 a request
-// carries (today the plan file's, engine.LoadPlan's PlanRef.SHA256).
+// the plan bundle's sha256 (the plan and every file it references, as
+// engine.LoadBundle hashes them; the worker checks it with loadPlan).
 func planDigest(path string) (schedule.PlanInfo, error) {
-	p, ref, _, err := loadPlan(path, "")
+	b, err := loadPlan(path, "")
 	if err != nil {
 		return schedule.PlanInfo{}, err
 	}
-	return schedule.PlanInfo{PlanID: p.PlanID, PlanVersion: p.PlanVersion, SHA256: ref.SHA256}, nil
+	return schedule.PlanInfo{PlanID: b.Plan.PlanID, PlanVersion: b.Plan.PlanVersion, SHA256: b.Ref.SHA256}, nil
 }
 
 func queueLimits(l config.Limits) queue.Limits {

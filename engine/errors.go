@@ -29,7 +29,6 @@ const (
 	CodeStepCancelled              Code = "STEP_CANCELLED"
 	CodeSecretNotFound             Code = "SECRET_NOT_FOUND"
 	CodeLeaseHeld                  Code = "LEASE_HELD"
-	CodeBackpressure               Code = "BACKPRESSURE_REJECTED"
 	CodeRunQueueFull               Code = "RUN_QUEUE_FULL" // backpressure REJECT; Meta retryAfterSeconds
 	CodeProjectorNonContiguous     Code = "PROJECTOR_NON_CONTIGUOUS_FETCH_DETECTED"
 	CodeProjectorLagHigh           Code = "PROJECTOR_LAG_HIGH"

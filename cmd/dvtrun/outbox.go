@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -106,15 +107,77 @@ func (c *cli) deliveryTargets(cfg *config.Config, clock engine.Clock) ([]deliver
 	return targets, closeAll, nil
 }
 
+// deliveryFlags are the delivery options of `outbox deliver`, and of
+// `worker` and `serve` with the prefix "delivery-".
+type deliveryFlags struct {
+	prefix   string
+	batch    int
+	claimTTL time.Duration
+	poll     time.Duration
+}
+
+// register adds the flags; a zero poll default means "the caller decides".
+func (d *deliveryFlags) register(fs *flag.FlagSet, prefix string, poll time.Duration) {
+	d.prefix = prefix
+	fs.IntVar(&d.batch, prefix+"batch", 100, "deliveries per claim")
+	fs.DurationVar(&d.claimTTL, prefix+"claim-ttl", 30*time.Second, "how long a claim keeps other delivery processes off its events")
+	help := "wait between polls when nothing is due"
+	if poll == 0 {
+		help += " (default: --poll)"
+	}
+	fs.DurationVar(&d.poll, prefix+"poll", poll, help)
+}
+
+// newDelivery checks the flags against the config's sinks and builds the
+// delivery service with its sinks open; closeSinks closes them.
+func (c *cli) newDelivery(ctx context.Context, cfg *config.Config, d deliveryFlags, st stateStore, logger *slog.Logger) (svc *delivery.Service, closeSinks func(), err error) {
+	if d.batch <= 0 || d.claimTTL <= 0 || d.poll <= 0 {
+		return nil, nil, engine.Errorf(engine.CodeInvalidArgument, "--%[1]sbatch, --%[1]sclaim-ttl and --%[1]spoll must be positive", d.prefix)
+	}
+	// A process stops starting requests on a claim after half its TTL; a
+	// request that may outlast the other half could still be in flight when
+	// another process takes the claim over and sends the event again.
+	for i, s := range cfg.Sinks {
+		if s.Webhook == nil {
+			continue
+		}
+		timeout := s.Webhook.Timeout
+		if timeout <= 0 {
+			timeout = delivery.DefaultWebhookTimeout
+		}
+		if timeout > d.claimTTL/2 {
+			return nil, nil, engine.Errorf(engine.CodeInvalidArgument, "--%sclaim-ttl %s must be at least twice sinks[%d].webhook.timeout (%s)", d.prefix, d.claimTTL, i, timeout)
+		}
+	}
+	ds, ok := st.(delivery.Store)
+	if !ok {
+		return nil, nil, engine.Errorf(engine.CodeInvalidArgument, "this state store does not support outbox delivery")
+	}
+	clock := engine.ClockFunc(time.Now)
+	targets, closeSinks, err := c.deliveryTargets(cfg, clock)
+	if err != nil {
+		return nil, nil, err
+	}
+	svc, err = delivery.New(delivery.Options{
+		Store: ds, Targets: targets, Clock: clock, IDs: engine.IDFunc(newID), Rand: randFloat, Logger: logger,
+		BatchSize: d.batch, ClaimTTL: d.claimTTL, PollInterval: d.poll,
+	})
+	if err != nil {
+		closeSinks()
+		return nil, nil, err
+	}
+	return svc, closeSinks, nil
+}
+
 func cmdOutboxDeliver(ctx context.Context, c *cli, args []string) error {
 	fs := c.newFlagSet("outbox deliver", "", "Deliver outbox events to the sinks of the configuration file: at least once, in runSeq\n"+
 		"order per run and sink, with backoff and a dead letter. Several processes may run at once\n"+
 		"on one store; they share the work. Logs are JSON lines on stderr.\n"+
-		"With --once: deliver what is due and exit, 0 when nothing is left pending or dead.")
+		"With --once: deliver what is due and exit, 0 when nothing is left pending or dead.\n"+
+		"`dvtrun worker` and `dvtrun serve` deliver too, with the same options prefixed delivery-.")
 	once := fs.Bool("once", false, "deliver what is due, then exit")
-	batch := fs.Int("batch", 100, "deliveries per claim")
-	claimTTL := fs.Duration("claim-ttl", 30*time.Second, "how long a claim keeps other delivery processes off its events")
-	poll := fs.Duration("poll", time.Second, "wait between polls when nothing is due")
+	var df deliveryFlags
+	df.register(fs, "", time.Second)
 	if _, err := c.parse(fs, args, 0, 0); err != nil {
 		return err
 	}
@@ -128,31 +191,7 @@ func cmdOutboxDeliver(ctx context.Context, c *cli, args []string) error {
 	if len(cfg.Sinks) == 0 {
 		return &exitError{code: exitUsage, err: engine.Errorf(engine.CodeConfigInvalid, "%s: no sinks configured; nothing to deliver to", c.g.config)}
 	}
-	if *batch <= 0 || *claimTTL <= 0 || *poll <= 0 {
-		return engine.Errorf(engine.CodeInvalidArgument, "--batch, --claim-ttl and --poll must be positive")
-	}
-	// A process stops starting requests on a claim after half its TTL; a
-	// request that may outlast the other half could still be in flight when
-	// another process takes the claim over and sends the event again.
-	for i, s := range cfg.Sinks {
-		if s.Webhook == nil {
-			continue
-		}
-		timeout := s.Webhook.Timeout
-		if timeout <= 0 {
-			timeout = delivery.DefaultWebhookTimeout
-		}
-		if timeout > *claimTTL/2 {
-			return engine.Errorf(engine.CodeInvalidArgument, "--claim-ttl %s must be at least twice sinks[%d].webhook.timeout (%s)", *claimTTL, i, timeout)
-		}
-	}
-	clock := engine.ClockFunc(time.Now)
-	targets, closeSinks, err := c.deliveryTargets(cfg, clock)
-	if err != nil {
-		return err
-	}
-	defer closeSinks()
-	st, ds, err := c.deliveryStore(ctx, false)
+	st, err := c.openStore(ctx, false)
 	if err != nil {
 		return err
 	}
@@ -161,13 +200,11 @@ func cmdOutboxDeliver(ctx context.Context, c *cli, args []string) error {
 	if *once {
 		logger = slog.New(slog.DiscardHandler) // --once ends with one line
 	}
-	svc, err := delivery.New(delivery.Options{
-		Store: ds, Targets: targets, Clock: clock, IDs: engine.IDFunc(newID), Rand: randFloat, Logger: logger,
-		BatchSize: *batch, ClaimTTL: *claimTTL, PollInterval: *poll,
-	})
+	svc, closeSinks, err := c.newDelivery(ctx, cfg, df, st, logger)
 	if err != nil {
 		return err
 	}
+	defer closeSinks()
 	if *once {
 		r, err := svc.Drain(ctx)
 		if err != nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/service"
 )
 
 // Sink is one destination. Deliver sends events in order and stops at the
@@ -88,15 +89,15 @@ type Options struct {
 	PollInterval time.Duration
 }
 
-// Service delivers the outbox to its targets, one loop per target. It has
-// the start/stop shape of River's services: Start returns once started,
-// Stop waits until stopped and may be called twice.
+// Service delivers the outbox to its targets, one loop per target. It is a
+// service.Service: Start returns once started, Stop waits until stopped and
+// may be called twice.
 type Service struct {
-	o Options
+	o    Options
+	loop service.Loop
 
 	mu     sync.Mutex
-	cancel context.CancelFunc
-	done   chan struct{}
+	totals Report // Delivered, Failed and Dead since New, for /metrics
 }
 
 // New checks the options.
@@ -130,47 +131,28 @@ func New(o Options) (*Service, error) {
 // Start starts one delivery loop per target and returns. Cancelling ctx
 // stops the loops too.
 func (s *Service) Start(ctx context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.done != nil {
-		select {
-		case <-s.done:
-		default:
-			return engine.Errorf(engine.CodeInvalidArgument, "delivery service already started")
-		}
+	if err := s.loop.Start(ctx, s.run); err != nil {
+		return err
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	for _, t := range s.o.Targets {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			s.loop(ctx, t)
-		}()
-	}
-	go func() {
-		wg.Wait()
-		close(done)
-	}()
-	s.cancel, s.done = cancel, done
 	s.o.Logger.Info("delivery started", "sinks", len(s.o.Targets))
 	return nil
 }
 
 // Stop stops the loops and waits for them; claims in hand are given back.
-func (s *Service) Stop() {
-	s.mu.Lock()
-	cancel, done := s.cancel, s.done
-	s.mu.Unlock()
-	if cancel == nil {
-		return
+func (s *Service) Stop() { s.loop.Stop() }
+
+// Running reports whether the service runs (for readiness).
+func (s *Service) Running() bool { return s.loop.Running() }
+
+func (s *Service) run(ctx context.Context) {
+	var wg sync.WaitGroup
+	for _, t := range s.o.Targets {
+		wg.Go(func() { s.deliverLoop(ctx, t) })
 	}
-	cancel()
-	<-done
+	wg.Wait()
 }
 
-func (s *Service) loop(ctx context.Context, t Target) {
+func (s *Service) deliverLoop(ctx context.Context, t Target) {
 	enqueued := time.Time{}
 	for ctx.Err() == nil {
 		// New outbox events are picked up at most once per poll interval:
@@ -204,6 +186,14 @@ type Report struct {
 	Pending, DeadTotal      int // left in the store
 }
 
+// Totals counts what the running service delivered, failed and
+// dead-lettered since New (Pending and DeadTotal stay zero).
+func (s *Service) Totals() Report {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.totals
+}
+
 // Drain delivers what is due for every target until nothing is claimable,
 // then counts what is left pending and dead (dvtrun outbox deliver --once).
 func (s *Service) Drain(ctx context.Context) (Report, error) {
@@ -234,6 +224,11 @@ func (s *Service) Drain(ctx context.Context) (Report, error) {
 func (s *Service) pass(ctx context.Context, t Target, enqueue bool) (int, error) {
 	var r Report
 	n, err := s.passReport(ctx, t, enqueue, &r)
+	s.mu.Lock()
+	s.totals.Delivered += r.Delivered
+	s.totals.Failed += r.Failed
+	s.totals.Dead += r.Dead
+	s.mu.Unlock()
 	if r.Delivered > 0 || r.Failed > 0 {
 		s.o.Logger.Info("delivery pass", "sink", t.Name, "claimed", n, "delivered", r.Delivered, "failed", r.Failed, "dead", r.Dead)
 	}

@@ -3,6 +3,7 @@ package delivery_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"math/rand/v2"
 	"net/http"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/dvtrun/dvtrun/engine"
 	"github.com/dvtrun/dvtrun/engine/delivery"
+	"github.com/dvtrun/dvtrun/engine/service"
 	"github.com/dvtrun/dvtrun/store/sqlite"
 	"github.com/dvtrun/dvtrun/store/storetest"
 )
@@ -181,12 +183,15 @@ func TestWebhookDeliveryWithFailingReceiver(t *testing.T) {
 	if err := svc.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := svc.Start(ctx); engine.CodeOf(err) != engine.CodeInvalidArgument {
+	if err := svc.Start(ctx); !errors.Is(err, service.ErrStarted) {
 		t.Fatalf("second Start: %v", err)
 	}
 	waitFor(t, "32 deliveries", func() bool { return count(t, st, "hooks", delivery.StateDelivered) == 32 })
 	svc.Stop()
 	svc.Stop() // a double stop is harmless
+	if tot := svc.Totals(); tot.Delivered != 32 || tot.Failed != k || tot.Dead != 0 {
+		t.Fatalf("totals %+v, want 32 delivered, %d failed, none dead", tot, k)
+	}
 	all, ok := rc.snapshot()
 	if len(all) != 32+k || len(ok) != 32 {
 		t.Fatalf("%d requests, %d answered 2xx; want %d and 32", len(all), len(ok), 32+k)

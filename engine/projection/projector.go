@@ -30,6 +30,9 @@ type Projector struct {
 	// LagThreshold is the age past which a newly fetched event raises
 	// PROJECTOR_LAG_HIGH (default 5s).
 	LagThreshold time.Duration
+	// OnLag hears, for each fetch that brought new events, how long ago the
+	// oldest of them was persisted (needs Clock). nil: nobody listens.
+	OnLag func(time.Duration)
 }
 
 // Load projects a run from its whole log. A log with a hole in runSeq is
@@ -178,6 +181,9 @@ func (p *Projector) checkLag(ctx context.Context, snap engine.Snapshot, events [
 	}
 	oldest := events[0]
 	lag := p.Clock.Now().Sub(oldest.PersistedAt)
+	if p.OnLag != nil {
+		p.OnLag(lag)
+	}
 	if lag <= limit {
 		return nil
 	}

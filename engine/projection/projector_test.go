@@ -350,8 +350,8 @@ func TestRecordsInvalidTransitionOnce(t *testing.T) {
 }
 
 // TestLagAlert: an event fetched more than 5 s after it was persisted
-// raises PROJECTOR_LAG_HIGH once; at 5 s or less it does not. The clock is
-// injected.
+// raises PROJECTOR_LAG_HIGH once; at 5 s or less it does not; OnLag hears
+// the lag either way. The clock is injected.
 func TestLagAlert(t *testing.T) {
 	cases := []struct {
 		age  time.Duration
@@ -367,7 +367,8 @@ func TestLagAlert(t *testing.T) {
 			m := newMem()
 			m.add(b.recs[0])
 			now := b.recs[1].PersistedAt.Add(tc.age)
-			p := &projection.Projector{Events: m, Alerts: m, Clock: engine.ClockFunc(func() time.Time { return now })}
+			var lag time.Duration
+			p := &projection.Projector{Events: m, Alerts: m, Clock: engine.ClockFunc(func() time.Time { return now }), OnLag: func(d time.Duration) { lag = d }}
 			snap, err := p.Load(ctx, "r1")
 			if err != nil {
 				t.Fatal(err)
@@ -380,6 +381,9 @@ func TestLagAlert(t *testing.T) {
 			}
 			if n := m.count(engine.CodeProjectorLagHigh); n != tc.want {
 				t.Fatalf("%d lag alerts for an event %s old, want %d", n, tc.age, tc.want)
+			}
+			if lag != tc.age {
+				t.Fatalf("OnLag heard %s, want %s", lag, tc.age)
 			}
 		})
 	}

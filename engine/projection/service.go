@@ -2,12 +2,12 @@ package projection
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/service"
 )
 
 // Store is what the Service needs of the state store: the log, alerts, and
@@ -28,8 +28,8 @@ type Store interface {
 
 // Service keeps the store's snapshot table current: every Interval it
 // projects the runs whose log moved past their stored watermark, from that
-// watermark. It has River's start/stop shape: Start returns once the
-// service runs, Stop waits until it stopped and may be called twice.
+// watermark. It is a service.Service: Start returns once the service runs,
+// Stop waits until it stopped and may be called twice.
 type Service struct {
 	Store Store
 	Clock engine.Clock // for PROJECTOR_LAG_HIGH; nil: lag is not measured
@@ -43,47 +43,27 @@ type Service struct {
 	// next one. nil: errors are dropped.
 	OnError func(error)
 
-	mu     sync.Mutex
-	cancel context.CancelFunc
-	done   chan struct{}
+	loop service.Loop
+	lag  atomic.Int64 // the last poll's largest lag, in nanoseconds
 }
 
 // Start runs the service in the background until Stop or ctx ends. Starting
-// a running service is an error.
+// a running service is an error (service.ErrStarted).
 func (s *Service) Start(ctx context.Context) error {
 	if s.Store == nil {
 		return engine.Errorf(engine.CodeInvalidArgument, "projection service needs a store")
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.done != nil {
-		return errors.New("projection service already started")
-	}
-	ctx, s.cancel = context.WithCancel(ctx)
-	done := make(chan struct{})
-	s.done = done
-	go func() {
-		defer close(done)
-		s.loop(ctx)
-	}()
-	return nil
+	return s.loop.Start(ctx, s.run)
 }
 
 // Stop stops the service and waits until its poll has finished. Stopping a
 // stopped (or never started) service does nothing.
-func (s *Service) Stop() {
-	s.mu.Lock()
-	cancel, done := s.cancel, s.done
-	s.cancel, s.done = nil, nil
-	s.mu.Unlock()
-	if cancel == nil {
-		return
-	}
-	cancel()
-	<-done
-}
+func (s *Service) Stop() { s.loop.Stop() }
 
-func (s *Service) loop(ctx context.Context) {
+// Running reports whether the service runs (for readiness).
+func (s *Service) Running() bool { return s.loop.Running() }
+
+func (s *Service) run(ctx context.Context) {
 	interval := s.Interval
 	if interval <= 0 {
 		interval = time.Second
@@ -115,9 +95,14 @@ func (s *Service) batch() int {
 	return s.Batch
 }
 
-func (s *Service) projector() *Projector {
-	return &Projector{Events: s.Store, Alerts: s.Store, Clock: s.Clock, LagThreshold: s.LagThreshold}
+func (s *Service) projector(onLag func(time.Duration)) *Projector {
+	return &Projector{Events: s.Store, Alerts: s.Store, Clock: s.Clock, LagThreshold: s.LagThreshold, OnLag: onLag}
 }
+
+// Lag is how far behind the log the last poll found the projection: the age
+// of the oldest event it fetched anew, 0 when it fetched none (or Clock is
+// nil). It feeds /metrics.
+func (s *Service) Lag() time.Duration { return time.Duration(s.lag.Load()) }
 
 // ProjectPending projects one batch of pending runs and returns how many
 // snapshots it stored. A failing run does not stop the others; the first
@@ -129,11 +114,14 @@ func (s *Service) ProjectPending(ctx context.Context) (int, error) {
 	}
 	var first error
 	stored := 0
+	var lag time.Duration
+	p := s.projector(func(d time.Duration) { lag = max(lag, d) })
+	defer func() { s.lag.Store(int64(lag)) }()
 	for _, id := range runs {
 		if ctx.Err() != nil {
 			return stored, ctx.Err()
 		}
-		_, saved, err := s.projectRun(ctx, id)
+		_, saved, err := s.projectRun(ctx, p, id)
 		if err != nil && first == nil {
 			first = err
 		}
@@ -148,16 +136,15 @@ func (s *Service) ProjectPending(ctx context.Context) (int, error) {
 // stored state that does not decode is rebuilt from the log. When another
 // projector stored a newer version meanwhile, its snapshot stands.
 func (s *Service) ProjectRun(ctx context.Context, runID string) (engine.Snapshot, error) {
-	snap, _, err := s.projectRun(ctx, runID)
+	snap, _, err := s.projectRun(ctx, s.projector(nil), runID)
 	return snap, err
 }
 
-func (s *Service) projectRun(ctx context.Context, runID string) (engine.Snapshot, bool, error) {
+func (s *Service) projectRun(ctx context.Context, p *Projector, runID string) (engine.Snapshot, bool, error) {
 	state, version, err := s.Store.LoadSnapshot(ctx, runID)
 	if err != nil {
 		return engine.Snapshot{}, false, fmt.Errorf("projection: load snapshot of run %s: %w", runID, err)
 	}
-	p := s.projector()
 	var snap engine.Snapshot
 	prev, derr := engine.UnmarshalSnapshotState(state)
 	if version == 0 || derr != nil {

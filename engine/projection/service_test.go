@@ -2,6 +2,7 @@ package projection_test
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/dvtrun/dvtrun/engine"
 	"github.com/dvtrun/dvtrun/engine/projection"
+	"github.com/dvtrun/dvtrun/engine/service"
 	"github.com/dvtrun/dvtrun/store/sqlite"
 	"github.com/dvtrun/dvtrun/store/storetest"
 )
@@ -85,7 +87,7 @@ func TestServiceRestartContinuesFromWatermark(t *testing.T) {
 	if err := svc2.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := svc2.Start(ctx); err == nil {
+	if err := svc2.Start(ctx); !errors.Is(err, service.ErrStarted) {
 		t.Fatal("a second Start of a running service must fail")
 	}
 	waitFor(t, func() bool {

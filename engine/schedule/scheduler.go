@@ -117,6 +117,9 @@ func (s *Scheduler) Start(ctx context.Context) error { return s.loop.Start(ctx, 
 // Stop implements service.Service.
 func (s *Scheduler) Stop() { s.loop.Stop() }
 
+// Running reports whether the service runs (for readiness).
+func (s *Scheduler) Running() bool { return s.loop.Running() }
+
 func (s *Scheduler) run(ctx context.Context) {
 	poll := s.Poll
 	if poll <= 0 {

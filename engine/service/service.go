@@ -1,5 +1,5 @@
 // Package service gives dvtrun's long-running parts (scheduler, worker, and
-// later delivery and the projector) one start/stop shape, River's
+// delivery and the projector) one start/stop shape, River's
 // startstop.Service: Start returns once the service runs, Stop waits until
 // it has stopped and tolerates being called twice or before Start.
 package service
@@ -63,6 +63,21 @@ func (l *Loop) Done() <-chan struct{} {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.done
+}
+
+// Running reports whether run has been started and has not returned: a
+// loop that ended on its own (or never started) is not ready.
+func (l *Loop) Running() bool {
+	done := l.Done()
+	if done == nil {
+		return false
+	}
+	select {
+	case <-done:
+		return false
+	default:
+		return true
+	}
 }
 
 // Group starts services in order and stops them in reverse order.

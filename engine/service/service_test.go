@@ -10,6 +10,9 @@ import (
 func TestLoopLifecycle(t *testing.T) {
 	var l Loop
 	l.Stop() // before Start: a no-op
+	if l.Running() {
+		t.Fatal("Running before Start")
+	}
 	running := make(chan struct{})
 	var stopped atomic.Bool
 	if err := l.Start(context.Background(), func(ctx context.Context) {
@@ -20,11 +23,14 @@ func TestLoopLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-running
+	if !l.Running() {
+		t.Fatal("not Running after Start")
+	}
 	if err := l.Start(context.Background(), func(context.Context) {}); !errors.Is(err, ErrStarted) {
 		t.Fatalf("second Start: %v", err)
 	}
 	l.Stop()
-	if !stopped.Load() {
+	if !stopped.Load() || l.Running() {
 		t.Fatal("Stop returned before run did")
 	}
 	l.Stop() // double stop

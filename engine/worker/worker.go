@@ -156,6 +156,9 @@ func (w *Worker) Start(ctx context.Context) error {
 // grace period, then are interrupted and handed back.
 func (w *Worker) Stop() { w.loop.Stop() }
 
+// Running reports whether the service runs (for readiness).
+func (w *Worker) Running() bool { return w.loop.Running() }
+
 func (w *Worker) run(ctx context.Context) {
 	// Runs get their own context: stopping the worker must not interrupt
 	// them before the grace period is over.

@@ -20,6 +20,8 @@ import (
 
 	"github.com/dvtrun/dvtrun/engine"
 	"github.com/dvtrun/dvtrun/engine/config"
+	"github.com/dvtrun/dvtrun/engine/delivery"
+	"github.com/dvtrun/dvtrun/engine/projection"
 	"github.com/dvtrun/dvtrun/engine/queue"
 	"github.com/dvtrun/dvtrun/engine/schedule"
 	"github.com/dvtrun/dvtrun/engine/service"
@@ -35,6 +37,7 @@ type daemonFlags struct {
 	leaseTTL time.Duration
 	threads  int
 	secrets  string
+	delivery deliveryFlags
 }
 
 func (d *daemonFlags) register(c *cli, name string, worker bool) *flag.FlagSet {
@@ -48,14 +51,18 @@ func (d *daemonFlags) register(c *cli, name string, worker bool) *flag.FlagSet {
 		fs.DurationVar(&d.leaseTTL, "lease-ttl", 30*time.Second, "how long claims and run leases outlive a worker that stopped heart-beating")
 		fs.IntVar(&d.threads, "threads", 4, "steps in parallel within a run")
 		fs.StringVar(&d.secrets, "secrets-file", "", "`FILE` of KEY=VALUE secrets (DVT_SECRET_<NAME> wins)")
+		// The worker delivers the outbox to the config's sinks, as
+		// `dvtrun outbox deliver` does.
+		d.delivery.register(fs, "delivery-", 0)
 	}
 	return fs
 }
 
 var daemonHelp = map[string]string{
 	"scheduler": "Fire the configured schedules into the run queue until SIGTERM. Any number of schedulers\nmay run on one store: each tick becomes one request.",
-	"worker":    "Claim queued run requests and run them until SIGTERM, then let runs in flight finish\nwithin --grace or hand them back to another worker. Exit 0.",
-	"serve":     "Scheduler and worker in one process: the single-machine default.",
+	"worker": "Claim queued run requests and run them until SIGTERM, then let runs in flight finish\nwithin --grace or hand them back to another worker. Exit 0. Also delivers the outbox to the\n" +
+		"config's sinks (as `dvtrun outbox deliver`) and keeps the live snapshots current (as `dvtrun project`).",
+	"serve": "Scheduler, worker, outbox delivery and the live projector in one process: the single-machine default.",
 }
 
 func (d daemonFlags) check(worker bool) error {
@@ -388,16 +395,37 @@ func (c *cli) daemon(ctx context.Context, name string, args []string, withSchedu
 				f: runFlags{threads: d.threads, leaseTTL: d.leaseTTL}},
 		}
 		m.worker = w.Metrics
-		group = append(group, w)
+		// Delivery and the projector go before the worker, so they stop
+		// after it: the events of the runs it finishes within --grace
+		// are still delivered and projected.
+		if len(cfg.Sinks) > 0 {
+			if d.delivery.poll == 0 {
+				d.delivery.poll = d.poll
+			}
+			dsvc, closeSinks, err := c.newDelivery(ctx, cfg, d.delivery, st, log.With("service", "delivery"))
+			if err != nil {
+				return err
+			}
+			defer closeSinks()
+			m.delivery = dsvc
+			group = append(group, dsvc)
+		}
+		m.projector = &projection.Service{
+			Store: st, Clock: engine.ClockFunc(time.Now), Interval: d.poll,
+			OnError: func(err error) { log.Error("projection failed", "error", err.Error()) },
+		}
+		group = append(group, m.projector, w)
 	}
-	srv, err := c.serveHTTP(d.http, m, func() bool { return w == nil || w.Ready() }, log)
+	// Ready: every service runs, and the worker has its heartbeat.
+	ready := func() bool { return group.Running() && (w == nil || w.Ready()) }
+	srv, err := c.serveHTTP(d.http, m, ready, log)
 	if err != nil {
 		return err
 	}
 	if err := group.Start(ctx); err != nil {
 		return err
 	}
-	log.Info("started", "schedules", len(cfg.Schedules), "worker", withWorker, "http", d.http)
+	log.Info("started", "schedules", len(cfg.Schedules), "worker", withWorker, "sinks", len(cfg.Sinks), "projector", m.projector != nil, "http", d.http)
 	<-ctx.Done()
 	log.Info("stopping")
 	group.Stop()
@@ -447,11 +475,13 @@ func (c *cli) serveHTTP(addr string, m *metrics, ready func() bool, log *slog.Lo
 // metrics writes the Prometheus text exposition by hand: a handful of
 // counters and gauges does not need a client library.
 type metrics struct {
-	st      queueStore
-	sched   *schedule.Counters
-	worker  *worker.Counters
-	appends latency
-	mu      sync.Mutex
+	st        queueStore
+	sched     *schedule.Counters
+	worker    *worker.Counters
+	delivery  *delivery.Service   // nil: no sinks
+	projector *projection.Service // nil: no projector
+	appends   latency
+	mu        sync.Mutex
 }
 
 // latency sums durations for a Prometheus summary without quantiles.
@@ -553,6 +583,19 @@ func (m *metrics) write(ctx context.Context, w interface{ Write([]byte) (int, er
 		p("# HELP dvtrun_worker_running Runs in flight in this worker.")
 		p("# TYPE dvtrun_worker_running gauge")
 		p("dvtrun_worker_running %d", s.Running)
+	}
+	if m.delivery != nil {
+		t := m.delivery.Totals()
+		p("# HELP dvtrun_delivery_total Outbox deliveries to the sinks by outcome (failed counts attempts; dead, dead letters).")
+		p("# TYPE dvtrun_delivery_total counter")
+		p(`dvtrun_delivery_total{outcome="delivered"} %d`, t.Delivered)
+		p(`dvtrun_delivery_total{outcome="failed"} %d`, t.Failed)
+		p(`dvtrun_delivery_total{outcome="dead"} %d`, t.Dead)
+	}
+	if m.projector != nil {
+		p("# HELP dvtrun_projector_lag_seconds Age of the oldest event the projector's last poll fetched anew (0: nothing new).")
+		p("# TYPE dvtrun_projector_lag_seconds gauge")
+		p("dvtrun_projector_lag_seconds %g", m.projector.Lag().Seconds())
 	}
 	if m.sched != nil {
 		s := m.sched.Snapshot()

@@ -17,6 +17,9 @@ type Service interface {
 	Start(ctx context.Context) error
 	// Stop asks the service to stop and waits until it has.
 	Stop()
+	// Running reports whether the service has started and not stopped
+	// (readiness).
+	Running() bool
 }
 
 // ErrStarted is returned by a second Start.
@@ -94,6 +97,16 @@ func (g Group) Start(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// Running reports whether every service runs.
+func (g Group) Running() bool {
+	for _, s := range g {
+		if !s.Running() {
+			return false
+		}
+	}
+	return true
 }
 
 // Stop stops the services in reverse order.

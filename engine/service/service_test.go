@@ -51,6 +51,7 @@ type fake struct {
 	name    string
 	log     *[]string
 	failing bool
+	running bool
 }
 
 func (f *fake) Start(context.Context) error {
@@ -58,16 +59,29 @@ func (f *fake) Start(context.Context) error {
 		return errors.New("no")
 	}
 	*f.log = append(*f.log, "start "+f.name)
+	f.running = true
 	return nil
 }
-func (f *fake) Stop() { *f.log = append(*f.log, "stop "+f.name) }
+func (f *fake) Stop()         { *f.log = append(*f.log, "stop "+f.name); f.running = false }
+func (f *fake) Running() bool { return f.running }
 
 func TestGroupOrder(t *testing.T) {
 	var log []string
 	g := Group{&fake{name: "a", log: &log}, &fake{name: "b", log: &log}}
+	if g.Running() {
+		t.Fatal("group Running before Start")
+	}
 	if err := g.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	if !g.Running() {
+		t.Fatal("group not Running after Start")
+	}
+	g[1].Stop()
+	if g.Running() {
+		t.Fatal("group Running with a member stopped")
+	}
+	log = log[:2]
 	g.Stop()
 	if got := len(log); got != 4 || log[2] != "stop b" || log[3] != "stop a" {
 		t.Fatalf("log %v", log)

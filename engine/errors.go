@@ -29,6 +29,7 @@ const (
 	CodeStepCancelled              Code = "STEP_CANCELLED"
 	CodeSecretNotFound             Code = "SECRET_NOT_FOUND"
 	CodeLeaseHeld                  Code = "LEASE_HELD"
+	CodeLeaseLost                  Code = "LEASE_LOST"
 	CodeBackpressure               Code = "BACKPRESSURE_REJECTED"
 	CodeProjectorNonContiguous     Code = "PROJECTOR_NON_CONTIGUOUS_FETCH_DETECTED"
 	CodeProjectorLagHigh           Code = "PROJECTOR_LAG_HIGH"
@@ -95,6 +96,7 @@ var (
 	ErrStoreCorrupt             = &Error{Code: CodeStoreCorrupt}
 	ErrInvalidArgument          = &Error{Code: CodeInvalidArgument}
 	ErrLeaseHeld                = &Error{Code: CodeLeaseHeld}
+	ErrLeaseLost                = &Error{Code: CodeLeaseLost}
 )
 
 // CodeOf returns the code of the first *Error in err's chain, or "".

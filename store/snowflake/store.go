@@ -460,29 +460,56 @@ func (s *Store) ListSignals(ctx context.Context, runID string, afterSeq int64) (
 	return out, s.classify("list signals", rows.Err())
 }
 
-// AcquireLease implements store.Store with one MERGE that takes the lease
-// only when it is free, expired or the caller's.
+// AcquireLease implements store.Store.
 func (s *Store) AcquireLease(ctx context.Context, runID, owner string, ttl time.Duration) error {
+	_, err := s.AcquireFencedLease(ctx, runID, owner, ttl)
+	return err
+}
+
+// AcquireFencedLease implements store.Store. The lease is read and written
+// under the run's lock (lock_run, the lock every append takes first), so a
+// takeover and a stale runner's append are serialised: the append either
+// committed before the takeover (and the new owner reads it) or sees the
+// new fence and writes nothing.
+func (s *Store) AcquireFencedLease(ctx context.Context, runID, owner string, ttl time.Duration) (engine.Lease, error) {
 	if owner == "" {
-		return engine.Errorf(engine.CodeInvalidArgument, "a lease needs an owner")
+		return engine.Lease{}, engine.Errorf(engine.CodeInvalidArgument, "a lease needs an owner")
 	}
-	return s.withRetry(ctx, func() error {
-		now := s.now()
-		res, err := s.db.ExecContext(ctx, s.q["put_lease"], runID, owner, tsText(now), tsText(now.Add(ttl)))
-		if err != nil {
-			return s.classify("acquire lease", err)
-		}
-		if n, _ := res.RowsAffected(); n > 0 {
-			return nil
-		}
-		var holder string
-		var exp time.Time
-		err = s.db.QueryRowContext(ctx, s.q["get_lease"], runID).Scan(&holder, &exp)
+	lock, err := render(s.q["lock_run"], map[string]string{"run_id": hexLit(runID)}, nil)
+	if err != nil {
+		return engine.Lease{}, err
+	}
+	var out engine.Lease
+	err = s.lockedTx(ctx, lock, func(c *sql.Conn) (script, error) {
+		var holder sql.NullString
+		var exp sql.NullTime
+		var fence sql.NullInt64
+		err := c.QueryRowContext(ctx, s.q["get_lease"], runID).Scan(&holder, &exp, &fence)
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
-			return s.classify("read lease", err)
+			return nil, s.classify("read lease", err)
 		}
-		return engine.Errorf(engine.CodeLeaseHeld, "run %s is owned by %s until %s", runID, holder, exp.UTC().Format(time.RFC3339))
+		now := s.now()
+		if holder.String != owner && exp.Valid && exp.Time.After(now) {
+			return nil, engine.Errorf(engine.CodeLeaseHeld, "run %s is owned by %s until %s", runID, holder.String, exp.Time.UTC().Format(time.RFC3339))
+		}
+		f := fence.Int64
+		if holder.String != owner {
+			f++ // a new owner: every earlier owner's writes are now stale
+		}
+		out = engine.Lease{RunID: runID, Owner: owner, Fence: f, ExpiresAt: now.Add(ttl)}
+		put, err := render(s.q["put_lease"], map[string]string{
+			"run_id": hexLit(runID), "owner": hexLit(owner), "now_at": hexLit(tsText(now)),
+			"expires_at": hexLit(tsText(out.ExpiresAt)), "fence": intLit(f),
+		}, nil)
+		if err != nil {
+			return nil, err
+		}
+		return script{put}, nil
 	})
+	if err != nil {
+		return engine.Lease{}, err
+	}
+	return out, nil
 }
 
 // ReleaseLease implements store.Store.

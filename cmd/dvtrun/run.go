@@ -172,7 +172,7 @@ func (c *cli) newRunner(st stateStore, f runFlags, obs runner.Observer, lookup e
 }
 
 func cmdRun(ctx context.Context, c *cli, args []string) error {
-	fs := c.newFlagSet("run", "PLAN", "Run a plan: validate it, record the run, execute its steps on the warehouse.\nExit 0 when every step succeeded, 1 when a step failed, 2 on invalid input.")
+	fs := c.newFlagSet("run", "PLAN", "Run a plan: validate it, record the run, execute its steps on the warehouse.\n"+exitCodesHelp)
 	var f runFlags
 	f.register(fs)
 	var sf selectFlags
@@ -294,6 +294,9 @@ func cmdResume(ctx context.Context, c *cli, args []string) error {
 		return engine.Errorf(engine.CodeInvalidArgument, "run %s is already %s and cannot be resumed; start a new run", meta.RunID, snap.Status)
 	}
 	wh, targetName, err := c.openWarehouse(ctx)
+	if engine.CodeOf(err) == engine.CodeStoreUnavailable {
+		return &exitError{code: exitUnavailable, err: err} // the run stays resumable
+	}
 	if err != nil {
 		return err
 	}
@@ -315,10 +318,14 @@ func (c *cli) finishRun(ctx context.Context, con *console, runID, planPath strin
 		return &exitError{code: exitInterrupted, err: engine.Errorf(engine.CodeStepCancelled, "run %s interrupted; continue it with `dvtrun resume %s %s`", runID, runID, planPath)}
 	}
 	if err != nil {
-		// The input was accepted before the run started: a store or lease
-		// failure now is an operational failure (exit 1), not bad input.
+		// The input was accepted before the run started: a store or
+		// warehouse outage now leaves the run resumable (exit 4), a corrupt
+		// store is an operational failure (exit 1), not bad input.
 		switch engine.CodeOf(err) {
-		case engine.CodeStoreUnavailable, engine.CodeStoreCorrupt, "":
+		case engine.CodeStoreUnavailable:
+			fmt.Fprintf(c.stdout, "Stopped: the warehouse or state store is unavailable. Once it is back, continue with: dvtrun resume %s %s\n", runID, planPath)
+			return &exitError{code: exitUnavailable, err: err}
+		case engine.CodeStoreCorrupt, "":
 			return &exitError{code: exitFailed, err: err}
 		}
 		return err

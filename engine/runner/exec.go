@@ -352,7 +352,7 @@ func (r *execution) start(ctx context.Context) error {
 		}
 	case engine.StatusRunning, engine.StatusPaused:
 		if err := ping(); err != nil {
-			return fmt.Errorf("run %s: the warehouse is unusable, the run stays %s (resume it later): %w", r.runID, r.run, err)
+			return engine.Errorf(engine.CodeStoreUnavailable, "run %s: the warehouse is unusable, the run stays %s (resume it later): %w", r.runID, r.run, err)
 		}
 	}
 	ems := make([]engine.Emission, 0, 2*len(r.steps)+3)

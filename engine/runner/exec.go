@@ -189,6 +189,12 @@ func (r *execution) heartbeat(ctx context.Context) (lost, done <-chan struct{}) 
 			case <-ctx.Done():
 				return
 			case <-t.C:
+				if !r.leaseValid() {
+					// Self-fencing: past its own deadline a runner does not
+					// renew back into a lease it may have lost meanwhile.
+					close(lostc)
+					return
+				}
 				asked := r.e.Clock.Now()
 				l, err := r.e.Log.AcquireFencedLease(ctx, r.runID, r.cfg.Owner, r.cfg.LeaseTTL)
 				switch {
@@ -494,6 +500,9 @@ func (r *execution) loop(ctx context.Context, leaseLost <-chan struct{}) error {
 				return err
 			}
 		case <-leaseLost:
+			if !r.leaseValid() {
+				return r.selfFenced()
+			}
 			return engine.Errorf(engine.CodeLeaseLost, "run %s: another runner took the lease; this runner stopped", r.runID)
 		case <-ctx.Done():
 			return fmt.Errorf("run %s interrupted (resume it to carry on): %w", r.runID, ctx.Err())

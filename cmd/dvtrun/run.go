@@ -267,7 +267,7 @@ func cmdResume(ctx context.Context, c *cli, args []string) error {
 	}
 	st, err := c.openStore(ctx, true)
 	if err != nil {
-		return err
+		return unavailable(err)
 	}
 	defer st.Close()
 	meta, err := c.loadRun(ctx, st, pos[0])
@@ -294,11 +294,8 @@ func cmdResume(ctx context.Context, c *cli, args []string) error {
 		return engine.Errorf(engine.CodeInvalidArgument, "run %s is already %s and cannot be resumed; start a new run", meta.RunID, snap.Status)
 	}
 	wh, targetName, err := c.openWarehouse(ctx)
-	if engine.CodeOf(err) == engine.CodeStoreUnavailable {
-		return &exitError{code: exitUnavailable, err: err} // the run stays resumable
-	}
 	if err != nil {
-		return err
+		return unavailable(err)
 	}
 	defer wh.Close()
 	con := newConsole(c, targetName)
@@ -308,6 +305,15 @@ func cmdResume(ctx context.Context, c *cli, args []string) error {
 	con.start = time.Now()
 	snap, err = rn.Resume(ctx, meta.RunID, p, wh)
 	return c.finishRun(ctx, con, meta.RunID, pos[1], snap, err)
+}
+
+// unavailable gives a store or warehouse that cannot be reached on resume
+// exit 4: the run is still resumable, the input was fine.
+func unavailable(err error) error {
+	if engine.CodeOf(err) == engine.CodeStoreUnavailable {
+		return &exitError{code: exitUnavailable, err: err}
+	}
+	return err
 }
 
 // finishRun prints the summary and turns the outcome into an exit code.
@@ -324,7 +330,7 @@ func (c *cli) finishRun(ctx context.Context, con *console, runID, planPath strin
 		switch engine.CodeOf(err) {
 		case engine.CodeStoreUnavailable:
 			fmt.Fprintf(c.stdout, "Stopped: the warehouse or state store is unavailable. Once it is back, continue with: dvtrun resume %s %s\n", runID, planPath)
-			return &exitError{code: exitUnavailable, err: err}
+			return unavailable(err)
 		case engine.CodeStoreCorrupt, "":
 			return &exitError{code: exitFailed, err: err}
 		}

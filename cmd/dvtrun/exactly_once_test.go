@@ -436,7 +436,9 @@ func TestExactlyOnceProcesses(t *testing.T) {
 	})
 }
 
-func (h *harness) warehousePath() string { return strings.TrimPrefix(h.env["DVT_WAREHOUSE"], "sqlite:") }
+func (h *harness) warehousePath() string {
+	return strings.TrimPrefix(h.env["DVT_WAREHOUSE"], "sqlite:")
+}
 
 // listRuns returns the ids of every run in the harness's store.
 func (h *harness) listRuns() ([]string, error) {

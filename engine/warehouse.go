@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"time"
 )
@@ -76,6 +77,18 @@ type LedgerEntry struct {
 	Fence          int64
 	Result         StepResult
 	CommittedAt    time.Time
+}
+
+// DecodeLedgerEntry completes e, read from a warehouse's ledger row, with
+// the row's result column (the StepResult as JSON). The returned entry's
+// Result.Ledger points at the entry: the mark of a recorded result.
+func DecodeLedgerEntry(e LedgerEntry, result []byte) (LedgerEntry, error) {
+	if err := json.Unmarshal(result, &e.Result); err != nil {
+		return LedgerEntry{}, Errorf(CodeStoreCorrupt, "step ledger row of %s/%s attempt %d: %w", e.RunID, e.StepID, e.LogicalAttempt, err)
+	}
+	entry := e
+	e.Result.Ledger = &entry
+	return e, nil
 }
 
 // Ledger is implemented by warehouses that record step commits (both of

@@ -245,6 +245,14 @@ func (h *harness) ledgerCompletions(runID string) int {
 	return n
 }
 
+// wantLeaseLost: the old runner p stopped with LEASE_LOST (exit 3).
+func wantLeaseLost(t *testing.T, trial, code int, p *proc) {
+	t.Helper()
+	if code != exitLease || !strings.Contains(p.output(), "LEASE_LOST") {
+		t.Errorf("trial %d: the old runner exited %d, want %d with LEASE_LOST\n%s", trial, code, exitLease, p.output())
+	}
+}
+
 func trials(n int) int {
 	if testing.Short() {
 		return 2
@@ -314,9 +322,7 @@ func TestExactlyOnceProcesses(t *testing.T) {
 			time.Sleep(time.Until(locked.Add(hold)))
 			lock.release(t)
 			codeA, codeB := a.wait(t), b.wait(t)
-			if codeA != exitLease || !strings.Contains(a.output(), "LEASE_LOST") {
-				t.Errorf("trial %d: the stalled runner exited %d, want %d with LEASE_LOST\n%s", trial, codeA, exitLease, a.output())
-			}
+			wantLeaseLost(t, trial, codeA, a)
 			if codeB != 0 {
 				// The old runner may have renewed once more before it
 				// noticed its deadline; then resume meets its lease.
@@ -351,9 +357,7 @@ func TestExactlyOnceProcesses(t *testing.T) {
 				t.Fatal(err)
 			}
 			codeA, codeB := a.wait(t), b.wait(t)
-			if codeA != exitLease || !strings.Contains(a.output(), "LEASE_LOST") {
-				t.Errorf("trial %d: the stopped runner exited %d, want %d with LEASE_LOST\n%s", trial, codeA, exitLease, a.output())
-			}
+			wantLeaseLost(t, trial, codeA, a)
 			switch codeB {
 			case 0:
 			case exitLease, exitUnavailable:

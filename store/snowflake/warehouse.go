@@ -450,12 +450,8 @@ func (w *Warehouse) lookup(ctx context.Context, q interface {
 	if err != nil {
 		return engine.LedgerEntry{}, false, err
 	}
-	if err := json.Unmarshal([]byte(result), &e.Result); err != nil {
-		return engine.LedgerEntry{}, false, engine.Errorf(engine.CodeStoreCorrupt, "step ledger row of %s/%s attempt %d: %w", runID, stepID, logical, err)
-	}
-	entry := e
-	e.Result.Ledger = &entry
-	return e, true, nil
+	e, err = engine.DecodeLedgerEntry(e, []byte(result))
+	return e, err == nil, err
 }
 
 // dmlOnly reports whether every statement is DML or a query, which an

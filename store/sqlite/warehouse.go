@@ -406,13 +406,9 @@ func lookupLedger(ctx context.Context, q rowQueryer, query, runID, stepID string
 	if err != nil {
 		return engine.LedgerEntry{}, false, err
 	}
-	if err := json.Unmarshal([]byte(result), &e.Result); err != nil {
-		return engine.LedgerEntry{}, false, engine.Errorf(engine.CodeStoreCorrupt, "step ledger row of %s/%s attempt %d: %w", runID, stepID, logical, err)
-	}
 	e.CommittedAt, _ = time.Parse(time.RFC3339Nano, committed)
-	entry := e
-	e.Result.Ledger = &entry
-	return e, true, nil
+	e, err = engine.DecodeLedgerEntry(e, []byte(result))
+	return e, err == nil, err
 }
 
 func (w *Warehouse) acquire(ctx context.Context) error {

@@ -369,49 +369,53 @@ func TestExactlyOnceProcesses(t *testing.T) {
 		}
 	})
 
-	// The warehouse's disk fills up mid-run: the run stops resumable with
-	// exit 4 instead of failing; once space is back, resume finishes it and
-	// nothing is doubled. The disk is a 4 MB tmpfs, so the case needs the
-	// right to mount (root in a container); without it, it is skipped.
-	t.Run("WarehouseDiskFull", func(t *testing.T) {
-		h := newHarness(t)
-		disk := filepath.Join(h.dir, "disk")
-		if err := os.Mkdir(disk, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", disk).CombinedOutput(); err != nil {
-			t.Skipf("cannot mount a small tmpfs to fill (%v: %s)", err, strings.TrimSpace(string(out)))
-		}
-		t.Cleanup(func() { exec.Command("umount", "-l", disk).Run() })
-		h.env["DVT_WAREHOUSE"] = "sqlite:" + filepath.Join(disk, "warehouse.db")
-		env := newEnv(h)
-		a := startProc(t, bin, env, "run", "--threads", "1", plan)
-		a.waitLine(t, "START sql operation s1 ")
-		filler := filepath.Join(disk, "filler")
-		f, err := os.Create(filler)
-		if err != nil {
-			t.Fatal(err)
-		}
-		block := make([]byte, 64<<10)
-		for {
-			if _, err := f.Write(block); err != nil {
-				break // ENOSPC: the disk is full
+	// The warehouse's or the state store's disk fills up mid-run: the run
+	// stops resumable with exit 4 instead of failing; once space is back,
+	// resume finishes it and nothing is doubled. The disk is a 4 MB tmpfs,
+	// so the case needs the right to mount (root in a container); without
+	// it, it is skipped.
+	for _, db := range []string{"DVT_WAREHOUSE", "DVT_STORE"} {
+		t.Run("DiskFull/"+db, func(t *testing.T) {
+			h := newHarness(t)
+			disk := filepath.Join(h.dir, "disk")
+			if err := os.Mkdir(disk, 0o755); err != nil {
+				t.Fatal(err)
 			}
-		}
-		f.Close()
-		if code := a.wait(t); code != exitUnavailable || !strings.Contains(a.output(), "STORE_UNAVAILABLE") {
-			t.Fatalf("with the warehouse's disk full: exit %d, want %d with STORE_UNAVAILABLE\n%s", code, exitUnavailable, a.output())
-		}
-		runID := h.onlyRun()
-		if s := h.statusOf(runID); s.Status != engine.StatusRunning {
-			t.Fatalf("after the outage the run is %s, want RUNNING (resumable)", s.Status)
-		}
-		if err := os.Remove(filler); err != nil {
-			t.Fatal(err)
-		}
-		h.resumeUntilDone(t, bin, env, runID, plan)
-		h.checkExactlyOnce(t, runID)
-	})
+			if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", disk).CombinedOutput(); err != nil {
+				t.Skipf("cannot mount a small tmpfs to fill (%v: %s)", err, strings.TrimSpace(string(out)))
+			}
+			t.Cleanup(func() { exec.Command("umount", "-l", disk).Run() })
+			h.env[db] = "sqlite:" + filepath.Join(disk, "db.sqlite")
+			env := newEnv(h)
+			// A full store cannot even release the lease: a short one.
+			a := startProc(t, bin, env, "run", "--threads", "1", "--lease-ttl", "1s", plan)
+			a.waitLine(t, "START sql operation s1 ")
+			runID := h.onlyRun()
+			filler := filepath.Join(disk, "filler")
+			f, err := os.Create(filler)
+			if err != nil {
+				t.Fatal(err)
+			}
+			block := make([]byte, 64<<10)
+			for {
+				if _, err := f.Write(block); err != nil {
+					break // ENOSPC: the disk is full
+				}
+			}
+			f.Close()
+			if code := a.wait(t); code != exitUnavailable || !strings.Contains(a.output(), "STORE_UNAVAILABLE") {
+				t.Fatalf("with the disk full: exit %d, want %d with STORE_UNAVAILABLE\n%s", code, exitUnavailable, a.output())
+			}
+			if err := os.Remove(filler); err != nil {
+				t.Fatal(err)
+			}
+			if s := h.statusOf(runID); s.Status != engine.StatusRunning {
+				t.Fatalf("after the outage the run is %s, want RUNNING (resumable)", s.Status)
+			}
+			h.resumeUntilDone(t, bin, env, runID, plan)
+			h.checkExactlyOnce(t, runID)
+		})
+	}
 
 	// Three runs at once on one SQLite warehouse (and one state store):
 	// writers wait for each other; every run completes.

@@ -408,5 +408,10 @@ SELECT owner, expires_at, fence FROM dvt_leases WHERE run_id = ?;
 -- The row stays, ownerless and expired, so the fence keeps growing.
 UPDATE dvt_leases SET owner = '', expires_at = acquired_at WHERE run_id = ? AND owner = ?;
 
+-- name: db_now
+-- The database's clock: lease expiry is decided by it, not by the clocks
+-- of the runners' machines.
+SELECT CURRENT_TIMESTAMP();
+
 -- name: count_outbox
 SELECT COUNT(*) FROM dvt_outbox WHERE run_id = ?;

@@ -3,6 +3,7 @@ package snowflake_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,6 +13,8 @@ import (
 	"github.com/dvtrun/dvtrun/engine"
 	"github.com/dvtrun/dvtrun/engine/runner"
 	"github.com/dvtrun/dvtrun/store/snowflake"
+	"github.com/dvtrun/dvtrun/store/snowflake/sftest"
+	"github.com/dvtrun/dvtrun/store/storetest"
 )
 
 // crashingLog is the Snowflake store, except that appends carrying the
@@ -116,5 +119,28 @@ steps:
 	}
 	if diffs := engine.DiffSnapshots(sqlSnap, goSnap); len(diffs) > 0 {
 		t.Fatalf("SQL projection and reducer disagree: %v", diffs)
+	}
+}
+
+// TestLeaseExpiresByDatabaseClock: without an injected clock, a lease's
+// expiry is decided by the database's CURRENT_TIMESTAMP(), and a takeover
+// after expiry raises the fence.
+func TestLeaseExpiresByDatabaseClock(t *testing.T) {
+	srv := sftest.Start(t)
+	st := openStore(t, srv.DSN("dvt", "leases"), snowflake.Options{})
+	t.Cleanup(func() { st.Close() })
+	f := storetest.NewFixture()
+	f.Bootstrap(t, st)
+	a, err := st.AcquireFencedLease(ctx, f.Meta.RunID, "runner-a", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.AcquireFencedLease(ctx, f.Meta.RunID, "runner-b", time.Second); !errors.Is(err, engine.ErrLeaseHeld) {
+		t.Fatalf("before expiry: %v, want LEASE_HELD", err)
+	}
+	time.Sleep(time.Until(a.ExpiresAt) + 100*time.Millisecond)
+	b, err := st.AcquireFencedLease(ctx, f.Meta.RunID, "runner-b", time.Second)
+	if err != nil || b.Fence != a.Fence+1 {
+		t.Fatalf("after expiry: %+v %v, want fence %d", b, err, a.Fence+1)
 	}
 }

@@ -33,7 +33,9 @@ import (
 // Options configures a Store.
 type Options struct {
 	// Now is the append authority's clock (persistedAt, created_at, lease
-	// times); default time.Now.
+	// times); default time.Now. When it is not set, lease expiry is decided
+	// by the database's clock (CURRENT_TIMESTAMP), the one clock that every
+	// runner of a run shares.
 	Now func() time.Time
 	// DisableTransitionChecks turns off Layer 2 (append-time transition
 	// validation). Step and run state is maintained either way.
@@ -59,6 +61,7 @@ type Store struct {
 	q       map[string]string
 	where   string   // the redacted DSN, for messages
 	secrets []string // credential values scrubbed from error messages
+	dbClock bool     // leases expire by the database's clock (no Options.Now)
 
 	cacheMu sync.Mutex
 	cache   map[string]cachedRun // runs this Store appended to, by run id (append.go)
@@ -68,6 +71,7 @@ type Store struct {
 // applies pending migrations (once, even when several processes open the
 // store at the same moment).
 func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
+	dbClock := opts.Now == nil
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
@@ -94,6 +98,7 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	s := &Store{
 		db:      sql.OpenDB(gosnowflake.NewConnector(gosnowflake.SnowflakeDriver{}, *cfg)),
 		opts:    opts,
+		dbClock: dbClock,
 		q:       q,
 		where:   RedactDSN(dsn),
 		secrets: append(secretsOfDSN(dsn), secretsOfConfig(cfg)...),
@@ -489,6 +494,12 @@ func (s *Store) AcquireFencedLease(ctx context.Context, runID, owner string, ttl
 			return nil, s.classify("read lease", err)
 		}
 		now := s.now()
+		if s.dbClock {
+			if err := c.QueryRowContext(ctx, s.q["db_now"]).Scan(&now); err != nil {
+				return nil, s.classify("read the database clock", err)
+			}
+			now = now.UTC()
+		}
 		if holder.String != owner && exp.Valid && exp.Time.After(now) {
 			return nil, engine.Errorf(engine.CodeLeaseHeld, "run %s is owned by %s until %s", runID, holder.String, exp.Time.UTC().Format(time.RFC3339))
 		}

@@ -96,6 +96,7 @@ type stepRun struct {
 // sqlConn is what a step's statements run on: *sql.Conn or *sql.Tx.
 type sqlConn interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 

@@ -386,7 +386,7 @@ SELECT run_id, signal_seq, signal_id, signal_type, COALESCE(step_id, ''), COALES
 FROM dvt_signals WHERE run_id = ? AND signal_seq > ? ORDER BY signal_seq;
 
 -- name: put_lease
--- Written in the lease's transaction, after get_lease decided under the
+-- Written in the lease's transaction, after get_fenced_lease decided under the
 -- run's lock (lock_run) that the caller may take or renew it.
 MERGE INTO dvt_leases t
 USING (
@@ -402,6 +402,10 @@ WHEN NOT MATCHED THEN INSERT (run_id, owner, acquired_at, expires_at, fence)
     VALUES (s.run_id, s.owner, s.now_at, s.expires_at, s.fence);
 
 -- name: get_lease
+-- A released lease keeps its row (owner '') for its fence: it reads as none.
+SELECT owner, expires_at FROM dvt_leases WHERE run_id = ? AND owner <> '';
+
+-- name: get_fenced_lease
 SELECT owner, expires_at, fence FROM dvt_leases WHERE run_id = ?;
 
 -- name: release_lease

@@ -124,6 +124,10 @@ SELECT run_id, signal_seq, signal_id, signal_type, COALESCE(step_id, ''), COALES
 FROM dvt_signals WHERE run_id = ? AND signal_seq > ? ORDER BY signal_seq;
 
 -- name: get_lease
+-- A released lease keeps its row (owner '') for its fence: it reads as none.
+SELECT owner, expires_at FROM dvt_leases WHERE run_id = ? AND owner <> '';
+
+-- name: get_fenced_lease
 SELECT owner, expires_at, fence FROM dvt_leases WHERE run_id = ?;
 
 -- name: put_lease

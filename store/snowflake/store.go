@@ -489,7 +489,7 @@ func (s *Store) AcquireFencedLease(ctx context.Context, runID, owner string, ttl
 		var holder sql.NullString
 		var exp sql.NullTime
 		var fence sql.NullInt64
-		err := c.QueryRowContext(ctx, s.q["get_lease"], runID).Scan(&holder, &exp, &fence)
+		err := c.QueryRowContext(ctx, s.q["get_fenced_lease"], runID).Scan(&holder, &exp, &fence)
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return nil, s.classify("read lease", err)
 		}

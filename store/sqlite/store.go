@@ -800,7 +800,7 @@ func (s *Store) AcquireFencedLease(ctx context.Context, runID, owner string, ttl
 	now := s.opts.Now().UTC()
 	var holder, expires string
 	var fence int64
-	err = tx.QueryRowContext(ctx, s.q["get_lease"], runID).Scan(&holder, &expires, &fence)
+	err = tx.QueryRowContext(ctx, s.q["get_fenced_lease"], runID).Scan(&holder, &expires, &fence)
 	switch {
 	case err == nil:
 		exp, perr := time.Parse(time.RFC3339Nano, expires)

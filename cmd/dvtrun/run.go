@@ -266,8 +266,12 @@ func cmdResume(ctx context.Context, c *cli, args []string) error {
 		return err
 	}
 	st, err := c.openStore(ctx, true)
+	if engine.IsTransient(err) {
+		// Busy (e.g. a stalled runner holds it): the run stays resumable.
+		return &exitError{code: exitUnavailable, err: err}
+	}
 	if err != nil {
-		return unavailable(err)
+		return err // no store there: bad input
 	}
 	defer st.Close()
 	meta, err := c.loadRun(ctx, st, pos[0])

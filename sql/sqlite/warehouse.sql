@@ -47,6 +47,9 @@ CREATE TABLE IF NOT EXISTS dvt_run_fences (
 INSERT INTO dvt_run_fences (run_id, fence) VALUES (?, ?)
 ON CONFLICT (run_id) DO UPDATE SET fence = excluded.fence WHERE excluded.fence >= dvt_run_fences.fence;
 
+-- name: ledger_exists
+SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'dvt_step_ledger';
+
 -- name: ledger_entry
 SELECT engine_attempt, fence, result, committed_at FROM dvt_step_ledger
 WHERE run_id = ? AND step_id = ? AND logical_attempt = ?;

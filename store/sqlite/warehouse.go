@@ -83,12 +83,6 @@ func OpenWarehouse(ctx context.Context, path string) (*Warehouse, error) {
 		db.Close()
 		return nil, err
 	}
-	for _, name := range []string{"create_step_ledger", "create_run_fences"} {
-		if _, err := db.ExecContext(ctx, q[name]); err != nil {
-			db.Close()
-			return nil, classifyWarehouse(ctx, path, "", err)
-		}
-	}
 	return w, nil
 }
 
@@ -351,6 +345,14 @@ func (w *Warehouse) write(ctx context.Context, req engine.StepRequest, work func
 	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
 	ledger := req.RunID != "" && req.LogicalAttempt > 0
 	if ledger {
+		// The ledger's tables are created by the first step that needs
+		// them, in its own transaction: opening a warehouse writes nothing,
+		// so it never waits for another process's write lock.
+		for _, name := range []string{"create_step_ledger", "create_run_fences"} {
+			if _, err := tx.ExecContext(ctx, w.q[name]); err != nil {
+				return engine.StepResult{}, err
+			}
+		}
 		claim, err := tx.ExecContext(ctx, w.q["claim_fence"], req.RunID, req.Fence)
 		if err != nil {
 			return engine.StepResult{}, err
@@ -383,6 +385,10 @@ func (w *Warehouse) write(ctx context.Context, req engine.StepRequest, work func
 
 // LookupStep implements engine.Ledger.
 func (w *Warehouse) LookupStep(ctx context.Context, runID, stepID string, logicalAttempt int) (engine.LedgerEntry, bool, error) {
+	var tables int64
+	if err := w.db.QueryRowContext(ctx, w.q["ledger_exists"]).Scan(&tables); err != nil || tables == 0 {
+		return engine.LedgerEntry{}, false, classifyWarehouse(ctx, w.path, stepID, err) // no ledger yet: nothing committed
+	}
 	e, ok, err := lookupLedger(ctx, w.db, w.q["ledger_entry"], runID, stepID, logicalAttempt)
 	if err != nil {
 		return engine.LedgerEntry{}, false, classifyWarehouse(ctx, w.path, stepID, err)

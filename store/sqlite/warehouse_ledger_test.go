@@ -15,6 +15,10 @@ import (
 func TestWarehouseLedgerOnce(t *testing.T) {
 	w := openWarehouseT(t)
 	ctx := context.Background()
+	// Opening writes nothing: the ledger appears with the first ledgered step.
+	if _, ok, err := w.LookupStep(ctx, "run-1", "sql.insert", 1); ok || err != nil {
+		t.Fatalf("LookupStep on a new warehouse: %v %v, want not found", ok, err)
+	}
 	whRun(t, w, engine.StepRequest{StepID: "setup", Kind: engine.KindSQL, SQL: "CREATE TABLE effects (n INTEGER)"})
 	seed := whWriteCSV(t, "s.csv", "id\n1\n2\n")
 	cases := []struct {

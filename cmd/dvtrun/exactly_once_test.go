@@ -423,10 +423,15 @@ func TestExactlyOnceProcesses(t *testing.T) {
 		h := newHarness(t)
 		env := newEnv(h)
 		shop := filepath.Join(repoRoot(t), "plans", "shop", "plan.yaml")
+		// Another writer holds the warehouse while the three start, so all
+		// of their first steps queue on its lock together.
+		release := holdWarehouse(t, h.warehousePath())
 		var ps []*proc
 		for range 3 {
 			ps = append(ps, startProc(t, bin, env, "run", "--threads", "4", shop))
 		}
+		time.Sleep(2 * time.Second)
+		release()
 		for i, p := range ps {
 			if code := p.wait(t); code != 0 {
 				t.Errorf("run %d exited %d\n%s", i, code, p.output())

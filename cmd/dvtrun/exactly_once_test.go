@@ -198,7 +198,7 @@ func (h *harness) resumeUntilDone(t *testing.T, bin string, env []string, runID,
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		p := startProc(t, bin, env, "resume", "--lease-ttl", "1s", runID, plan)
+		p := startProc(t, bin, env, "resume", "--lease-ttl", "2s", runID, plan)
 		code := p.wait(t)
 		if code == 0 {
 			return
@@ -303,22 +303,31 @@ func TestExactlyOnceProcesses(t *testing.T) {
 		}
 	})
 
+	// midStep starts a runner with a 2s lease (1s is tight enough on a
+	// loaded machine for a runner to fence itself off before its first
+	// step) and returns a random moment (up to 300ms) after one of the
+	// first n effect steps started.
+	midStep := func(t *testing.T, n int) (*harness, []string, *proc, string) {
+		h := newHarness(t)
+		env := newEnv(h)
+		a := startProc(t, bin, env, "run", "--threads", "2", "--lease-ttl", "2s", plan)
+		a.waitLine(t, "START sql operation "+effectSteps[rng.IntN(n)]+" ")
+		runID := h.onlyRun()
+		time.Sleep(time.Duration(rng.IntN(300)) * time.Millisecond)
+		return h, env, a, runID
+	}
+
 	// Found 2: the store stalls longer than the lease while the runner is
 	// alive; a resume started meanwhile takes over. The old runner must
 	// stop with LEASE_LOST and nothing may be doubled.
 	t.Run("StalledStoreTakeover", func(t *testing.T) {
 		for trial := range trials(10) {
-			h := newHarness(t)
-			env := newEnv(h)
-			a := startProc(t, bin, env, "run", "--threads", "2", "--lease-ttl", "1s", plan)
-			a.waitLine(t, "START sql operation "+effectSteps[rng.IntN(4)]+" ")
-			time.Sleep(time.Duration(rng.IntN(300)) * time.Millisecond)
-			runID := h.onlyRun()
-			hold := 1500*time.Millisecond + time.Duration(rng.IntN(1500))*time.Millisecond // > the 1s lease
+			h, env, a, runID := midStep(t, 4)
+			hold := 2500*time.Millisecond + time.Duration(rng.IntN(1500))*time.Millisecond // > the 2s lease
 			lock := lockDB(t, h.statePath())
 			locked := time.Now()
-			time.Sleep(1100 * time.Millisecond) // the lease expires during the stall
-			b := startProc(t, bin, env, "resume", "--lease-ttl", "1s", runID, plan)
+			time.Sleep(2100 * time.Millisecond) // the lease expires during the stall
+			b := startProc(t, bin, env, "resume", "--lease-ttl", "2s", runID, plan)
 			time.Sleep(time.Until(locked.Add(hold)))
 			lock.release(t)
 			codeA, codeB := a.wait(t), b.wait(t)
@@ -339,19 +348,14 @@ func TestExactlyOnceProcesses(t *testing.T) {
 	// runner takes over; the old one, continued, stops with LEASE_LOST.
 	t.Run("StoppedRunnerTakeover", func(t *testing.T) {
 		for trial := range trials(3) {
-			h := newHarness(t)
-			env := newEnv(h)
-			a := startProc(t, bin, env, "run", "--threads", "2", "--lease-ttl", "1s", plan)
-			a.waitLine(t, "START sql operation "+effectSteps[rng.IntN(3)]+" ")
-			runID := h.onlyRun()
-			time.Sleep(time.Duration(rng.IntN(300)) * time.Millisecond)
+			h, env, a, runID := midStep(t, 3)
 			if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(1500 * time.Millisecond) // its lease expires
+			time.Sleep(2500 * time.Millisecond) // its lease expires
 			// If a stopped while it held the store's write lock, b cannot
 			// take over yet (exit 4, the store is busy) and retries below.
-			b := startProc(t, bin, env, "resume", "--lease-ttl", "1s", runID, plan)
+			b := startProc(t, bin, env, "resume", "--lease-ttl", "2s", runID, plan)
 			time.Sleep(1500 * time.Millisecond)
 			if err := a.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 				t.Fatal(err)
@@ -388,7 +392,7 @@ func TestExactlyOnceProcesses(t *testing.T) {
 			h.env[db] = "sqlite:" + filepath.Join(disk, "db.sqlite")
 			env := newEnv(h)
 			// A full store cannot even release the lease: a short one.
-			a := startProc(t, bin, env, "run", "--threads", "1", "--lease-ttl", "1s", plan)
+			a := startProc(t, bin, env, "run", "--threads", "1", "--lease-ttl", "2s", plan)
 			a.waitLine(t, "START sql operation s1 ")
 			runID := h.onlyRun()
 			filler := filepath.Join(disk, "filler")

@@ -161,20 +161,21 @@ func (l *storeLock) release(t *testing.T) {
 	l.db.Close()
 }
 
-// effects counts the rows of the effects table per step.
-func effects(t *testing.T, warehouse string) map[string]int {
-	t.Helper()
-	db, err := sql.Open("sqlite", "file:"+warehouse+"?mode=ro&_pragma=busy_timeout(30000)")
+// rowsPerStep runs query, which returns (step, count) rows, on the
+// harness's warehouse, read-only; a table not created yet reads as none.
+func (h *harness) rowsPerStep(query string) map[string]int {
+	h.t.Helper()
+	db, err := sql.Open("sqlite", "file:"+h.warehousePath()+"?mode=ro&_pragma=busy_timeout(30000)")
 	if err != nil {
-		t.Fatal(err)
+		h.t.Fatal(err)
 	}
 	defer db.Close()
-	rows, err := db.Query("SELECT step, count(*) FROM effects GROUP BY step")
+	rows, err := db.Query(query)
 	if err != nil {
 		if strings.Contains(err.Error(), "no such table") {
 			return map[string]int{}
 		}
-		t.Fatal(err)
+		h.t.Fatal(err)
 	}
 	defer rows.Close()
 	out := map[string]int{}
@@ -182,11 +183,19 @@ func effects(t *testing.T, warehouse string) map[string]int {
 		var s string
 		var n int
 		if err := rows.Scan(&s, &n); err != nil {
-			t.Fatal(err)
+			h.t.Fatal(err)
 		}
 		out[s] = n
 	}
+	if err := rows.Err(); err != nil {
+		h.t.Fatal(err)
+	}
 	return out
+}
+
+// effects counts testdata/effects' side-effect rows per step.
+func (h *harness) effects() map[string]int {
+	return h.rowsPerStep("SELECT step, count(*) FROM effects GROUP BY step")
 }
 
 var effectSteps = []string{"s1", "s2", "s3", "s4", "s5", "s6"}
@@ -214,7 +223,7 @@ func (h *harness) resumeUntilDone(t *testing.T, bin string, env []string, runID,
 // completed, verify --all agrees.
 func (h *harness) checkExactlyOnce(t *testing.T, runID string) engine.Snapshot {
 	t.Helper()
-	got := effects(t, h.warehousePath())
+	got := h.effects()
 	for _, s := range effectSteps {
 		if got[s] != 1 {
 			t.Errorf("step %s took effect %d times, want once (effects %v)", s, got[s], got)
@@ -285,7 +294,7 @@ func TestExactlyOnceProcesses(t *testing.T) {
 			// The step commits in the warehouse; its StepCompleted waits
 			// for the store. Kill somewhere inside that window.
 			waitUntilT(t, "step "+step+" committed in the warehouse", func() bool {
-				return effects(t, h.warehousePath())[step] == 1
+				return h.effects()[step] == 1
 			})
 			time.Sleep(time.Duration(rng.IntN(1000)) * time.Millisecond)
 			a.cmd.Process.Kill()

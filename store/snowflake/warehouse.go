@@ -15,7 +15,6 @@ import (
 	"github.com/snowflakedb/gosnowflake"
 
 	"github.com/dvtrun/dvtrun/engine"
-	sqlfiles "github.com/dvtrun/dvtrun/sql"
 )
 
 // Warehouse runs plan steps in Snowflake. It implements engine.Warehouse
@@ -47,7 +46,7 @@ func OpenWarehouse(ctx context.Context, dsn string) (*Warehouse, error) {
 	if err != nil {
 		return nil, err
 	}
-	q, err := sqlfiles.Queries(sqlfiles.Snowflake, "warehouse.sql")
+	q, err := warehouseQueries()
 	if err != nil {
 		return nil, err
 	}

@@ -362,9 +362,19 @@ func (r *stepRun) sql(req engine.StepRequest, conn *sql.Conn) (engine.StepResult
 		// The ids go into the ledger row with the result.
 		return engine.StepResult{RowsAffected: total, QueryIDs: slices.Clone(r.ids)}, nil
 	}
-	if req.RunID == "" || req.LogicalAttempt <= 0 || !dmlOnly(stmts) {
+	if !dmlOnly(stmts) {
 		// DDL commits an open transaction in Snowflake, so a step with DDL
 		// cannot join the ledger's: it runs as before, at least once.
+		return run()
+	}
+	return r.ledgered(req, conn, run)
+}
+
+// ledgered runs DML work (run's statements go through r) in the step
+// ledger's transaction on conn (Warehouse.ledgered), or on its own when
+// req names no logical attempt.
+func (r *stepRun) ledgered(req engine.StepRequest, conn *sql.Conn, run func() (engine.StepResult, error)) (engine.StepResult, error) {
+	if req.RunID == "" || req.LogicalAttempt <= 0 {
 		return run()
 	}
 	return r.w.ledgered(r.ctx, conn, req, func(tx *sql.Tx) (engine.StepResult, error) {

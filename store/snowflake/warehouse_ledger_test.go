@@ -148,3 +148,26 @@ func TestWarehouseLedgerSerialisedAsDocumented(t *testing.T) {
 		t.Fatalf("ledger rows %d %v, want %d", ledgerRows, err, trials)
 	}
 }
+
+// TestWarehouseLedgerIncrementalMerge: an incremental model's merge is DML
+// and commits with its ledger row: the same attempt again appends nothing.
+func TestWarehouseLedgerIncrementalMerge(t *testing.T) {
+	w, _ := openWarehouse(t)
+	inc := engine.StepRequest{RunID: "r-1", StepID: "model.events", Kind: engine.KindModel, Relation: "events",
+		Materialized: engine.MaterializedIncremental, SQL: "select 1 as id", LogicalAttempt: 1, Fence: 1}
+	if _, err := w.RunStep(ctx, inc); err != nil { // first run: the table is built (DDL, not ledgered)
+		t.Fatal(err)
+	}
+	inc.RunID = "r-2" // a later run appends
+	for range 2 {
+		if _, err := w.RunStep(ctx, inc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := countRows(t, w, "events"); n != 2 {
+		t.Fatalf("events = %d rows, want 2 (built once, appended once)", n)
+	}
+	if _, ok, err := w.LookupStep(ctx, "r-2", "model.events", 1); !ok || err != nil {
+		t.Fatalf("the merge has no ledger row: %v %v", ok, err)
+	}
+}

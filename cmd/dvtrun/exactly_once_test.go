@@ -331,7 +331,7 @@ func TestExactlyOnceProcesses(t *testing.T) {
 	// stop with LEASE_LOST and nothing may be doubled.
 	t.Run("StalledStoreTakeover", func(t *testing.T) {
 		for trial := range trials(10) {
-			h, env, a, runID := midStep(t, 4)
+			h, env, a, runID := midStep(t, 3)
 			hold := 2500*time.Millisecond + time.Duration(rng.IntN(1500))*time.Millisecond // > the 2s lease
 			lock := lockDB(t, h.statePath())
 			locked := time.Now()

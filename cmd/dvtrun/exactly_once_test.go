@@ -39,6 +39,7 @@ func startProc(t *testing.T, bin string, env []string, args ...string) *proc {
 	t.Helper()
 	p := &proc{cmd: exec.Command(bin, args...), lines: make(chan string, 1024), done: make(chan struct{})}
 	p.cmd.Env = env
+	p.cmd.Dir = t.TempDir() // run artifacts (.dvt/runs) land there, not in the package
 	p.cmd.Stderr = &lockedWriter{mu: &p.mu, b: &p.stderr}
 	stdout, err := p.cmd.StdoutPipe()
 	if err != nil {
@@ -271,7 +272,10 @@ func trials(n int) int {
 
 func TestExactlyOnceProcesses(t *testing.T) {
 	bin := buildBinary(t)
-	plan := fixture("effects", "plan.yaml")
+	plan, err := filepath.Abs(fixture("effects", "plan.yaml")) // the processes run elsewhere
+	if err != nil {
+		t.Fatal(err)
+	}
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 8))
 	newEnv := func(h *harness) []string {
 		return append(os.Environ(), "DVT_STORE="+h.env["DVT_STORE"], "DVT_WAREHOUSE="+h.env["DVT_WAREHOUSE"])

@@ -24,6 +24,12 @@ type EventAppender interface {
 	AppendAndEnqueue(ctx context.Context, runID string, events []RunEventWrite) (AppendResult, error)
 }
 
+// FencedAppender is what an Emitter with a lease (SetLease) needs of the
+// state store; store.Store satisfies it.
+type FencedAppender interface {
+	AppendFenced(ctx context.Context, lease Lease, events []RunEventWrite) (AppendResult, error)
+}
+
 // Emitter writes a run's events: it fills the envelope, derives the
 // idempotency key, takes eventIds from the EventIdRegistry (reserved in the
 // store before the append, adopted from the store when it already holds the
@@ -43,6 +49,7 @@ type Emitter struct {
 	steps map[string]StepState
 
 	onClose CloseHook
+	lease   *Lease // set: appends are fenced (refused with LEASE_LOST once the lease passed on)
 }
 
 // CloseHook is called with a batch that ends the run (RunCompleted,
@@ -58,6 +65,14 @@ func (em *Emitter) OnClose(h CloseHook) {
 	em.mu.Lock()
 	defer em.mu.Unlock()
 	em.onClose = h
+}
+
+// SetLease makes every later append a fenced one (FencedAppender) by the
+// holder of l.
+func (em *Emitter) SetLease(l Lease) {
+	em.mu.Lock()
+	defer em.mu.Unlock()
+	em.lease = &l
 }
 
 // NewEmitter returns an Emitter for the run meta describes, whose view of
@@ -182,7 +197,16 @@ func (em *Emitter) Emit(ctx context.Context, ems ...Emission) ([]RunEventRecord,
 	for i := range events {
 		events[i].EventID = em.ids[events[i].IdempotencyKey]
 	}
-	res, err := em.log.AppendAndEnqueue(ctx, em.meta.RunID, events)
+	var res AppendResult
+	if em.lease != nil {
+		fa, ok := em.log.(FencedAppender)
+		if !ok {
+			return nil, Errorf(CodeInvalidArgument, "run %s: the state store cannot check a lease's fence", em.meta.RunID)
+		}
+		res, err = fa.AppendFenced(ctx, *em.lease, events)
+	} else {
+		res, err = em.log.AppendAndEnqueue(ctx, em.meta.RunID, events)
+	}
 	if err != nil {
 		return nil, err
 	}

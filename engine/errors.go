@@ -30,6 +30,7 @@ const (
 	CodeSecretNotFound             Code = "SECRET_NOT_FOUND"
 	CodeLeaseHeld                  Code = "LEASE_HELD"
 	CodeRunQueueFull               Code = "RUN_QUEUE_FULL" // backpressure REJECT; Meta retryAfterSeconds
+	CodeLeaseLost                  Code = "LEASE_LOST"
 	CodeProjectorNonContiguous     Code = "PROJECTOR_NON_CONTIGUOUS_FETCH_DETECTED"
 	CodeProjectorLagHigh           Code = "PROJECTOR_LAG_HIGH"
 	CodePauseDrainTimeout          Code = "PAUSE_DRAIN_TIMEOUT"
@@ -95,6 +96,7 @@ var (
 	ErrStoreCorrupt             = &Error{Code: CodeStoreCorrupt}
 	ErrInvalidArgument          = &Error{Code: CodeInvalidArgument}
 	ErrLeaseHeld                = &Error{Code: CodeLeaseHeld}
+	ErrLeaseLost                = &Error{Code: CodeLeaseLost}
 )
 
 // CodeOf returns the code of the first *Error in err's chain, or "".

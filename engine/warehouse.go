@@ -2,7 +2,9 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"time"
 )
 
 // Warehouse executes a step's SQL. The SQLite and Snowflake warehouses
@@ -39,6 +41,15 @@ type StepRequest struct {
 	// QueryTag is set on the warehouse session (Snowflake QUERY_TAG): JSON
 	// with run_id, step_id and attempts.
 	QueryTag string
+	// LogicalAttempt, EngineAttempt and Fence identify the attempt for the
+	// warehouse's step ledger (see Ledger): a step whose work can join a
+	// transaction commits it with the ledger row of (RunID, StepID,
+	// LogicalAttempt), once. Fence is the runner's lease fence token; a
+	// warehouse that has seen a higher fence for the run refuses the commit
+	// with LEASE_LOST. LogicalAttempt 0 means no ledger (direct callers).
+	LogicalAttempt int
+	EngineAttempt  int
+	Fence          int64
 }
 
 // StepResult is what a step produced. It becomes StepCompleted's payload.
@@ -49,6 +60,43 @@ type StepResult struct {
 	QueryIDs     []string       `json:"queryIds,omitempty"` // warehouse query ids (Snowflake QUERY_HISTORY)
 	Artifacts    []ArtifactRef  `json:"artifacts,omitempty"`
 	Outputs      map[string]any `json:"outputs,omitempty"`
+	// Ledger is set when the step's logical attempt had committed already
+	// (by this runner before a crash, or by another runner): the result is
+	// the recorded one and nothing was executed again.
+	Ledger *LedgerEntry `json:"-"`
+}
+
+// LedgerEntry is a step attempt's row in a warehouse's step ledger: the
+// proof, committed in the same transaction as the step's work, that the
+// logical attempt took effect, with the result it produced.
+type LedgerEntry struct {
+	RunID          string
+	StepID         string
+	LogicalAttempt int
+	EngineAttempt  int
+	Fence          int64
+	Result         StepResult
+	CommittedAt    time.Time
+}
+
+// DecodeLedgerEntry completes e, read from a warehouse's ledger row, with
+// the row's result column (the StepResult as JSON). The returned entry's
+// Result.Ledger points at the entry: the mark of a recorded result.
+func DecodeLedgerEntry(e LedgerEntry, result []byte) (LedgerEntry, error) {
+	if err := json.Unmarshal(result, &e.Result); err != nil {
+		return LedgerEntry{}, Errorf(CodeStoreCorrupt, "step ledger row of %s/%s attempt %d: %w", e.RunID, e.StepID, e.LogicalAttempt, err)
+	}
+	entry := e
+	e.Result.Ledger = &entry
+	return e, nil
+}
+
+// Ledger is implemented by warehouses that record step commits (both of
+// dvtrun's). The runner looks a step the log shows RUNNING up here before
+// running it again: a committed attempt is completed with its recorded
+// result instead of being repeated.
+type Ledger interface {
+	LookupStep(ctx context.Context, runID, stepID string, logicalAttempt int) (LedgerEntry, bool, error)
 }
 
 type transientError struct{ err error }

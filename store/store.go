@@ -73,6 +73,17 @@ type Store interface {
 	LeaseReader
 	SnapshotStore
 
+	// AcquireFencedLease is AcquireLease returning the lease with its fence
+	// token: renewals by the owner keep the fence, and it grows by one each
+	// time the lease passes to another owner (takeover after expiry, or an
+	// acquire after a release).
+	AcquireFencedLease(ctx context.Context, runID, owner string, ttl time.Duration) (engine.Lease, error)
+
+	// AppendFenced is AppendAndEnqueue by the holder of lease: under the
+	// same lock it checks that the run's lease still has lease's owner and
+	// fence, and otherwise refuses with LEASE_LOST and writes nothing.
+	AppendFenced(ctx context.Context, lease engine.Lease, events []engine.RunEventWrite) (engine.AppendResult, error)
+
 	Close() error
 }
 

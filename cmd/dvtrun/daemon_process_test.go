@@ -221,7 +221,7 @@ func TestProcessWorkerCrashTakeover(t *testing.T) {
 	seed := time.Now().UnixNano()
 	rng := rand.New(rand.NewPCG(uint64(seed), 7))
 	t.Logf("seed %d", seed)
-	plan, _ := filepath.Abs(fixture("effects", "plan.yaml"))
+	plan, _ := filepath.Abs(fixture("crash", "plan.yaml"))
 	inflightReruns, takeovers := 0, 0
 	for trial := range trials {
 		h := newHarness(t)

@@ -34,14 +34,19 @@ func main() {
 	os.Exit(code)
 }
 
-// Exit codes.
+// Exit codes, the one list (README and --help repeat it).
 const (
 	exitOK          = 0
 	exitFailed      = 1   // a run failed, verify found differences, an operational error
 	exitUsage       = 2   // invalid input or usage: nothing was run
+	exitLease       = 3   // LEASE_HELD (another runner owns the run) or LEASE_LOST (taken over): this runner stopped
+	exitUnavailable = 4   // the warehouse or state store became unavailable mid-run: the run is left resumable
 	exitInterrupted = 130 // SIGINT/SIGTERM: the run can be resumed
 	exitQueueFull   = 75  // RUN_QUEUE_FULL: try again after the retry-after (sysexits' EX_TEMPFAIL)
 )
+
+// exitCodesHelp is the exit-code line of `dvtrun --help`.
+const exitCodesHelp = "Exit codes: 0 ok, 1 a run failed or verify found differences, 2 invalid input, 3 lease held by another runner or lost to one, 4 warehouse or store unavailable (the run is resumable), 75 run queue full (retry later), 130 interrupted (resumable)."
 
 // codeInternal labels an error that carries no contract code, so that the
 // one error line always starts with a machine-readable code.
@@ -235,7 +240,7 @@ func (c *cli) usage(w io.Writer, top *flag.FlagSet) {
 	top.SetOutput(w)
 	top.PrintDefaults()
 	top.SetOutput(io.Discard)
-	fmt.Fprintln(w, "\nExit codes: 0 ok, 1 a run failed or verify found differences, 2 invalid input, 75 run queue full (retry later), 130 interrupted (resumable).")
+	fmt.Fprintln(w, "\n"+exitCodesHelp)
 	fmt.Fprintln(w, "Run `dvtrun COMMAND --help` for a command's flags.")
 }
 
@@ -266,6 +271,9 @@ func exitCode(err error) int {
 	}
 	if engine.CodeOf(err) == engine.CodeRunQueueFull {
 		return exitQueueFull
+	}
+	if c := engine.CodeOf(err); c == engine.CodeLeaseHeld || c == engine.CodeLeaseLost {
+		return exitLease
 	}
 	if inputCodes[engine.CodeOf(err)] {
 		return exitUsage

@@ -36,7 +36,7 @@ func newHarness(t *testing.T) *harness {
 	}}
 }
 
-func (h *harness) statePath() string { return filepath.Join(h.dir, "state.db") }
+func (h *harness) statePath() string { return strings.TrimPrefix(h.env["DVT_STORE"], "sqlite:") }
 
 func (h *harness) run(args ...string) result {
 	h.t.Helper()

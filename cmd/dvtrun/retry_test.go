@@ -1,7 +1,6 @@
 package main
 
 import (
-	"database/sql"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,27 +13,7 @@ import (
 // executions reads the side-effect table of testdata/retry: one row per
 // run of each sql step.
 func (h *harness) executions() map[string]int {
-	h.t.Helper()
-	db, err := sql.Open("sqlite", "file:"+filepath.Join(h.dir, "warehouse.db")+"?mode=ro")
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	defer db.Close()
-	rows, err := db.Query(`select step, count(*) from executions group by step`)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	defer rows.Close()
-	out := map[string]int{}
-	for rows.Next() {
-		var s string
-		var n int
-		if err := rows.Scan(&s, &n); err != nil {
-			h.t.Fatal(err)
-		}
-		out[s] = n
-	}
-	return out
+	return h.rowsPerStep(`select step, count(*) from executions group by step`)
 }
 
 // retryFixture copies testdata/retry to a directory of its own (the test

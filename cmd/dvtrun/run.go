@@ -172,7 +172,7 @@ func (c *cli) newRunner(st stateStore, f runFlags, obs runner.Observer, lookup e
 }
 
 func cmdRun(ctx context.Context, c *cli, args []string) error {
-	fs := c.newFlagSet("run", "PLAN", "Run a plan: validate it, record the run, execute its steps on the warehouse.\nExit 0 when every step succeeded, 1 when a step failed, 2 on invalid input.")
+	fs := c.newFlagSet("run", "PLAN", "Run a plan: validate it, record the run, execute its steps on the warehouse.\n"+exitCodesHelp)
 	var f runFlags
 	f.register(fs)
 	var sf selectFlags
@@ -266,8 +266,12 @@ func cmdResume(ctx context.Context, c *cli, args []string) error {
 		return err
 	}
 	st, err := c.openStore(ctx, true)
+	if engine.IsTransient(err) {
+		// Busy (e.g. a stalled runner holds it): the run stays resumable.
+		return &exitError{code: exitUnavailable, err: err}
+	}
 	if err != nil {
-		return err
+		return err // no store there: bad input
 	}
 	defer st.Close()
 	meta, err := c.loadRun(ctx, st, pos[0])
@@ -295,7 +299,7 @@ func cmdResume(ctx context.Context, c *cli, args []string) error {
 	}
 	wh, targetName, err := c.openWarehouse(ctx)
 	if err != nil {
-		return err
+		return unavailable(err)
 	}
 	defer wh.Close()
 	con := newConsole(c, targetName)
@@ -307,6 +311,15 @@ func cmdResume(ctx context.Context, c *cli, args []string) error {
 	return c.finishRun(ctx, con, meta.RunID, pos[1], snap, err)
 }
 
+// unavailable gives a store or warehouse that cannot be reached on resume
+// exit 4: the run is still resumable, the input was fine.
+func unavailable(err error) error {
+	if engine.CodeOf(err) == engine.CodeStoreUnavailable {
+		return &exitError{code: exitUnavailable, err: err}
+	}
+	return err
+}
+
 // finishRun prints the summary and turns the outcome into an exit code.
 func (c *cli) finishRun(ctx context.Context, con *console, runID, planPath string, snap engine.Snapshot, err error) error {
 	if ctx.Err() != nil {
@@ -315,10 +328,14 @@ func (c *cli) finishRun(ctx context.Context, con *console, runID, planPath strin
 		return &exitError{code: exitInterrupted, err: engine.Errorf(engine.CodeStepCancelled, "run %s interrupted; continue it with `dvtrun resume %s %s`", runID, runID, planPath)}
 	}
 	if err != nil {
-		// The input was accepted before the run started: a store or lease
-		// failure now is an operational failure (exit 1), not bad input.
+		// The input was accepted before the run started: a store or
+		// warehouse outage now leaves the run resumable (exit 4), a corrupt
+		// store is an operational failure (exit 1), not bad input.
 		switch engine.CodeOf(err) {
-		case engine.CodeStoreUnavailable, engine.CodeStoreCorrupt, "":
+		case engine.CodeStoreUnavailable:
+			fmt.Fprintf(c.stdout, "Stopped: the warehouse or state store is unavailable. Once it is back, continue with: dvtrun resume %s %s\n", runID, planPath)
+			return unavailable(err)
+		case engine.CodeStoreCorrupt, "":
 			return &exitError{code: exitFailed, err: err}
 		}
 		return err

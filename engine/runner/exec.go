@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dvtrun/dvtrun/engine"
@@ -33,6 +34,10 @@ type outcome struct {
 	warning       string
 	engineAttempt int
 	aborted       bool // the run itself stopped (crash, store failure, lease lost): record nothing
+	// stop, on an aborted outcome, is why the whole run must stop now and
+	// stay resumable: the lease is lost (LEASE_LOST) or the warehouse is
+	// unavailable (STORE_UNAVAILABLE). The step stays RUNNING in the log.
+	stop error
 }
 
 // flight is a step running now.
@@ -86,6 +91,14 @@ type execution struct {
 	// (RunQueued's fullRefresh).
 	fullRefresh bool
 	randMu      sync.Mutex
+
+	lease engine.Lease
+	// leaseUntil is when this runner's lease expires at the latest (unix
+	// ns, Runner.Clock): the start of the last successful renewal plus the
+	// TTL. Past it the runner starts no step (self-fencing), whatever the
+	// store says.
+	leaseUntil atomic.Int64
+	stopping   error // an outcome's stop: no new work, the loop returns it
 }
 
 func (e *Runner) execute(ctx context.Context, runID string, p *engine.Plan, wh engine.Warehouse) (engine.Snapshot, error) {
@@ -111,11 +124,16 @@ func (e *Runner) execute(ctx context.Context, runID string, p *engine.Plan, wh e
 	if cfg.Owner == "" {
 		cfg.Owner = e.IDs.NewID()
 	}
-	if err := e.Log.AcquireLease(ctx, runID, cfg.Owner, cfg.LeaseTTL); err != nil {
+	asked := e.Clock.Now()
+	lease, err := e.Log.AcquireFencedLease(ctx, runID, cfg.Owner, cfg.LeaseTTL)
+	if err != nil {
 		return engine.Snapshot{}, err
 	}
+	r := &execution{e: e, cfg: cfg, p: p, wh: wh, meta: meta, runID: runID, em: engine.NewEmitter(e.Log, e.Clock, e.IDs, meta), redact: e.redactor(p), lease: lease}
+	r.em.SetLease(lease)
+	r.leaseUntil.Store(asked.Add(cfg.LeaseTTL).UnixNano())
 	runCtx, stopRun := context.WithCancel(ctx)
-	leaseLost, beating := e.heartbeat(runCtx, runID, cfg)
+	leaseLost, beating := r.heartbeat(runCtx)
 	defer func() {
 		stopRun()
 		<-beating // no renewal may land after the release
@@ -126,7 +144,6 @@ func (e *Runner) execute(ctx context.Context, runID string, p *engine.Plan, wh e
 		_ = e.Log.ReleaseLease(rctx, runID, cfg.Owner)
 	}()
 
-	r := &execution{e: e, cfg: cfg, p: p, wh: wh, meta: meta, runID: runID, em: engine.NewEmitter(e.Log, e.Clock, e.IDs, meta), redact: e.redactor(p)}
 	if e.Artifacts != nil {
 		r.em.OnClose(e.runResults(runID, p, func(context.Context) ([]engine.RunEventRecord, error) { return r.log(), nil }))
 	}
@@ -156,21 +173,34 @@ func (e *Runner) execute(ctx context.Context, runID string, p *engine.Plan, wh e
 }
 
 // heartbeat renews the lease every third of its TTL until ctx ends. lost
-// closes when another owner took the lease: the run must stop. A renewal
-// that fails for another reason is retried at the next beat. done closes
-// when the heartbeat stopped.
-func (e *Runner) heartbeat(ctx context.Context, runID string, cfg Config) (lost, done <-chan struct{}) {
+// closes when the lease passed to another owner (LEASE_HELD, or a renewal
+// that came back with another fence): the run must stop. A renewal that
+// fails for another reason is retried at the next beat; if renewals keep
+// failing, leaseUntil passes and the runner fences itself (leaseValid).
+// done closes when the heartbeat stopped.
+func (r *execution) heartbeat(ctx context.Context) (lost, done <-chan struct{}) {
 	lostc, donec := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(donec)
-		t := time.NewTicker(max(cfg.LeaseTTL/3, time.Millisecond))
+		t := time.NewTicker(max(r.cfg.LeaseTTL/3, time.Millisecond))
 		defer t.Stop()
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				if err := e.Log.AcquireLease(ctx, runID, cfg.Owner, cfg.LeaseTTL); errors.Is(err, engine.ErrLeaseHeld) {
+				if !r.leaseValid() {
+					// Self-fencing: past its own deadline a runner does not
+					// renew back into a lease it may have lost meanwhile.
+					close(lostc)
+					return
+				}
+				asked := r.e.Clock.Now()
+				l, err := r.e.Log.AcquireFencedLease(ctx, r.runID, r.cfg.Owner, r.cfg.LeaseTTL)
+				switch {
+				case err == nil && l.Fence == r.lease.Fence:
+					r.leaseUntil.Store(asked.Add(r.cfg.LeaseTTL).UnixNano())
+				case err == nil, errors.Is(err, engine.ErrLeaseHeld):
 					close(lostc)
 					return
 				}
@@ -178,6 +208,17 @@ func (e *Runner) heartbeat(ctx context.Context, runID string, cfg Config) (lost,
 		}
 	}()
 	return lostc, donec
+}
+
+// leaseValid reports whether this runner's lease is still surely its own:
+// its last successful renewal is younger than the TTL.
+func (r *execution) leaseValid() bool {
+	return r.e.Clock.Now().UnixNano() < r.leaseUntil.Load()
+}
+
+// selfFenced is the error of a runner whose renewals failed past its TTL.
+func (r *execution) selfFenced() error {
+	return engine.Errorf(engine.CodeLeaseLost, "run %s: this runner could not renew its lease for longer than its TTL (%s), so it stopped starting steps; resume the run", r.runID, r.cfg.LeaseTTL)
 }
 
 // rebuild projects the run's log and derives the scheduler's state from it.
@@ -317,7 +358,7 @@ func (r *execution) start(ctx context.Context) error {
 		}
 	case engine.StatusRunning, engine.StatusPaused:
 		if err := ping(); err != nil {
-			return fmt.Errorf("run %s: the warehouse is unusable, the run stays %s (resume it later): %w", r.runID, r.run, err)
+			return engine.Errorf(engine.CodeStoreUnavailable, "run %s: the warehouse is unusable, the run stays %s (resume it later): %w", r.runID, r.run, err)
 		}
 	}
 	ems := make([]engine.Emission, 0, 2*len(r.steps)+3)
@@ -440,15 +481,29 @@ func (r *execution) loop(ctx context.Context, leaseLost <-chan struct{}) error {
 					break more
 				}
 			}
+			for _, o := range outs {
+				if o.stop != nil && r.stopping == nil {
+					r.stopping = o.stop
+				}
+			}
 			if err := r.complete(ctx, outs); err != nil {
 				return err
 			}
+			if r.stopping != nil {
+				return r.stopping
+			}
 		case <-tick.C:
+			if !r.leaseValid() {
+				return r.selfFenced()
+			}
 			if err := r.pollSignals(ctx); err != nil {
 				return err
 			}
 		case <-leaseLost:
-			return engine.Errorf(engine.CodeLeaseHeld, "run %s: another runner took the lease; this runner stopped", r.runID)
+			if !r.leaseValid() {
+				return r.selfFenced()
+			}
+			return engine.Errorf(engine.CodeLeaseLost, "run %s: another runner took the lease; this runner stopped", r.runID)
 		case <-ctx.Done():
 			return fmt.Errorf("run %s interrupted (resume it to carry on): %w", r.runID, ctx.Err())
 		}
@@ -564,11 +619,11 @@ func (r *execution) final() (engine.Emission, bool) {
 // flight already, even while PAUSED), then ready steps (see pickStarts),
 // whose StepStarted events go in one batch.
 func (r *execution) schedule(ctx context.Context) error {
-	for len(r.rerun) > 0 && len(r.inflight) < r.cfg.Threads {
+	for len(r.rerun) > 0 && len(r.inflight) < r.cfg.Threads && r.stopping == nil && r.leaseValid() {
 		i := r.rerun[0]
 		r.rerun = r.rerun[1:]
 		r.engineAtt[i]++
-		r.dispatch(ctx, i)
+		r.dispatch(ctx, i, true)
 	}
 	starts, ems := r.pickStarts(nil)
 	if len(starts) == 0 {
@@ -586,7 +641,7 @@ func (r *execution) schedule(ctx context.Context) error {
 // appends their StepStarted events to ems. The caller emits them, then
 // launches the steps.
 func (r *execution) pickStarts(ems []engine.Emission) ([]int, []engine.Emission) {
-	if r.run != engine.StatusRunning || r.failFast != "" {
+	if r.run != engine.StatusRunning || r.failFast != "" || r.stopping != nil || !r.leaseValid() {
 		return nil, ems
 	}
 	var starts []int
@@ -614,7 +669,7 @@ func (r *execution) launch(ctx context.Context, starts []int) {
 		}
 		r.e.report(Progress{Phase: PhaseStepStarted, RunID: r.runID, Index: r.order[i], Total: len(r.steps), Step: r.steps[i],
 			EngineAttempt: 1, LogicalAttempt: r.logical[i]})
-		r.dispatch(ctx, i)
+		r.dispatch(ctx, i, false)
 	}
 }
 
@@ -639,12 +694,15 @@ func materialized(s engine.PlanStep) string {
 	return s.Materialized
 }
 
-func (r *execution) dispatch(ctx context.Context, i int) {
+// dispatch runs step i in a goroutine; rerun says an earlier runner
+// started it (the log shows it RUNNING), so the warehouse's ledger is asked
+// first whether it committed.
+func (r *execution) dispatch(ctx context.Context, i int, rerun bool) {
 	sctx, cancel := context.WithCancel(ctx)
 	r.inflight[i] = &flight{cancel: cancel, started: r.e.Clock.Now()}
 	logical, engineAttempt := r.logical[i], r.engineAtt[i]
 	go func() {
-		o := r.runStep(ctx, sctx, i, logical, engineAttempt)
+		o := r.runStep(ctx, sctx, i, logical, engineAttempt, rerun)
 		cancel()
 		r.results <- o
 	}()
@@ -693,7 +751,7 @@ func (r *execution) completion(outs []outcome, ems []engine.Emission, reports []
 		if fl != nil {
 			elapsed = now.Sub(fl.started)
 		}
-		pl := stepPayload{StepResult: o.res, DurationMs: elapsed.Milliseconds(), Warning: o.warning, Error: o.err}
+		pl := stepPayload{StepResult: o.res, DurationMs: elapsed.Milliseconds(), Warning: o.warning, Error: o.err, Ledger: ledgerOf(o.res)}
 		p := Progress{Phase: PhaseStepDone, RunID: r.runID, Index: r.order[i], Total: len(r.steps), Step: s, Result: o.res,
 			Err: o.progressErr, EngineAttempt: o.engineAttempt, Elapsed: elapsed, Warning: o.warning, LogicalAttempt: r.logical[i]}
 		if o.err == nil {
@@ -750,6 +808,22 @@ type stepPayload struct {
 	DurationMs int64             `json:"durationMs"`
 	Warning    string            `json:"warning,omitempty"`
 	Error      *engine.ErrorInfo `json:"error,omitempty"`
+	Ledger     *ledgerRef        `json:"ledger,omitempty"`
+}
+
+// ledgerRef says, in a StepCompleted, that the step's work had committed
+// before (found in the warehouse's step ledger) and was not run again.
+type ledgerRef struct {
+	EngineAttempt int       `json:"engineAttempt"`
+	Fence         int64     `json:"fence"`
+	CommittedAt   time.Time `json:"committedAt"`
+}
+
+func ledgerOf(res engine.StepResult) *ledgerRef {
+	if res.Ledger == nil {
+		return nil
+	}
+	return &ledgerRef{EngineAttempt: res.Ledger.EngineAttempt, Fence: res.Ledger.Fence, CommittedAt: res.Ledger.CommittedAt.UTC()}
 }
 
 // redactPayload encodes a step payload without any secret value the run

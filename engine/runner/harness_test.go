@@ -54,6 +54,7 @@ type fakeWarehouse struct {
 	calls   map[string][]engine.StepRequest
 	ctxErrs map[string]error // the step context's error when its script returned
 	pingErr error
+	ledger  map[string]engine.LedgerEntry // by step id: attempts that committed
 }
 
 func newFakeWarehouse() *fakeWarehouse {
@@ -76,6 +77,27 @@ func (w *fakeWarehouse) RunStep(ctx context.Context, req engine.StepRequest) (en
 	w.ctxErrs[req.StepID] = ctx.Err()
 	w.mu.Unlock()
 	return res, err
+}
+
+// LookupStep implements engine.Ledger over the entries a test put there.
+func (w *fakeWarehouse) LookupStep(_ context.Context, runID, stepID string, logical int) (engine.LedgerEntry, bool, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	e, ok := w.ledger[stepID]
+	if !ok || e.RunID != runID || e.LogicalAttempt != logical {
+		return engine.LedgerEntry{}, false, nil
+	}
+	e.Result.Ledger = &e
+	return e, true, nil
+}
+
+func (w *fakeWarehouse) commit(e engine.LedgerEntry) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.ledger == nil {
+		w.ledger = map[string]engine.LedgerEntry{}
+	}
+	w.ledger[e.StepID] = e
 }
 
 func (w *fakeWarehouse) set(step string, s stepScript) {
@@ -120,13 +142,21 @@ type countingLog struct {
 }
 
 func (l *countingLog) AppendAndEnqueue(ctx context.Context, runID string, events []engine.RunEventWrite) (engine.AppendResult, error) {
+	return l.append(events, func() (engine.AppendResult, error) { return l.Store.AppendAndEnqueue(ctx, runID, events) })
+}
+
+func (l *countingLog) AppendFenced(ctx context.Context, lease engine.Lease, events []engine.RunEventWrite) (engine.AppendResult, error) {
+	return l.append(events, func() (engine.AppendResult, error) { return l.Store.AppendFenced(ctx, lease, events) })
+}
+
+func (l *countingLog) append(events []engine.RunEventWrite, write func() (engine.AppendResult, error)) (engine.AppendResult, error) {
 	if n := l.downAt.Load(); n > 0 && int64(l.appends()) >= n {
 		l.down.Store(true)
 	}
 	if f := l.refuse.Load(); l.down.Load() || (f != nil && (*f)(events)) {
 		return engine.AppendResult{}, engine.Errorf(engine.CodeStoreUnavailable, "state store went away")
 	}
-	res, err := l.Store.AppendAndEnqueue(ctx, runID, events)
+	res, err := write()
 	if err == nil {
 		l.mu.Lock()
 		l.batches = append(l.batches, events)

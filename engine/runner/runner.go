@@ -17,10 +17,11 @@ type Log interface {
 	engine.EventReader
 	engine.AlertRecorder
 	engine.EventAppender
+	engine.FencedAppender
 	GetRun(ctx context.Context, runID string) (engine.RunMetadata, error)
 	SetProviderRunRef(ctx context.Context, runID, ref string) error
 	ListSignals(ctx context.Context, runID string, afterSeq int64) ([]engine.Signal, error)
-	AcquireLease(ctx context.Context, runID, owner string, ttl time.Duration) error
+	AcquireFencedLease(ctx context.Context, runID, owner string, ttl time.Duration) (engine.Lease, error)
 	ReleaseLease(ctx context.Context, runID, owner string) error
 }
 

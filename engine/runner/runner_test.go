@@ -360,6 +360,7 @@ func TestPauseDrainsAndResumes(t *testing.T) {
 	h := newHarness(t)
 	h.rn.Config.Threads = 1
 	h.rn.Config.DrainTimeout = time.Minute
+	h.rn.Config.LeaseTTL = time.Hour // the clock jumps past DrainTimeout, not past the lease
 	p := chain([]string{"a", "b"}, nil)
 	started := make(chan string, 1)
 	release := make(chan struct{})
@@ -704,8 +705,8 @@ func TestLeaseLostStopsTheRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	res := h.wait(done)
-	if !errors.Is(res.err, engine.ErrLeaseHeld) {
-		t.Fatalf("Execute returned %v, want LEASE_HELD", res.err)
+	if !errors.Is(res.err, engine.ErrLeaseLost) {
+		t.Fatalf("Execute returned %v, want LEASE_LOST", res.err)
 	}
 	if !errors.Is(h.wh.ctxErr("long"), context.Canceled) {
 		t.Errorf("the running step's context ended with %v", h.wh.ctxErr("long"))

@@ -21,8 +21,14 @@ type queryTag struct {
 
 // runStep executes step i on the warehouse, retrying transient errors as
 // new engine attempts, within the step's timeout. runCtx is the run's
-// context, sctx the step's own (cancelled by a CANCEL signal).
-func (r *execution) runStep(runCtx, sctx context.Context, i, logical, engineAttempt int) outcome {
+// context, sctx the step's own (cancelled by a CANCEL signal). A rerun
+// step (RUNNING in the log) whose logical attempt the warehouse's ledger
+// shows committed completes with the recorded result and does not run.
+//
+// The run stops, leaving the step RUNNING for resume, when the lease is
+// lost (the warehouse saw a newer fence, or renewals failed past the TTL)
+// or the warehouse stays unavailable.
+func (r *execution) runStep(runCtx, sctx context.Context, i, logical, engineAttempt int, rerun bool) outcome {
 	s := r.steps[i]
 	o := outcome{i: i, engineAttempt: engineAttempt}
 	fail := func(code engine.Code, msg string, retryable bool, cause error) outcome {
@@ -35,8 +41,15 @@ func (r *execution) runStep(runCtx, sctx context.Context, i, logical, engineAtte
 		o.progressErr = e
 		return o
 	}
+	if l, ok := r.wh.(engine.Ledger); ok && rerun {
+		if e, found, err := l.LookupStep(sctx, r.runID, s.ID, logical); err == nil && found {
+			o.res = e.Result
+			return o
+		} // an error: RunStep checks the ledger again in its transaction
+	}
 	req := engine.StepRequest{RunID: r.runID, StepID: s.ID, Kind: s.Kind, Relation: s.Relation(), Materialized: materialized(s),
-		UniqueKey: s.UniqueKey, IncrementalFilter: s.IncrementalFilter, FullRefresh: r.fullRefresh}
+		UniqueKey: s.UniqueKey, IncrementalFilter: s.IncrementalFilter, FullRefresh: r.fullRefresh,
+		LogicalAttempt: logical, Fence: r.lease.Fence}
 	switch s.Kind {
 	case engine.KindSeed:
 		req.SeedPath = r.p.FilePath(s.Path) // as LoadBundle read and hashed it
@@ -70,6 +83,10 @@ func (r *execution) runStep(runCtx, sctx context.Context, i, logical, engineAtte
 	for retries := 0; ; retries++ {
 		tag, _ := json.Marshal(queryTag{RunID: r.runID, StepID: s.ID, LogicalAttempt: logical, EngineAttempt: o.engineAttempt})
 		req.QueryTag = string(tag)
+		req.EngineAttempt = o.engineAttempt
+		if !r.leaseValid() {
+			return outcome{i: i, aborted: true, stop: r.selfFenced()}
+		}
 		res, err := r.wh.RunStep(ctx, req)
 		o.res = res
 		if err == nil && ctx.Err() == nil {
@@ -86,7 +103,16 @@ func (r *execution) runStep(runCtx, sctx context.Context, i, logical, engineAtte
 			out.i = i
 			return out
 		}
+		if engine.CodeOf(err) == engine.CodeLeaseLost {
+			return outcome{i: i, aborted: true, stop: engine.Errorf(engine.CodeLeaseLost, "%s", r.redact.Redact(errMessage(err)))}
+		}
 		if !engine.IsTransient(err) || maxRetries < 0 || retries >= maxRetries {
+			if engine.CodeOf(err) == engine.CodeStoreUnavailable {
+				// The warehouse, not the step, failed: stop the run and keep
+				// it resumable rather than fail the step.
+				return outcome{i: i, aborted: true, stop: engine.Errorf(engine.CodeStoreUnavailable,
+					"run %s stopped, resumable once the warehouse is back: %s", r.runID, r.redact.Redact(errMessage(err)))}
+			}
 			code := engine.CodeOf(err)
 			if code == "" {
 				code = engine.CodeStepFailed

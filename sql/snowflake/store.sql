@@ -79,19 +79,17 @@ DECLARE
   seq_ok INTEGER DEFAULT 0;
   stored_all INTEGER DEFAULT 0;
   stored_new INTEGER DEFAULT 0;
+  fence_ok INTEGER DEFAULT 0;
   outcome VARCHAR DEFAULT 'STALE';
   res RESULTSET;
 BEGIN
   BEGIN TRANSACTION;
   -- Writing the run's sequence row first serialises the writers of a run.
   UPDATE dvt_run_seq SET next_seq = next_seq WHERE run_id = HEX_DECODE_STRING(/*:run_id*/);
-  -- Lease fence (issue 8) belongs here, under the lock and before anything
-  -- is decided: IF (<the caller's fence token is stale>) THEN RAISE
-  -- lease_lost; END IF; with lease_lost declared above as an EXCEPTION the
-  -- client maps to LEASE_LOST. The handler below rolls back, nothing is
-  -- written.
   -- One statement for the whole decision: each statement of a block is a
-  -- query job of its own in Snowflake.
+  -- query job of its own in Snowflake. fence_ok is the lease fence (issue
+  -- 8): a fenced append (fenced = 1) writes only while the run's lease still
+  -- has the caller's owner and fence, else the outcome is LEASE_LOST.
   SELECT COUNT(*),
          COALESCE(SUM(CASE WHEN next_seq = /*:expected_seq*/ THEN 1 ELSE 0 END), 0),
          (SELECT COUNT(DISTINCT idempotency_key) FROM dvt_run_events
@@ -99,11 +97,16 @@ BEGIN
             AND idempotency_key IN (SELECT HEX_DECODE_STRING(k.key_hex) FROM (VALUES /*:keys*/) AS k (key_hex))),
          (SELECT COUNT(*) FROM dvt_run_events
           WHERE run_id = HEX_DECODE_STRING(/*:run_id*/)
-            AND idempotency_key IN (SELECT HEX_DECODE_STRING(k.key_hex) FROM (VALUES /*:new_keys*/) AS k (key_hex)))
-    INTO :run_rows, :seq_ok, :stored_all, :stored_new
+            AND idempotency_key IN (SELECT HEX_DECODE_STRING(k.key_hex) FROM (VALUES /*:new_keys*/) AS k (key_hex))),
+         (SELECT COUNT(*) FROM dvt_leases
+          WHERE run_id = HEX_DECODE_STRING(/*:run_id*/) AND owner = HEX_DECODE_STRING(/*:lease_owner*/)
+            AND owner <> '' AND fence = /*:lease_fence*/)
+    INTO :run_rows, :seq_ok, :stored_all, :stored_new, :fence_ok
     FROM dvt_run_seq WHERE run_id = HEX_DECODE_STRING(/*:run_id*/);
   IF (run_rows = 0) THEN
     outcome := 'NOT_FOUND';
+  ELSEIF (/*:fenced*/ = 1 AND fence_ok = 0) THEN
+    outcome := 'LEASE_LOST';
   ELSEIF (stored_all = /*:nkeys*/) THEN
     outcome := 'DUPLICATE';
   ELSEIF (seq_ok = 1 AND stored_new = 0) THEN
@@ -383,24 +386,36 @@ SELECT run_id, signal_seq, signal_id, signal_type, COALESCE(step_id, ''), COALES
 FROM dvt_signals WHERE run_id = ? AND signal_seq > ? ORDER BY signal_seq;
 
 -- name: put_lease
--- One MERGE decides and writes: the lease is taken when it is free, expired
--- or already the caller's. Zero rows changed means someone else holds it.
+-- Written in the lease's transaction, after get_fenced_lease decided under the
+-- run's lock (lock_run) that the caller may take or renew it.
 MERGE INTO dvt_leases t
 USING (
-    SELECT CAST(? AS VARCHAR) AS run_id, CAST(? AS VARCHAR) AS owner,
-           CAST(? AS TIMESTAMP_TZ(9)) AS now_at, CAST(? AS TIMESTAMP_TZ(9)) AS expires_at
+    SELECT HEX_DECODE_STRING(/*:run_id*/) AS run_id, HEX_DECODE_STRING(/*:owner*/) AS owner,
+           CAST(HEX_DECODE_STRING(/*:now_at*/) AS TIMESTAMP_TZ(9)) AS now_at,
+           CAST(HEX_DECODE_STRING(/*:expires_at*/) AS TIMESTAMP_TZ(9)) AS expires_at,
+           /*:fence*/ AS fence
 ) s
 ON t.run_id = s.run_id
-WHEN MATCHED AND (t.owner = s.owner OR t.expires_at <= s.now_at) THEN
-    UPDATE SET owner = s.owner, acquired_at = s.now_at, expires_at = s.expires_at
-WHEN NOT MATCHED THEN INSERT (run_id, owner, acquired_at, expires_at)
-    VALUES (s.run_id, s.owner, s.now_at, s.expires_at);
+WHEN MATCHED THEN
+    UPDATE SET owner = s.owner, acquired_at = s.now_at, expires_at = s.expires_at, fence = s.fence
+WHEN NOT MATCHED THEN INSERT (run_id, owner, acquired_at, expires_at, fence)
+    VALUES (s.run_id, s.owner, s.now_at, s.expires_at, s.fence);
 
 -- name: get_lease
-SELECT owner, expires_at FROM dvt_leases WHERE run_id = ?;
+-- A released lease keeps its row (owner '') for its fence: it reads as none.
+SELECT owner, expires_at FROM dvt_leases WHERE run_id = ? AND owner <> '';
+
+-- name: get_fenced_lease
+SELECT owner, expires_at, fence FROM dvt_leases WHERE run_id = ?;
 
 -- name: release_lease
-DELETE FROM dvt_leases WHERE run_id = ? AND owner = ?;
+-- The row stays, ownerless and expired, so the fence keeps growing.
+UPDATE dvt_leases SET owner = '', expires_at = acquired_at WHERE run_id = ? AND owner = ?;
+
+-- name: db_now
+-- The database's clock: lease expiry is decided by it, not by the clocks
+-- of the runners' machines.
+SELECT CURRENT_TIMESTAMP();
 
 -- name: count_outbox
 SELECT COUNT(*) FROM dvt_outbox WHERE run_id = ?;

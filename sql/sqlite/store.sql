@@ -124,15 +124,24 @@ SELECT run_id, signal_seq, signal_id, signal_type, COALESCE(step_id, ''), COALES
 FROM dvt_signals WHERE run_id = ? AND signal_seq > ? ORDER BY signal_seq;
 
 -- name: get_lease
-SELECT owner, expires_at FROM dvt_leases WHERE run_id = ?;
+-- A released lease keeps its row (owner '') for its fence: it reads as none.
+SELECT owner, expires_at FROM dvt_leases WHERE run_id = ? AND owner <> '';
+
+-- name: get_fenced_lease
+SELECT owner, expires_at, fence FROM dvt_leases WHERE run_id = ?;
 
 -- name: put_lease
-INSERT INTO dvt_leases (run_id, owner, acquired_at, expires_at) VALUES (?, ?, ?, ?)
+INSERT INTO dvt_leases (run_id, owner, acquired_at, expires_at, fence) VALUES (?, ?, ?, ?, ?)
 ON CONFLICT (run_id) DO UPDATE SET owner = excluded.owner, acquired_at = excluded.acquired_at,
-                                   expires_at = excluded.expires_at;
+                                   expires_at = excluded.expires_at, fence = excluded.fence;
 
 -- name: release_lease
-DELETE FROM dvt_leases WHERE run_id = ? AND owner = ?;
+-- The row stays, ownerless and expired, so the fence keeps growing.
+UPDATE dvt_leases SET owner = '', expires_at = acquired_at WHERE run_id = ? AND owner = ?;
+
+-- name: lease_fence
+-- The append's fence check, under the write lock.
+SELECT owner, fence FROM dvt_leases WHERE run_id = ?;
 
 -- name: count_outbox
 SELECT COUNT(*) FROM dvt_outbox WHERE run_id = ?;

@@ -136,6 +136,7 @@ const (
 	outcomeDuplicate = "DUPLICATE"
 	outcomeStale     = "STALE"
 	outcomeNotFound  = "NOT_FOUND"
+	outcomeLeaseLost = "LEASE_LOST" // a fenced append whose lease is no longer the run's
 )
 
 // maxStaleRounds bounds how often one append re-plans after STALE answers
@@ -230,6 +231,17 @@ func checkApplied(runID string, res engine.AppendResult, ans appendState) error 
 // AppendAndEnqueue implements store.Store with one append block per
 // request; see append_block in store.sql.
 func (s *Store) AppendAndEnqueue(ctx context.Context, runID string, events []engine.RunEventWrite) (engine.AppendResult, error) {
+	return s.append(ctx, runID, nil, events)
+}
+
+// AppendFenced implements store.Store: AppendAndEnqueue whose append block
+// also checks, under the run's lock, that lease is still the run's lease
+// (outcome LEASE_LOST otherwise, nothing written).
+func (s *Store) AppendFenced(ctx context.Context, lease engine.Lease, events []engine.RunEventWrite) (engine.AppendResult, error) {
+	return s.append(ctx, lease.RunID, &lease, events)
+}
+
+func (s *Store) append(ctx context.Context, runID string, lease *engine.Lease, events []engine.RunEventWrite) (engine.AppendResult, error) {
 	if len(events) == 0 {
 		return engine.AppendResult{}, nil
 	}
@@ -251,7 +263,7 @@ func (s *Store) AppendAndEnqueue(ctx context.Context, runID string, events []eng
 	var res engine.AppendResult
 	err := s.withRetry(ctx, func() error {
 		var err error
-		res, err = s.appendOnce(ctx, runID, events, keys)
+		res, err = s.appendOnce(ctx, runID, lease, events, keys)
 		if err != nil && engine.IsTransient(err) {
 			// The block may have committed before its answer was lost: the
 			// next attempt cannot trust the cache, and finds the events
@@ -269,7 +281,7 @@ func (s *Store) AppendAndEnqueue(ctx context.Context, runID string, events []eng
 // appendOnce sends append blocks until one is APPLIED or answered as
 // DUPLICATE: the first is planned from the cached run state (or, with none,
 // only probes), each STALE answer brings the state to plan from again.
-func (s *Store) appendOnce(ctx context.Context, runID string, events []engine.RunEventWrite, keys []string) (engine.AppendResult, error) {
+func (s *Store) appendOnce(ctx context.Context, runID string, lease *engine.Lease, events []engine.RunEventWrite, keys []string) (engine.AppendResult, error) {
 	var st appendState
 	c, known := s.cached(runID)
 	if known {
@@ -303,10 +315,15 @@ func (s *Store) appendOnce(ctx context.Context, runID string, events []engine.Ru
 		for _, r := range res.Appended {
 			newKeys = append(newKeys, r.IdempotencyKey)
 		}
-		block, err := render(s.q["append_block"], map[string]string{
+		vals := map[string]string{
 			"run_id": hexLit(runID), "expected_seq": intLit(expected), "nkeys": intLit(int64(len(keys))),
 			"keys": hexRows(keys), "new_keys": hexRows(newKeys),
-		}, nil)
+			"fenced": "0", "lease_owner": hexLit(""), "lease_fence": "0",
+		}
+		if lease != nil {
+			vals["fenced"], vals["lease_owner"], vals["lease_fence"] = "1", hexLit(lease.Owner), intLit(lease.Fence)
+		}
+		block, err := render(s.q["append_block"], vals, nil)
 		if err != nil {
 			return engine.AppendResult{}, err
 		}
@@ -319,6 +336,9 @@ func (s *Store) appendOnce(ctx context.Context, runID string, events []engine.Ru
 		case outcomeNotFound:
 			s.forget(runID)
 			return engine.AppendResult{}, engine.Errorf(engine.CodeRunNotFound, "run %s does not exist (bootstrap it first); nothing was written", runID)
+		case outcomeLeaseLost:
+			return engine.AppendResult{}, engine.Errorf(engine.CodeLeaseLost,
+				"run %s: %s no longer holds the lease with fence %d (taken over or released); nothing was written", runID, lease.Owner, lease.Fence)
 		case outcomeApplied:
 			if err := checkApplied(runID, res, ans); err != nil {
 				s.forget(runID)

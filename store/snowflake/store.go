@@ -33,7 +33,9 @@ import (
 // Options configures a Store.
 type Options struct {
 	// Now is the append authority's clock (persistedAt, created_at, lease
-	// times); default time.Now.
+	// times); default time.Now. When it is not set, lease expiry is decided
+	// by the database's clock (CURRENT_TIMESTAMP), the one clock that every
+	// runner of a run shares.
 	Now func() time.Time
 	// DisableTransitionChecks turns off Layer 2 (append-time transition
 	// validation). Step and run state is maintained either way.
@@ -59,6 +61,7 @@ type Store struct {
 	q       map[string]string
 	where   string   // the redacted DSN, for messages
 	secrets []string // credential values scrubbed from error messages
+	dbClock bool     // leases expire by the database's clock (no Options.Now)
 
 	cacheMu sync.Mutex
 	cache   map[string]cachedRun // runs this Store appended to, by run id (append.go)
@@ -71,6 +74,7 @@ type Store struct {
 // applies pending migrations (once, even when several processes open the
 // store at the same moment).
 func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
+	dbClock := opts.Now == nil
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
@@ -97,6 +101,7 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	s := &Store{
 		db:      sql.OpenDB(gosnowflake.NewConnector(gosnowflake.SnowflakeDriver{}, *cfg)),
 		opts:    opts,
+		dbClock: dbClock,
 		q:       q,
 		where:   RedactDSN(dsn),
 		secrets: append(secretsOfDSN(dsn), secretsOfConfig(cfg)...),
@@ -467,29 +472,62 @@ func (s *Store) ListSignals(ctx context.Context, runID string, afterSeq int64) (
 	return out, s.classify("list signals", rows.Err())
 }
 
-// AcquireLease implements store.Store with one MERGE that takes the lease
-// only when it is free, expired or the caller's.
+// AcquireLease implements store.Store.
 func (s *Store) AcquireLease(ctx context.Context, runID, owner string, ttl time.Duration) error {
+	_, err := s.AcquireFencedLease(ctx, runID, owner, ttl)
+	return err
+}
+
+// AcquireFencedLease implements store.Store. The lease is read and written
+// under the run's lock (lock_run, the lock every append takes first), so a
+// takeover and a stale runner's append are serialised: the append either
+// committed before the takeover (and the new owner reads it) or sees the
+// new fence and writes nothing.
+func (s *Store) AcquireFencedLease(ctx context.Context, runID, owner string, ttl time.Duration) (engine.Lease, error) {
 	if owner == "" {
-		return engine.Errorf(engine.CodeInvalidArgument, "a lease needs an owner")
+		return engine.Lease{}, engine.Errorf(engine.CodeInvalidArgument, "a lease needs an owner")
 	}
-	return s.withRetry(ctx, func() error {
-		now := s.now()
-		res, err := s.db.ExecContext(ctx, s.q["put_lease"], runID, owner, tsText(now), tsText(now.Add(ttl)))
-		if err != nil {
-			return s.classify("acquire lease", err)
-		}
-		if n, _ := res.RowsAffected(); n > 0 {
-			return nil
-		}
-		var holder string
-		var exp time.Time
-		err = s.db.QueryRowContext(ctx, s.q["get_lease"], runID).Scan(&holder, &exp)
+	lock, err := render(s.q["lock_run"], map[string]string{"run_id": hexLit(runID)}, nil)
+	if err != nil {
+		return engine.Lease{}, err
+	}
+	var out engine.Lease
+	err = s.lockedTx(ctx, lock, func(c *sql.Conn) (script, error) {
+		var holder sql.NullString
+		var exp sql.NullTime
+		var fence sql.NullInt64
+		err := c.QueryRowContext(ctx, s.q["get_fenced_lease"], runID).Scan(&holder, &exp, &fence)
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
-			return s.classify("read lease", err)
+			return nil, s.classify("read lease", err)
 		}
-		return engine.Errorf(engine.CodeLeaseHeld, "run %s is owned by %s until %s", runID, holder, exp.UTC().Format(time.RFC3339))
+		now := s.now()
+		if s.dbClock {
+			if err := c.QueryRowContext(ctx, s.q["db_now"]).Scan(&now); err != nil {
+				return nil, s.classify("read the database clock", err)
+			}
+			now = now.UTC()
+		}
+		if holder.String != owner && exp.Valid && exp.Time.After(now) {
+			return nil, engine.Errorf(engine.CodeLeaseHeld, "run %s is owned by %s until %s", runID, holder.String, exp.Time.UTC().Format(time.RFC3339))
+		}
+		f := fence.Int64
+		if holder.String != owner {
+			f++ // a new owner: every earlier owner's writes are now stale
+		}
+		out = engine.Lease{RunID: runID, Owner: owner, Fence: f, ExpiresAt: now.Add(ttl)}
+		put, err := render(s.q["put_lease"], map[string]string{
+			"run_id": hexLit(runID), "owner": hexLit(owner), "now_at": hexLit(tsText(now)),
+			"expires_at": hexLit(tsText(out.ExpiresAt)), "fence": intLit(f),
+		}, nil)
+		if err != nil {
+			return nil, err
+		}
+		return script{put}, nil
 	})
+	if err != nil {
+		return engine.Lease{}, err
+	}
+	return out, nil
 }
 
 // ReleaseLease implements store.Store.

@@ -3,11 +3,14 @@ package snowflake
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
+	"unicode"
 
 	"github.com/snowflakedb/gosnowflake"
 
@@ -34,6 +37,7 @@ type Warehouse struct {
 	db      *sql.DB
 	where   string
 	secrets []string
+	q       map[string]string // sql/snowflake/warehouse.sql
 }
 
 // OpenWarehouse connects with a gosnowflake DSN (see ConfigFromDSN).
@@ -42,14 +46,25 @@ func OpenWarehouse(ctx context.Context, dsn string) (*Warehouse, error) {
 	if err != nil {
 		return nil, err
 	}
+	q, err := warehouseQueries()
+	if err != nil {
+		return nil, err
+	}
 	w := &Warehouse{
 		db:      sql.OpenDB(gosnowflake.NewConnector(gosnowflake.SnowflakeDriver{}, *cfg)),
 		where:   RedactDSN(dsn),
 		secrets: append(secretsOfDSN(dsn), secretsOfConfig(cfg)...),
+		q:       q,
 	}
 	if err := w.Ping(ctx); err != nil {
 		w.db.Close()
 		return nil, err
+	}
+	for _, name := range []string{"create_step_ledger", "create_run_fences"} {
+		if _, err := w.db.ExecContext(ctx, q[name]); err != nil {
+			w.db.Close()
+			return nil, w.classify(ctx, "", err)
+		}
 	}
 	return w, nil
 }
@@ -74,7 +89,14 @@ type stepRun struct {
 	w    *Warehouse
 	ctx  context.Context
 	ids  []string
-	conn *sql.Conn
+	conn sqlConn // the step's session, or its transaction
+}
+
+// sqlConn is what a step's statements run on: *sql.Conn or *sql.Tx.
+type sqlConn interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
 // statement context: the step's query tag, and a fresh channel the driver
@@ -132,11 +154,13 @@ func (w *Warehouse) RunStep(ctx context.Context, req engine.StepRequest) (engine
 	case engine.KindTest:
 		res, err = r.test(req)
 	case engine.KindSQL:
-		res, err = r.sql(req)
+		res, err = r.sql(req, conn)
 	default:
 		err = engine.Errorf(engine.CodeInvalidArgument, "step %s: unknown kind %q (want seed, model, test or sql)", req.StepID, req.Kind)
 	}
-	res.QueryIDs = r.ids
+	if res.Ledger == nil { // a recorded result keeps the query ids of its commit
+		res.QueryIDs = r.ids
+	}
 	if err != nil {
 		// The ids of what ran before the failure come back with the error,
 		// for the StepFailed payload.
@@ -316,7 +340,7 @@ func (r *stepRun) test(req engine.StepRequest) (engine.StepResult, error) {
 	return engine.StepResult{Failures: n}, nil
 }
 
-func (r *stepRun) sql(req engine.StepRequest) (engine.StepResult, error) {
+func (r *stepRun) sql(req engine.StepRequest, conn *sql.Conn) (engine.StepResult, error) {
 	stmts := splitStatements(req.SQL)
 	if len(stmts) == 0 {
 		return engine.StepResult{}, engine.Errorf(engine.CodePlanInvalid, "sql step %s: SQL is empty", req.StepID)
@@ -324,17 +348,145 @@ func (r *stepRun) sql(req engine.StepRequest) (engine.StepResult, error) {
 	if len(stmts) > 1 && len(req.Params) > 0 {
 		return engine.StepResult{}, engine.Errorf(engine.CodePlanInvalid, "sql step %s: parameters need a single statement (Snowflake cannot bind in multi-statement requests)", req.StepID)
 	}
-	var total int64
-	for _, st := range stmts {
-		res, err := r.exec(st, req.Params...)
-		if err != nil {
+	run := func() (engine.StepResult, error) {
+		var total int64
+		for _, st := range stmts {
+			res, err := r.exec(st, req.Params...)
+			if err != nil {
+				return engine.StepResult{}, err
+			}
+			if n, err := res.RowsAffected(); err == nil {
+				total += n
+			}
+		}
+		// The ids go into the ledger row with the result.
+		return engine.StepResult{RowsAffected: total, QueryIDs: slices.Clone(r.ids)}, nil
+	}
+	if !dmlOnly(stmts) {
+		// DDL commits an open transaction in Snowflake, so a step with DDL
+		// cannot join the ledger's: it runs as before, at least once.
+		return run()
+	}
+	return r.ledgered(req, conn, run)
+}
+
+// ledgered runs DML work (run's statements go through r) in the step
+// ledger's transaction on conn (Warehouse.ledgered), or on its own when
+// req names no logical attempt.
+func (r *stepRun) ledgered(req engine.StepRequest, conn *sql.Conn, run func() (engine.StepResult, error)) (engine.StepResult, error) {
+	if req.RunID == "" || req.LogicalAttempt <= 0 {
+		return run()
+	}
+	return r.w.ledgered(r.ctx, conn, req, func(tx *sql.Tx) (engine.StepResult, error) {
+		r.conn = tx
+		defer func() { r.conn = conn }()
+		return run()
+	})
+}
+
+// ledgered runs work in one explicit transaction with the step's ledger
+// row (see sql/snowflake/warehouse.sql): the run's fence is claimed first,
+// which also serialises the ledgered steps; an attempt whose row exists
+// comes back with its recorded result and is not run again; otherwise the
+// work and a conditional insert of the row commit together.
+func (w *Warehouse) ledgered(ctx context.Context, conn *sql.Conn, req engine.StepRequest, work func(tx *sql.Tx) (engine.StepResult, error)) (engine.StepResult, error) {
+	if _, err := conn.ExecContext(ctx, w.q["ensure_fence_row"], req.RunID, req.RunID); err != nil {
+		return engine.StepResult{}, err
+	}
+	tx, err := conn.BeginTx(ctx, nil)
+	if err != nil {
+		return engine.StepResult{}, err
+	}
+	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
+	claim, err := tx.ExecContext(ctx, w.q["claim_fence"], req.Fence, req.RunID, req.Fence)
+	if err != nil {
+		return engine.StepResult{}, err
+	}
+	if n, _ := claim.RowsAffected(); n == 0 {
+		return engine.StepResult{}, engine.Errorf(engine.CodeLeaseLost, "step %s: run %s has committed work under a newer lease than this runner's (fence %d); nothing was written", req.StepID, req.RunID, req.Fence)
+	}
+	if e, ok, err := w.lookup(ctx, tx, req.RunID, req.StepID, req.LogicalAttempt); err != nil || ok {
+		return e.Result, err
+	}
+	res, err := work(tx)
+	if err != nil {
+		return res, err
+	}
+	b, err := json.Marshal(res)
+	if err != nil {
+		return engine.StepResult{}, err
+	}
+	ins, err := tx.ExecContext(ctx, w.q["insert_ledger"], req.RunID, req.StepID, req.LogicalAttempt, req.EngineAttempt, req.Fence, string(b))
+	if err != nil {
+		return engine.StepResult{}, err
+	}
+	if n, _ := ins.RowsAffected(); n == 0 {
+		// Committed by another runner in between: roll this work back.
+		if err := tx.Rollback(); err != nil {
 			return engine.StepResult{}, err
 		}
-		if n, err := res.RowsAffected(); err == nil {
-			total += n
+		e, ok, err := w.lookup(ctx, conn, req.RunID, req.StepID, req.LogicalAttempt)
+		if err == nil && !ok {
+			err = engine.Errorf(engine.CodeStoreCorrupt, "step %s: the ledger refused attempt %d but holds no row for it", req.StepID, req.LogicalAttempt)
+		}
+		return e.Result, err
+	}
+	if err := tx.Commit(); err != nil {
+		return engine.StepResult{}, err
+	}
+	return res, nil
+}
+
+// LookupStep implements engine.Ledger.
+func (w *Warehouse) LookupStep(ctx context.Context, runID, stepID string, logicalAttempt int) (engine.LedgerEntry, bool, error) {
+	e, ok, err := w.lookup(ctx, w.db, runID, stepID, logicalAttempt)
+	if err != nil {
+		return engine.LedgerEntry{}, false, w.classify(ctx, stepID, err)
+	}
+	return e, ok, nil
+}
+
+// lookup reads a step attempt's ledger row; the entry's Result.Ledger
+// points at the entry, marking the result as recorded.
+func (w *Warehouse) lookup(ctx context.Context, q interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}, runID, stepID string, logical int) (engine.LedgerEntry, bool, error) {
+	e := engine.LedgerEntry{RunID: runID, StepID: stepID, LogicalAttempt: logical}
+	var result string
+	err := q.QueryRowContext(ctx, w.q["ledger_entry"], runID, stepID, logical).Scan(&e.EngineAttempt, &e.Fence, &result, &e.CommittedAt)
+	if errors.Is(err, sql.ErrNoRows) {
+		return engine.LedgerEntry{}, false, nil
+	}
+	if err != nil {
+		return engine.LedgerEntry{}, false, err
+	}
+	e, err = engine.DecodeLedgerEntry(e, []byte(result))
+	return e, err == nil, err
+}
+
+// dmlOnly reports whether every statement is DML or a query, which an
+// explicit Snowflake transaction can hold.
+func dmlOnly(stmts []string) bool {
+	for _, st := range stmts {
+		st = strings.TrimLeft(st, " \t\r\n(")
+		for strings.HasPrefix(st, "/*") {
+			end := strings.Index(st, "*/")
+			if end < 0 {
+				return false
+			}
+			st = strings.TrimLeft(st[end+2:], " \t\r\n(")
+		}
+		word := st
+		if i := strings.IndexFunc(st, func(c rune) bool { return !unicode.IsLetter(c) }); i >= 0 {
+			word = st[:i]
+		}
+		switch strings.ToUpper(word) {
+		case "INSERT", "UPDATE", "DELETE", "MERGE", "TRUNCATE", "SELECT", "WITH":
+		default:
+			return false
 		}
 	}
-	return engine.StepResult{RowsAffected: total}, nil
+	return true
 }
 
 // singleStatement trims a body and its trailing semicolons and refuses

@@ -1,6 +1,8 @@
 package snowflake
 
 import (
+	"database/sql"
+	"slices"
 	"strings"
 	"sync"
 
@@ -103,16 +105,24 @@ func (r *stepRun) incremental(req engine.StepRequest, rel, body string) (engine.
 			"\nWHEN MATCHED THEN UPDATE SET " + strings.Join(set, ", ") +
 			"\nWHEN NOT MATCHED THEN INSERT (" + strings.Join(cols, ", ") + ") VALUES (" + strings.Join(src, ", ") + ")"
 	}
-	res, err := r.exec(stmt, req.Params...)
-	if err != nil {
-		return engine.StepResult{}, err
+	merge := func() (engine.StepResult, error) {
+		res, err := r.exec(stmt, req.Params...)
+		if err != nil {
+			return engine.StepResult{}, err
+		}
+		merged, _ := res.RowsAffected()
+		n, err := r.count("SELECT COUNT(*) FROM " + rel)
+		if err != nil {
+			return engine.StepResult{}, err
+		}
+		return engine.StepResult{RowCount: n, RowsAffected: merged, QueryIDs: slices.Clone(r.ids)}, nil
 	}
-	merged, _ := res.RowsAffected()
-	n, err := r.count("SELECT COUNT(*) FROM " + rel)
-	if err != nil {
-		return engine.StepResult{}, err
+	// The MERGE or INSERT is DML: it commits with the step's ledger row, so
+	// a merge that took effect is not merged again on resume (issue 8).
+	if conn, ok := r.conn.(*sql.Conn); ok {
+		return r.ledgered(req, conn, merge)
 	}
-	return engine.StepResult{RowCount: n, RowsAffected: merged}, nil
+	return merge()
 }
 
 // relation returns the type and columns of relation name in the current

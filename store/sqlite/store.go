@@ -306,6 +306,15 @@ func (s *Store) BootstrapRun(ctx context.Context, meta engine.RunMetadata, first
 
 // AppendAndEnqueue implements store.Store.
 func (s *Store) AppendAndEnqueue(ctx context.Context, runID string, events []engine.RunEventWrite) (engine.AppendResult, error) {
+	return s.append(ctx, runID, nil, events)
+}
+
+// AppendFenced implements store.Store.
+func (s *Store) AppendFenced(ctx context.Context, lease engine.Lease, events []engine.RunEventWrite) (engine.AppendResult, error) {
+	return s.append(ctx, lease.RunID, &lease, events)
+}
+
+func (s *Store) append(ctx context.Context, runID string, lease *engine.Lease, events []engine.RunEventWrite) (engine.AppendResult, error) {
 	if len(events) == 0 {
 		return engine.AppendResult{}, nil
 	}
@@ -330,6 +339,11 @@ func (s *Store) AppendAndEnqueue(ctx context.Context, runID string, events []eng
 	}
 	if err != nil {
 		return engine.AppendResult{}, classify(s.path, err)
+	}
+	if lease != nil {
+		if err := s.checkFence(ctx, tx, *lease); err != nil {
+			return engine.AppendResult{}, err
+		}
 	}
 	batch, err := store.FoldBatch(row.metadata(runID), events)
 	if err != nil {
@@ -772,29 +786,61 @@ func scanSignals(rows *sql.Rows, err error) ([]engine.Signal, error) {
 
 // AcquireLease implements store.Store.
 func (s *Store) AcquireLease(ctx context.Context, runID, owner string, ttl time.Duration) error {
+	_, err := s.AcquireFencedLease(ctx, runID, owner, ttl)
+	return err
+}
+
+// AcquireFencedLease implements store.Store: the lease is decided against
+// the store's clock under the database write lock, which every append also
+// holds, so a takeover and a stale runner's append never interleave.
+func (s *Store) AcquireFencedLease(ctx context.Context, runID, owner string, ttl time.Duration) (engine.Lease, error) {
+	if owner == "" {
+		return engine.Lease{}, engine.Errorf(engine.CodeInvalidArgument, "a lease needs an owner")
+	}
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
 	tx, err := s.db.BeginTxx(ctx, nil)
 	if err != nil {
-		return classify(s.path, err)
+		return engine.Lease{}, classify(s.path, err)
 	}
 	defer tx.Rollback()
 	now := s.opts.Now().UTC()
 	var holder, expires string
-	err = tx.QueryRowContext(ctx, s.q["get_lease"], runID).Scan(&holder, &expires)
+	var fence int64
+	err = tx.QueryRowContext(ctx, s.q["get_fenced_lease"], runID).Scan(&holder, &expires, &fence)
 	switch {
 	case err == nil:
 		exp, perr := time.Parse(time.RFC3339Nano, expires)
 		if perr == nil && holder != owner && exp.After(now) {
-			return engine.Errorf(engine.CodeLeaseHeld, "run %s is owned by %s until %s", runID, holder, exp.Format(time.RFC3339))
+			return engine.Lease{}, engine.Errorf(engine.CodeLeaseHeld, "run %s is owned by %s until %s", runID, holder, exp.Format(time.RFC3339))
 		}
 	case !errors.Is(err, sql.ErrNoRows):
+		return engine.Lease{}, classify(s.path, err)
+	}
+	if holder != owner {
+		fence++ // a new owner: every earlier owner's writes are now stale
+	}
+	l := engine.Lease{RunID: runID, Owner: owner, Fence: fence, ExpiresAt: now.Add(ttl)}
+	if _, err := s.exec(ctx, tx, "put_lease", runID, owner, now.Format(engine.TimeFormat), l.ExpiresAt.Format(engine.TimeFormat), fence); err != nil {
+		return engine.Lease{}, classify(s.path, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return engine.Lease{}, classify(s.path, err)
+	}
+	return l, nil
+}
+
+// checkFence refuses an append under tx unless lease is still the run's
+// lease (same owner, same fence). An expired lease that nobody took over
+// still passes: its fence is the newest.
+func (s *Store) checkFence(ctx context.Context, tx *sqlx.Tx, lease engine.Lease) error {
+	var holder string
+	var fence int64
+	err := tx.StmtContext(ctx, s.stmts["lease_fence"]).QueryRowContext(ctx, lease.RunID).Scan(&holder, &fence)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return classify(s.path, err)
 	}
-	if _, err := s.exec(ctx, tx, "put_lease", runID, owner, now.Format(engine.TimeFormat), now.Add(ttl).Format(engine.TimeFormat)); err != nil {
-		return classify(s.path, err)
-	}
-	return classify(s.path, tx.Commit())
+	return store.CheckFence(lease, holder, fence)
 }
 
 // ReleaseLease implements store.Store.

@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -48,8 +49,11 @@ type Warehouse struct {
 }
 
 // warehouseBusyTimeout is how long a write waits for another process's lock
-// before the step fails with a transient error (which the runner retries).
-const warehouseBusyTimeout = 5 * time.Second
+// before the step fails with a transient error (which the runner retries,
+// and past its retries stops the run resumably). Runs that share a
+// warehouse queue behind each other's steps, so the wait is long enough to
+// outlast a competing run's step rather than a single statement.
+const warehouseBusyTimeout = 60 * time.Second
 
 // tmpPrefix names the relation a table is built into before it replaces
 // the old one. Relation names may not start with it.
@@ -155,27 +159,31 @@ func (w *Warehouse) runSeed(ctx context.Context, req engine.StepRequest) (engine
 	for i, c := range seed.Columns {
 		cols[i] = quoteIdent(c) + " " + seed.Types[i]
 	}
-	var n int64
-	err = w.replace(ctx, rel, engine.MaterializedTable, func(tx *sql.Tx, target string) error {
-		if _, err := tx.ExecContext(ctx, "CREATE TABLE "+target+" ("+strings.Join(cols, ", ")+")"); err != nil {
-			return err
-		}
-		ins, err := tx.PrepareContext(ctx, "INSERT INTO "+target+" VALUES ("+placeholders(len(cols))+")")
-		if err != nil {
-			return err
-		}
-		defer ins.Close()
-		for _, row := range seed.Rows {
-			if _, err := ins.ExecContext(ctx, row...); err != nil {
-				return err
-			}
-		}
-		return nil
-	}, &n)
-	if err != nil {
-		return engine.StepResult{}, err
+	return w.write(ctx, req, func(tx *sql.Tx) (engine.StepResult, error) {
+		var n int64
+		err := w.replace(ctx, tx, rel, engine.MaterializedTable, func(target string) error {
+			return insertSeed(ctx, tx, target, cols, seed.Rows)
+		}, &n)
+		return engine.StepResult{RowCount: n, RowsAffected: int64(len(seed.Rows))}, err
+	})
+}
+
+// insertSeed creates table target with cols and inserts rows.
+func insertSeed(ctx context.Context, tx *sql.Tx, target string, cols []string, rows [][]any) error {
+	if _, err := tx.ExecContext(ctx, "CREATE TABLE "+target+" ("+strings.Join(cols, ", ")+")"); err != nil {
+		return err
 	}
-	return engine.StepResult{RowCount: n, RowsAffected: int64(len(seed.Rows))}, nil
+	ins, err := tx.PrepareContext(ctx, "INSERT INTO "+target+" VALUES ("+placeholders(len(cols))+")")
+	if err != nil {
+		return err
+	}
+	defer ins.Close()
+	for _, row := range rows {
+		if _, err := ins.ExecContext(ctx, row...); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (w *Warehouse) runModel(ctx context.Context, req engine.StepRequest) (engine.StepResult, error) {
@@ -191,18 +199,18 @@ func (w *Warehouse) runModel(ctx context.Context, req engine.StepRequest) (engin
 	if mat == "" {
 		mat = engine.MaterializedView
 	}
-	var n int64
+	var build func(tx *sql.Tx, target string) error
 	switch mat {
 	case engine.MaterializedTable:
-		err = w.replace(ctx, rel, mat, func(tx *sql.Tx, target string) error {
+		build = func(tx *sql.Tx, target string) error {
 			_, err := tx.ExecContext(ctx, "CREATE TABLE "+target+" AS\n"+body+"\n", req.Params...)
 			return err
-		}, &n)
+		}
 	case engine.MaterializedView:
 		if len(req.Params) > 0 {
 			return engine.StepResult{}, engine.Errorf(engine.CodePlanInvalid, "model %s: a view cannot take parameters (SQLite stores its text)", req.StepID)
 		}
-		err = w.replace(ctx, rel, mat, func(tx *sql.Tx, target string) error {
+		build = func(tx *sql.Tx, target string) error {
 			if _, err := tx.ExecContext(ctx, "CREATE VIEW "+target+" AS\n"+body+"\n"); err != nil {
 				return err
 			}
@@ -213,33 +221,29 @@ func (w *Warehouse) runModel(ctx context.Context, req engine.StepRequest) (engin
 				return err
 			}
 			return rows.Close()
-		}, nil)
+		}
 	case engine.MaterializedIncremental:
 		return w.runIncremental(ctx, req, rel, body)
 	default:
 		return engine.StepResult{}, engine.Errorf(engine.CodePlanInvalid, "model %s: materialized %q is not table, view or incremental", req.StepID, req.Materialized)
 	}
-	if err != nil {
-		return engine.StepResult{}, err
-	}
-	return engine.StepResult{RowCount: n}, nil
+	return w.write(ctx, req, func(tx *sql.Tx) (engine.StepResult, error) {
+		var n int64
+		count := &n
+		if mat == engine.MaterializedView {
+			count = nil
+		}
+		err := w.replace(ctx, tx, rel, mat, func(target string) error { return build(tx, target) }, count)
+		return engine.StepResult{RowCount: n}, err
+	})
 }
 
-// replace builds relation rel in one transaction. Tables are built under a
+// replace builds relation rel inside tx. Tables are built under a
 // temporary name and renamed into place once the old relation is dropped;
 // a view (which SQLite cannot rename) is dropped and recreated. If build
 // fails, the transaction rolls back and rel is as it was. When count is not
 // nil it receives the new table's row count.
-func (w *Warehouse) replace(ctx context.Context, rel, mat string, build func(tx *sql.Tx, target string) error, count *int64) error {
-	if err := w.acquire(ctx); err != nil {
-		return err
-	}
-	defer w.release()
-	tx, err := w.db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
+func (w *Warehouse) replace(ctx context.Context, tx *sql.Tx, rel, mat string, build func(target string) error, count *int64) error {
 	var old string
 	switch err := tx.QueryRowContext(ctx, w.q["relation_type"], rel).Scan(&old); {
 	case errors.Is(err, sql.ErrNoRows):
@@ -261,7 +265,7 @@ func (w *Warehouse) replace(ctx context.Context, rel, mat string, build func(tx 
 		if err := dropOld(); err != nil {
 			return err
 		}
-		if err := build(tx, quoteIdent(rel)); err != nil {
+		if err := build(quoteIdent(rel)); err != nil {
 			return err
 		}
 	} else {
@@ -269,7 +273,7 @@ func (w *Warehouse) replace(ctx context.Context, rel, mat string, build func(tx 
 		if _, err := tx.ExecContext(ctx, "DROP TABLE IF EXISTS "+tmp); err != nil {
 			return err
 		}
-		if err := build(tx, tmp); err != nil {
+		if err := build(tmp); err != nil {
 			return err
 		}
 		if err := dropOld(); err != nil {
@@ -284,7 +288,7 @@ func (w *Warehouse) replace(ctx context.Context, rel, mat string, build func(tx 
 			}
 		}
 	}
-	return tx.Commit()
+	return nil
 }
 
 func (w *Warehouse) runTest(ctx context.Context, req engine.StepRequest) (engine.StepResult, error) {
@@ -308,6 +312,28 @@ func (w *Warehouse) runSQL(ctx context.Context, req engine.StepRequest) (engine.
 	if stmt := engine.TransactionControl(req.SQL); stmt != "" {
 		return engine.StepResult{}, engine.Errorf(engine.CodePlanInvalid, "sql step %s: %q controls the transaction; the step already runs in one", req.StepID, stmt)
 	}
+	return w.write(ctx, req, func(tx *sql.Tx) (engine.StepResult, error) {
+		var before, after int64
+		if err := tx.QueryRowContext(ctx, w.q["total_changes"]).Scan(&before); err != nil {
+			return engine.StepResult{}, err
+		}
+		if _, err := tx.ExecContext(ctx, req.SQL, req.Params...); err != nil {
+			return engine.StepResult{}, err
+		}
+		if err := tx.QueryRowContext(ctx, w.q["total_changes"]).Scan(&after); err != nil {
+			return engine.StepResult{}, err
+		}
+		return engine.StepResult{RowsAffected: after - before}, nil
+	})
+}
+
+// write runs a step's work in one transaction together with the step's
+// ledger row (when req names a logical attempt): the run's fence is claimed
+// first, so a runner that was taken over gets LEASE_LOST and commits
+// nothing; an attempt whose row exists already comes back with its
+// recorded result and is not run again; otherwise work and ledger row
+// commit together, and the primary key admits one commit per attempt.
+func (w *Warehouse) write(ctx context.Context, req engine.StepRequest, work func(tx *sql.Tx) (engine.StepResult, error)) (engine.StepResult, error) {
 	if err := w.acquire(ctx); err != nil {
 		return engine.StepResult{}, err
 	}
@@ -317,20 +343,78 @@ func (w *Warehouse) runSQL(ctx context.Context, req engine.StepRequest) (engine.
 		return engine.StepResult{}, err
 	}
 	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
-	var before, after int64
-	if err := tx.QueryRowContext(ctx, w.q["total_changes"]).Scan(&before); err != nil {
+	ledger := req.RunID != "" && req.LogicalAttempt > 0
+	if ledger {
+		// The ledger's tables are created by the first step that needs
+		// them, in its own transaction: opening a warehouse writes nothing,
+		// so it never waits for another process's write lock.
+		for _, name := range []string{"create_step_ledger", "create_run_fences"} {
+			if _, err := tx.ExecContext(ctx, w.q[name]); err != nil {
+				return engine.StepResult{}, err
+			}
+		}
+		claim, err := tx.ExecContext(ctx, w.q["claim_fence"], req.RunID, req.Fence)
+		if err != nil {
+			return engine.StepResult{}, err
+		}
+		if n, _ := claim.RowsAffected(); n == 0 {
+			return engine.StepResult{}, engine.Errorf(engine.CodeLeaseLost, "step %s: run %s has committed work under a newer lease than this runner's (fence %d); nothing was written", req.StepID, req.RunID, req.Fence)
+		}
+		if e, ok, err := lookupLedger(ctx, tx, w.q["ledger_entry"], req.RunID, req.StepID, req.LogicalAttempt); err != nil || ok {
+			return e.Result, err
+		}
+	}
+	res, err := work(tx)
+	if err != nil {
 		return engine.StepResult{}, err
 	}
-	if _, err := tx.ExecContext(ctx, req.SQL, req.Params...); err != nil {
-		return engine.StepResult{}, err
-	}
-	if err := tx.QueryRowContext(ctx, w.q["total_changes"]).Scan(&after); err != nil {
-		return engine.StepResult{}, err
+	if ledger {
+		b, err := json.Marshal(res)
+		if err != nil {
+			return engine.StepResult{}, err
+		}
+		if _, err := tx.ExecContext(ctx, w.q["insert_ledger"], req.RunID, req.StepID, req.LogicalAttempt, req.EngineAttempt, req.Fence, string(b)); err != nil {
+			return engine.StepResult{}, err
+		}
 	}
 	if err := tx.Commit(); err != nil {
 		return engine.StepResult{}, err
 	}
-	return engine.StepResult{RowsAffected: after - before}, nil
+	return res, nil
+}
+
+// LookupStep implements engine.Ledger.
+func (w *Warehouse) LookupStep(ctx context.Context, runID, stepID string, logicalAttempt int) (engine.LedgerEntry, bool, error) {
+	var tables int64
+	if err := w.db.QueryRowContext(ctx, w.q["ledger_exists"]).Scan(&tables); err != nil || tables == 0 {
+		return engine.LedgerEntry{}, false, classifyWarehouse(ctx, w.path, stepID, err) // no ledger yet: nothing committed
+	}
+	e, ok, err := lookupLedger(ctx, w.db, w.q["ledger_entry"], runID, stepID, logicalAttempt)
+	if err != nil {
+		return engine.LedgerEntry{}, false, classifyWarehouse(ctx, w.path, stepID, err)
+	}
+	return e, ok, nil
+}
+
+type rowQueryer interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// lookupLedger reads a step attempt's ledger row; the returned entry's
+// Result.Ledger points at the entry, marking the result as recorded.
+func lookupLedger(ctx context.Context, q rowQueryer, query, runID, stepID string, logical int) (engine.LedgerEntry, bool, error) {
+	e := engine.LedgerEntry{RunID: runID, StepID: stepID, LogicalAttempt: logical}
+	var result, committed string
+	err := q.QueryRowContext(ctx, query, runID, stepID, logical).Scan(&e.EngineAttempt, &e.Fence, &result, &committed)
+	if errors.Is(err, sql.ErrNoRows) {
+		return engine.LedgerEntry{}, false, nil
+	}
+	if err != nil {
+		return engine.LedgerEntry{}, false, err
+	}
+	e.CommittedAt, _ = time.Parse(time.RFC3339Nano, committed)
+	e, err = engine.DecodeLedgerEntry(e, []byte(result))
+	return e, err == nil, err
 }
 
 func (w *Warehouse) acquire(ctx context.Context) error {

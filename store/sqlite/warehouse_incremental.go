@@ -19,42 +19,25 @@ import (
 // leaves the table as MERGE would); without one they are appended. A
 // failure rolls the transaction back and leaves the table as it was.
 func (w *Warehouse) runIncremental(ctx context.Context, req engine.StepRequest, rel, body string) (engine.StepResult, error) {
-	var old string
-	switch err := w.db.QueryRowContext(ctx, w.q["relation_type"], rel).Scan(&old); {
-	case errors.Is(err, sql.ErrNoRows):
-	case err != nil:
-		return engine.StepResult{}, err
-	}
-	if old != "table" || req.FullRefresh {
-		var n int64
-		err := w.replace(ctx, rel, engine.MaterializedTable, func(tx *sql.Tx, target string) error {
-			_, err := tx.ExecContext(ctx, "CREATE TABLE "+target+" AS\n"+body+"\n", req.Params...)
-			return err
-		}, &n)
-		if err != nil {
+	// One transaction with the step's ledger row (write): a merge that
+	// committed is not merged again on resume.
+	return w.write(ctx, req, func(tx *sql.Tx) (engine.StepResult, error) {
+		var old string
+		switch err := tx.QueryRowContext(ctx, w.q["relation_type"], rel).Scan(&old); {
+		case errors.Is(err, sql.ErrNoRows):
+		case err != nil:
 			return engine.StepResult{}, err
 		}
-		return engine.StepResult{RowCount: n, RowsAffected: n}, nil
-	}
-	return w.mergeIncremental(ctx, req, rel, body)
-}
-
-// mergeIncremental merges the new rows in a transaction of its own.
-func (w *Warehouse) mergeIncremental(ctx context.Context, req engine.StepRequest, rel, body string) (engine.StepResult, error) {
-	if err := w.acquire(ctx); err != nil {
-		return engine.StepResult{}, err
-	}
-	defer w.release()
-	tx, err := w.db.BeginTx(ctx, nil)
-	if err != nil {
-		return engine.StepResult{}, err
-	}
-	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
-	res, err := w.mergeInto(ctx, tx, req, rel, body)
-	if err != nil {
-		return engine.StepResult{}, err
-	}
-	return res, tx.Commit()
+		if old != "table" || req.FullRefresh {
+			var n int64
+			err := w.replace(ctx, tx, rel, engine.MaterializedTable, func(target string) error {
+				_, err := tx.ExecContext(ctx, "CREATE TABLE "+target+" AS\n"+body+"\n", req.Params...)
+				return err
+			}, &n)
+			return engine.StepResult{RowCount: n, RowsAffected: n}, err
+		}
+		return w.mergeInto(ctx, tx, req, rel, body)
+	})
 }
 
 // mergeInto merges the new rows of an incremental model into its table

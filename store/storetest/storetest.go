@@ -67,6 +67,7 @@ func Run(t *testing.T, b Backend) {
 		{"AlertsAreIdempotent", testAlerts},
 		{"Signals", testSignals},
 		{"Leases", testLeases},
+		{"FencedLeases", testFence},
 		{"RunsAndProviderRef", testRuns},
 		{"LiveSnapshots", testSnapshots},
 		{"GetLease", testGetLease},
@@ -715,6 +716,68 @@ func testLeases(t *testing.T, b Backend) {
 	}
 	if err := s.AcquireLease(ctx, run, "worker-c", time.Minute); err != nil {
 		t.Fatalf("acquire after release: %v", err)
+	}
+}
+
+// testFence: the fence stays while the owner renews and grows with every
+// new owner; an append by a lease that is no longer the run's is LEASE_LOST
+// and writes nothing, events and outbox alike.
+func testFence(t *testing.T, b Backend) {
+	s := open(t, b)
+	f := NewFixture()
+	f.Bootstrap(t, s)
+	run := f.Meta.RunID
+	_, err := s.AppendFenced(ctx, engine.Lease{RunID: run, Owner: "worker-a", Fence: 1}, []engine.RunEventWrite{f.Event(engine.StepStarted, "sql.x", 1)})
+	wantCode(t, err, engine.CodeLeaseLost) // never acquired
+	a, err := s.AcquireFencedLease(ctx, run, "worker-a", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	renewed, err := s.AcquireFencedLease(ctx, run, "worker-a", time.Minute)
+	if err != nil || renewed.Fence != a.Fence || renewed.Owner != "worker-a" {
+		t.Fatalf("renewal %+v %v: the fence must stay %d", renewed, err, a.Fence)
+	}
+	if _, err := s.AppendFenced(ctx, a, []engine.RunEventWrite{f.Event(engine.StepStarted, "sql.a", 1)}); err != nil {
+		t.Fatalf("append by the holder: %v", err)
+	}
+	_, err = s.AcquireFencedLease(ctx, run, "worker-b", time.Minute)
+	wantCode(t, err, engine.CodeLeaseHeld)
+
+	// The lease passes to worker-b: by expiry when the clock can be moved,
+	// else by release.
+	if b.Advance != nil {
+		b.Advance(2 * time.Minute)
+	} else if err := s.ReleaseLease(ctx, run, "worker-a"); err != nil {
+		t.Fatal(err)
+	}
+	bl, err := s.AcquireFencedLease(ctx, run, "worker-b", time.Minute)
+	if err != nil || bl.Fence != a.Fence+1 {
+		t.Fatalf("takeover %+v %v: want fence %d", bl, err, a.Fence+1)
+	}
+	nEvents, nOutbox := len(events(t, s, run)), outbox(t, s, run)
+	_, err = s.AppendFenced(ctx, a, []engine.RunEventWrite{f.Event(engine.StepCompleted, "sql.a", 1), f.Event(engine.StepStarted, "sql.b", 1)})
+	wantCode(t, err, engine.CodeLeaseLost)
+	if got := len(events(t, s, run)); got != nEvents {
+		t.Fatalf("the stale append wrote %d event(s)", got-nEvents)
+	}
+	if got := outbox(t, s, run); got != nOutbox {
+		t.Fatalf("the stale append wrote %d outbox row(s)", got-nOutbox)
+	}
+	_, err = s.AcquireFencedLease(ctx, run, "worker-a", time.Minute)
+	wantCode(t, err, engine.CodeLeaseHeld) // the stale runner cannot renew back in
+	if res, err := s.AppendFenced(ctx, bl, []engine.RunEventWrite{f.Event(engine.StepCompleted, "sql.a", 1)}); err != nil || len(res.Appended) != 1 {
+		t.Fatalf("append by the new holder: %+v %v", res, err)
+	}
+
+	// A release ends the fence too, and the next owner's is higher still.
+	if err := s.ReleaseLease(ctx, run, "worker-b"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.AppendFenced(ctx, bl, []engine.RunEventWrite{f.Event(engine.StepStarted, "sql.c", 1)})
+	wantCode(t, err, engine.CodeLeaseLost)
+	cl, err := s.AcquireFencedLease(ctx, run, "worker-c", time.Minute)
+	if err != nil || cl.Fence != bl.Fence+1 {
+		t.Fatalf("acquire after release %+v %v: want fence %d", cl, err, bl.Fence+1)
 	}
 }
 

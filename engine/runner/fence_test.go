@@ -1,0 +1,164 @@
+package runner_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/dvtrun/dvtrun/engine"
+)
+
+// TestRerunCommittedStepCompletesFromLedger: a step the log shows RUNNING
+// whose logical attempt the warehouse's ledger holds is completed with the
+// recorded result, and the warehouse never runs it again.
+func TestRerunCommittedStepCompletesFromLedger(t *testing.T) {
+	h := newHarness(t)
+	p := chain([]string{"a", "b"}, map[string][]string{"b": {"a"}})
+	started := make(chan string, 1)
+	h.wh.set("a", func(ctx context.Context, req engine.StepRequest, call int) (engine.StepResult, error) {
+		if req.LogicalAttempt != 1 || req.Fence != 1 || req.EngineAttempt != 1 {
+			t.Errorf("request %+v: want logical attempt 1, fence 1, engine attempt 1", req)
+		}
+		// The work commits in the warehouse; then the runner dies before
+		// StepCompleted is stored.
+		h.wh.commit(engine.LedgerEntry{RunID: req.RunID, StepID: "a", LogicalAttempt: 1, EngineAttempt: 1, Fence: req.Fence,
+			Result: engine.StepResult{RowsAffected: 7, QueryIDs: []string{"q-1"}}, CommittedAt: time.Date(2026, 5, 1, 9, 0, 0, 0, time.UTC)})
+		return blockUntilDone(started)(ctx, req, call)
+	})
+	runID := h.start(p)
+	ctx, crash := context.WithCancel(h.ctx)
+	done := h.execAsync(ctx, runID, p)
+	recv(t, started)
+	crash()
+	h.wait(done)
+
+	snap, err := h.rn.Resume(h.ctx, runID, p, h.wh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := h.events(runID)
+	snap = checkLog(t, evs, snap)
+	if snap.Status != engine.StatusCompleted {
+		t.Fatalf("run %s", snap.Status)
+	}
+	if n := len(h.wh.requests("a")); n != 1 {
+		t.Fatalf("a ran %d times, want 1: its commit is in the ledger", n)
+	}
+	var pl struct {
+		RowsAffected int64    `json:"rowsAffected"`
+		QueryIDs     []string `json:"queryIds"`
+		Ledger       *struct {
+			EngineAttempt int   `json:"engineAttempt"`
+			Fence         int64 `json:"fence"`
+		} `json:"ledger"`
+	}
+	completed := ofType(evs, engine.StepCompleted)
+	i := slices.IndexFunc(completed, func(e engine.RunEventRecord) bool { return e.StepID == "a" })
+	if i < 0 {
+		t.Fatal("no StepCompleted of a")
+	}
+	if err := json.Unmarshal(completed[i].Payload, &pl); err != nil {
+		t.Fatal(err)
+	}
+	if pl.RowsAffected != 7 || !slices.Equal(pl.QueryIDs, []string{"q-1"}) || pl.Ledger == nil || pl.Ledger.Fence != 1 {
+		t.Fatalf("StepCompleted payload %s, want the recorded result and its ledger reference", completed[i].Payload)
+	}
+}
+
+// TestWarehouseFenceStopsRunner: a warehouse that refuses the step with
+// LEASE_LOST (a newer runner committed for the run) stops this runner at
+// once; the step's outcome is not recorded.
+func TestWarehouseFenceStopsRunner(t *testing.T) {
+	h := newHarness(t)
+	p := chain([]string{"a", "b"}, map[string][]string{"b": {"a"}})
+	h.wh.set("a", func(context.Context, engine.StepRequest, int) (engine.StepResult, error) {
+		return engine.StepResult{}, engine.Errorf(engine.CodeLeaseLost, "run has committed work under a newer lease")
+	})
+	runID := h.start(p)
+	_, err := h.rn.Execute(h.ctx, runID, p, h.wh)
+	if !errors.Is(err, engine.ErrLeaseLost) {
+		t.Fatalf("Execute returned %v, want LEASE_LOST", err)
+	}
+	if got := types(h.events(runID), "a"); !slices.Equal(got, []engine.EventType{engine.StepStarted}) {
+		t.Fatalf("a's events %v, want StepStarted only", got)
+	}
+	if n := len(h.wh.requests("a")); n != 1 {
+		t.Fatalf("a ran %d times: LEASE_LOST is not retried", n)
+	}
+}
+
+// TestWarehouseUnavailableLeavesRunResumable: a warehouse that fails with
+// STORE_UNAVAILABLE (disk full, read-only, gone) stops the run instead of
+// failing the step; resume then finishes it.
+func TestWarehouseUnavailableLeavesRunResumable(t *testing.T) {
+	h := newHarness(t)
+	p := chain([]string{"a", "b"}, map[string][]string{"b": {"a"}})
+	h.wh.set("a", func(_ context.Context, _ engine.StepRequest, call int) (engine.StepResult, error) {
+		if call == 1 {
+			return engine.StepResult{}, engine.Errorf(engine.CodeStoreUnavailable, "cannot use the warehouse: disk full")
+		}
+		return engine.StepResult{RowsAffected: 1}, nil
+	})
+	runID := h.start(p)
+	snap, err := h.rn.Execute(h.ctx, runID, p, h.wh)
+	if engine.CodeOf(err) != engine.CodeStoreUnavailable {
+		t.Fatalf("Execute returned %v, want STORE_UNAVAILABLE", err)
+	}
+	if snap.Status != engine.StatusRunning || stepOf(snap, "a").Status != engine.StepStatusRunning {
+		t.Fatalf("after the outage: run %s, a %s; want both RUNNING (resumable)", snap.Status, stepOf(snap, "a").Status)
+	}
+	snap, err = h.rn.Resume(h.ctx, runID, p, h.wh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snap = checkLog(t, h.events(runID), snap); snap.Status != engine.StatusCompleted {
+		t.Fatalf("after resume: %s", snap.Status)
+	}
+}
+
+// failingRenewals is a log whose lease renewals fail (the store is
+// stalled) after the first acquire.
+type failingRenewals struct {
+	*countingLog
+	acquired bool
+}
+
+func (l *failingRenewals) AcquireFencedLease(ctx context.Context, runID, owner string, ttl time.Duration) (engine.Lease, error) {
+	if l.acquired {
+		return engine.Lease{}, engine.MarkTransient(engine.Errorf(engine.CodeStoreUnavailable, "state store is busy"))
+	}
+	l.acquired = true
+	return l.countingLog.AcquireFencedLease(ctx, runID, owner, ttl)
+}
+
+// TestSelfFencingAfterFailedRenewals: when renewals have failed for longer
+// than the TTL (by the runner's own clock), the runner starts no step and
+// stops with LEASE_LOST, whatever the store would say.
+func TestSelfFencingAfterFailedRenewals(t *testing.T) {
+	h := newHarness(t)
+	h.rn.Log = &failingRenewals{countingLog: h.log}
+	h.rn.Config.LeaseTTL = 30 * time.Second
+	p := chain([]string{"a", "b"}, map[string][]string{"b": {"a"}})
+	release := make(chan struct{})
+	started := make(chan string, 1)
+	h.wh.set("a", func(context.Context, engine.StepRequest, int) (engine.StepResult, error) {
+		started <- "a"
+		<-release
+		return engine.StepResult{RowsAffected: 1}, nil
+	})
+	runID := h.start(p)
+	done := h.execAsync(h.ctx, runID, p)
+	recv(t, started)
+	h.clock.Advance(31 * time.Second) // no renewal landed within the TTL
+	close(release)
+	res := h.wait(done)
+	if !errors.Is(res.err, engine.ErrLeaseLost) {
+		t.Fatalf("Execute returned %v, want LEASE_LOST", res.err)
+	}
+	if n := len(h.wh.requests("b")); n != 0 {
+		t.Fatal("b started after the lease's deadline passed")
+	}
+}

@@ -141,8 +141,9 @@ func sigkill(t *testing.T, bin, backend string) {
 		h := newHarness(t)
 		if backend == "snowflake" {
 			h.env["DVT_STORE"] = "snowflake://" + sftest.Start(t).DSN("DVT", "PUBLIC")
+			h.env["DVT_TARGET_PATH"] = filepath.Join(h.dir, "target") // not .dvt/ in the package directory
 		}
-		env := append(os.Environ(), "DVT_STORE="+h.env["DVT_STORE"], "DVT_WAREHOUSE="+h.env["DVT_WAREHOUSE"])
+		env := append(os.Environ(), "DVT_STORE="+h.env["DVT_STORE"], "DVT_WAREHOUSE="+h.env["DVT_WAREHOUSE"], "DVT_TARGET_PATH="+h.env["DVT_TARGET_PATH"])
 		plan := fixture("slow", "plan.yaml")
 		cmd := exec.Command(bin, "run", "--threads", "1", "--lease-ttl", "2s", plan)
 		cmd.Env = env

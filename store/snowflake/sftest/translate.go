@@ -583,9 +583,6 @@ func nameValuesColumns(toks []token) []token {
 		switch {
 		case bare(t) == "(" && i+2 < len(toks) && toks[i+1].is("VALUES") && bare(toks[i+2]) == "(":
 			end := skipParens(toks, i)
-			if end < 0 {
-				return toks
-			}
 			cols := valuesColumns(toks, i+2)
 			out = append(out, toks[i:end+1]...)
 			i = end
@@ -594,11 +591,8 @@ func nameValuesColumns(toks []token) []token {
 			// FROM VALUES (…), (…): rows up to the first token after a row
 			// that is not a comma followed by "(".
 			end := skipParens(toks, i+1)
-			for end > 0 && end+2 < len(toks) && bare(toks[end+1]) == "," && bare(toks[end+2]) == "(" {
+			for end+2 < len(toks) && bare(toks[end+1]) == "," && bare(toks[end+2]) == "(" {
 				end = skipParens(toks, end+2)
-			}
-			if end < 0 {
-				return toks
 			}
 			cols := valuesColumns(toks, i+1)
 			out = append(out, token{kind: tkPunct, text: " ("})
@@ -651,21 +645,8 @@ var clauseWord = map[string]bool{
 	"LIMIT": true, "HAVING": true, "QUALIFY": true, "WHEN": true, "USING": true, "WINDOW": true, "OFFSET": true, "FETCH": true,
 }
 
-// valuesColumns counts the values of the row tuple opening at i.
+// valuesColumns counts the values of the row tuple opening at i (an
+// unclosed "(" last in the statement counts one).
 func valuesColumns(toks []token, i int) int {
-	end := skipParens(toks, i)
-	n, depth := 1, 0
-	for j := i + 1; j < end; j++ {
-		switch bare(toks[j]) {
-		case "(":
-			depth++
-		case ")":
-			depth--
-		case ",":
-			if depth == 0 {
-				n++
-			}
-		}
-	}
-	return n
+	return len(splitArgs(toks[i+1 : max(i+1, skipParens(toks, i))]))
 }

@@ -889,11 +889,11 @@ func unparen(toks []token) []token {
 // not cost a DuckDB query. ok is false for anything else, which DuckDB
 // evaluates.
 func quickEval(toks []token) (any, bool) {
-	for len(toks) >= 2 && bare(toks[0]) == "(" && skipParens(toks, 0) == len(toks)-1 && bare(toks[len(toks)-1]) == ")" {
-		toks = toks[1 : len(toks)-1]
+	for u := unparen(toks); len(u) < len(toks); u = unparen(toks) {
+		toks = u
 	}
 	for _, op := range []string{"OR", "AND"} {
-		if parts := splitWord(toks, op); len(parts) > 1 {
+		if parts := splitTop(toks, func(t token) bool { return t.is(op) }); len(parts) > 1 {
 			acc := op == "AND"
 			for _, p := range parts {
 				v, ok := quickEval(p)
@@ -920,24 +920,6 @@ func quickEval(toks []token) (any, bool) {
 		return compareLiterals(toks[0], bare(toks[1])+bare(toks[2]), toks[3])
 	}
 	return nil, false
-}
-
-// splitWord splits toks at a keyword outside parentheses.
-func splitWord(toks []token, word string) [][]token {
-	var parts [][]token
-	depth, start := 0, 0
-	for i, t := range toks {
-		switch {
-		case bare(t) == "(":
-			depth++
-		case bare(t) == ")":
-			depth--
-		case depth == 0 && t.is(word):
-			parts = append(parts, toks[start:i])
-			start = i + 1
-		}
-	}
-	return append(parts, toks[start:])
 }
 
 func literalValue(t token) (any, bool) {

@@ -398,22 +398,25 @@ func trimLead(toks []token) []token {
 
 // splitArgs splits a function's argument tokens at top-level commas.
 func splitArgs(toks []token) [][]token {
-	var args [][]token
+	return splitTop(toks, func(t token) bool { return bare(t) == "," })
+}
+
+// splitTop splits toks at the separators outside parentheses.
+func splitTop(toks []token, sep func(token) bool) [][]token {
+	var parts [][]token
 	depth, start := 0, 0
 	for i, t := range toks {
-		switch bare(t) {
-		case "(":
+		switch {
+		case bare(t) == "(":
 			depth++
-		case ")":
+		case bare(t) == ")":
 			depth--
-		case ",":
-			if depth == 0 {
-				args = append(args, toks[start:i])
-				start = i + 1
-			}
+		case depth == 0 && sep(t):
+			parts = append(parts, toks[start:i])
+			start = i + 1
 		}
 	}
-	return append(args, toks[start:])
+	return append(parts, toks[start:])
 }
 
 // rewriteFunctions renames the functions in functionRewrites, wrapping

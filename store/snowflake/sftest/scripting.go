@@ -263,17 +263,25 @@ func (p *scriptParser) decl() (scriptDecl, error) {
 		return d, p.errf("sftest: cursors are not supported")
 	}
 	// [type] [DEFAULT | :=] expr
-	for i, t := range rest {
-		if t.is("DEFAULT") || bare(t) == ":" && i+1 < len(rest) && bare(rest[i+1]) == "=" {
-			skip := 1
-			if !t.is("DEFAULT") {
-				skip = 2
-			}
-			d.init = rest[i+skip:]
-			break
-		}
+	if _, expr, ok := splitInit(rest); ok {
+		d.init = expr
 	}
 	return d, nil
+}
+
+// splitInit splits "[type] DEFAULT expr" or "[type] := expr" (a DECLARE
+// entry or an assignment after its name) into the part before the
+// initialiser and the expression; ok is false without one.
+func splitInit(rest []token) (head, expr []token, ok bool) {
+	for i, t := range rest {
+		if t.is("DEFAULT") {
+			return rest[:i], rest[i+1:], true
+		}
+		if bare(t) == ":" && i+1 < len(rest) && bare(rest[i+1]) == "=" {
+			return rest[:i], rest[i+2:], true
+		}
+	}
+	return rest, nil, false
 }
 
 // statements parses until one of the stop words at statement start.
@@ -331,23 +339,17 @@ func (p *scriptParser) assignment(declare bool) (scriptNode, error) {
 	}
 	n := &letNode{name: p.peek(0).upper(), declare: declare}
 	p.pos++
-	rest := p.untilSemicolon()
-	for i := 0; i+1 < len(rest); i++ {
-		if bare(rest[i]) == ":" && bare(rest[i+1]) == "=" || rest[i].is("DEFAULT") {
-			for _, t := range rest[:i] {
-				if t.is("RESULTSET") {
-					n.resultset = true
-				}
-			}
-			skip := 2
-			if rest[i].is("DEFAULT") {
-				skip = 1
-			}
-			n.expr = rest[i+skip:]
-			return n, nil
+	head, expr, ok := splitInit(p.untilSemicolon())
+	if !ok {
+		return nil, p.errf("expected := in the assignment to %s", n.name)
+	}
+	for _, t := range head {
+		if t.is("RESULTSET") {
+			n.resultset = true
 		}
 	}
-	return nil, p.errf("expected := in the assignment to %s", n.name)
+	n.expr = expr
+	return n, nil
 }
 
 func (p *scriptParser) ifStatement() (scriptNode, error) {

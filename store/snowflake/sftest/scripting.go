@@ -479,7 +479,7 @@ func (s *session) runScript(ctx context.Context, text string, child func(string,
 			"Modifying a transaction that has started at a different scope is not allowed. (sftest: the block ended with its transaction open; it was rolled back)")
 	}
 	if res == nil {
-		return r.scalar(`CAST(NULL AS VARCHAR)`, nil)
+		return r.scalar(`CAST(NULL AS VARCHAR)`)
 	}
 	return res, nil
 }
@@ -613,7 +613,7 @@ func (r *scriptRun) nodes(ns []scriptNode, sc *scriptScope) (*result, bool, erro
 				}
 				return res, true, nil
 			}
-			res, err := r.scalar(render(r.substitute(n.expr, sc, true)), sc)
+			res, err := r.scalar(render(r.substitute(n.expr, sc, true)))
 			return res, true, err
 		case *raiseNode:
 			if n.name == "" {
@@ -665,7 +665,12 @@ func (r *scriptRun) assign(n *letNode, sc *scriptScope) error {
 
 // query runs a SQL statement of the block with its :variables substituted.
 func (r *scriptRun) query(toks []token, sc *scriptScope) (*result, error) {
-	text := render(r.substitute(toks, sc, false))
+	return r.exec(render(r.substitute(toks, sc, false)))
+}
+
+// exec runs one SQL statement (variables already substituted) and reports
+// it as a child of the request.
+func (r *scriptRun) exec(text string) (*result, error) {
 	stmts, err := parseRequest(text)
 	if err != nil {
 		return nil, &scriptError{sf: newSFError(CodeCompilation, "42000", "SQL compilation error:\n%v", err)}
@@ -684,13 +689,9 @@ func (r *scriptRun) query(toks []token, sc *scriptScope) (*result, error) {
 }
 
 // scalar answers SELECT expr AS "anonymous block", the shape of a block's
-// RETURN value.
-func (r *scriptRun) scalar(expr string, sc *scriptScope) (*result, error) {
-	toks, err := lex(`SELECT (` + expr + `) AS "anonymous block"`)
-	if err != nil {
-		return nil, err
-	}
-	return r.query(compact(toks), sc)
+// RETURN value; expr has its variables substituted.
+func (r *scriptRun) scalar(expr string) (*result, error) {
+	return r.exec(`SELECT (` + expr + `) AS "anonymous block"`)
 }
 
 // selectInto splits SELECT … INTO :a, :b FROM … into the variable names
@@ -749,10 +750,11 @@ func (r *scriptRun) selectInto(query []token, vars []string, sc *scriptScope) er
 // eval computes an expression (variables by bare name or :name) to a Go
 // value by asking DuckDB, inside the session's transaction.
 func (r *scriptRun) eval(expr []token, sc *scriptScope) (any, error) {
-	if v, ok := quickEval(r.substitute(expr, sc, true)); ok {
+	expr = r.substitute(expr, sc, true)
+	if v, ok := quickEval(expr); ok {
 		return v, nil
 	}
-	vals, err := r.row("SELECT "+render(r.substitute(expr, sc, true)), 1)
+	vals, err := r.row("SELECT "+render(expr), 1)
 	if err != nil {
 		return nil, err
 	}
@@ -836,7 +838,7 @@ func (r *scriptRun) substitute(toks []token, sc *scriptScope, bareNames bool) []
 	var out []token
 	for i := 0; i < len(toks); i++ {
 		t := toks[i]
-		if sc != nil && t.kind == tkPunct && bare(t) == ":" && i+1 < len(toks) && toks[i+1].kind == tkWord &&
+		if t.kind == tkPunct && bare(t) == ":" && i+1 < len(toks) && toks[i+1].kind == tkWord &&
 			!strings.HasPrefix(toks[i+1].text, " ") && (len(out) == 0 || !endsOperand(out[len(out)-1]) || isKeyword(out[len(out)-1])) {
 			if v, ok := sc.lookup(toks[i+1].upper()); ok {
 				out = append(out, literalToken(v, strings.HasPrefix(t.text, " ")))
@@ -844,7 +846,7 @@ func (r *scriptRun) substitute(toks []token, sc *scriptScope, bareNames bool) []
 				continue
 			}
 		}
-		if bareNames && sc != nil && t.kind == tkWord && (i+1 >= len(toks) || bare(toks[i+1]) != "(" && bare(toks[i+1]) != ".") &&
+		if bareNames && t.kind == tkWord && (i+1 >= len(toks) || bare(toks[i+1]) != "(" && bare(toks[i+1]) != ".") &&
 			(i == 0 || bare(toks[i-1]) != ".") {
 			if v, ok := sc.lookup(t.upper()); ok {
 				out = append(out, literalToken(v, strings.HasPrefix(t.text, " ")))

@@ -55,16 +55,13 @@ func (c *CountingTransport) Count(kinds ...string) int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var n int64
-	for k, v := range c.counts {
-		if len(kinds) == 0 {
+	if len(kinds) == 0 {
+		for _, v := range c.counts {
 			n += v
-			continue
 		}
-		for _, want := range kinds {
-			if k == want {
-				n += v
-			}
-		}
+	}
+	for _, k := range kinds {
+		n += c.counts[k]
 	}
 	return n
 }

@@ -52,15 +52,14 @@ func (s *Server) execute(ctx context.Context, sess *session, req *queryRequest, 
 	if req.BindStage != "" {
 		return fail(newSFError(CodeCompilation, "0A000", "sftest: stage binds are not supported"), qid)
 	}
-	if toks, err := lex(req.SQLText); err == nil {
-		if body, ok := isBlockRequest(toks); ok {
-			return s.executeScript(ctx, sess, body, req, entry, qid)
-		}
-	}
-	stmts, err := parseRequest(req.SQLText)
+	toks, err := lex(req.SQLText)
 	if err != nil {
 		return fail(newSFError(CodeCompilation, "42000", "SQL compilation error:\n%v", err), qid)
 	}
+	if body, ok := isBlockRequest(toks); ok {
+		return s.executeScript(ctx, sess, body, req, entry, qid)
+	}
+	stmts := parseTokens(toks)
 	if len(stmts) == 0 {
 		return fail(newSFError("000900", "42000", "Empty SQL statement."), qid)
 	}

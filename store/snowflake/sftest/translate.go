@@ -27,6 +27,11 @@ func parseRequest(sqlText string) ([]*stmt, error) {
 	if err != nil {
 		return nil, err
 	}
+	return parseTokens(toks), nil
+}
+
+// parseTokens splits a lexed request into statements.
+func parseTokens(toks []token) []*stmt {
 	var out []*stmt
 	for _, part := range splitStatements(toks) {
 		s := &stmt{orig: strings.TrimSpace(render(part)), quoted: map[string]bool{}}
@@ -44,7 +49,7 @@ func parseRequest(sqlText string) ([]*stmt, error) {
 		}
 		out = append(out, s)
 	}
-	return out, nil
+	return out
 }
 
 // compact drops space and comments, keeping one leading space in the text of

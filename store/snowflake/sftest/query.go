@@ -57,7 +57,10 @@ func (s *Server) execute(ctx context.Context, sess *session, req *queryRequest, 
 		return fail(newSFError(CodeCompilation, "42000", "SQL compilation error:\n%v", err), qid)
 	}
 	if body, ok := isBlockRequest(toks); ok {
-		return s.executeScript(ctx, sess, body, req, entry, qid)
+		if len(req.Bindings) > 0 {
+			return fail(newSFError("000002", "0A000", "sftest: bind variables are not supported with a Snowflake Scripting block"), qid)
+		}
+		return s.executeScript(ctx, sess, body, entry, qid)
 	}
 	stmts := parseTokens(toks)
 	if len(stmts) == 0 {
@@ -88,13 +91,7 @@ func (s *Server) execute(ctx context.Context, sess *session, req *queryRequest, 
 
 // executeScript runs a Snowflake Scripting block as one statement (see
 // scripting.go); its SQL statements are logged as children of the request.
-func (s *Server) executeScript(ctx context.Context, sess *session, body string, req *queryRequest, entry LoggedQuery, qid string) []byte {
-	if len(req.Bindings) > 0 {
-		e := newSFError("000002", "0A000", "sftest: bind variables are not supported with a Snowflake Scripting block")
-		entry.QueryID, entry.Err = qid, e.code
-		s.appendLog(entry)
-		return mustJSON(errResponse(e, qid))
-	}
+func (s *Server) executeScript(ctx context.Context, sess *session, body string, entry LoggedQuery, qid string) []byte {
 	res, err := sess.runScript(ctx, body, func(text string, err error) {
 		child := entry
 		child.QueryID, child.ParentQueryID, child.SQLText = newQueryID(), qid, text

@@ -423,12 +423,20 @@ func (s *scriptScope) set(name string, v any) bool {
 }
 
 func (s *scriptScope) resultset(name string) (*result, bool) {
-	for sc := s; sc != nil; sc = sc.parent {
-		if r, ok := sc.rs[name]; ok {
-			return r, true
-		}
+	if o := s.resultsetOwner(name); o != nil {
+		return o.rs[name], true
 	}
 	return nil, false
+}
+
+// resultsetOwner returns the scope that declares RESULTSET name, nil if none.
+func (s *scriptScope) resultsetOwner(name string) *scriptScope {
+	for sc := s; sc != nil; sc = sc.parent {
+		if _, ok := sc.rs[name]; ok {
+			return sc
+		}
+	}
+	return nil
 }
 
 func (s *scriptScope) exception(name string) (scriptDecl, bool) {
@@ -634,19 +642,15 @@ func (r *scriptRun) nodes(ns []scriptNode, sc *scriptScope) (*result, bool, erro
 }
 
 func (r *scriptRun) assign(n *letNode, sc *scriptScope) error {
-	if _, declared := sc.resultset(n.name); n.resultset || declared {
+	if owner := sc.resultsetOwner(n.name); n.resultset || owner != nil {
 		res, err := r.query(unparen(n.expr), sc)
 		if err != nil {
 			return err
 		}
-		target := sc
-		for s := sc; s != nil; s = s.parent {
-			if _, ok := s.rs[n.name]; ok {
-				target = s
-				break
-			}
+		if owner == nil {
+			owner = sc
 		}
-		target.rs[n.name] = res
+		owner.rs[n.name] = res
 		return nil
 	}
 	v, err := r.eval(n.expr, sc)

@@ -3,7 +3,9 @@ package sftest
 import (
 	"context"
 	"database/sql"
+	"encoding/hex"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -278,13 +280,9 @@ END;`,
 
 func atoi(t *testing.T, s string) int {
 	t.Helper()
-	n := 0
-	neg := strings.HasPrefix(s, "-")
-	for _, c := range strings.TrimPrefix(s, "-") {
-		n = n*10 + int(c-'0')
-	}
-	if neg {
-		n = -n
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatalf("wantErr %q is not an error number: %v", s, err)
 	}
 	return n
 }
@@ -307,7 +305,7 @@ func TestScriptingIsOneRoundTrip(t *testing.T) {
 	hostile := "it's $$ a \\ back\nslash \"q\" é 🚀"
 	got := queryColumn(t, db, `EXECUTE IMMEDIATE $$
 DECLARE
-  v VARCHAR DEFAULT HEX_DECODE_STRING('`+hexOf(hostile)+`');
+  v VARCHAR DEFAULT HEX_DECODE_STRING('`+hex.EncodeToString([]byte(hostile))+`');
 BEGIN
   BEGIN TRANSACTION;
   INSERT INTO t (a, s) VALUES (1, :v);
@@ -324,14 +322,4 @@ $$`)
 	if q, r := ct.Count(TripQuery), ct.Count(TripResult); q != 1 || r != 0 {
 		t.Errorf("a block cost %d query requests and %d result fetches, want 1 and 0", q, r)
 	}
-}
-
-func hexOf(s string) string {
-	const digits = "0123456789abcdef"
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		b.WriteByte(digits[s[i]>>4])
-		b.WriteByte(digits[s[i]&15])
-	}
-	return b.String()
 }

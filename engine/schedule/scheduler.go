@@ -164,9 +164,10 @@ func (s *Scheduler) Pass(ctx context.Context) (PassResult, error) {
 		cursors[c.Name] = c
 	}
 	var firstErr error
+	var open openRequests
 	for _, d := range s.Defs {
 		cur, ok := cursors[d.Name]
-		r, err := s.pass(ctx, d, cur, ok)
+		r, err := s.pass(ctx, d, cur, ok, &open)
 		if err != nil {
 			if ctx.Err() != nil {
 				return total, ctx.Err()
@@ -189,7 +190,26 @@ func (s *Scheduler) Pass(ctx context.Context) (PassResult, error) {
 // after a long downtime); the rest are walked by the next pass.
 const maxTicksPerPass = 200000
 
-func (s *Scheduler) pass(ctx context.Context, d Def, cur Cursor, ok bool) (PassResult, error) {
+// openRequests reads the queue's open requests at most once per pass: each
+// schedule looks only at its own, and what one schedule fires or cancels
+// is no other's, so one read serves every due schedule.
+type openRequests struct {
+	list   []queue.Request
+	loaded bool
+}
+
+func (o *openRequests) get(ctx context.Context, st queue.Store) ([]queue.Request, error) {
+	if !o.loaded {
+		list, err := st.ListRequests(ctx, false)
+		if err != nil {
+			return nil, err
+		}
+		o.list, o.loaded = list, true
+	}
+	return o.list, nil
+}
+
+func (s *Scheduler) pass(ctx context.Context, d Def, cur Cursor, ok bool, open *openRequests) (PassResult, error) {
 	now := s.Clock.Now().UTC()
 	if !ok {
 		// A new schedule starts with its next tick: it does not replay the past.
@@ -224,7 +244,7 @@ func (s *Scheduler) pass(ctx context.Context, d Def, cur Cursor, ok bool) (PassR
 	}
 	next := t // the first tick not handled
 	res := PassResult{Missed: missed}
-	reqs, skipped, err := s.applyOverlap(ctx, d, due)
+	reqs, skipped, err := s.applyOverlap(ctx, d, due, open)
 	if err != nil {
 		return PassResult{}, err
 	}
@@ -278,17 +298,17 @@ func (s *Scheduler) Request(ctx context.Context, d Def, runRequestID string, not
 
 // applyOverlap turns the due ticks into requests under the schedule's
 // overlap policy, given its requests still waiting or running.
-func (s *Scheduler) applyOverlap(ctx context.Context, d Def, due []time.Time) ([]queue.Request, int, error) {
+func (s *Scheduler) applyOverlap(ctx context.Context, d Def, due []time.Time, open *openRequests) ([]queue.Request, int, error) {
 	if len(due) == 0 {
 		return nil, 0, nil
 	}
 	var pending, active []queue.Request
 	if d.Overlap != OverlapAllowAll && d.Overlap != OverlapBufferAll {
-		open, err := s.Store.ListRequests(ctx, false)
+		list, err := open.get(ctx, s.Store)
 		if err != nil {
 			return nil, 0, err
 		}
-		for _, r := range open {
+		for _, r := range list {
 			switch {
 			case r.Schedule != d.Name:
 			case r.State == queue.StatePending:

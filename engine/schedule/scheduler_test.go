@@ -337,7 +337,12 @@ func TestBackfillAndTriggerUseTheRequestPath(t *testing.T) {
 // countingStore counts the scheduler's reads.
 type countingStore struct {
 	schedule.Store
-	lists, gets, advances int
+	lists, gets, advances, requestLists int
+}
+
+func (c *countingStore) ListRequests(ctx context.Context, all bool) ([]queue.Request, error) {
+	c.requestLists++
+	return c.Store.ListRequests(ctx, all)
 }
 
 func (c *countingStore) ListCursors(ctx context.Context) ([]schedule.Cursor, error) {
@@ -373,5 +378,32 @@ func TestIdlePassIsOneRead(t *testing.T) {
 	}
 	if cs.lists != 3 || cs.gets != 0 || cs.advances != 0 {
 		t.Fatalf("3 idle passes over 4 schedules: %d lists, %d gets, %d advances", cs.lists, cs.gets, cs.advances)
+	}
+}
+
+// A pass in which several schedules are due reads the open requests once,
+// not once per schedule, and each schedule still sees only its own.
+func TestDuePassReadsOpenRequestsOnce(t *testing.T) {
+	f := newFixture(t, utc("2026-04-01T00:00:30Z"))
+	cs := &countingStore{Store: f.store}
+	names := []string{"a", "b", "c", "d"}
+	var defs []schedule.Def
+	for _, n := range names {
+		defs = append(defs, def(t, n, "@hourly", "", schedule.OverlapSkip, time.Hour))
+	}
+	s := f.scheduler(cs, defs...)
+	pass(t, s) // creates the cursors
+	*cs = countingStore{Store: f.store}
+	f.clock.Advance(time.Hour)
+	if r := pass(t, s); r.Fired != len(names) {
+		t.Fatalf("first due pass fired %d, want %d", r.Fired, len(names))
+	}
+	if cs.requestLists != 1 {
+		t.Fatalf("a pass with %d due schedules listed the requests %d times, want 1", len(names), cs.requestLists)
+	}
+	// Each schedule's request is still waiting: under skip, none fires again.
+	f.clock.Advance(time.Hour)
+	if r := pass(t, s); r.Fired != 0 || r.Skipped != len(names) {
+		t.Fatalf("second due pass: %+v, want every schedule skipped", r)
 	}
 }

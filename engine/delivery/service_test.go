@@ -18,6 +18,7 @@ import (
 	"github.com/dvtrun/dvtrun/engine"
 	"github.com/dvtrun/dvtrun/engine/delivery"
 	"github.com/dvtrun/dvtrun/engine/service"
+	"github.com/dvtrun/dvtrun/engine/service/servicetest"
 	"github.com/dvtrun/dvtrun/store/sqlite"
 	"github.com/dvtrun/dvtrun/store/storetest"
 )
@@ -122,15 +123,6 @@ func webhook(t testing.TB, url string, clock engine.Clock) delivery.Sink {
 
 var fast = delivery.Policy{MaxAttempts: 20, Backoff: 5 * time.Millisecond, MaxBackoff: 20 * time.Millisecond}
 
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(60 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
-}
-
 func count(t testing.TB, st delivery.Store, sink string, state delivery.State) int {
 	t.Helper()
 	ds, err := st.ListDeliveries(ctx, delivery.Filter{Sink: sink, State: state, Limit: 1 << 20})
@@ -186,7 +178,7 @@ func TestWebhookDeliveryWithFailingReceiver(t *testing.T) {
 	if err := svc.Start(ctx); !errors.Is(err, service.ErrStarted) {
 		t.Fatalf("second Start: %v", err)
 	}
-	waitFor(t, "32 deliveries", func() bool { return count(t, st, "hooks", delivery.StateDelivered) == 32 })
+	servicetest.WaitFor(t, "32 deliveries", func() bool { return count(t, st, "hooks", delivery.StateDelivered) == 32 })
 	svc.Stop()
 	svc.Stop() // a double stop is harmless
 	if tot := svc.Totals(); tot.Delivered != 32 || tot.Failed != k || tot.Dead != 0 {
@@ -242,7 +234,7 @@ func TestDeadLetterAlertAndRetry(t *testing.T) {
 	policy := fast
 	policy.MaxAttempts = 3
 	svc := newService(t, st, clock, delivery.Target{Name: "hooks", Sink: webhook(t, srv.URL, clock), Policy: policy})
-	waitFor(t, "the dead letter", func() bool {
+	servicetest.WaitFor(t, "the dead letter", func() bool {
 		if _, err := svc.Drain(ctx); err != nil {
 			t.Fatal(err)
 		}

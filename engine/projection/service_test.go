@@ -11,6 +11,7 @@ import (
 	"github.com/dvtrun/dvtrun/engine"
 	"github.com/dvtrun/dvtrun/engine/projection"
 	"github.com/dvtrun/dvtrun/engine/service"
+	"github.com/dvtrun/dvtrun/engine/service/servicetest"
 	"github.com/dvtrun/dvtrun/store/sqlite"
 	"github.com/dvtrun/dvtrun/store/storetest"
 )
@@ -90,7 +91,7 @@ func TestServiceRestartContinuesFromWatermark(t *testing.T) {
 	if err := svc2.Start(ctx); !errors.Is(err, service.ErrStarted) {
 		t.Fatal("a second Start of a running service must fail")
 	}
-	waitFor(t, func() bool {
+	servicetest.WaitFor(t, "the snapshot of the completed run", func() bool {
 		state, _, _ := st2.LoadSnapshot(ctx, runID)
 		s, err := engine.UnmarshalSnapshotState(state)
 		return err == nil && s.Status == engine.StatusCompleted
@@ -153,16 +154,5 @@ func TestServiceRebuildsCorruptState(t *testing.T) {
 	}
 	if got := m.stored(t, "r1"); got.Status != engine.StatusRunning || got.LastEventSeq != 2 {
 		t.Fatalf("rebuilt snapshot: %+v", got)
-	}
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 30s")
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }

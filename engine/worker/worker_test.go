@@ -12,6 +12,7 @@ import (
 
 	"github.com/dvtrun/dvtrun/engine"
 	"github.com/dvtrun/dvtrun/engine/queue"
+	"github.com/dvtrun/dvtrun/engine/service/servicetest"
 	"github.com/dvtrun/dvtrun/engine/worker"
 	"github.com/dvtrun/dvtrun/store/sqlite"
 )
@@ -89,17 +90,6 @@ func newWorker(st *sqlite.Store, ex worker.Executor, id string) *worker.Worker {
 		Metrics: &worker.Counters{}}
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func states(t *testing.T, st *sqlite.Store) map[queue.State]int {
 	t.Helper()
 	list, err := st.ListRequests(ctx, true)
@@ -123,7 +113,7 @@ func TestWorkerRunsRequests(t *testing.T) {
 	if err := w.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "5 requests done", func() bool { return states(t, st)[queue.StateDone] == 5 })
+	servicetest.WaitFor(t, "5 requests done", func() bool { return states(t, st)[queue.StateDone] == 5 })
 	w.Stop()
 	w.Stop() // double stop
 	list, _ := st.ListRequests(ctx, true)
@@ -147,7 +137,7 @@ func TestWorkerStopHandsBackAndAnotherResumes(t *testing.T) {
 	if err := w1.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the run to start", func() bool {
+	servicetest.WaitFor(t, "the run to start", func() bool {
 		got, _ := st.GetRequest(ctx, r.RequestID)
 		return got.State == queue.StateRunning
 	})
@@ -162,7 +152,7 @@ func TestWorkerStopHandsBackAndAnotherResumes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w2.Stop()
-	waitFor(t, "the takeover to finish", func() bool {
+	servicetest.WaitFor(t, "the takeover to finish", func() bool {
 		got, _ := st.GetRequest(ctx, r.RequestID)
 		return got.State == queue.StateDone
 	})
@@ -195,7 +185,7 @@ func TestTakeoverAfterHeartbeatExpiry(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Stop()
-	waitFor(t, "the takeover", func() bool {
+	servicetest.WaitFor(t, "the takeover", func() bool {
 		got, _ := st.GetRequest(ctx, r.RequestID)
 		return got.State == queue.StateDone && got.Owner == "heir"
 	})
@@ -212,7 +202,7 @@ func TestRefusedRequestIsFinished(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Stop()
-	waitFor(t, "the refusal", func() bool {
+	servicetest.WaitFor(t, "the refusal", func() bool {
 		got, _ := st.GetRequest(ctx, r.RequestID)
 		return got.State == queue.StateDone && got.Outcome == "REFUSED:PLAN_HASH_MISMATCH"
 	})

@@ -1,0 +1,19 @@
+// Package servicetest holds what the tests of dvtrun's services share.
+package servicetest
+
+import (
+	"testing"
+	"time"
+)
+
+// WaitFor polls cond until it holds and fails t if it has not within a
+// minute: a service's effect lands in the background, and the machine may
+// be loaded, so the wait is on the condition, not on a time.
+func WaitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}

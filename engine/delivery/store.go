@@ -105,16 +105,11 @@ type Store interface {
 	RecordAlert(ctx context.Context, a engine.Alert) (bool, error)
 }
 
-// EventLister reads a run's events in runSeq order (store.Store has it).
-type EventLister interface {
-	ListEvents(ctx context.Context, runID string, afterSeq int64, limit int) ([]engine.RunEventRecord, error)
-}
-
 // AttachEvents fills the Event of each delivery from the log, one read per
 // run: a claim holds a prefix of each run's undelivered events, so the
 // runSeqs of one run's claimed deliveries lie in one short range. Stores use
 // it in ClaimDeliveries.
-func AttachEvents(ctx context.Context, l EventLister, ds []Delivery) error {
+func AttachEvents(ctx context.Context, l engine.EventReader, ds []Delivery) error {
 	for i := 0; i < len(ds); {
 		j := i
 		lo, hi := ds[i].RunSeq, ds[i].RunSeq

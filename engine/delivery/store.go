@@ -101,8 +101,7 @@ type Store interface {
 	// ListDeliveries returns deliveries in (runId, runSeq, sink) order.
 	ListDeliveries(ctx context.Context, f Filter) ([]Delivery, error)
 
-	// RecordAlert stores an alert once per key.
-	RecordAlert(ctx context.Context, a engine.Alert) (bool, error)
+	engine.AlertRecorder // the dead letter's alert
 }
 
 // AttachEvents fills the Event of each delivery from the log, one read per

@@ -157,9 +157,10 @@ func (s *Service) deliverLoop(ctx context.Context, t Target) {
 	for ctx.Err() == nil {
 		// New outbox events are picked up at most once per poll interval:
 		// the enqueue looks at every run's high-water mark.
-		enqueue := s.o.Clock.Now().Sub(enqueued) >= s.o.PollInterval
+		now := s.o.Clock.Now()
+		enqueue := now.Sub(enqueued) >= s.o.PollInterval
 		if enqueue {
-			enqueued = s.o.Clock.Now()
+			enqueued = now
 		}
 		n, err := s.pass(ctx, t, enqueue)
 		if ctx.Err() != nil {

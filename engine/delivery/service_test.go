@@ -30,12 +30,7 @@ var (
 
 func openStore(t testing.TB) *sqlite.Store {
 	t.Helper()
-	s, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "state.db"), sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
+	return servicetest.OpenSQLite(t, filepath.Join(t.TempDir(), "state.db"))
 }
 
 // seedRuns writes runs runs of 2+2*steps events each and returns their logs.

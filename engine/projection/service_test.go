@@ -45,12 +45,7 @@ func (c *countingStore) reads() []int64 {
 func TestServiceRestartContinuesFromWatermark(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "state.db")
 	open := func() *countingStore {
-		st, err := sqlite.Open(ctx, path, sqlite.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { st.Close() })
-		return &countingStore{Store: st}
+		return &countingStore{Store: servicetest.OpenSQLite(t, path)}
 	}
 	st := open()
 	f := storetest.NewFixture()

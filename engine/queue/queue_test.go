@@ -11,6 +11,7 @@ import (
 
 	"github.com/dvtrun/dvtrun/engine"
 	"github.com/dvtrun/dvtrun/engine/queue"
+	"github.com/dvtrun/dvtrun/engine/service/servicetest"
 	"github.com/dvtrun/dvtrun/store/sqlite"
 )
 
@@ -18,11 +19,7 @@ var ctx = context.Background()
 
 func newQueue(t *testing.T, l queue.Limits) (*queue.Queue, *sqlite.Store) {
 	t.Helper()
-	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "state.db"), sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := servicetest.OpenSQLite(t, filepath.Join(t.TempDir(), "state.db"))
 	return &queue.Queue{Store: st, IDs: engine.IDFunc(uuid.NewString), Limits: l}, st
 }
 

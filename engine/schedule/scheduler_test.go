@@ -13,6 +13,7 @@ import (
 	"github.com/dvtrun/dvtrun/engine"
 	"github.com/dvtrun/dvtrun/engine/queue"
 	"github.com/dvtrun/dvtrun/engine/schedule"
+	"github.com/dvtrun/dvtrun/engine/service/servicetest"
 	"github.com/dvtrun/dvtrun/store/sqlite"
 )
 
@@ -61,12 +62,7 @@ func newFixture(t *testing.T, start time.Time) *fixture {
 
 func (f *fixture) open(t *testing.T) *sqlite.Store {
 	t.Helper()
-	s, err := sqlite.Open(ctx, f.path, sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
+	return servicetest.OpenSQLite(t, f.path)
 }
 
 func (f *fixture) scheduler(st schedule.Store, defs ...schedule.Def) *schedule.Scheduler {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/dvtrun/dvtrun/engine"
 	"github.com/dvtrun/dvtrun/engine/queue"
+	"github.com/dvtrun/dvtrun/engine/service/servicetest"
 	"github.com/dvtrun/dvtrun/engine/worker"
 	"github.com/dvtrun/dvtrun/store/sqlite"
 )
@@ -36,12 +37,7 @@ func (x *startExec) Run(ctx context.Context, r queue.Request, runID string) (eng
 func BenchmarkTwoWorkersClaimAndStart(b *testing.B) {
 	path := filepath.Join(b.TempDir(), "state.db")
 	open := func() *sqlite.Store {
-		st, err := sqlite.Open(ctx, path, sqlite.Options{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { st.Close() })
-		return st
+		return servicetest.OpenSQLite(b, path)
 	}
 	st := open()
 	plan, err := engine.ParsePlan([]byte("planId: bench\nplanVersion: \"1\"\nsteps:\n  - {id: model.a, kind: model, sql: select 1}\n"), "bench.yaml")

@@ -65,11 +65,7 @@ func (f *fakeExec) Run(ctx context.Context, _ queue.Request, runID string) (engi
 
 func setup(t *testing.T) (*sqlite.Store, *queue.Queue) {
 	t.Helper()
-	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "state.db"), sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := servicetest.OpenSQLite(t, filepath.Join(t.TempDir(), "state.db"))
 	return st, &queue.Queue{Store: st, IDs: engine.IDFunc(uuid.NewString)}
 }
 

@@ -2,8 +2,11 @@
 package servicetest
 
 import (
+	"context"
 	"testing"
 	"time"
+
+	"github.com/dvtrun/dvtrun/store/sqlite"
 )
 
 // WaitFor polls cond until it holds and fails t if it has not within a
@@ -16,4 +19,17 @@ func WaitFor(t testing.TB, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 	}
+}
+
+// OpenSQLite opens (creating it if need be) a SQLite state store at path,
+// closed when t ends; several calls on one path are several processes'
+// handles on one store.
+func OpenSQLite(t testing.TB, path string) *sqlite.Store {
+	t.Helper()
+	st, err := sqlite.Open(context.Background(), path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
 }

@@ -286,6 +286,12 @@ func (s *Scheduler) Request(ctx context.Context, d Def, runRequestID string, not
 	if err != nil {
 		return queue.Request{}, err
 	}
+	return s.request(d, p, runRequestID, notBefore), nil
+}
+
+// request builds a request of d for a plan already resolved: the ticks
+// handled at one moment share one read of the plan.
+func (s *Scheduler) request(d Def, p PlanInfo, runRequestID string, notBefore time.Time) queue.Request {
 	r := queue.Request{
 		RequestID: s.IDs.NewID(), TenantID: s.TenantID, ProjectID: s.ProjectID, EnvironmentID: s.EnvironmentID,
 		PlanID: p.PlanID, PlanVersion: p.PlanVersion, RunRequestID: runRequestID,
@@ -293,7 +299,7 @@ func (s *Scheduler) Request(ctx context.Context, d Def, runRequestID string, not
 		Schedule: d.Name, Serial: d.Overlap != OverlapAllowAll, State: queue.StatePending,
 	}
 	r.Key = queue.Key(r.TenantID, r.ProjectID, r.EnvironmentID, r.PlanID, r.PlanVersion, r.RunRequestID)
-	return r, nil
+	return r
 }
 
 // applyOverlap turns the due ticks into requests under the schedule's
@@ -348,13 +354,16 @@ func (s *Scheduler) applyOverlap(ctx context.Context, d Def, due []time.Time, op
 			fire = due[len(due)-1:]
 		}
 	}
+	if len(fire) == 0 {
+		return nil, len(due), nil
+	}
+	p, err := s.Resolve(ctx, d.PlanPath)
+	if err != nil {
+		return nil, 0, err
+	}
 	reqs := make([]queue.Request, 0, len(fire))
 	for _, t := range fire {
-		r, err := s.Request(ctx, d, TickRequestID(d.Name, t), t)
-		if err != nil {
-			return nil, 0, err
-		}
-		reqs = append(reqs, r)
+		reqs = append(reqs, s.request(d, p, TickRequestID(d.Name, t), t))
 	}
 	return reqs, len(due) - len(fire), nil
 }
@@ -399,12 +408,15 @@ func Backfill(ctx context.Context, q *queue.Queue, s *Scheduler, d Def, from, to
 	}
 	var out []queue.Request
 	created := 0
+	if len(ticks) == 0 {
+		return out, created, nil
+	}
+	p, err := s.Resolve(ctx, d.PlanPath)
+	if err != nil {
+		return out, created, err
+	}
 	for _, t := range ticks {
-		r, err := s.Request(ctx, d, TickRequestID(d.Name, t), time.Time{})
-		if err != nil {
-			return out, created, err
-		}
-		got, isNew, err := q.Enqueue(ctx, r)
+		got, isNew, err := q.Enqueue(ctx, s.request(d, p, TickRequestID(d.Name, t), time.Time{}))
 		if err != nil {
 			return out, created, err
 		}

@@ -403,3 +403,29 @@ func TestDuePassReadsOpenRequestsOnce(t *testing.T) {
 		t.Fatalf("second due pass: %+v, want every schedule skipped", r)
 	}
 }
+
+// The ticks handled at one moment (a backfill, a pass firing several ticks
+// under buffer_all) read the plan once, not once per tick: Resolve reads and
+// hashes the plan file.
+func TestTicksOfOneMomentResolveThePlanOnce(t *testing.T) {
+	f := newFixture(t, utc("2026-04-01T00:00:30Z"))
+	d := def(t, "hourly", "@hourly", "", schedule.OverlapBufferAll, 24*time.Hour)
+	s := f.scheduler(f.store, d)
+	resolves := 0
+	resolve := s.Resolve
+	s.Resolve = func(ctx context.Context, path string) (schedule.PlanInfo, error) {
+		resolves++
+		return resolve(ctx, path)
+	}
+	q := &queue.Queue{Store: f.store, IDs: engine.IDFunc(uuid.NewString)}
+	_, created, err := schedule.Backfill(ctx, q, s, d, utc("2026-03-01T00:00:00Z"), utc("2026-03-01T05:00:00Z"))
+	if err != nil || created != 6 || resolves != 1 {
+		t.Fatalf("backfill of 6 ticks: %d created, %d resolves, %v", created, resolves, err)
+	}
+	pass(t, s) // creates the cursor
+	resolves = 0
+	f.clock.Advance(3 * time.Hour)
+	if r := pass(t, s); r.Fired != 3 || resolves != 1 {
+		t.Fatalf("a pass firing 3 ticks: %+v, %d resolves", r, resolves)
+	}
+}

@@ -35,12 +35,7 @@ func TestRerunCommittedStepCompletesFromLedger(t *testing.T) {
 	crash()
 	h.wait(done)
 
-	snap, err := h.rn.Resume(h.ctx, runID, p, h.wh)
-	if err != nil {
-		t.Fatal(err)
-	}
-	evs := h.events(runID)
-	snap = checkLog(t, evs, snap)
+	snap, evs := h.finish(runID, p, h.rn.Resume)
 	if snap.Status != engine.StatusCompleted {
 		t.Fatalf("run %s", snap.Status)
 	}

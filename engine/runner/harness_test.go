@@ -293,6 +293,19 @@ func (h *harness) status(runID string) engine.Snapshot {
 	return s
 }
 
+// finish runs runID to its end with run (h.rn.Execute or h.rn.Resume),
+// failing the test on an error, and returns the run's log and its
+// snapshot checked against it (checkLog).
+func (h *harness) finish(runID string, p *engine.Plan, run func(context.Context, string, *engine.Plan, engine.Warehouse) (engine.Snapshot, error)) (engine.Snapshot, []engine.RunEventRecord) {
+	h.t.Helper()
+	snap, err := run(h.ctx, runID, p, h.wh)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	evs := h.events(runID)
+	return checkLog(h.t, evs, snap), evs
+}
+
 // execAsync runs Execute in a goroutine.
 func (h *harness) execAsync(ctx context.Context, runID string, p *engine.Plan) <-chan execResult {
 	done := make(chan execResult, 1)

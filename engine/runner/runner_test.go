@@ -17,12 +17,7 @@ func TestExecuteAllSuccess(t *testing.T) {
 	h := newHarness(t)
 	p := loadShop(t)
 	runID := h.start(p)
-	snap, err := h.rn.Execute(h.ctx, runID, p, h.wh)
-	if err != nil {
-		t.Fatalf("Execute: %v", err)
-	}
-	evs := h.events(runID)
-	snap = checkLog(t, evs, snap)
+	snap, evs := h.finish(runID, p, h.rn.Execute)
 	if snap.Status != engine.StatusCompleted {
 		t.Fatalf("run is %s, want COMPLETED", snap.Status)
 	}
@@ -116,11 +111,7 @@ func TestTestSeverity(t *testing.T) {
 				return engine.StepResult{Failures: 3}, nil
 			})
 			runID := h.start(p)
-			snap, err := h.rn.Execute(h.ctx, runID, p, h.wh)
-			if err != nil {
-				t.Fatal(err)
-			}
-			snap = checkLog(t, h.events(runID), snap)
+			snap, _ := h.finish(runID, p, h.rn.Execute)
 			if got := stepOf(snap, "test.unique_id").Status; got != tc.want {
 				t.Fatalf("test step is %s, want %s", got, tc.want)
 			}
@@ -159,12 +150,7 @@ func TestFailureSkipsDependents(t *testing.T) {
 				return engine.StepResult{}, errors.New("syntax error near selec")
 			})
 			runID := h.start(p)
-			snap, err := h.rn.Execute(h.ctx, runID, p, h.wh)
-			if err != nil {
-				t.Fatal(err)
-			}
-			evs := h.events(runID)
-			snap = checkLog(t, evs, snap)
+			snap, _ := h.finish(runID, p, h.rn.Execute)
 			checkTwoAppends(t, h.log)
 			if snap.Status != engine.StatusFailed || snap.Error == nil || snap.Error.Code != string(engine.CodeStepFailed) || !strings.Contains(snap.Error.Message, "a") {
 				t.Fatalf("run %s error %+v", snap.Status, snap.Error)
@@ -226,12 +212,7 @@ func TestTransientRetries(t *testing.T) {
 				return engine.StepResult{RowsAffected: 7}, nil
 			})
 			runID := h.start(p)
-			snap, err := h.rn.Execute(h.ctx, runID, p, h.wh)
-			if err != nil {
-				t.Fatal(err)
-			}
-			evs := h.events(runID)
-			snap = checkLog(t, evs, snap)
+			snap, evs := h.finish(runID, p, h.rn.Execute)
 			checkTwoAppends(t, h.log)
 			st := stepOf(snap, "flaky")
 			if st.Status != tc.wantStatus || st.EngineAttemptID != tc.wantEngine || st.LogicalAttemptID != 1 {
@@ -301,11 +282,7 @@ func TestStepTimeout(t *testing.T) {
 	p.Steps[0].Timeout = engine.Duration{Duration: 20 * time.Millisecond}
 	h.wh.set("slow", blockUntilDone(nil))
 	runID := h.start(p)
-	snap, err := h.rn.Execute(h.ctx, runID, p, h.wh)
-	if err != nil {
-		t.Fatal(err)
-	}
-	snap = checkLog(t, h.events(runID), snap)
+	snap, _ := h.finish(runID, p, h.rn.Execute)
 	st := stepOf(snap, "slow")
 	if st.Status != engine.StepStatusFailed || st.Error == nil || st.Error.Code != string(engine.CodeStepTimeout) {
 		t.Fatalf("slow: %+v", st)
@@ -541,12 +518,7 @@ func TestResumeAfterCrash(t *testing.T) {
 		t.Fatalf("after the crash: run %s, s3 %s", s.Status, stepOf(s, "s3").Status)
 	}
 
-	snap, err := h.rn.Resume(h.ctx, runID, p, h.wh)
-	if err != nil {
-		t.Fatal(err)
-	}
-	evs := h.events(runID)
-	snap = checkLog(t, evs, snap)
+	snap, evs := h.finish(runID, p, h.rn.Resume)
 	if snap.Status != engine.StatusCompleted {
 		t.Fatalf("run %s", snap.Status)
 	}
@@ -824,12 +796,7 @@ func TestResumeStartsAnAcceptedRetry(t *testing.T) {
 	}
 
 	h.log.refuse.Store(nil)
-	snap, err := h.rn.Resume(h.ctx, runID, p, h.wh)
-	if err != nil {
-		t.Fatal(err)
-	}
-	evs := h.events(runID)
-	snap = checkLog(t, evs, snap)
+	snap, evs := h.finish(runID, p, h.rn.Resume)
 	if a := stepOf(snap, "a"); a.Status != engine.StepStatusSuccess || a.LogicalAttemptID != 2 || snap.Status != engine.StatusCompleted {
 		t.Errorf("a %+v, run %s", a, snap.Status)
 	}

@@ -101,17 +101,10 @@ func (e *Engine) StartRun(ctx context.Context, req StartRequest) (string, error)
 		RunRequestID: req.RunRequestID,
 	}
 	em := NewEmitter(e.Log, e.Clock, e.IDs, meta)
-	payload := map[string]any{
-		"planRef": req.Ref, "triggeredBy": cfg.TriggeredBy, "triggerSource": cfg.TriggerSource,
-	}
-	if req.Selection != nil {
-		payload["selection"] = req.Selection
-	}
-	if req.ParentRunID != "" {
-		payload["parentRunId"] = req.ParentRunID
-	}
-	if req.FullRefresh {
-		payload["fullRefresh"] = true
+	// The payload is what QueuedRequest reads back: one type for both.
+	payload := RunQueuedRequest{
+		PlanRef: req.Ref, Selection: req.Selection, ParentRunID: req.ParentRunID, FullRefresh: req.FullRefresh,
+		TriggeredBy: cfg.TriggeredBy, TriggerSource: cfg.TriggerSource,
 	}
 	queued, err := em.build(RunQueued, "", 1, 1, payload)
 	if err != nil {

@@ -94,12 +94,13 @@ func appendNew(s []string, v string) []string {
 // the run it retries, whether incremental models are rebuilt in full
 // (--full-refresh), and who triggered it.
 type RunQueuedRequest struct {
-	PlanRef       PlanRef    `json:"planRef"`
-	Selection     *Selection `json:"selection,omitempty"`
-	ParentRunID   string     `json:"parentRunId,omitempty"`
-	FullRefresh   bool       `json:"fullRefresh,omitempty"`
-	TriggeredBy   string     `json:"triggeredBy,omitempty"`
-	TriggerSource string     `json:"triggerSource,omitempty"`
+	PlanRef     PlanRef    `json:"planRef"`
+	Selection   *Selection `json:"selection,omitempty"`
+	ParentRunID string     `json:"parentRunId,omitempty"`
+	FullRefresh bool       `json:"fullRefresh,omitempty"`
+	// StartRun writes both trigger fields, empty or not.
+	TriggeredBy   string `json:"triggeredBy"`
+	TriggerSource string `json:"triggerSource"`
 }
 
 // QueuedRequest reads the RunQueued payload of a run's log. A log without

@@ -116,7 +116,7 @@ func loadPlan(src PlanSource, file string, keepSeeds bool) (*Plan, PlanRef, map[
 	for _, path := range paths {
 		bundle = append(bundle, BundleFile{Path: path, SHA256: files[path]})
 	}
-	ref := PlanRef{URI: file, SHA256: BundleSHA256(bundle), SchemaVersion: p.SchemaVersion, PlanID: p.PlanID, PlanVersion: p.PlanVersion, Files: bundle}
+	ref := PlanRef{URI: file, SHA256: bundleSHA256(bundle), SchemaVersion: p.SchemaVersion, PlanID: p.PlanID, PlanVersion: p.PlanVersion, Files: bundle}
 	return p, ref, seeds, nil
 }
 
@@ -144,8 +144,8 @@ func digest(b []byte) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// BundleSHA256 is the sha256 of a bundle's manifest (see LoadBundle).
-func BundleSHA256(files []BundleFile) string {
+// bundleSHA256 is the sha256 of a bundle's manifest (see LoadBundle).
+func bundleSHA256(files []BundleFile) string {
 	var b bytes.Buffer
 	for _, f := range files {
 		fmt.Fprintf(&b, "%s  %s\n", f.SHA256, f.Path)

@@ -293,17 +293,23 @@ func (h *harness) status(runID string) engine.Snapshot {
 	return s
 }
 
-// finish runs runID to its end with run (h.rn.Execute or h.rn.Resume),
-// failing the test on an error, and returns the run's log and its
-// snapshot checked against it (checkLog).
+// finish runs runID to its end with run (h.rn.Execute or h.rn.Resume);
+// see finished.
 func (h *harness) finish(runID string, p *engine.Plan, run func(context.Context, string, *engine.Plan, engine.Warehouse) (engine.Snapshot, error)) (engine.Snapshot, []engine.RunEventRecord) {
 	h.t.Helper()
 	snap, err := run(h.ctx, runID, p, h.wh)
-	if err != nil {
-		h.t.Fatal(err)
+	return h.finished(runID, execResult{snap, err})
+}
+
+// finished fails the test if the run ended with an error, and returns the
+// run's log and the run's snapshot checked against it (checkLog).
+func (h *harness) finished(runID string, res execResult) (engine.Snapshot, []engine.RunEventRecord) {
+	h.t.Helper()
+	if res.err != nil {
+		h.t.Fatal(res.err)
 	}
 	evs := h.events(runID)
-	return checkLog(h.t, evs, snap), evs
+	return checkLog(h.t, evs, res.snap), evs
 }
 
 // execAsync runs Execute in a goroutine.

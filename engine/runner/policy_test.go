@@ -71,11 +71,7 @@ func TestSignalPolicyEnforcedByRunner(t *testing.T) {
 	close(release)
 	waitUntil(t, "drained", func() bool { return len(h.progress.phase(runner.PhaseDrained)) == 1 })
 	send("alice", engine.SignalResume)
-	res := h.wait(done)
-	if res.err != nil {
-		t.Fatal(res.err)
-	}
-	snap := checkLog(t, h.events(runID), res.snap)
+	snap, _ := h.finished(runID, h.wait(done))
 	if snap.Status != engine.StatusCompleted || len(ofType(h.events(runID), engine.RunCancelled)) != 0 {
 		t.Fatalf("run %s, events %v", snap.Status, evTypes(h.events(runID)))
 	}

@@ -306,12 +306,7 @@ func TestCancelSignalInterruptsRunningStep(t *testing.T) {
 	if err := h.eng.CancelRun(h.ctx, runID, "operator asked"); err != nil {
 		t.Fatal(err)
 	}
-	res := h.wait(done)
-	if res.err != nil {
-		t.Fatal(res.err)
-	}
-	evs := h.events(runID)
-	snap := checkLog(t, evs, res.snap)
+	snap, evs := h.finished(runID, h.wait(done))
 	if snap.Status != engine.StatusCancelled {
 		t.Fatalf("run %s", snap.Status)
 	}
@@ -373,12 +368,7 @@ func TestPauseDrainsAndResumes(t *testing.T) {
 		t.Fatalf("b started while the run was PAUSED")
 	}
 	h.signal(runID, engine.SignalResume, "")
-	res := h.wait(done)
-	if res.err != nil {
-		t.Fatal(res.err)
-	}
-	evs := h.events(runID)
-	snap := checkLog(t, evs, res.snap)
+	snap, evs := h.finished(runID, h.wait(done))
 	if snap.Status != engine.StatusCompleted {
 		t.Fatalf("run %s", snap.Status)
 	}
@@ -419,12 +409,7 @@ func TestRetryStepSignal(t *testing.T) {
 	h.signal(runID, engine.SignalRetryStep, "a")
 	waitUntil(t, "a succeeded on retry", func() bool { return stepOf(h.status(runID), "a").Status == engine.StepStatusSuccess })
 	close(release)
-	res := h.wait(done)
-	if res.err != nil {
-		t.Fatal(res.err)
-	}
-	evs := h.events(runID)
-	snap := checkLog(t, evs, res.snap)
+	snap, evs := h.finished(runID, h.wait(done))
 	if snap.Status != engine.StatusCompleted {
 		t.Fatalf("run %s (%+v)", snap.Status, snap.Error)
 	}
@@ -750,12 +735,7 @@ func TestResumeOfPausedRunWaitsForResume(t *testing.T) {
 		t.Fatalf("run %s, b ran %d times", s.Status, len(h.wh.requests("b")))
 	}
 	h.signal(runID, engine.SignalResume, "")
-	res := h.wait(done)
-	if res.err != nil {
-		t.Fatal(res.err)
-	}
-	evs := h.events(runID)
-	snap := checkLog(t, evs, res.snap)
+	snap, evs := h.finished(runID, h.wait(done))
 	if snap.Status != engine.StatusCompleted || len(ofType(evs, engine.RunPaused)) != 1 || len(ofType(evs, engine.SignalAccepted)) != 2 {
 		t.Errorf("run %s, events %v", snap.Status, evTypes(evs))
 	}

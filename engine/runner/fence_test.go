@@ -139,11 +139,7 @@ func TestSelfFencingAfterFailedRenewals(t *testing.T) {
 	p := chain([]string{"a", "b"}, map[string][]string{"b": {"a"}})
 	release := make(chan struct{})
 	started := make(chan string, 1)
-	h.wh.set("a", func(context.Context, engine.StepRequest, int) (engine.StepResult, error) {
-		started <- "a"
-		<-release
-		return engine.StepResult{RowsAffected: 1}, nil
-	})
+	h.wh.set("a", blockUntilReleased(started, release))
 	runID := h.start(p)
 	done := h.execAsync(h.ctx, runID, p)
 	recv(t, started)

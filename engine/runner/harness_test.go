@@ -129,6 +129,16 @@ func blockUntilDone(started chan<- string) stepScript {
 	}
 }
 
+// blockUntilReleased is a step that reports its start and succeeds, one
+// row affected, once release closes.
+func blockUntilReleased(started chan<- string, release <-chan struct{}) stepScript {
+	return func(_ context.Context, req engine.StepRequest, _ int) (engine.StepResult, error) {
+		started <- req.StepID
+		<-release
+		return engine.StepResult{RowsAffected: 1}, nil
+	}
+}
+
 // countingLog wraps the SQLite store: it records each AppendAndEnqueue
 // batch, and can be made to fail every write (the store "goes away").
 type countingLog struct {

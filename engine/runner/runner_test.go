@@ -336,11 +336,7 @@ func TestPauseDrainsAndResumes(t *testing.T) {
 	p := chain([]string{"a", "b"}, nil)
 	started := make(chan string, 1)
 	release := make(chan struct{})
-	h.wh.set("a", func(context.Context, engine.StepRequest, int) (engine.StepResult, error) {
-		started <- "a"
-		<-release
-		return engine.StepResult{RowsAffected: 1}, nil
-	})
+	h.wh.set("a", blockUntilReleased(started, release))
 	runID := h.start(p)
 	done := h.execAsync(h.ctx, runID, p)
 	recv(t, started)

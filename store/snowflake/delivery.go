@@ -3,8 +3,6 @@ package snowflake
 import (
 	"context"
 	"database/sql"
-	"fmt"
-	"sync"
 	"time"
 
 	"github.com/dvtrun/dvtrun/engine"
@@ -12,21 +10,10 @@ import (
 	sqlfiles "github.com/dvtrun/dvtrun/sql"
 )
 
-// deliveryQueries are the statements of sql/snowflake/delivery.sql.
-var deliveryQueries = sync.OnceValues(func() (map[string]string, error) {
-	return sqlfiles.Queries(sqlfiles.Snowflake, "delivery.sql")
-})
-
+// dq is a statement of sql/snowflake/delivery.sql (sqlfiles.Query parses
+// the file once).
 func dq(name string) (string, error) {
-	q, err := deliveryQueries()
-	if err != nil {
-		return "", err
-	}
-	text, ok := q[name]
-	if !ok {
-		return "", fmt.Errorf("snowflake: no delivery query %q", name)
-	}
-	return text, nil
+	return sqlfiles.Query(sqlfiles.Snowflake, "delivery.sql", name)
 }
 
 // exec runs one delivery statement (retrying contention) and returns the

@@ -3,7 +3,6 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"fmt"
 	"time"
 
 	"github.com/dvtrun/dvtrun/engine"
@@ -28,8 +27,7 @@ func (s *Store) newQueue() (*store.QueueSQL, error) {
 		Write:    s.queueTx,
 		Classify: func(_ string, err error) error { return classify(s.path, err) },
 		Time:     func(t time.Time) any { return t.UTC().Format(engine.TimeFormat) },
-		// SQLite's date modifier for now + ttl.
-		TTL:      func(d time.Duration) any { return fmt.Sprintf("%+.3f seconds", d.Seconds()) },
+		TTL:      func(d time.Duration) any { return modifier(d) },
 		TimeDest: func() any { return new(sql.NullString) },
 		TimeOf: func(dest any) time.Time {
 			t, err := time.Parse(time.RFC3339Nano, dest.(*sql.NullString).String)

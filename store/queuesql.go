@@ -13,7 +13,7 @@ import (
 
 // Tx runs statements: *sql.Tx, *sqlx.Tx, *sql.Conn or *sql.DB.
 type Tx interface {
-	Queryer
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
@@ -236,19 +236,19 @@ func (s *QueueSQL) ClaimRequest(ctx context.Context, owner string, ttl time.Dura
 		if _, err := tx.ExecContext(ctx, q["heartbeat"], owner, s.d.TTL(ttl)); err != nil {
 			return err
 		}
-		cands, err := ClaimCandidates(ctx, tx, q, l)
+		cands, err := claimCandidates(ctx, tx, q, l)
 		if err != nil {
 			return err
 		}
 		for _, c := range cands {
-			res, err := tx.ExecContext(ctx, q["claim_request"], owner, c.ID, c.Version)
+			res, err := tx.ExecContext(ctx, q["claim_request"], owner, c.id, c.version)
 			if err != nil {
 				return err
 			}
 			if n, _ := res.RowsAffected(); n != 1 {
 				continue
 			}
-			out, err = s.scanRequest(tx.QueryRowContext(ctx, q["request_by_id"], c.ID))
+			out, err = s.scanRequest(tx.QueryRowContext(ctx, q["request_by_id"], c.id))
 			ok = err == nil
 			return err
 		}

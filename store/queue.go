@@ -7,26 +7,13 @@ import (
 	"github.com/dvtrun/dvtrun/engine/queue"
 )
 
-// Queryer reads inside a transaction: *sql.Tx, *sqlx.Tx or a *sql.Conn
-// with a transaction open.
-type Queryer interface {
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-}
-
-// Candidate is a request a claim may try: its conditional UPDATE names the
-// row and the version read.
-type Candidate struct {
-	ID      string
-	Version int64
-}
-
-// ClaimCandidates reads, inside a backend's claim transaction, the rows
-// that look claimable (query claim_candidates: takeovers first, then
-// PENDING by priority and enqueue order), the runs active per plan
-// (active_by_plan) and the busy schedules (busy_schedules), and returns
-// the candidates the limits allow, in claim order. Both backends share the
-// query names; the claim itself is each backend's conditional UPDATE.
-func ClaimCandidates(ctx context.Context, tx Queryer, q map[string]string, l queue.ClaimLimits) ([]Candidate, error) {
+// claimCandidates reads, inside the claim transaction, the rows that look
+// claimable (query claim_candidates: takeovers first, then PENDING by
+// priority and enqueue order), the runs active per plan (active_by_plan)
+// and the busy schedules (busy_schedules), and returns the candidates the
+// limits allow, in claim order; the claim itself is the conditional UPDATE
+// on each candidate's (id, version).
+func claimCandidates(ctx context.Context, tx Tx, q map[string]string, l queue.ClaimLimits) ([]candidate, error) {
 	cands, err := readCandidates(ctx, tx, q)
 	if err != nil {
 		return nil, err
@@ -39,10 +26,14 @@ func ClaimCandidates(ctx context.Context, tx Queryer, q map[string]string, l que
 	if err != nil {
 		return nil, err
 	}
-	var out []Candidate
+	total := 0
+	for _, n := range active {
+		total += n
+	}
+	var out []candidate
 	for _, c := range cands {
-		if c.claimable(l, active, busy) {
-			out = append(out, Candidate{ID: c.id, Version: c.version})
+		if c.claimable(l, total, active, busy) {
+			out = append(out, c)
 		}
 	}
 	return out, nil
@@ -58,13 +49,10 @@ type candidate struct {
 // claimable applies the limits: a takeover always (its run already
 // counts), a PENDING request only within the concurrency limits and, if
 // serial, when its schedule is idle and it is the schedule's first.
-func (c candidate) claimable(l queue.ClaimLimits, active map[string]int, busy map[string]scheduleBusy) bool {
+// total is the sum of active.
+func (c candidate) claimable(l queue.ClaimLimits, total int, active map[string]int, busy map[string]scheduleBusy) bool {
 	if c.state != string(queue.StatePending) {
 		return true
-	}
-	total := 0
-	for _, n := range active {
-		total += n
 	}
 	if !l.Allows(c.planID, total, active[c.planID]) {
 		return false
@@ -81,7 +69,7 @@ type scheduleBusy struct {
 	firstPending int64
 }
 
-func readCandidates(ctx context.Context, tx Queryer, q map[string]string) ([]candidate, error) {
+func readCandidates(ctx context.Context, tx Tx, q map[string]string) ([]candidate, error) {
 	rows, err := tx.QueryContext(ctx, q["claim_candidates"])
 	if err != nil {
 		return nil, err
@@ -100,7 +88,7 @@ func readCandidates(ctx context.Context, tx Queryer, q map[string]string) ([]can
 	return out, rows.Err()
 }
 
-func readActive(ctx context.Context, tx Queryer, q map[string]string) (map[string]int, error) {
+func readActive(ctx context.Context, tx Tx, q map[string]string) (map[string]int, error) {
 	rows, err := tx.QueryContext(ctx, q["active_by_plan"])
 	if err != nil {
 		return nil, err
@@ -118,7 +106,7 @@ func readActive(ctx context.Context, tx Queryer, q map[string]string) (map[strin
 	return out, rows.Err()
 }
 
-func readBusy(ctx context.Context, tx Queryer, q map[string]string) (map[string]scheduleBusy, error) {
+func readBusy(ctx context.Context, tx Tx, q map[string]string) (map[string]scheduleBusy, error) {
 	rows, err := tx.QueryContext(ctx, q["busy_schedules"])
 	if err != nil {
 		return nil, err

@@ -13,7 +13,7 @@ import (
 
 // Tx runs statements: *sql.Tx, *sqlx.Tx, *sql.Conn or *sql.DB.
 type Tx interface {
-	Queryer
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
@@ -101,17 +101,24 @@ func (s *QueueSQL) dbNow(ctx context.Context, tx Tx) (time.Time, error) {
 // insertRequest inserts r unless its key exists; it returns the stored
 // request and whether it was inserted. now is the database's clock.
 func (s *QueueSQL) insertRequest(ctx context.Context, tx Tx, r queue.Request, now time.Time) (queue.Request, bool, error) {
-	q := s.d.Queries
-	old, err := s.scanRequest(tx.QueryRowContext(ctx, q["request_by_key"], r.Key))
+	old, err := s.scanRequest(tx.QueryRowContext(ctx, s.d.Queries["request_by_key"], r.Key))
 	if err == nil {
 		return old, false, nil
 	}
 	if !errors.Is(err, sql.ErrNoRows) {
 		return queue.Request{}, false, err
 	}
+	stored, err := s.insertNew(ctx, tx, r, now)
+	return stored, err == nil, err
+}
+
+// insertNew inserts r, whose key the transaction has read as absent, and
+// returns the stored request.
+func (s *QueueSQL) insertNew(ctx context.Context, tx Tx, r queue.Request, now time.Time) (queue.Request, error) {
+	q := s.d.Queries
 	var seq int64
 	if err := tx.QueryRowContext(ctx, q["next_enqueue_seq"]).Scan(&seq); err != nil {
-		return queue.Request{}, false, err
+		return queue.Request{}, err
 	}
 	notBefore := now
 	if !r.NotBefore.IsZero() {
@@ -120,10 +127,9 @@ func (s *QueueSQL) insertRequest(ctx context.Context, tx Tx, r queue.Request, no
 	if _, err := tx.ExecContext(ctx, q["insert_request"], r.RequestID, r.Key, r.TenantID, r.ProjectID, r.EnvironmentID,
 		r.PlanID, r.PlanVersion, r.RunRequestID, r.PlanPath, r.PlanSHA256, r.Priority, s.d.Time(notBefore),
 		nullString(r.Schedule), boolInt(r.Serial), seq, s.d.Time(now)); err != nil {
-		return queue.Request{}, false, err
+		return queue.Request{}, err
 	}
-	stored, err := s.scanRequest(tx.QueryRowContext(ctx, q["request_by_id"], r.RequestID))
-	return stored, err == nil, err
+	return s.scanRequest(tx.QueryRowContext(ctx, q["request_by_id"], r.RequestID))
 }
 
 // EnqueueRequest implements queue.Store.
@@ -151,7 +157,9 @@ func (s *QueueSQL) EnqueueRequest(ctx context.Context, r queue.Request, admit fu
 				return err
 			}
 		}
-		out, created, err = s.insertRequest(ctx, tx, r, st.Now)
+		// The key was read as absent above, in this transaction.
+		out, err = s.insertNew(ctx, tx, r, st.Now)
+		created = err == nil
 		return err
 	})
 	return out, created, err
@@ -228,19 +236,19 @@ func (s *QueueSQL) ClaimRequest(ctx context.Context, owner string, ttl time.Dura
 		if _, err := tx.ExecContext(ctx, q["heartbeat"], owner, s.d.TTL(ttl)); err != nil {
 			return err
 		}
-		cands, err := ClaimCandidates(ctx, tx, q, l)
+		cands, err := claimCandidates(ctx, tx, q, l)
 		if err != nil {
 			return err
 		}
 		for _, c := range cands {
-			res, err := tx.ExecContext(ctx, q["claim_request"], owner, c.ID, c.Version)
+			res, err := tx.ExecContext(ctx, q["claim_request"], owner, c.id, c.version)
 			if err != nil {
 				return err
 			}
 			if n, _ := res.RowsAffected(); n != 1 {
 				continue
 			}
-			out, err = s.scanRequest(tx.QueryRowContext(ctx, q["request_by_id"], c.ID))
+			out, err = s.scanRequest(tx.QueryRowContext(ctx, q["request_by_id"], c.id))
 			ok = err == nil
 			return err
 		}

@@ -3,8 +3,6 @@ package snowflake
 import (
 	"context"
 	"database/sql"
-	"fmt"
-	"sync"
 	"time"
 
 	"github.com/dvtrun/dvtrun/engine"
@@ -12,21 +10,10 @@ import (
 	sqlfiles "github.com/dvtrun/dvtrun/sql"
 )
 
-// deliveryQueries are the statements of sql/snowflake/delivery.sql.
-var deliveryQueries = sync.OnceValues(func() (map[string]string, error) {
-	return sqlfiles.Queries(sqlfiles.Snowflake, "delivery.sql")
-})
-
+// dq is a statement of sql/snowflake/delivery.sql (sqlfiles.Query parses
+// the file once).
 func dq(name string) (string, error) {
-	q, err := deliveryQueries()
-	if err != nil {
-		return "", err
-	}
-	text, ok := q[name]
-	if !ok {
-		return "", fmt.Errorf("snowflake: no delivery query %q", name)
-	}
-	return text, nil
+	return sqlfiles.Query(sqlfiles.Snowflake, "delivery.sql", name)
 }
 
 // exec runs one delivery statement (retrying contention) and returns the
@@ -48,8 +35,8 @@ func (s *Store) execDelivery(ctx context.Context, op, name string, args ...any) 
 	return n, err
 }
 
-// underDeliveryLock runs statement name in a transaction that first updates
-// the 'deliveries' lock row: Snowflake enforces no key and takes no row
+// underDeliveryLock runs statement name in a transaction (pinnedTx: BEGIN
+// and the lock in one request) that first updates the 'deliveries' lock row: Snowflake enforces no key and takes no row
 // locks, so enqueue and claim serialise on that row, and each statement
 // reads what the previous holder committed.
 func (s *Store) underDeliveryLock(ctx context.Context, op, name string, args ...any) (int64, error) {
@@ -62,21 +49,13 @@ func (s *Store) underDeliveryLock(ctx context.Context, op, name string, args ...
 		return 0, err
 	}
 	var n int64
-	err = s.withRetry(ctx, func() error {
-		tx, err := s.db.BeginTx(ctx, nil)
+	err = s.pinnedTx(ctx, lock, func(c *sql.Conn) (script, bool, error) {
+		res, err := c.ExecContext(ctx, q, args...)
 		if err != nil {
-			return s.classify(op, err)
-		}
-		defer tx.Rollback()
-		if _, err := tx.ExecContext(ctx, lock); err != nil {
-			return s.classify(op, err)
-		}
-		res, err := tx.ExecContext(ctx, q, args...)
-		if err != nil {
-			return s.classify(op, err)
+			return nil, false, s.classify(op, err)
 		}
 		n, _ = res.RowsAffected()
-		return s.classify(op, tx.Commit())
+		return nil, true, nil
 	})
 	return n, err
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jmoiron/sqlx"
+
 	"github.com/dvtrun/dvtrun/engine"
 	"github.com/dvtrun/dvtrun/engine/delivery"
 	sqlfiles "github.com/dvtrun/dvtrun/sql"
@@ -65,20 +67,15 @@ func (s *Store) MarkDelivered(ctx context.Context, sink, claimID string, eventID
 	if len(eventIDs) == 0 {
 		return nil
 	}
-	s.writeMu.Lock()
-	defer s.writeMu.Unlock()
-	tx, err := s.db.BeginTxx(ctx, nil)
-	if err != nil {
-		return classify(s.path, err)
-	}
-	defer tx.Rollback()
-	st := tx.StmtContext(ctx, s.stmts["delivery/mark_delivered"])
-	for _, id := range eventIDs {
-		if _, err := st.ExecContext(ctx, sink, claimID, id); err != nil {
-			return classify(s.path, err)
+	return s.writeTx(ctx, func(tx *sqlx.Tx) error {
+		st := tx.StmtContext(ctx, s.stmts["delivery/mark_delivered"])
+		for _, id := range eventIDs {
+			if _, err := st.ExecContext(ctx, sink, claimID, id); err != nil {
+				return err
+			}
 		}
-	}
-	return classify(s.path, tx.Commit())
+		return nil
+	})
 }
 
 // MarkFailed implements delivery.Store.

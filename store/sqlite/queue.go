@@ -3,8 +3,9 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"fmt"
 	"time"
+
+	"github.com/jmoiron/sqlx"
 
 	"github.com/dvtrun/dvtrun/engine"
 	sqlfiles "github.com/dvtrun/dvtrun/sql"
@@ -23,13 +24,14 @@ func (s *Store) newQueue() (*store.QueueSQL, error) {
 		return nil, err
 	}
 	return store.NewQueueSQL(store.QueueDialect{
-		Queries:  q,
-		Read:     s.db,
-		Write:    s.queueTx,
+		Queries: q,
+		Read:    s.db,
+		Write: func(ctx context.Context, fn func(store.Tx) error) error {
+			return s.writeTx(ctx, func(tx *sqlx.Tx) error { return fn(tx) })
+		},
 		Classify: func(_ string, err error) error { return classify(s.path, err) },
 		Time:     func(t time.Time) any { return t.UTC().Format(engine.TimeFormat) },
-		// SQLite's date modifier for now + ttl.
-		TTL:      func(d time.Duration) any { return fmt.Sprintf("%+.3f seconds", d.Seconds()) },
+		TTL:      func(d time.Duration) any { return modifier(d) },
 		TimeDest: func() any { return new(sql.NullString) },
 		TimeOf: func(dest any) time.Time {
 			t, err := time.Parse(time.RFC3339Nano, dest.(*sql.NullString).String)
@@ -41,8 +43,9 @@ func (s *Store) newQueue() (*store.QueueSQL, error) {
 	}), nil
 }
 
-// queueTx runs fn in one write transaction.
-func (s *Store) queueTx(ctx context.Context, fn func(tx store.Tx) error) error {
+// writeTx runs fn in one write transaction under the process's write
+// mutex and classifies its errors.
+func (s *Store) writeTx(ctx context.Context, fn func(tx *sqlx.Tx) error) error {
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
 	tx, err := s.db.BeginTxx(ctx, nil)

@@ -72,11 +72,8 @@ func Run(t *testing.T, b Backend) {
 		{"LiveSnapshots", testSnapshots},
 		{"GetLease", testGetLease},
 	}
-	cases = append(cases, deliveryCases...)
+	cases = append(append(cases, deliveryCases...), queueCases...)
 	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) { c.fn(t, b) })
-	}
-	for _, c := range queueCases {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, b) })
 	}
 }

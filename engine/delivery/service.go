@@ -56,12 +56,8 @@ func (p Policy) WithDefaults() Policy {
 // Delay is the wait after the failed attempt number failures (1 = the
 // first), with r in [0, 1) choosing the jitter.
 func (p Policy) Delay(failures int, r float64) time.Duration {
-	d := p.Backoff
-	for i := 1; i < failures && d < p.MaxBackoff; i++ {
-		d *= 2
-	}
-	d = min(d, p.MaxBackoff)
-	d = time.Duration(float64(d) * (1 + p.Jitter*(2*r-1)))
+	// Unlike a step retry, a delivery never waits past its cap.
+	d := engine.Backoff(p.Backoff, p.MaxBackoff, failures, p.Jitter, r)
 	return max(min(d, p.MaxBackoff), 0)
 }
 

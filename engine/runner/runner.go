@@ -51,11 +51,7 @@ type RetryPolicy struct {
 // Backoff is the wait before engine attempt n+1 (n >= 1), exponential with
 // jitter; r is a uniform draw in [0, 1).
 func (p RetryPolicy) Backoff(n int, r float64) time.Duration {
-	d := p.Initial << (n - 1)
-	if d > p.Ceiling || d <= 0 {
-		d = p.Ceiling
-	}
-	return time.Duration(float64(d) * (1 + p.Jitter*(2*r-1)))
+	return engine.Backoff(p.Initial, p.Ceiling, n, p.Jitter, r)
 }
 
 func (c Config) withDefaults() Config {

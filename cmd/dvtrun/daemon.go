@@ -12,7 +12,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"text/tabwriter"
 	"time"
 	// Schedules name IANA zones; the binary carries the zone database so
 	// that a host or container without one still loads them.
@@ -256,7 +255,7 @@ func (c *cli) listSchedules(ctx context.Context, st queueStore, s *schedule.Sche
 		fmt.Fprintln(c.stdout, "No schedules in the config.")
 		return nil
 	}
-	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	tw := newTable(c.stdout)
 	fmt.Fprintln(tw, "SCHEDULE\tCRON\tZONE\tOVERLAP\tNEXT TICKS (UTC)\tLAST TICK\tLAST RUN\tFIRED\tMISSED\tSKIPPED")
 	for _, r := range rows {
 		var ticks []string

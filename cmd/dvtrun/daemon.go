@@ -12,7 +12,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"text/tabwriter"
 	"time"
 	// Schedules name IANA zones; the binary carries the zone database so
 	// that a host or container without one still loads them.
@@ -34,9 +33,7 @@ type daemonFlags struct {
 	http     string
 	slots    int
 	grace    time.Duration
-	leaseTTL time.Duration
-	threads  int
-	secrets  string
+	exec     runFlags // --threads, --lease-ttl, --secrets-file, as `run` has them
 	delivery deliveryFlags
 }
 
@@ -48,9 +45,7 @@ func (d *daemonFlags) register(c *cli, name string, worker bool) *flag.FlagSet {
 	if worker {
 		fs.IntVar(&d.slots, "slots", 1, "run up to `N` requests at once in this process")
 		fs.DurationVar(&d.grace, "grace", 30*time.Second, "on SIGTERM, let runs in flight finish this long before handing them back")
-		fs.DurationVar(&d.leaseTTL, "lease-ttl", 30*time.Second, "how long claims and run leases outlive a worker that stopped heart-beating")
-		fs.IntVar(&d.threads, "threads", 4, "steps in parallel within a run")
-		fs.StringVar(&d.secrets, "secrets-file", "", "`FILE` of KEY=VALUE secrets (DVT_SECRET_<NAME> wins)")
+		d.exec.registerExec(fs)
 		// The worker delivers the outbox to the config's sinks, as
 		// `dvtrun outbox deliver` does.
 		d.delivery.register(fs, "delivery-", 0)
@@ -82,13 +77,10 @@ func (d daemonFlags) check(worker bool) error {
 		switch {
 		case d.slots < 1:
 			return engine.Errorf(engine.CodeInvalidArgument, "--slots must be at least 1")
-		case d.leaseTTL < time.Second:
-			return engine.Errorf(engine.CodeInvalidArgument, "--lease-ttl must be at least 1s")
 		case d.grace < 0:
 			return engine.Errorf(engine.CodeInvalidArgument, "--grace must not be negative")
-		case d.threads < 1:
-			return engine.Errorf(engine.CodeInvalidArgument, "--threads must be at least 1")
 		}
+		return d.exec.check()
 	}
 	return nil
 }
@@ -256,7 +248,7 @@ func (c *cli) listSchedules(ctx context.Context, st queueStore, s *schedule.Sche
 		fmt.Fprintln(c.stdout, "No schedules in the config.")
 		return nil
 	}
-	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	tw := newTable(c.stdout)
 	fmt.Fprintln(tw, "SCHEDULE\tCRON\tZONE\tOVERLAP\tNEXT TICKS (UTC)\tLAST TICK\tLAST RUN\tFIRED\tMISSED\tSKIPPED")
 	for _, r := range rows {
 		var ticks []string
@@ -377,7 +369,7 @@ func (c *cli) daemon(ctx context.Context, name string, args []string, withSchedu
 	}
 	var w *worker.Worker
 	if withWorker {
-		lookup, err := c.secretLookup(d.secrets)
+		lookup, err := c.secretLookup(d.exec.secretsFile)
 		if err != nil {
 			return err
 		}
@@ -389,10 +381,10 @@ func (c *cli) daemon(ctx context.Context, name string, args []string, withSchedu
 		owner := c.ownerID(name)
 		w = &worker.Worker{
 			Store: st, ID: owner, Limits: claimLimits(cfg.Limits), Slots: d.slots,
-			HeartbeatTTL: d.leaseTTL, Poll: d.poll, Grace: d.grace,
+			HeartbeatTTL: d.exec.leaseTTL, Poll: d.poll, Grace: d.grace,
 			Clock: engine.ClockFunc(time.Now), IDs: engine.IDFunc(newID), Sleep: sleepCtx, Log: log, Metrics: &worker.Counters{},
 			Exec: &cliExec{c: c, st: &timedAppends{queueStore: st, lat: &m.appends}, wh: wh, lookup: lookup, owner: owner,
-				f: runFlags{threads: d.threads, leaseTTL: d.leaseTTL}},
+				f: d.exec},
 		}
 		m.worker = w.Metrics
 		// Delivery and the projector go before the worker, so they stop

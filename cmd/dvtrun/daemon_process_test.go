@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -294,7 +293,7 @@ func TestProcessWorkerCrashTakeover(t *testing.T) {
 				completedAt[e.StepID] = e.RunSeq
 			}
 		}
-		effects := countEffects(t, h)
+		effects := h.effects()
 		for _, s := range []string{"s1", "s2", "s3", "s4"} {
 			n, attempts := effects[s], started["sql."+s]
 			switch {
@@ -317,29 +316,4 @@ func TestProcessWorkerCrashTakeover(t *testing.T) {
 	if takeovers < trials/2 {
 		t.Errorf("only %d of %d trials were takeovers: the kill lands after the run too often", takeovers, trials)
 	}
-}
-
-// countEffects reads the effects table of the harness's SQLite warehouse.
-func countEffects(t *testing.T, h *harness) map[string]int {
-	t.Helper()
-	db, err := sql.Open("sqlite", "file:"+filepath.Join(h.dir, "warehouse.db")+"?mode=ro")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	rows, err := db.Query("SELECT step, COUNT(*) FROM effects GROUP BY step")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	out := map[string]int{}
-	for rows.Next() {
-		var s string
-		var n int
-		if err := rows.Scan(&s, &n); err != nil {
-			t.Fatal(err)
-		}
-		out[s] = n
-	}
-	return out
 }

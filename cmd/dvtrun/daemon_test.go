@@ -129,3 +129,29 @@ func TestWorkerRefusesAChangedPlanBundle(t *testing.T) {
 		t.Fatalf("a run was recorded for the refused request: %s", r.stdout)
 	}
 }
+
+// The worker takes --threads, --lease-ttl and --secrets-file as run does,
+// and refuses the same out-of-range values before it touches the store.
+func TestWorkerRefusesBadFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		msg  string
+	}{
+		{[]string{"worker", "--threads", "0"}, "--threads must be at least 1"},
+		{[]string{"serve", "--lease-ttl", "500ms"}, "--lease-ttl must be at least 1s"},
+		{[]string{"worker", "--slots", "0"}, "--slots must be at least 1"},
+		{[]string{"serve", "--grace", "-1s"}, "--grace must not be negative"},
+		{[]string{"run", "--threads", "0", fixture("slow", "plan.yaml")}, "--threads must be at least 1"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			h := newHarness(t)
+			// A daemon that accepted the flags would run until cancelled.
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			wantError(t, h.runCtx(ctx, tc.args...), 2, "INVALID_ARGUMENT", tc.msg)
+			if _, err := os.Stat(h.statePath()); !os.IsNotExist(err) {
+				t.Errorf("the refused command created the state store (stat: %v)", err)
+			}
+		})
+	}
+}

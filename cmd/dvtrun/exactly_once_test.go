@@ -297,7 +297,7 @@ func TestExactlyOnceProcesses(t *testing.T) {
 			lock := lockDB(t, h.statePath())
 			// The step commits in the warehouse; its StepCompleted waits
 			// for the store. Kill somewhere inside that window.
-			waitUntilT(t, "step "+step+" committed in the warehouse", func() bool {
+			waitUntil(t, "step "+step+" committed in the warehouse", func() bool {
 				return h.effects()[step] == 1
 			})
 			time.Sleep(time.Duration(rng.IntN(1000)) * time.Millisecond)
@@ -487,15 +487,4 @@ func (h *harness) listRuns() ([]string, error) {
 		out = append(out, x.RunID)
 	}
 	return out, nil
-}
-
-func waitUntilT(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }

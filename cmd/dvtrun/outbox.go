@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/dvtrun/dvtrun/engine"
@@ -269,7 +268,7 @@ func cmdOutboxList(ctx context.Context, c *cli, args []string, name, summary str
 		}
 		return c.printJSON(rows)
 	}
-	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	tw := newTable(c.stdout)
 	fmt.Fprintln(tw, "RUN_ID\tRUN_SEQ\tEVENT_TYPE\tEVENT_ID\tSINK\tSTATE\tATTEMPTS\tNEXT_ATTEMPT\tLAST_ERROR")
 	for _, d := range rows {
 		next := "-"

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/dvtrun/dvtrun/engine"
@@ -190,7 +189,7 @@ func cmdQueue(ctx context.Context, c *cli, args []string) error {
 		fmt.Fprintln(c.stdout, "The run queue is empty.")
 		return nil
 	}
-	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	tw := newTable(c.stdout)
 	fmt.Fprintln(tw, "REQUEST\tSTATE\tAGE\tPRIO\tPLAN\tRUN REQUEST\tRUN\tOWNER\tOUTCOME")
 	for _, r := range rows {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s@%s\t%s\t%s\t%s\t%s\n", r.RequestID, r.State,

@@ -50,6 +50,12 @@ func (c *cli) loadRun(ctx context.Context, st stateStore, runID string) (engine.
 	return meta, nil
 }
 
+// newTable is the one layout of every table the CLI prints: columns two
+// spaces apart. Flush it when the rows are written.
+func newTable(w io.Writer) *tabwriter.Writer {
+	return tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+}
+
 func (c *cli) printJSON(v any) error {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
@@ -114,7 +120,7 @@ func cmdRuns(ctx context.Context, c *cli, args []string) error {
 	if *asJSON {
 		return c.printJSON(rows)
 	}
-	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	tw := newTable(c.stdout)
 	fmt.Fprintln(tw, "RUN_ID\tPLAN\tSTATUS\tSTEPS OK\tDURATION\tCREATED")
 	for _, r := range rows {
 		status := string(r.Status)
@@ -178,7 +184,7 @@ func (c *cli) printStatus(meta engine.RunMetadata, snap engine.Snapshot) {
 	if snap.Stale {
 		status += " STALE"
 	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	tw := newTable(w)
 	fmt.Fprintf(tw, "Run:\t%s\n", c.clean(meta.RunID))
 	fmt.Fprintf(tw, "Plan:\t%s@%s (sha256 %s)\n", c.clean(meta.PlanID), c.clean(meta.PlanVersion), c.clean(meta.PlanSHA256))
 	fmt.Fprintf(tw, "Scope:\t%s/%s/%s\n", c.clean(meta.TenantID), c.clean(meta.ProjectID), c.clean(meta.EnvironmentID))
@@ -196,7 +202,7 @@ func (c *cli) printStatus(meta engine.RunMetadata, snap engine.Snapshot) {
 	tw.Flush()
 	if len(snap.Violations) > 0 {
 		fmt.Fprintf(w, "\nINCONSISTENT: %d event(s) ignored under Policy A (INVALID_TRANSITION):\n", len(snap.Violations))
-		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		tw = newTable(w)
 		fmt.Fprintln(tw, "SEQ\tEVENT\tENTITY\tSTEP\tPRIOR\tATTEMPTED")
 		for _, v := range snap.Violations {
 			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", v.RunSeq, c.clean(string(v.EventType)), v.Entity, c.clean(v.StepID), v.PriorState, v.AttemptedState)
@@ -204,7 +210,7 @@ func (c *cli) printStatus(meta engine.RunMetadata, snap engine.Snapshot) {
 		tw.Flush()
 	}
 	fmt.Fprintln(w)
-	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	tw = newTable(w)
 	fmt.Fprintln(tw, "STEP\tSTATUS\tATTEMPT\tDURATION\tDETAIL")
 	for _, s := range snap.Steps {
 		detail := s.SkipReason
@@ -272,7 +278,7 @@ func cmdEvents(ctx context.Context, c *cli, args []string) error {
 		}
 		return c.printJSON(evs)
 	}
-	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	tw := newTable(c.stdout)
 	fmt.Fprintln(tw, "SEQ\tTYPE\tSTEP\tATTEMPT\tEMITTED_AT\tPAYLOAD")
 	for _, e := range evs {
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%d.%d\t%s\t%s\n", e.RunSeq, c.clean(string(e.EventType)), c.clean(e.StepID), e.LogicalAttemptID, e.EngineAttemptID, fmtTime(e.EmittedAt), c.clean(string(e.Payload)))

@@ -6,6 +6,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -122,19 +123,20 @@ type runFlags struct {
 	targetPath  string
 }
 
-func (f *runFlags) register(fs interface {
-	IntVar(*int, string, int, string)
-	BoolVar(*bool, string, bool, string)
-	StringVar(*string, string, string, string)
-	DurationVar(*time.Duration, string, time.Duration, string)
-}) {
-	fs.IntVar(&f.threads, "threads", 4, "run up to `N` steps in parallel")
+func (f *runFlags) register(fs *flag.FlagSet) {
+	f.registerExec(fs)
 	fs.BoolVar(&f.failFast, "fail-fast", false, "stop scheduling new steps after the first failure")
+	fs.StringVar(&f.targetPath, "target-path", "", "write run_results.json into `DIR` (env DVT_TARGET_PATH; default runs/RUN_ID next to an SQLite state store, else .dvt/runs/RUN_ID)")
+}
+
+// registerExec defines how a run executes: the flags `run`/`resume` share
+// with the worker, which runs its claimed requests the same way.
+func (f *runFlags) registerExec(fs *flag.FlagSet) {
+	fs.IntVar(&f.threads, "threads", 4, "run up to `N` steps in parallel")
 	fs.StringVar(&f.secretsFile, "secrets-file", "", "`FILE` of KEY=VALUE secrets (DVT_SECRET_<NAME> in the environment wins)")
 	// A runner that dies keeps its lease until it expires; then `resume`
-	// (from any machine) may take the run over.
-	fs.DurationVar(&f.leaseTTL, "lease-ttl", 30*time.Second, "how long the run's lease outlives a runner that stopped heart-beating")
-	fs.StringVar(&f.targetPath, "target-path", "", "write run_results.json into `DIR` (env DVT_TARGET_PATH; default runs/RUN_ID next to an SQLite state store, else .dvt/runs/RUN_ID)")
+	// (from any machine) or another worker may take the run over.
+	fs.DurationVar(&f.leaseTTL, "lease-ttl", 30*time.Second, "how long a run's lease (and a worker's claim) outlives a runner that stopped heart-beating")
 }
 
 func (f runFlags) check() error {

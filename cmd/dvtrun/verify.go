@@ -7,7 +7,6 @@ import (
 	"math"
 	"slices"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/dvtrun/dvtrun/engine"
 	"github.com/dvtrun/dvtrun/store"
@@ -79,7 +78,7 @@ func cmdVerify(ctx context.Context, c *cli, args []string) error {
 			return err
 		}
 	} else if len(diffs) > 0 {
-		tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+		tw := newTable(c.stdout)
 		fmt.Fprintln(tw, "RUN\tSTEP\tFIELD\tSQL\tGO")
 		for _, d := range diffs {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", c.clean(d.RunID), c.clean(d.StepID), d.Field, c.cleanLine(d.SQL), c.cleanLine(d.Go))

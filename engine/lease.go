@@ -13,3 +13,24 @@ type Lease struct {
 	Fence     int64
 	ExpiresAt time.Time // store clock
 }
+
+// PulseRun is one run in a process's pulse: the lease the process holds on
+// it and the last signal the process has seen of it. A process renews the
+// leases of all its runs and fetches their new signals in one store call
+// per interval (store.Store's Pulse), not one per run.
+type PulseRun struct {
+	RunID       string
+	Fence       int64 // the fence of the lease the process holds
+	AfterSignal int64 // signals with Seq > AfterSignal come back
+}
+
+// PulseResult is what one pulse found.
+type PulseResult struct {
+	// Leases holds, for each run asked about, its lease as stored after the
+	// renewal (store clock). A run whose lease passed to another owner or
+	// fence shows that owner and fence; a run without a lease row is absent.
+	Leases map[string]Lease
+	// Signals are the new signals of the runs asked about, ordered by run
+	// then Seq.
+	Signals []Signal
+}

@@ -37,6 +37,12 @@ type Config struct {
 	SignalPoll   time.Duration // default 250ms
 	DrainTimeout time.Duration // PAUSE drain limit (default 5m)
 	Retry        RetryPolicy
+	// WriteBudget is ExecutionSemantics §5's writeLatencyBudgetMs (default
+	// 3s): how long an event may wait to be stored. A StepStarted that
+	// waited longer goes to the Spool (fail open); a StepCompleted,
+	// StepFailed or run event that waited longer stops the run, resumable
+	// (never fail open).
+	WriteBudget time.Duration
 }
 
 // RetryPolicy governs transient-error retries of a step (new engine
@@ -66,6 +72,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.DrainTimeout <= 0 {
 		c.DrainTimeout = 5 * time.Minute
+	}
+	if c.WriteBudget <= 0 {
+		c.WriteBudget = 3 * time.Second
 	}
 	if c.Retry.Max == 0 {
 		c.Retry.Max = 3
@@ -102,6 +111,20 @@ type Runner struct {
 	// run ends; its reference goes into the closing event (see
 	// ArtifactWriter). nil: no artifact is written.
 	Artifacts ArtifactWriter
+	// Spool keeps StepStarted events the store could not take within
+	// Config.WriteBudget on local disk until they are appended; nil: a
+	// StepStarted never fails open.
+	Spool Spool
+}
+
+// Spool is a local durable journal of a run's events that are not in the
+// state store yet (engine/spool). Put is durable when it returns; Pending
+// returns what was put, in put order, after a crash too; Clear forgets a
+// run's events once they are all stored.
+type Spool interface {
+	Put(runID string, events []engine.RunEventWrite) error
+	Pending(runID string) ([]engine.RunEventWrite, error)
+	Clear(runID string) error
 }
 
 // SignalAuthorizer reports whether actor may send a signal of type t to a

@@ -84,6 +84,18 @@ type Store interface {
 	// fence, and otherwise refuses with LEASE_LOST and writes nothing.
 	AppendFenced(ctx context.Context, lease engine.Lease, events []engine.RunEventWrite) (engine.AppendResult, error)
 
+	// Pulse is a process's heartbeat for all its runs in one call (one
+	// request on Snowflake): each asked run's lease whose row still has
+	// owner and the run's Fence — expired or not; a released lease is not
+	// renewed — gets expires_at = now+ttl (store clock, as
+	// AcquireFencedLease decides it), its fence unchanged. Leases holds
+	// every asked run that has a lease row, as stored after the renewal
+	// (another owner or fence when it passed on); Signals the asked runs'
+	// signals with Seq > AfterSignal, ordered by run id then Seq. No runs:
+	// an empty result and no request. A run asked twice is
+	// INVALID_ARGUMENT, as is an empty owner.
+	Pulse(ctx context.Context, owner string, ttl time.Duration, runs []engine.PulseRun) (engine.PulseResult, error)
+
 	Close() error
 }
 

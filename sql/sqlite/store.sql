@@ -143,5 +143,11 @@ UPDATE dvt_leases SET owner = '', expires_at = acquired_at WHERE run_id = ? AND 
 -- The append's fence check, under the write lock.
 SELECT owner, fence FROM dvt_leases WHERE run_id = ?;
 
+-- name: renew_lease
+-- A pulse's renewal (store.Store's Pulse): only the lease this owner holds
+-- with this fence, expired or not; a released lease has owner ''.
+UPDATE dvt_leases SET expires_at = ? WHERE run_id = ? AND owner = ? AND owner <> '' AND fence = ?;
+
 -- name: count_outbox
 SELECT COUNT(*) FROM dvt_outbox WHERE run_id = ?;
+

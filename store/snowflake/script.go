@@ -75,16 +75,23 @@ func render(stmt string, vals map[string]string, rows [][]string) (string, error
 		if len(rows) == 0 {
 			return "", fmt.Errorf("snowflake: statement needs rows and got none")
 		}
-		var b strings.Builder
-		for i, r := range rows {
-			if i > 0 {
-				b.WriteString(", ")
-			}
-			b.WriteString("(" + strings.Join(r, ", ") + ")")
-		}
-		out = strings.Replace(out, "/*rows*/", b.String(), 1)
+		out = strings.Replace(out, "/*rows*/", valuesRows(rows), 1)
 	}
 	return out, nil
+}
+
+// valuesRows renders rows of literals (hexLit, hexOrNull, intLit) as a
+// VALUES list: ('6162', 1), ('6364', 2). A statement that needs one list
+// in several places takes it in a /*:name*/ slot.
+func valuesRows(rows [][]string) string {
+	var b strings.Builder
+	for i, r := range rows {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("(" + strings.Join(r, ", ") + ")")
+	}
+	return b.String()
 }
 
 // script is a list of statements sent as one multi-statement request.

@@ -843,6 +843,52 @@ func (s *Store) checkFence(ctx context.Context, tx *sqlx.Tx, lease engine.Lease)
 	return store.CheckFence(lease, holder, fence)
 }
 
+// Pulse implements store.Store in one write transaction: a statement per
+// run costs microseconds here, so the per-run prepared statements stay.
+func (s *Store) Pulse(ctx context.Context, owner string, ttl time.Duration, runs []engine.PulseRun) (engine.PulseResult, error) {
+	out := engine.PulseResult{Leases: map[string]engine.Lease{}}
+	if len(runs) == 0 {
+		return out, nil
+	}
+	runs, err := store.PulseRuns(owner, runs)
+	if err != nil {
+		return engine.PulseResult{}, err
+	}
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	tx, err := s.db.BeginTxx(ctx, nil)
+	if err != nil {
+		return engine.PulseResult{}, classify(s.path, err)
+	}
+	defer tx.Rollback()
+	expires := s.opts.Now().UTC().Add(ttl).Format(engine.TimeFormat)
+	for _, r := range runs {
+		if _, err := s.exec(ctx, tx, "renew_lease", expires, r.RunID, owner, r.Fence); err != nil {
+			return engine.PulseResult{}, err
+		}
+		var holder, exp string
+		var fence int64
+		err := tx.StmtContext(ctx, s.stmts["get_fenced_lease"]).QueryRowContext(ctx, r.RunID).Scan(&holder, &exp, &fence)
+		switch {
+		case err == nil:
+			l := engine.Lease{RunID: r.RunID, Owner: holder, Fence: fence}
+			l.ExpiresAt, _ = time.Parse(time.RFC3339Nano, exp)
+			out.Leases[r.RunID] = l
+		case !errors.Is(err, sql.ErrNoRows):
+			return engine.PulseResult{}, classify(s.path, err)
+		}
+		sigs, err := scanSignals(tx.StmtContext(ctx, s.stmts["list_signals"]).QueryContext(ctx, r.RunID, r.AfterSignal))
+		if err != nil {
+			return engine.PulseResult{}, classify(s.path, err)
+		}
+		out.Signals = append(out.Signals, sigs...)
+	}
+	if err := tx.Commit(); err != nil {
+		return engine.PulseResult{}, classify(s.path, err)
+	}
+	return out, nil
+}
+
 // ReleaseLease implements store.Store.
 func (s *Store) ReleaseLease(ctx context.Context, runID, owner string) error {
 	s.writeMu.Lock()

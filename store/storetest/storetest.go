@@ -71,6 +71,7 @@ func Run(t *testing.T, b Backend) {
 		{"RunsAndProviderRef", testRuns},
 		{"LiveSnapshots", testSnapshots},
 		{"GetLease", testGetLease},
+		{"PulseRenewsHeldLeasesAndFetchesSignals", testPulse},
 	}
 	cases = append(append(cases, deliveryCases...), queueCases...)
 	for _, c := range cases {

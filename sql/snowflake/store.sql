@@ -370,7 +370,7 @@ ORDER BY created_at, alert_key;
 -- expired or not; a released lease has owner '' — so a renewal can never
 -- extend a lease that passed to someone else; the fence is left alone.
 -- Then one query answers the asked runs' lease rows as stored ('L': fence
--- in seq, owner in name, expires_at in at) and their signals after each
+-- in seq, owner in label, expires_at in stamp) and their signals after each
 -- run's cursor ('G'), ordered by run then seq. /*:runs*/ holds a row per
 -- asked run: (run id, fence, after_signal). /*:expires_at*/ is now+ttl by
 -- the store's clock (Options.Now), or NULL when the database's clock
@@ -384,22 +384,22 @@ BEGIN
   SET expires_at = COALESCE(CAST(HEX_DECODE_STRING(/*:expires_at*/) AS TIMESTAMP_TZ(9)),
                             DATEADD(millisecond, /*:ttl_ms*/, CAST(CURRENT_TIMESTAMP() AS TIMESTAMP_TZ(9))))
   FROM (SELECT HEX_DECODE_STRING(v.run_id) AS run_id, v.fence
-        FROM (VALUES /*:runs*/) AS v (run_id, fence, after_signal)) a
-  WHERE t.run_id = a.run_id AND t.fence = a.fence
+        FROM (VALUES /*:runs*/) AS v (run_id, fence, after_signal)) asked
+  WHERE t.run_id = asked.run_id AND t.fence = asked.fence
     AND t.owner = HEX_DECODE_STRING(/*:owner*/) AND t.owner <> '';
   res := (
-    SELECT 'L' AS kind, l.run_id, l.fence AS seq, l.owner AS name, NULL AS signal_type, NULL AS step_id,
-           NULL AS reason, NULL AS requested_by, l.expires_at AS at
-    FROM dvt_leases l
-    WHERE l.run_id IN (SELECT HEX_DECODE_STRING(v.run_id)
-                       FROM (VALUES /*:runs*/) AS v (run_id, fence, after_signal))
+    SELECT 'L' AS kind, lease.run_id, lease.fence AS seq, lease.owner AS label, NULL AS signal_type,
+           NULL AS step_id, NULL AS reason, NULL AS requested_by, lease.expires_at AS stamp
+    FROM dvt_leases lease
+    WHERE lease.run_id IN (SELECT HEX_DECODE_STRING(v.run_id)
+                           FROM (VALUES /*:runs*/) AS v (run_id, fence, after_signal))
     UNION ALL
-    SELECT 'G', g.run_id, g.signal_seq, g.signal_id, g.signal_type, COALESCE(g.step_id, ''),
-           COALESCE(g.reason, ''), COALESCE(g.requested_by, ''), g.created_at
-    FROM dvt_signals g
+    SELECT 'G', sig.run_id, sig.signal_seq, sig.signal_id, sig.signal_type, COALESCE(sig.step_id, ''),
+           COALESCE(sig.reason, ''), COALESCE(sig.requested_by, ''), sig.created_at
+    FROM dvt_signals sig
     JOIN (SELECT HEX_DECODE_STRING(v.run_id) AS run_id, v.after_signal
-          FROM (VALUES /*:runs*/) AS v (run_id, fence, after_signal)) a
-      ON g.run_id = a.run_id AND g.signal_seq > a.after_signal
+          FROM (VALUES /*:runs*/) AS v (run_id, fence, after_signal)) asked
+      ON sig.run_id = asked.run_id AND sig.signal_seq > asked.after_signal
     ORDER BY kind, run_id, seq
   );
   RETURN TABLE(res);

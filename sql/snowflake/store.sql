@@ -380,13 +380,14 @@ EXECUTE IMMEDIATE $$
 DECLARE
   res RESULTSET;
 BEGIN
-  UPDATE dvt_leases t
+  -- UPDATE … FROM as documented (UPDATE: the target is named, not aliased).
+  UPDATE dvt_leases
   SET expires_at = COALESCE(CAST(HEX_DECODE_STRING(/*:expires_at*/) AS TIMESTAMP_TZ(9)),
                             DATEADD(millisecond, /*:ttl_ms*/, CAST(CURRENT_TIMESTAMP() AS TIMESTAMP_TZ(9))))
   FROM (SELECT HEX_DECODE_STRING(v.run_id) AS run_id, v.fence
         FROM (VALUES /*:runs*/) AS v (run_id, fence, after_signal)) asked
-  WHERE t.run_id = asked.run_id AND t.fence = asked.fence
-    AND t.owner = HEX_DECODE_STRING(/*:owner*/) AND t.owner <> '';
+  WHERE dvt_leases.run_id = asked.run_id AND dvt_leases.fence = asked.fence
+    AND dvt_leases.owner = HEX_DECODE_STRING(/*:owner*/) AND dvt_leases.owner <> '';
   res := (
     SELECT 'L' AS kind, lease.run_id, lease.fence AS seq, lease.owner AS label, NULL AS signal_type,
            NULL AS step_id, NULL AS reason, NULL AS requested_by, lease.expires_at AS stamp

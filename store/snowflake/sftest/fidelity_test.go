@@ -63,6 +63,18 @@ func TestFidelity(t *testing.T) {
 			want:  "1;2",
 		},
 		{
+			name: "UPDATE … FROM a subquery updates the joined target rows",
+			doc: `UPDATE: "UPDATE <target_table> SET <col_name> = <value> [ , … ] [ FROM <additional_tables> ] [ WHERE ` +
+				`<condition> ]"; FROM "specifies one or more tables to use for selecting rows to update or for setting new ` +
+				`values" (example: UPDATE t1 SET … FROM t2 WHERE t1.key_column = t2.t1_key). A target row joining several ` +
+				`rows is updated from one of them, nondeterministically: dvtrun's sources (pulse_block) hold each key once.`,
+			setup: []string{"CREATE TABLE u (k INT, f INT, v VARCHAR)", "INSERT INTO u VALUES (1, 1, 'a'), (2, 1, 'b'), (3, 1, 'c')",
+				"UPDATE u SET v = s.v FROM (SELECT column1 AS k, column2 AS f, column3 AS v FROM VALUES (1, 1, 'x'), (2, 9, 'y'), " +
+					"(3, 1, 'z')) s WHERE u.k = s.k AND u.f = s.f AND u.k <> 3"},
+			query: "SELECT k, v FROM u ORDER BY k",
+			want:  "1,x;2,b;3,c",
+		},
+		{
 			name: "TIMESTAMP_TZ literal with an offset keeps its instant",
 			doc: `TIMESTAMP_TZ: "TIMESTAMP_TZ internally stores UTC time together with an associated time zone offset." The ` +
 				`server keeps the instant only (reads back in UTC); dvtrun writes UTC (+00:00), so nothing it stores has another offset.`,

@@ -226,6 +226,11 @@
 //   - CREATE TABLE IF NOT EXISTS … AS SELECT (CREATE TABLE: "[ IF NOT
 //     EXISTS ] … AS SELECT"): runs once; a second one leaves the table and
 //     its rows alone. dvtrun creates its lock table with its row this way.
+//   - UPDATE <table> SET … FROM <subquery> WHERE (UPDATE: "FROM
+//     additional_tables … for selecting rows to update or for setting new
+//     values"): runs on DuckDB as written. A target row joining several
+//     source rows is updated from one of them in both; dvtrun's pulse_block
+//     joins a source holding each run once.
 //   - Error codes dvtrun maps (store/snowflake/errors.go): 000625 (sqlState
 //     57014) for a statement that gave up waiting for a lock or was a 21st
 //     waiter ("…aborted because the number of waiters for this lock exceeds

@@ -8,10 +8,14 @@ import (
 )
 
 // PulseRuns checks a Pulse call's arguments, shared by the backends, and
-// returns the runs sorted by run id, the order of the signals it answers.
-// A run asked twice would have two fences and two cursors: the caller's
-// mistake, refused rather than guessed at.
+// returns the runs sorted by run id, the order of the signals it answers;
+// none when none are asked (no request then, whoever asks). A run asked
+// twice would have two fences and two cursors: the caller's mistake,
+// refused rather than guessed at.
 func PulseRuns(owner string, runs []engine.PulseRun) ([]engine.PulseRun, error) {
+	if len(runs) == 0 {
+		return nil, nil
+	}
 	if owner == "" {
 		return nil, engine.Errorf(engine.CodeInvalidArgument, "a pulse needs an owner")
 	}

@@ -16,12 +16,9 @@ import (
 // sets the expiry, as it decides AcquireFencedLease's.
 func (s *Store) Pulse(ctx context.Context, owner string, ttl time.Duration, runs []engine.PulseRun) (engine.PulseResult, error) {
 	out := engine.PulseResult{Leases: map[string]engine.Lease{}}
-	if len(runs) == 0 {
-		return out, nil
-	}
 	runs, err := store.PulseRuns(owner, runs)
-	if err != nil {
-		return engine.PulseResult{}, err
+	if err != nil || len(runs) == 0 {
+		return out, err
 	}
 	rows := make([][]string, len(runs))
 	for i, r := range runs {

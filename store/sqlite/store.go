@@ -847,12 +847,9 @@ func (s *Store) checkFence(ctx context.Context, tx *sqlx.Tx, lease engine.Lease)
 // run costs microseconds here, so the per-run prepared statements stay.
 func (s *Store) Pulse(ctx context.Context, owner string, ttl time.Duration, runs []engine.PulseRun) (engine.PulseResult, error) {
 	out := engine.PulseResult{Leases: map[string]engine.Lease{}}
-	if len(runs) == 0 {
-		return out, nil
-	}
 	runs, err := store.PulseRuns(owner, runs)
-	if err != nil {
-		return engine.PulseResult{}, err
+	if err != nil || len(runs) == 0 {
+		return out, err
 	}
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()

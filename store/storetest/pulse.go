@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/store"
 )
 
 // testPulse: one Pulse renews exactly the leases the caller still holds
@@ -148,6 +149,61 @@ func testPulse(t *testing.T, b Backend) {
 	// The renewed lease is still the run's: its appends pass the fence.
 	if _, err := s.AppendFenced(ctx, again, []engine.RunEventWrite{fixtures["held"].Event(engine.StepStarted, "sql.a", 1)}); err != nil {
 		t.Fatalf("append under the renewed lease: %v", err)
+	}
+	if b.Advance != nil {
+		testPulseRacesTakeover(t, b, s)
+	}
+}
+
+// testPulseRacesTakeover: a pulse racing another process's takeover of an
+// expired lease never extends the new owner's lease. Whichever commits
+// first, the stored lease is either the takeover's exactly (the pulse's
+// renewal came first and was overwritten, or found another fence and did
+// nothing) or, when the renewal came first and the takeover was refused
+// with LEASE_HELD, the pulse's owner's with its fence.
+func testPulseRacesTakeover(t *testing.T, b Backend, s store.Store) {
+	const owner, other = "proc-1", "proc-2"
+	s2 := open(t, b) // the other process
+	for i := range 8 {
+		f := NewFixture()
+		f.Bootstrap(t, s)
+		run := f.Meta.RunID
+		mine, err := s.AcquireFencedLease(ctx, run, owner, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Advance(2 * time.Minute)
+		var taken engine.Lease
+		var takeErr error
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			taken, takeErr = s2.AcquireFencedLease(ctx, run, other, time.Minute)
+		}()
+		_, pulseErr := s.Pulse(ctx, owner, 10*time.Minute, []engine.PulseRun{{RunID: run, Fence: mine.Fence}})
+		<-done
+		if pulseErr != nil {
+			t.Fatalf("race %d: pulse: %v", i, pulseErr)
+		}
+		// An observer's pulse renews nothing (no lease has its owner) and
+		// reads the lease as stored.
+		seen, err := s.Pulse(ctx, "observer", time.Minute, []engine.PulseRun{{RunID: run}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		stored := seen.Leases[run]
+		switch {
+		case takeErr == nil:
+			if stored != taken {
+				t.Fatalf("race %d: the takeover stored %+v, the lease reads %+v", i, taken, stored)
+			}
+		case engine.CodeOf(takeErr) == engine.CodeLeaseHeld:
+			if stored.Owner != owner || stored.Fence != mine.Fence || !stored.ExpiresAt.After(mine.ExpiresAt) {
+				t.Fatalf("race %d: takeover refused, yet the lease reads %+v", i, stored)
+			}
+		default:
+			t.Fatalf("race %d: takeover: %v", i, takeErr)
+		}
 	}
 }
 

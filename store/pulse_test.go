@@ -1,10 +1,11 @@
-package store
+package store_test
 
 import (
 	"slices"
 	"testing"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/store"
 )
 
 func TestPulseRuns(t *testing.T) {
@@ -23,7 +24,7 @@ func TestPulseRuns(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			before := slices.Clone(c.runs)
-			got, err := PulseRuns(c.owner, c.runs)
+			got, err := store.PulseRuns(c.owner, c.runs)
 			if engine.CodeOf(err) != c.wantCode {
 				t.Fatalf("error %v, want code %q", err, c.wantCode)
 			}

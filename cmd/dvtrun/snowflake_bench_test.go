@@ -30,6 +30,7 @@ import (
 // Run it with: go test -run '^$' -bench ShopStoreCost -benchtime 3x ./cmd/dvtrun/
 func BenchmarkShopStoreCost(b *testing.B) {
 	plan := filepath.Join(repoRoot(b), "plans", "shop", "plan.yaml")
+	b.Chdir(b.TempDir()) // the CLI writes run artifacts under .dvt/ of its directory
 	for _, rtt := range []time.Duration{0, 100 * time.Millisecond} {
 		b.Run(fmt.Sprintf("rtt=%s", rtt), func(b *testing.B) {
 			storeSrv := sftest.StartWith(b, sftest.Options{RTT: rtt})

@@ -151,8 +151,12 @@ func (p *Pulse) sleep(ctx context.Context, d time.Duration) error {
 func (p *Pulse) beat(ctx context.Context) {
 	asked := p.o.Clock.Now()
 	p.mu.Lock()
-	runs := make([]engine.PulseRun, 0, len(p.members))
 	in := make([]*Member, 0, len(p.members))
+	// A run is asked once per call (the store refuses it twice): two
+	// members of one run — the same run executed twice in this process —
+	// share its row, the higher fence (the other lost the lease anyway)
+	// and the lower cursor (each member filters by its own).
+	byRun := map[string]engine.PulseRun{}
 	for m := range p.members {
 		if !m.validAt(asked) {
 			// Self-fencing: past its own deadline a member is not renewed
@@ -161,9 +165,18 @@ func (p *Pulse) beat(ctx context.Context) {
 			continue
 		}
 		in = append(in, m)
-		runs = append(runs, engine.PulseRun{RunID: m.runID, Fence: m.fence, AfterSignal: m.cursor})
+		r, seen := byRun[m.runID]
+		if !seen {
+			r = engine.PulseRun{RunID: m.runID, Fence: m.fence, AfterSignal: m.cursor}
+		}
+		r.Fence, r.AfterSignal = max(r.Fence, m.fence), min(r.AfterSignal, m.cursor)
+		byRun[m.runID] = r
 	}
 	p.mu.Unlock()
+	runs := make([]engine.PulseRun, 0, len(byRun))
+	for _, r := range byRun {
+		runs = append(runs, r)
+	}
 	if len(runs) == 0 {
 		return
 	}

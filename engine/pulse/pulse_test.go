@@ -10,6 +10,7 @@ import (
 
 	"github.com/dvtrun/dvtrun/engine"
 	"github.com/dvtrun/dvtrun/engine/pulse"
+	"github.com/dvtrun/dvtrun/store"
 )
 
 const owner = "proc-1"
@@ -66,6 +67,9 @@ func (s *fakeStore) Pulse(ctx context.Context, o string, ttl time.Duration, runs
 	}
 	if fail != nil {
 		return engine.PulseResult{}, fail
+	}
+	if _, err := store.PulseRuns(o, runs); err != nil { // the real stores' checks
+		return engine.PulseResult{}, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -471,4 +475,32 @@ func TestStopWaitsAndRestartRefused(t *testing.T) {
 		t.Fatal("running after Stop")
 	}
 	r.p.Stop() // a second Stop returns at once
+}
+
+// TestTwoMembersOfOneRun: the same run joined twice (a second Execute of it
+// in this process) is asked once per call; the member with the stale fence
+// loses the lease, the other keeps it, and each gets the signals after its
+// own cursor.
+func TestTwoMembersOfOneRun(t *testing.T) {
+	r := newRig(t)
+	r.store.signal("a", 1, 2)
+	old := r.p.Join(engine.Lease{RunID: "a", Owner: owner, Fence: 1}, t0.Add(ttl), 0)
+	cur := r.p.Join(r.store.lease("a", 2), t0.Add(ttl), 1)
+	r.start()
+	r.waitCalls(1)
+	if c := r.store.callLog()[0]; len(c) != 1 || c[0].Fence != 2 || c[0].AfterSignal != 0 {
+		t.Fatalf("the call carried %+v, want run a once with fence 2 and cursor 0", c)
+	}
+	select {
+	case err := <-r.errs:
+		t.Fatalf("the call failed: %v", err)
+	default:
+	}
+	waitFor(t, "the stale member's loss", func() bool { return closed(old.Lost()) })
+	if closed(cur.Lost()) {
+		t.Fatal("the member holding the lease lost it")
+	}
+	if got := cur.Take(); len(got) != 1 || got[0].Seq != 2 {
+		t.Fatalf("the member with cursor 1 took %v, want signal 2", got)
+	}
 }

@@ -99,7 +99,7 @@ func (p *Pulse) Running() bool { return p.loop.Running() }
 // every run that joins before it starts.
 func (p *Pulse) Join(lease engine.Lease, validUntil time.Time, afterSignal int64) *Member {
 	m := &Member{p: p, runID: lease.RunID, fence: lease.Fence, cursor: afterSignal,
-		lost: make(chan struct{}), ready: make(chan struct{}, 1), synced: make(chan struct{})}
+		lost: make(chan struct{}), ready: make(chan struct{}, 1), polled: make(chan struct{})}
 	m.until.Store(validUntil.UnixNano())
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -182,6 +182,11 @@ func (p *Pulse) beat(ctx context.Context) {
 	}
 	res, err := p.o.Store.Pulse(ctx, p.o.Owner, p.o.TTL, runs)
 	p.calls.Add(1)
+	defer func() {
+		for _, m := range in {
+			m.once.Do(func() { close(m.polled) })
+		}
+	}()
 	if err != nil {
 		p.failures.Add(1)
 		if p.o.OnError != nil && ctx.Err() == nil {
@@ -226,7 +231,7 @@ type Member struct {
 	until  atomic.Int64 // unix ns by the pulse's clock
 	lost   chan struct{}
 	ready  chan struct{} // one token while signals wait to be taken
-	synced chan struct{} // closed by the first successful call
+	polled chan struct{} // closed once the first call carrying it returned
 	once   sync.Once
 
 	// Guarded by p.mu.
@@ -243,9 +248,10 @@ func (m *Member) Lost() <-chan struct{} { return m.lost }
 // Ready has a value when signals wait to be taken.
 func (m *Member) Ready() <-chan struct{} { return m.ready }
 
-// Synced closes once a call has renewed the lease and fetched the signals
-// sent before it: the run has seen every signal sent before it joined.
-func (m *Member) Synced() <-chan struct{} { return m.synced }
+// Polled closes once the first call carrying the member has returned:
+// unless it failed, the signals sent before the run joined are handed over
+// by then (a failed fetch is retried at the next interval, as any other).
+func (m *Member) Polled() <-chan struct{} { return m.polled }
 
 // Take returns the signals handed over since the last Take, in Seq order.
 func (m *Member) Take() []engine.Signal {
@@ -280,7 +286,6 @@ func (m *Member) extend(until int64) {
 	if until > m.until.Load() {
 		m.until.Store(until)
 	}
-	m.once.Do(func() { close(m.synced) })
 }
 
 // deliver queues sigs (ordered by Seq) past the cursor and advances it;

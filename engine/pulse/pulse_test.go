@@ -308,7 +308,7 @@ func TestJoinsCoalesce(t *testing.T) {
 	close(hold)
 	r.waitCalls(2)
 	for _, m := range []*pulse.Member{a, b, c, d} {
-		waitFor(t, "every member synced", func() bool { return closed(m.Synced()) })
+		waitFor(t, "every member polled", func() bool { return closed(m.Polled()) })
 	}
 	if got := runIDs(r.store.callLog()[1]); !slices.Equal(got, []string{"a", "b", "c", "d"}) {
 		t.Fatalf("the second call carried %v, want the four runs", got)

@@ -150,3 +150,28 @@ func TestRunsShareOnePulse(t *testing.T) {
 		}
 	}
 }
+
+// TestStalledPulseSelfFences: a run whose pulse never beats (its store
+// calls hang, or it was never started) starts no step and, once its lease's
+// TTL has passed by its own clock, stops with LEASE_LOST instead of waiting
+// for the pulse forever.
+func TestStalledPulseSelfFences(t *testing.T) {
+	h := newHarness(t)
+	h.rn.Config.LeaseTTL = 30 * time.Second
+	pl, err := pulse.New(pulse.Options{Store: h.log, Owner: "proc-1", TTL: 30 * time.Second, Clock: h.clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.rn.Pulse = pl // never started
+	p := chain([]string{"a"}, nil)
+	runID := h.start(p)
+	done := h.execAsync(h.ctx, runID, p)
+	waitUntil(t, "the run started", func() bool { return len(ofType(h.events(runID), engine.RunStarted)) == 1 })
+	h.clock.Advance(31 * time.Second)
+	if res := h.wait(done); engine.CodeOf(res.err) != engine.CodeLeaseLost {
+		t.Fatalf("Execute returned %v, want LEASE_LOST", res.err)
+	}
+	if n := len(h.wh.requests("a")); n != 0 {
+		t.Fatalf("a ran %d times without a pulse", n)
+	}
+}

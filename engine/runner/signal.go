@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/dvtrun/dvtrun/engine"
 )
@@ -29,17 +30,25 @@ type signalPayload struct {
 // next interval, as before). The call was made at the join, so it is
 // usually back by now; a lost lease ends the wait.
 func (r *execution) firstSignals(ctx context.Context, leaseLost <-chan struct{}) error {
-	select {
-	case <-r.member.Polled():
-	case <-leaseLost:
-		if !r.leaseValid() {
-			return r.selfFenced()
+	tick := time.NewTicker(r.cfg.SignalPoll)
+	defer tick.Stop()
+	for {
+		select {
+		case <-r.member.Polled():
+			return r.pollSignals(ctx)
+		case <-tick.C:
+			if !r.leaseValid() { // a pulse that never beats does not hold the run forever
+				return r.selfFenced()
+			}
+		case <-leaseLost:
+			if !r.leaseValid() {
+				return r.selfFenced()
+			}
+			return engine.Errorf(engine.CodeLeaseLost, "run %s: another runner took the lease; this runner stopped", r.runID)
+		case <-ctx.Done():
+			return fmt.Errorf("run %s interrupted (resume it to carry on): %w", r.runID, ctx.Err())
 		}
-		return engine.Errorf(engine.CodeLeaseLost, "run %s: another runner took the lease; this runner stopped", r.runID)
-	case <-ctx.Done():
-		return fmt.Errorf("run %s interrupted (resume it to carry on): %w", r.runID, ctx.Err())
 	}
-	return r.pollSignals(ctx)
 }
 
 // pollSignals handles, in order, the run's new signals the pulse handed

@@ -25,16 +25,9 @@ import (
 
 func newID() string      { return uuid.NewString() }
 func randFloat() float64 { return rand.Float64() }
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
+
+// sleepCtx is the services' Sleep: a real timer.
+var sleepCtx = engine.Sleep
 
 // osSource reads plan files from the file system.
 type osSource struct{}

@@ -136,14 +136,7 @@ func (p *Pulse) sleep(ctx context.Context, d time.Duration) error {
 	if p.o.Sleep != nil {
 		return p.o.Sleep(ctx, d)
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
+	return engine.Sleep(ctx, d)
 }
 
 // beat makes one call for every member whose lease is still surely its
@@ -277,9 +270,7 @@ func (m *Member) validAt(t time.Time) bool { return t.UnixNano() < m.until.Load(
 func (m *Member) Leave() {
 	m.p.mu.Lock()
 	defer m.p.mu.Unlock()
-	if _, ok := m.p.members[m]; ok {
-		delete(m.p.members, m)
-	}
+	delete(m.p.members, m)
 }
 
 func (m *Member) extend(until int64) {

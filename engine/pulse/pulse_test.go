@@ -10,30 +10,13 @@ import (
 
 	"github.com/dvtrun/dvtrun/engine"
 	"github.com/dvtrun/dvtrun/engine/pulse"
+	"github.com/dvtrun/dvtrun/engine/service/servicetest"
 	"github.com/dvtrun/dvtrun/store"
 )
 
 const owner = "proc-1"
 
 var t0 = time.Date(2026, 5, 1, 9, 0, 0, 0, time.UTC)
-
-// clock is a manual clock.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
 
 // fakeStore is a counting store of leases and signals with the renewal
 // rule of store.Store's Pulse: a lease is renewed for its owner and fence
@@ -49,7 +32,7 @@ type fakeStore struct {
 	now  func() time.Time
 }
 
-func newFakeStore(c *clock) *fakeStore {
+func newFakeStore(c *servicetest.Clock) *fakeStore {
 	return &fakeStore{leases: map[string]engine.Lease{}, signals: map[string][]engine.Signal{}, now: c.Now}
 }
 
@@ -133,34 +116,11 @@ func (s *fakeStore) callLog() [][]engine.PulseRun {
 
 func (s *fakeStore) ncalls() int { return len(s.callLog()) }
 
-// ticker is the pulse's Sleep: each sleep ends when the test ticks (or a
-// join ends it). A tick is taken only by a sleeping pulse, so once tick
-// returns, the call before it has been handled.
-type ticker chan struct{}
-
-func (tk ticker) sleep(ctx context.Context, _ time.Duration) error {
-	select {
-	case <-tk:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-func (tk ticker) tick(t *testing.T) {
-	t.Helper()
-	select {
-	case tk <- struct{}{}:
-	case <-time.After(20 * time.Second):
-		t.Fatal("the pulse never slept")
-	}
-}
-
 type rig struct {
 	t     *testing.T
-	clock *clock
+	clock *servicetest.Clock
 	store *fakeStore
-	tick  ticker
+	tick  servicetest.Ticker
 	p     *pulse.Pulse
 	errs  chan error
 }
@@ -169,10 +129,10 @@ const ttl = 30 * time.Second
 
 func newRig(t *testing.T) *rig {
 	t.Helper()
-	c := &clock{t: t0}
-	r := &rig{t: t, clock: c, store: newFakeStore(c), tick: make(ticker), errs: make(chan error, 100)}
+	c := servicetest.NewClock(t0)
+	r := &rig{t: t, clock: c, store: newFakeStore(c), tick: servicetest.NewTicker(), errs: make(chan error, 100)}
 	p, err := pulse.New(pulse.Options{Store: r.store, Owner: owner, TTL: ttl, Interval: 2 * time.Second, Clock: c,
-		Sleep: r.tick.sleep, OnError: func(err error) { r.errs <- err }})
+		Sleep: r.tick.Sleep, OnError: func(err error) { r.errs <- err }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,7 +190,7 @@ func closed(ch <-chan struct{}) bool {
 }
 
 func TestNewRefuses(t *testing.T) {
-	c := &clock{t: t0}
+	c := servicetest.NewClock(t0)
 	for _, o := range []pulse.Options{
 		{Owner: owner, Clock: c},
 		{Store: newFakeStore(c), Owner: owner},
@@ -266,7 +226,7 @@ func TestOneCallPerIntervalForAllMembers(t *testing.T) {
 			r.start()
 			r.waitCalls(1) // joined before Start: one call for all of them
 			for k := 2; k <= 4; k++ {
-				r.tick.tick(t)
+				r.tick.Tick(t)
 				r.waitCalls(k)
 			}
 			for i, c := range r.store.callLog() {
@@ -275,9 +235,9 @@ func TestOneCallPerIntervalForAllMembers(t *testing.T) {
 				}
 			}
 			ms[want[0]].Leave()
-			r.tick.tick(t)
+			r.tick.Tick(t)
 			if n == 1 {
-				r.tick.tick(t) // the pulse slept again without a call
+				r.tick.Tick(t) // the pulse slept again without a call
 				if got := r.store.ncalls(); got != 4 {
 					t.Fatalf("%d calls with no member left, want 4", got)
 				}
@@ -313,7 +273,7 @@ func TestJoinsCoalesce(t *testing.T) {
 	if got := runIDs(r.store.callLog()[1]); !slices.Equal(got, []string{"a", "b", "c", "d"}) {
 		t.Fatalf("the second call carried %v, want the four runs", got)
 	}
-	r.tick.tick(t)
+	r.tick.Tick(t)
 	r.waitCalls(3) // and then one per interval again
 }
 
@@ -340,7 +300,7 @@ func TestLoss(t *testing.T) {
 				t.Fatal("a member lost its lease while the store shows it held")
 			}
 			r.store.set(tc.lease, tc.gone)
-			r.tick.tick(t)
+			r.tick.Tick(t)
 			r.waitCalls(2)
 			waitFor(t, "x's loss", func() bool { return closed(x.Lost()) })
 			if !x.Valid() {
@@ -349,7 +309,7 @@ func TestLoss(t *testing.T) {
 			if closed(y.Lost()) {
 				t.Error("y lost its lease with x's")
 			}
-			r.tick.tick(t)
+			r.tick.Tick(t)
 			r.waitCalls(3)
 			if got := runIDs(r.store.callLog()[2]); !slices.Equal(got, []string{"y"}) {
 				t.Errorf("after x's loss the call carried %v, want y only", got)
@@ -384,16 +344,16 @@ func TestSignalsDeliveredOnceInOrder(t *testing.T) {
 		t.Fatalf("b took %v, want its own signal 1", got)
 	}
 	r.store.signal("a", 3, 4)
-	r.tick.tick(t)
+	r.tick.Tick(t)
 	r.waitCalls(2)
 	r.store.signal("a", 5)
-	r.tick.tick(t)
+	r.tick.Tick(t)
 	r.waitCalls(3)
 	<-a.Ready()
 	if got := take(a); !slices.Equal(got, []int64{3, 4, 5}) {
 		t.Fatalf("a took %v, want [3 4 5]", got)
 	}
-	r.tick.tick(t)
+	r.tick.Tick(t)
 	r.waitCalls(4)
 	if got := take(a); len(got) != 0 {
 		t.Fatalf("a took %v again", got)
@@ -426,7 +386,7 @@ func TestFailingStoreSelfFences(t *testing.T) {
 	r.start()
 	r.waitCalls(1) // at t0: valid until t0+TTL
 	r.clock.Advance(10 * time.Second)
-	r.tick.tick(t)
+	r.tick.Tick(t)
 	r.waitCalls(2) // at t0+10s: valid until t0+40s
 	if want := t0.Add(10 * time.Second).Add(ttl); !m.ValidUntil().Equal(want) {
 		t.Fatalf("valid until %s, want %s (the call's start + TTL)", m.ValidUntil(), want)
@@ -434,7 +394,7 @@ func TestFailingStoreSelfFences(t *testing.T) {
 	r.store.setFail(engine.MarkTransient(engine.Errorf(engine.CodeStoreUnavailable, "store is busy")))
 	for k := 3; k <= 5; k++ {
 		r.clock.Advance(9 * time.Second) // 19s, 28s, 37s past the last renewal
-		r.tick.tick(t)
+		r.tick.Tick(t)
 		r.waitCalls(k)
 		if !m.Valid() || closed(m.Lost()) {
 			t.Fatalf("call %d failed %s after the last renewal: the member dropped its lease before its TTL", k, r.clock.Now().Sub(t0.Add(10*time.Second)))
@@ -448,9 +408,9 @@ func TestFailingStoreSelfFences(t *testing.T) {
 		t.Fatal("Valid past the TTL")
 	}
 	r.store.setFail(nil)
-	r.tick.tick(t)
+	r.tick.Tick(t)
 	waitFor(t, "the member's self-fencing", func() bool { return closed(m.Lost()) })
-	r.tick.tick(t)
+	r.tick.Tick(t)
 	if got := r.store.ncalls(); got != 5 {
 		t.Fatalf("%d calls: a self-fenced member was renewed", got)
 	}

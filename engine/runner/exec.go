@@ -204,6 +204,15 @@ func (r *execution) leaseValid() bool {
 	return r.member.Valid()
 }
 
+// leaseLost is the error of a runner whose pulse member lost the lease:
+// taken over, or self-fenced.
+func (r *execution) leaseLost() error {
+	if !r.leaseValid() {
+		return r.selfFenced()
+	}
+	return engine.Errorf(engine.CodeLeaseLost, "run %s: another runner took the lease; this runner stopped", r.runID)
+}
+
 // selfFenced is the error of a runner whose renewals failed past its TTL.
 func (r *execution) selfFenced() error {
 	return engine.Errorf(engine.CodeLeaseLost, "run %s: this runner could not renew its lease for longer than its TTL (%s), so it stopped starting steps; resume the run", r.runID, r.cfg.LeaseTTL)
@@ -429,14 +438,7 @@ func (r *execution) sleep(ctx context.Context, d time.Duration) error {
 	if r.e.Sleep != nil {
 		return r.e.Sleep(ctx, d)
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
+	return engine.Sleep(ctx, d)
 }
 
 // loop schedules steps and handles their outcomes and the run's signals
@@ -490,10 +492,7 @@ func (r *execution) loop(ctx context.Context, leaseLost <-chan struct{}) error {
 				return err
 			}
 		case <-leaseLost:
-			if !r.leaseValid() {
-				return r.selfFenced()
-			}
-			return engine.Errorf(engine.CodeLeaseLost, "run %s: another runner took the lease; this runner stopped", r.runID)
+			return r.leaseLost()
 		case <-ctx.Done():
 			return fmt.Errorf("run %s interrupted (resume it to carry on): %w", r.runID, ctx.Err())
 		}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/dvtrun/dvtrun/engine"
 	"github.com/dvtrun/dvtrun/engine/pulse"
+	"github.com/dvtrun/dvtrun/engine/service/servicetest"
 )
 
 // pulseLog counts what a process asks of the store for its leases and
@@ -54,19 +55,6 @@ func (l *pulseLog) calls() [][]string {
 	return slices.Clone(l.pulses)
 }
 
-// sleeper is a pulse's Sleep that ends when the test ticks (or a join
-// ends it); a tick is taken only by a sleeping pulse.
-type sleeper chan struct{}
-
-func (s sleeper) sleep(ctx context.Context, _ time.Duration) error {
-	select {
-	case <-s:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
 // TestRunsShareOnePulse: two runs executing in one process share its
 // pulse: while both run, each interval costs ONE store Pulse call carrying
 // both, no run reads its signals or renews its lease itself, and both
@@ -75,8 +63,8 @@ func TestRunsShareOnePulse(t *testing.T) {
 	h := newHarness(t)
 	log := &pulseLog{countingLog: h.log}
 	h.rn.Log = log
-	tick := make(sleeper)
-	pl, err := pulse.New(pulse.Options{Store: log, Owner: "proc-1", TTL: time.Hour, Interval: time.Second, Clock: h.clock, Sleep: tick.sleep})
+	tick := servicetest.NewTicker()
+	pl, err := pulse.New(pulse.Options{Store: log, Owner: "proc-1", TTL: time.Hour, Interval: time.Second, Clock: h.clock, Sleep: tick.Sleep})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,11 +93,7 @@ func TestRunsShareOnePulse(t *testing.T) {
 	beat := func() {
 		t.Helper()
 		n := len(log.calls())
-		select {
-		case tick <- struct{}{}:
-		case <-time.After(20 * time.Second):
-			t.Fatal("the pulse never slept")
-		}
+		tick.Tick(t)
 		waitUntil(t, "the pulse's call", func() bool { return len(log.calls()) > n })
 	}
 	beat() // both joined before this call was made

@@ -41,10 +41,7 @@ func (r *execution) firstSignals(ctx context.Context, leaseLost <-chan struct{})
 				return r.selfFenced()
 			}
 		case <-leaseLost:
-			if !r.leaseValid() {
-				return r.selfFenced()
-			}
-			return engine.Errorf(engine.CodeLeaseLost, "run %s: another runner took the lease; this runner stopped", r.runID)
+			return r.leaseLost()
 		case <-ctx.Done():
 			return fmt.Errorf("run %s interrupted (resume it to carry on): %w", r.runID, ctx.Err())
 		}

@@ -41,15 +41,11 @@ type Pulse interface {
 // RunStarted's context.
 type Config struct {
 	engine.Config
-	Threads  int           // parallel steps (default 4)
-	FailFast bool          // stop scheduling after the first failure
-	Owner    string        // this runner's id, for leases
-	LeaseTTL time.Duration // default 30s
-	// SignalPoll is how often the run loop checks its lease's deadline and
-	// a PAUSE's drain timeout, and, without a Runner.Pulse, the interval of
-	// the run's private pulse (one store call renewing the lease and
-	// fetching signals; at most LeaseTTL/3). Default 250ms.
-	SignalPoll   time.Duration
+	Threads      int           // parallel steps (default 4)
+	FailFast     bool          // stop scheduling after the first failure
+	Owner        string        // this runner's id, for leases
+	LeaseTTL     time.Duration // default 30s
+	SignalPoll   time.Duration // lease-deadline and drain checks; without a Runner.Pulse, its private pulse's interval (default 250ms)
 	DrainTimeout time.Duration // PAUSE drain limit (default 5m)
 	Retry        RetryPolicy
 	// WriteBudget is ExecutionSemantics §5's writeLatencyBudgetMs (default

@@ -21,6 +21,7 @@ import (
 	"github.com/dvtrun/dvtrun/engine/config"
 	"github.com/dvtrun/dvtrun/engine/delivery"
 	"github.com/dvtrun/dvtrun/engine/projection"
+	"github.com/dvtrun/dvtrun/engine/pulse"
 	"github.com/dvtrun/dvtrun/engine/queue"
 	"github.com/dvtrun/dvtrun/engine/schedule"
 	"github.com/dvtrun/dvtrun/engine/service"
@@ -270,6 +271,7 @@ type cliExec struct {
 	f      runFlags
 	lookup engine.SecretLookup
 	owner  string
+	pulse  *pulse.Pulse // the process's: every run's lease is owner's
 }
 
 // plan loads the request's plan bundle, refusing it (PLAN_HASH_MISMATCH)
@@ -315,6 +317,7 @@ func (x *cliExec) Run(ctx context.Context, r queue.Request, runID string) (engin
 	rn := x.c.newRunner(x.st, x.f, nil, x.lookup)
 	rn.Config.Config = eng.Config
 	rn.Config.Owner = x.owner
+	rn.Pulse = x.pulse
 	var snap engine.Snapshot
 	if resume {
 		snap, err = rn.Resume(ctx, runID, p, x.wh)
@@ -379,12 +382,25 @@ func (c *cli) daemon(ctx context.Context, name string, args []string, withSchedu
 		}
 		defer wh.Close()
 		owner := c.ownerID(name)
+		// One pulse for all the process's runs: one request per interval
+		// renews every lease and fetches every run's signals. It is not in
+		// the group: runs outlive SIGTERM within --grace, and it must beat
+		// for them until the worker has stopped.
+		pl, err := c.newPulse(st, owner, d.exec, cfg, func(err error) { log.Error("pulse failed", "error", err.Error()) })
+		if err != nil {
+			return err
+		}
+		if err := pl.Start(context.WithoutCancel(ctx)); err != nil {
+			return err
+		}
+		defer pl.Stop()
+		m.pulse = pl
 		w = &worker.Worker{
 			Store: st, ID: owner, Limits: claimLimits(cfg.Limits), Slots: d.slots,
 			HeartbeatTTL: d.exec.leaseTTL, Poll: d.poll, Grace: d.grace,
 			Clock: engine.ClockFunc(time.Now), IDs: engine.IDFunc(newID), Sleep: sleepCtx, Log: log, Metrics: &worker.Counters{},
 			Exec: &cliExec{c: c, st: &timedAppends{queueStore: st, lat: &m.appends}, wh: wh, lookup: lookup, owner: owner,
-				f: d.exec},
+				f: d.exec, pulse: pl},
 		}
 		m.worker = w.Metrics
 		// Delivery and the projector go before the worker, so they stop
@@ -408,8 +424,9 @@ func (c *cli) daemon(ctx context.Context, name string, args []string, withSchedu
 		}
 		group = append(group, m.projector, w)
 	}
-	// Ready: every service runs, and the worker has its heartbeat.
-	ready := func() bool { return group.Running() && (w == nil || w.Ready()) }
+	// Ready: every service runs, and the worker has its heartbeat and its
+	// runs their pulse.
+	ready := func() bool { return group.Running() && (w == nil || w.Ready() && m.pulse.Running()) }
 	srv, err := c.serveHTTP(d.http, m, ready, log)
 	if err != nil {
 		return err
@@ -470,6 +487,7 @@ type metrics struct {
 	st        queueStore
 	sched     *schedule.Counters
 	worker    *worker.Counters
+	pulse     *pulse.Pulse        // nil: no worker
 	delivery  *delivery.Service   // nil: no sinks
 	projector *projection.Service // nil: no projector
 	appends   latency
@@ -583,6 +601,12 @@ func (m *metrics) write(ctx context.Context, w interface{ Write([]byte) (int, er
 		p("# HELP dvtrun_worker_running Runs in flight in this worker.")
 		p("# TYPE dvtrun_worker_running gauge")
 		p("dvtrun_worker_running %d", s.Running)
+	}
+	if m.pulse != nil {
+		p("# HELP dvtrun_pulse_requests_total State-store requests of this process's pulse (each renews every run's lease and fetches their signals).")
+		p("# TYPE dvtrun_pulse_requests_total counter")
+		p(`dvtrun_pulse_requests_total{outcome="ok"} %d`, m.pulse.Calls()-m.pulse.Failures())
+		p(`dvtrun_pulse_requests_total{outcome="failed"} %d`, m.pulse.Failures())
 	}
 	if m.delivery != nil {
 		t := m.delivery.Totals()

@@ -67,6 +67,9 @@ func TestServeRunsTheQueueAndServesMetrics(t *testing.T) {
 	if !regexp.MustCompile(`dvtrun_store_append_latency_seconds_count [1-9]`).MatchString(metrics) {
 		t.Errorf("no append latency:\n%s", metrics)
 	}
+	if !regexp.MustCompile(`dvtrun_pulse_requests_total\{outcome="ok"\} [1-9]`).MatchString(metrics) {
+		t.Errorf("no pulse request counted for the run:\n%s", metrics)
+	}
 	for _, path := range []string{"/livez", "/readyz"} {
 		if code, _ := get("http://" + addr + path); code != http.StatusOK {
 			t.Errorf("%s: %d", path, code)

@@ -132,7 +132,7 @@ func (g *globals) register(fs *flag.FlagSet) {
 	fs.Lookup("store").DefValue = redactTarget(g.store)
 	fs.Lookup("warehouse").DefValue = redactTarget(g.warehouse)
 	fs.StringVar(&g.tenant, "tenant", g.tenant, "tenant id (env DVT_TENANT)")
-	fs.StringVar(&g.config, "config", g.config, "configuration `FILE`: sinks, signals policy, schedules, limits (env DVT_CONFIG)")
+	fs.StringVar(&g.config, "config", g.config, "configuration `FILE`: sinks, signals policy, schedules, limits, pulse (env DVT_CONFIG)")
 	fs.StringVar(&g.project, "project", g.project, "project id (env DVT_PROJECT)")
 	fs.StringVar(&g.environment, "environment", g.environment, "environment id (env DVT_ENVIRONMENT)")
 }

@@ -19,21 +19,15 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/config"
 	"github.com/dvtrun/dvtrun/engine/runner"
 )
 
 func newID() string      { return uuid.NewString() }
 func randFloat() float64 { return rand.Float64() }
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
+
+// sleepCtx is the services' Sleep: a real timer.
+var sleepCtx = engine.Sleep
 
 // osSource reads plan files from the file system.
 type osSource struct{}
@@ -120,6 +114,7 @@ type runFlags struct {
 	failFast    bool
 	secretsFile string
 	leaseTTL    time.Duration
+	pulse       time.Duration // 0: the config's, else the store's default
 	targetPath  string
 }
 
@@ -137,6 +132,7 @@ func (f *runFlags) registerExec(fs *flag.FlagSet) {
 	// A runner that dies keeps its lease until it expires; then `resume`
 	// (from any machine) or another worker may take the run over.
 	fs.DurationVar(&f.leaseTTL, "lease-ttl", 30*time.Second, "how long a run's lease (and a worker's claim) outlives a runner that stopped heart-beating")
+	fs.DurationVar(&f.pulse, "pulse-interval", 0, pulseHelp)
 }
 
 func (f runFlags) check() error {
@@ -145,6 +141,9 @@ func (f runFlags) check() error {
 	}
 	if f.leaseTTL < time.Second {
 		return engine.Errorf(engine.CodeInvalidArgument, "--lease-ttl must be at least 1s")
+	}
+	if f.pulse != 0 && (f.pulse < config.MinPulseInterval || f.pulse > f.leaseTTL/3) {
+		return engine.Errorf(engine.CodeInvalidArgument, "--pulse-interval must be between %s and a third of --lease-ttl (%s)", config.MinPulseInterval, f.leaseTTL/3)
 	}
 	return nil
 }
@@ -212,6 +211,9 @@ func (c *cli) startAndExecute(ctx context.Context, f runFlags, planPath string, 
 	if err != nil {
 		return err
 	}
+	if _, err := c.pulseInterval(f, cfg); err != nil { // refused before the run is recorded
+		return err
+	}
 	st, err := c.openStore(ctx, false)
 	if err != nil {
 		return err
@@ -239,6 +241,11 @@ func (c *cli) startAndExecute(ctx context.Context, f runFlags, planPath string, 
 	con.start = time.Now()
 	rn := c.newRunner(st, f, con, lookup)
 	rn.Signals = cfg.Signals
+	stopPulse, err := c.joinPulse(ctx, rn, st, f, cfg)
+	if err != nil {
+		return err
+	}
+	defer stopPulse()
 	snap, err := rn.Execute(ctx, runID, p, wh)
 	return c.finishRun(ctx, con, runID, planPath, snap, err)
 }
@@ -307,6 +314,11 @@ func cmdResume(ctx context.Context, c *cli, args []string) error {
 	con := newConsole(c, targetName)
 	rn := c.newRunner(st, f, con, lookup)
 	rn.Signals = cfg.Signals
+	stopPulse, err := c.joinPulse(ctx, rn, st, f, cfg)
+	if err != nil {
+		return err
+	}
+	defer stopPulse()
 	fmt.Fprintf(c.stdout, "Resuming run %s of plan %s@%s\n", c.clean(meta.RunID), c.clean(p.PlanID), c.clean(p.PlanVersion))
 	con.start = time.Now()
 	snap, err = rn.Resume(ctx, meta.RunID, p, wh)

@@ -2,7 +2,7 @@
 // DVT_CONFIG): one YAML document whose top-level sections configure the
 // long-running parts of dvtrun — event sinks for outbox delivery and the
 // policy of who may send which signal, cron schedules and the limits of
-// the run queue. Unknown keys are errors, so a typo
+// the run queue, and the interval of a process's pulse. Unknown keys are errors, so a typo
 // never silently turns a feature off.
 package config
 
@@ -24,6 +24,7 @@ type Config struct {
 	Signals   SignalPolicy `yaml:"signals"`
 	Schedules []Schedule   `yaml:"schedules"`
 	Limits    Limits       `yaml:"limits"`
+	Pulse     Pulse        `yaml:"pulse"`
 }
 
 // Parse decodes and validates a configuration document; name is the file's
@@ -49,6 +50,9 @@ func (c *Config) validate() error {
 		return err
 	}
 	if err := validateSchedules(c.Schedules); err != nil {
+		return err
+	}
+	if err := c.Pulse.validate(); err != nil {
 		return err
 	}
 	return c.Limits.validate()

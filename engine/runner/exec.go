@@ -5,15 +5,14 @@ import (
 	"container/heap"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/pulse"
 )
 
 // Pinger is what a warehouse may implement so that the runner can check it
@@ -93,12 +92,12 @@ type execution struct {
 	randMu      sync.Mutex
 
 	lease engine.Lease
-	// leaseUntil is when this runner's lease expires at the latest (unix
-	// ns, Runner.Clock): the start of the last successful renewal plus the
-	// TTL. Past it the runner starts no step (self-fencing), whatever the
-	// store says.
-	leaseUntil atomic.Int64
-	stopping   error // an outcome's stop: no new work, the loop returns it
+	// member is the run in its process's pulse: the pulse renews the lease
+	// and fetches the run's signals. Past the member's valid-until (the
+	// start of the last successful renewal plus the TTL, Runner.Clock) the
+	// runner starts no step (self-fencing), whatever the store says.
+	member   *pulse.Member
+	stopping error // an outcome's stop: no new work, the loop returns it
 }
 
 func (e *Runner) execute(ctx context.Context, runID string, p *engine.Plan, wh engine.Warehouse) (engine.Snapshot, error) {
@@ -121,6 +120,9 @@ func (e *Runner) execute(ctx context.Context, runID string, p *engine.Plan, wh e
 		return engine.Snapshot{}, engine.Errorf(engine.CodePlanHashMismatch, "run %s runs plan %s@%s, not %s@%s", runID, meta.PlanID, meta.PlanVersion, p.PlanID, p.PlanVersion)
 	}
 	cfg := e.Config.withDefaults()
+	if e.Pulse != nil {
+		cfg.Owner = e.Pulse.Owner() // the pulse renews its owner's leases only
+	}
 	if cfg.Owner == "" {
 		cfg.Owner = e.IDs.NewID()
 	}
@@ -131,12 +133,19 @@ func (e *Runner) execute(ctx context.Context, runID string, p *engine.Plan, wh e
 	}
 	r := &execution{e: e, cfg: cfg, p: p, wh: wh, meta: meta, runID: runID, em: engine.NewEmitter(e.Log, e.Clock, e.IDs, meta), redact: e.redactor(p), lease: lease}
 	r.em.SetLease(lease)
-	r.leaseUntil.Store(asked.Add(cfg.LeaseTTL).UnixNano())
 	runCtx, stopRun := context.WithCancel(ctx)
-	leaseLost, beating := r.heartbeat(runCtx)
+	pl, stopPulse, err := r.heartbeat(runCtx)
+	if err != nil {
+		stopRun()
+		return engine.Snapshot{}, err
+	}
+	// Signals decided before this runner started are skipped by their seq
+	// (r.sigSeq, from the log), so the cursor starts at 0.
+	r.member = pl.Join(lease, asked.Add(cfg.LeaseTTL), 0)
 	defer func() {
 		stopRun()
-		<-beating // no renewal may land after the release
+		r.member.Leave()
+		stopPulse() // a private pulse: no renewal may land after the release
 		// Release even when ctx ended: another runner may take over at once
 		// instead of waiting for the lease to expire.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -161,7 +170,7 @@ func (e *Runner) execute(ctx context.Context, runID string, p *engine.Plan, wh e
 		e.report(Progress{Phase: PhaseRunDone, RunID: runID, Total: len(r.steps), Snapshot: &snap})
 		return snap, nil
 	}
-	err = r.loop(runCtx, leaseLost)
+	err = r.loop(runCtx, r.member.Lost())
 	stopRun()
 	r.drain()
 	snap := r.snapshot()
@@ -172,48 +181,36 @@ func (e *Runner) execute(ctx context.Context, runID string, p *engine.Plan, wh e
 	return snap, nil
 }
 
-// heartbeat renews the lease every third of its TTL until ctx ends. lost
-// closes when the lease passed to another owner (LEASE_HELD, or a renewal
-// that came back with another fence): the run must stop. A renewal that
-// fails for another reason is retried at the next beat; if renewals keep
-// failing, leaseUntil passes and the runner fences itself (leaseValid).
-// done closes when the heartbeat stopped.
-func (r *execution) heartbeat(ctx context.Context) (lost, done <-chan struct{}) {
-	lostc, donec := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(donec)
-		t := time.NewTicker(max(r.cfg.LeaseTTL/3, time.Millisecond))
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				if !r.leaseValid() {
-					// Self-fencing: past its own deadline a runner does not
-					// renew back into a lease it may have lost meanwhile.
-					close(lostc)
-					return
-				}
-				asked := r.e.Clock.Now()
-				l, err := r.e.Log.AcquireFencedLease(ctx, r.runID, r.cfg.Owner, r.cfg.LeaseTTL)
-				switch {
-				case err == nil && l.Fence == r.lease.Fence:
-					r.leaseUntil.Store(asked.Add(r.cfg.LeaseTTL).UnixNano())
-				case err == nil, errors.Is(err, engine.ErrLeaseHeld):
-					close(lostc)
-					return
-				}
-			}
-		}
-	}()
-	return lostc, donec
+// heartbeat is the process's pulse the run joins (Runner.Pulse), or, when
+// there is none, a private pulse for this run alone that renews the lease
+// and fetches signals every SignalPoll (at most TTL/3); stop stops it.
+func (r *execution) heartbeat(ctx context.Context) (pl Pulse, stop func(), err error) {
+	if r.e.Pulse != nil {
+		return r.e.Pulse, func() {}, nil
+	}
+	own, err := pulse.New(pulse.Options{Store: r.e.Log, Owner: r.cfg.Owner, TTL: r.cfg.LeaseTTL, Interval: r.cfg.SignalPoll, Clock: r.e.Clock})
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := own.Start(ctx); err != nil {
+		return nil, nil, err
+	}
+	return own, own.Stop, nil
 }
 
 // leaseValid reports whether this runner's lease is still surely its own:
 // its last successful renewal is younger than the TTL.
 func (r *execution) leaseValid() bool {
-	return r.e.Clock.Now().UnixNano() < r.leaseUntil.Load()
+	return r.member.Valid()
+}
+
+// leaseLost is the error of a runner whose pulse member lost the lease:
+// taken over, or self-fenced.
+func (r *execution) leaseLost() error {
+	if !r.leaseValid() {
+		return r.selfFenced()
+	}
+	return engine.Errorf(engine.CodeLeaseLost, "run %s: another runner took the lease; this runner stopped", r.runID)
 }
 
 // selfFenced is the error of a runner whose renewals failed past its TTL.
@@ -441,14 +438,7 @@ func (r *execution) sleep(ctx context.Context, d time.Duration) error {
 	if r.e.Sleep != nil {
 		return r.e.Sleep(ctx, d)
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
+	return engine.Sleep(ctx, d)
 }
 
 // loop schedules steps and handles their outcomes and the run's signals
@@ -457,7 +447,7 @@ func (r *execution) loop(ctx context.Context, leaseLost <-chan struct{}) error {
 	if err := r.skipBlocked(ctx); err != nil {
 		return err
 	}
-	if err := r.pollSignals(ctx); err != nil {
+	if err := r.firstSignals(ctx, leaseLost); err != nil {
 		return err
 	}
 	tick := time.NewTicker(r.cfg.SignalPoll)
@@ -496,14 +486,13 @@ func (r *execution) loop(ctx context.Context, leaseLost <-chan struct{}) error {
 			if !r.leaseValid() {
 				return r.selfFenced()
 			}
+			r.checkDrain(ctx)
+		case <-r.member.Ready():
 			if err := r.pollSignals(ctx); err != nil {
 				return err
 			}
 		case <-leaseLost:
-			if !r.leaseValid() {
-				return r.selfFenced()
-			}
-			return engine.Errorf(engine.CodeLeaseLost, "run %s: another runner took the lease; this runner stopped", r.runID)
+			return r.leaseLost()
 		case <-ctx.Done():
 			return fmt.Errorf("run %s interrupted (resume it to carry on): %w", r.runID, ctx.Err())
 		}

@@ -115,10 +115,14 @@ func TestWarehouseUnavailableLeavesRunResumable(t *testing.T) {
 }
 
 // failingRenewals is a log whose lease renewals fail (the store is
-// stalled) after the first acquire.
+// stalled) after the first acquire: its pulses fail too.
 type failingRenewals struct {
 	*countingLog
 	acquired bool
+}
+
+func (l *failingRenewals) Pulse(context.Context, string, time.Duration, []engine.PulseRun) (engine.PulseResult, error) {
+	return engine.PulseResult{}, engine.MarkTransient(engine.Errorf(engine.CodeStoreUnavailable, "state store is busy"))
 }
 
 func (l *failingRenewals) AcquireFencedLease(ctx context.Context, runID, owner string, ttl time.Duration) (engine.Lease, error) {

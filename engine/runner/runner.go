@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/pulse"
 )
 
 // Log is what the runner needs of the state store; store.Store satisfies
@@ -20,9 +21,19 @@ type Log interface {
 	engine.FencedAppender
 	GetRun(ctx context.Context, runID string) (engine.RunMetadata, error)
 	SetProviderRunRef(ctx context.Context, runID, ref string) error
-	ListSignals(ctx context.Context, runID string, afterSeq int64) ([]engine.Signal, error)
 	AcquireFencedLease(ctx context.Context, runID, owner string, ttl time.Duration) (engine.Lease, error)
 	ReleaseLease(ctx context.Context, runID, owner string) error
+	// Pulse renews leases and fetches signals for a private pulse
+	// (Runner.Pulse nil).
+	pulse.Store
+}
+
+// Pulse is a process's heartbeat (*pulse.Pulse, started): it renews the
+// leases of all the process's runs and fetches their signals in one store
+// call per interval. Owner is the owner id of every lease it renews.
+type Pulse interface {
+	Owner() string
+	Join(lease engine.Lease, validUntil time.Time, afterSignal int64) *pulse.Member
 }
 
 // Config is the runner's configuration; the CLI fills it from flags and
@@ -34,7 +45,7 @@ type Config struct {
 	FailFast     bool          // stop scheduling after the first failure
 	Owner        string        // this runner's id, for leases
 	LeaseTTL     time.Duration // default 30s
-	SignalPoll   time.Duration // default 250ms
+	SignalPoll   time.Duration // lease-deadline and drain checks; without a Runner.Pulse, its private pulse's interval (default 250ms)
 	DrainTimeout time.Duration // PAUSE drain limit (default 5m)
 	Retry        RetryPolicy
 	// WriteBudget is ExecutionSemantics §5's writeLatencyBudgetMs (default
@@ -111,6 +122,10 @@ type Runner struct {
 	// run ends; its reference goes into the closing event (see
 	// ArtifactWriter). nil: no artifact is written.
 	Artifacts ArtifactWriter
+	// Pulse, when set, is the process's pulse the run joins once it holds
+	// the lease (the lease's owner is the pulse's); nil: Execute runs a
+	// private pulse for its run.
+	Pulse Pulse
 	// Spool keeps StepStarted events the store could not take within
 	// Config.WriteBudget on local disk until they are appended; nil: a
 	// StepStarted never fails open.

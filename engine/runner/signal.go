@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/dvtrun/dvtrun/engine"
 )
@@ -23,17 +24,41 @@ type signalPayload struct {
 	RetryAttempt int `json:"retryAttempt,omitempty"`
 }
 
-// pollSignals handles the run's new signals in order, then checks the
-// drain timeout of a PAUSE. A failed read is retried at the next poll; a
-// failed write stops the run.
-func (r *execution) pollSignals(ctx context.Context) error {
-	sigs, err := r.e.Log.ListSignals(ctx, r.runID, r.sigSeq)
-	if err != nil {
-		return nil
+// firstSignals waits until the pulse's first call for this run is back,
+// then handles what it fetched: a run sees the signals sent before it
+// started before it starts a step (unless that fetch failed; then at the
+// next interval, as before). The call was made at the join, so it is
+// usually back by now; a lost lease ends the wait.
+func (r *execution) firstSignals(ctx context.Context, leaseLost <-chan struct{}) error {
+	tick := time.NewTicker(r.cfg.SignalPoll)
+	defer tick.Stop()
+	for {
+		select {
+		case <-r.member.Polled():
+			return r.pollSignals(ctx)
+		case <-tick.C:
+			if !r.leaseValid() { // a pulse that never beats does not hold the run forever
+				return r.selfFenced()
+			}
+		case <-leaseLost:
+			return r.leaseLost()
+		case <-ctx.Done():
+			return fmt.Errorf("run %s interrupted (resume it to carry on): %w", r.runID, ctx.Err())
+		}
 	}
-	for _, sg := range sigs {
+}
+
+// pollSignals handles, in order, the run's new signals the pulse handed
+// over (it never reads the store itself: a failed fetch is the pulse's to
+// retry), then checks the drain timeout of a PAUSE. A failed write stops
+// the run.
+func (r *execution) pollSignals(ctx context.Context) error {
+	for _, sg := range r.member.Take() {
 		if r.run.Terminal() {
 			break
+		}
+		if sg.Seq <= r.sigSeq {
+			continue // decided before this runner started (the log says so)
 		}
 		if err := r.handleSignal(ctx, sg); err != nil {
 			return err

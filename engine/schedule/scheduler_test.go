@@ -20,24 +20,7 @@ import (
 var ctx = context.Background()
 
 // clock is the schedulers' injected clock.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Set(t time.Time) {
-	c.mu.Lock()
-	c.t = t
-	c.mu.Unlock()
-}
-
-func (c *clock) Advance(d time.Duration) { c.Set(c.Now().Add(d)) }
+type clock = servicetest.Clock
 
 func utc(s string) time.Time {
 	t, err := time.Parse(time.RFC3339, s)
@@ -55,7 +38,7 @@ type fixture struct {
 }
 
 func newFixture(t *testing.T, start time.Time) *fixture {
-	f := &fixture{path: filepath.Join(t.TempDir(), "state.db"), clock: &clock{t: start}}
+	f := &fixture{path: filepath.Join(t.TempDir(), "state.db"), clock: servicetest.NewClock(start)}
 	f.store = f.open(t)
 	return f
 }

@@ -323,6 +323,11 @@ func check(ev engine.RunEventWrite, runID string) error {
 	case ev.EventID == "" || ev.EventType == "" || ev.IdempotencyKey == "":
 		return fmt.Errorf("event %q lacks its eventId, eventType or idempotencyKey", ev.EventID)
 	}
+	// A time JSON reads but cannot write back (offset +24:00) would make
+	// the event unstorable.
+	if _, err := ev.EmittedAt.MarshalText(); err != nil {
+		return fmt.Errorf("event %q: emittedAt: %v", ev.EventID, err)
+	}
 	return nil
 }
 

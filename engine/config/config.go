@@ -2,7 +2,8 @@
 // DVT_CONFIG): one YAML document whose top-level sections configure the
 // long-running parts of dvtrun — event sinks for outbox delivery and the
 // policy of who may send which signal, cron schedules and the limits of
-// the run queue. Unknown keys are errors, so a typo
+// the run queue, and the state store's write-latency budget and spool.
+// Unknown keys are errors, so a typo
 // never silently turns a feature off.
 package config
 
@@ -24,6 +25,8 @@ type Config struct {
 	Signals   SignalPolicy `yaml:"signals"`
 	Schedules []Schedule   `yaml:"schedules"`
 	Limits    Limits       `yaml:"limits"`
+	// StateStore is read key by key (see its UnmarshalYAML).
+	StateStore StateStore `yaml:"stateStore"`
 }
 
 // Parse decodes and validates a configuration document; name is the file's

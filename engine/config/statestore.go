@@ -25,16 +25,19 @@ type StateStore struct {
 	// milliseconds (0: unset, the runner's default of 3000).
 	WriteLatencyBudgetMs int
 	// SpoolDir is where StepStarted events that waited longer are kept
-	// until they are appended ("": the CLI's default).
+	// until they are appended ("": the CLI's default). The CLI reads a
+	// relative path from the configuration file's directory, as it does
+	// schedules' plans.
 	SpoolDir string
 }
 
-// The budget's bounds: below 100 ms no remote store answers in time (and
-// "3" meant as seconds is caught); above an hour a run has lost its lease
-// long before, and milliseconds meant as microseconds are caught.
+// WriteBudgetMin and WriteBudgetMax bound the write-latency budget, here
+// and in the CLI's --write-budget: below 100ms no remote store answers in
+// time (and "3" meant as seconds is caught); above an hour a run has lost
+// its lease long before.
 const (
-	minWriteBudgetMs = 100
-	maxWriteBudgetMs = 3_600_000
+	WriteBudgetMin = 100 * time.Millisecond
+	WriteBudgetMax = time.Hour
 )
 
 // The policy of ExecutionSemantics §5 the runner implements.
@@ -65,14 +68,14 @@ func (s *StateStore) UnmarshalYAML(n *yaml.Node) error {
 		seen[k.Value] = true
 		switch k.Value {
 		case "writeLatencyBudgetMs":
-			var ms int
+			var ms int64
 			if v.ShortTag() != "!!int" || v.Decode(&ms) != nil {
 				return keyError(key, "%s is not a whole number of milliseconds", quoteNode(v))
 			}
-			if ms < minWriteBudgetMs || ms > maxWriteBudgetMs {
-				return keyError(key, "%d is not between %d and %d (milliseconds)", ms, minWriteBudgetMs, maxWriteBudgetMs)
+			if ms < WriteBudgetMin.Milliseconds() || ms > WriteBudgetMax.Milliseconds() {
+				return keyError(key, "%d is not between %d and %d (milliseconds)", ms, WriteBudgetMin.Milliseconds(), WriteBudgetMax.Milliseconds())
 			}
-			s.WriteLatencyBudgetMs = ms
+			s.WriteLatencyBudgetMs = int(ms)
 		case "spoolDir":
 			if v.Kind != yaml.ScalarNode || v.ShortTag() == "!!null" || v.Value == "" {
 				return keyError(key, "want a directory path, not %s", quoteNode(v))

@@ -26,6 +26,7 @@ stateStore: {writeLatencyBudgetMs: 750, spoolDir: /var/lib/dvtrun/spool, neverFa
 `, StateStore{WriteLatencyBudgetMs: 750, SpoolDir: "/var/lib/dvtrun/spool"}, 750 * time.Millisecond},
 		{"a numeric dir name", "stateStore: {spoolDir: 2026}", StateStore{SpoolDir: "2026"}, 0},
 		{"empty section", "stateStore:", StateStore{}, 0},
+		{"the bounds", "stateStore: {writeLatencyBudgetMs: 3600000}", StateStore{WriteLatencyBudgetMs: 3600000}, time.Hour},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -52,6 +53,7 @@ func TestParseStateStoreErrorsNameTheKey(t *testing.T) {
 		{"budget negative", "stateStore: {writeLatencyBudgetMs: -5}", "stateStore.writeLatencyBudgetMs: -5 is not between 100 and 3600000 (milliseconds)"},
 		{"budget above an hour", "stateStore: {writeLatencyBudgetMs: 3600001}", "stateStore.writeLatencyBudgetMs: 3600001 is not between"},
 		{"budget overflows", "stateStore: {writeLatencyBudgetMs: 99999999999999999999}", "stateStore.writeLatencyBudgetMs: \"99999999999999999999\" is not a whole number"},
+		{"budget wraps as nanoseconds", "stateStore: {writeLatencyBudgetMs: 9223372036854775}", "stateStore.writeLatencyBudgetMs: 9223372036854775 is not between"},
 		{"set twice", "stateStore: {writeLatencyBudgetMs: 500, writeLatencyBudgetMs: 600}", "stateStore.writeLatencyBudgetMs: is set twice"},
 		{"spool dir empty", `stateStore: {spoolDir: ""}`, `stateStore.spoolDir: want a directory path, not ""`},
 		{"spool dir null", `stateStore: {spoolDir: ~}`, `stateStore.spoolDir: want a directory path`},

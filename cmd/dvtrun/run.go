@@ -11,6 +11,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -19,7 +20,9 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/config"
 	"github.com/dvtrun/dvtrun/engine/runner"
+	"github.com/dvtrun/dvtrun/engine/spool"
 )
 
 func newID() string      { return uuid.NewString() }
@@ -121,6 +124,11 @@ type runFlags struct {
 	secretsFile string
 	leaseTTL    time.Duration
 	targetPath  string
+	// writeBudget and spoolDir: 0/"" defer to the config file's
+	// stateStore section; withStateStore resolves them and opens spool.
+	writeBudget time.Duration
+	spoolDir    string
+	spool       *spool.Dir
 }
 
 func (f *runFlags) register(fs *flag.FlagSet) {
@@ -137,6 +145,9 @@ func (f *runFlags) registerExec(fs *flag.FlagSet) {
 	// A runner that dies keeps its lease until it expires; then `resume`
 	// (from any machine) or another worker may take the run over.
 	fs.DurationVar(&f.leaseTTL, "lease-ttl", 30*time.Second, "how long a run's lease (and a worker's claim) outlives a runner that stopped heart-beating")
+	// ExecutionSemantics §5; a flag wins over the config's stateStore.
+	fs.DurationVar(&f.writeBudget, "write-budget", 0, "how long an event may wait to be stored: a StepStarted that waits longer is spooled, a step whose completion does fails (default: the config's stateStore.writeLatencyBudgetMs, else 3s)")
+	fs.StringVar(&f.spoolDir, "spool-dir", "", "keep StepStarted events the store did not take within the budget in `DIR` until they are appended (default: the config's stateStore.spoolDir, else spool/ next to the runs' artifacts)")
 }
 
 func (f runFlags) check() error {
@@ -146,7 +157,25 @@ func (f runFlags) check() error {
 	if f.leaseTTL < time.Second {
 		return engine.Errorf(engine.CodeInvalidArgument, "--lease-ttl must be at least 1s")
 	}
+	if f.writeBudget != 0 && (f.writeBudget < config.WriteBudgetMin || f.writeBudget > config.WriteBudgetMax) {
+		return engine.Errorf(engine.CodeInvalidArgument, "--write-budget must be between %v and %v", config.WriteBudgetMin, config.WriteBudgetMax)
+	}
 	return nil
+}
+
+// withStateStore resolves the write budget and the spool directory (the
+// flags, else the config file's stateStore section, else the defaults)
+// and opens the spool. The default spool sits next to the runs' artifact
+// directories: spool/ beside runs/.
+func (c *cli) withStateStore(f runFlags, s config.StateStore) (runFlags, error) {
+	f.writeBudget = cmp.Or(f.writeBudget, s.WriteBudget())
+	dir := cmp.Or(f.spoolDir, relativeTo(c.g.config, s.SpoolDir), filepath.Join(filepath.Dir(c.runsDir()), "spool"))
+	sp, err := spool.Open(dir)
+	if err != nil {
+		return f, err
+	}
+	f.spool = sp
+	return f, nil
 }
 
 // newRunner is the runner of `run` and `resume`, with the clock and ID
@@ -154,7 +183,7 @@ func (f runFlags) check() error {
 func (c *cli) newRunner(st stateStore, f runFlags, obs runner.Observer, lookup engine.SecretLookup) *runner.Runner {
 	eng := c.engineFor(st)
 	host, _ := os.Hostname()
-	return &runner.Runner{
+	rn := &runner.Runner{
 		Log:       st,
 		Clock:     eng.Clock,
 		IDs:       eng.IDs,
@@ -164,13 +193,18 @@ func (c *cli) newRunner(st stateStore, f runFlags, obs runner.Observer, lookup e
 		Observe:   obs,
 		Artifacts: artifactFiles{c: c, dir: cmp.Or(f.targetPath, c.env("DVT_TARGET_PATH")), runs: c.runsDir()},
 		Config: runner.Config{
-			Config:   eng.Config,
-			Threads:  f.threads,
-			FailFast: f.failFast,
-			LeaseTTL: f.leaseTTL,
-			Owner:    fmt.Sprintf("dvtrun@%s:%d", host, os.Getpid()),
+			Config:      eng.Config,
+			Threads:     f.threads,
+			FailFast:    f.failFast,
+			LeaseTTL:    f.leaseTTL,
+			WriteBudget: f.writeBudget,
+			Owner:       fmt.Sprintf("dvtrun@%s:%d", host, os.Getpid()),
 		},
 	}
+	if f.spool != nil { // a nil *spool.Dir is not a nil Spool
+		rn.Spool = f.spool
+	}
+	return rn
 }
 
 func cmdRun(ctx context.Context, c *cli, args []string) error {
@@ -210,6 +244,9 @@ func (c *cli) startAndExecute(ctx context.Context, f runFlags, planPath string, 
 	}
 	cfg, err := c.loadConfig()
 	if err != nil {
+		return err
+	}
+	if f, err = c.withStateStore(f, cfg.StateStore); err != nil {
 		return err
 	}
 	st, err := c.openStore(ctx, false)
@@ -265,6 +302,9 @@ func cmdResume(ctx context.Context, c *cli, args []string) error {
 	}
 	cfg, err := c.loadConfig()
 	if err != nil {
+		return err
+	}
+	if f, err = c.withStateStore(f, cfg.StateStore); err != nil {
 		return err
 	}
 	st, err := c.openStore(ctx, true)

@@ -64,7 +64,7 @@ func Open(dir string) (*Dir, error) {
 	case err == nil && !fi.IsDir():
 		return nil, engine.Errorf(engine.CodeInvalidArgument, "spool directory %s is not a directory", dir)
 	case err != nil && !errors.Is(err, fs.ErrNotExist):
-		return nil, engine.Errorf(engine.CodeInvalidArgument, "spool directory %s: %v", dir, pathErr(err))
+		return nil, engine.Errorf(engine.CodeInvalidArgument, "spool directory %s: %v", dir, engine.PathErr(err))
 	}
 	return &Dir{dir: dir, runs: map[string]*runFile{}}, nil
 }
@@ -168,14 +168,14 @@ func (d *Dir) openForAppend(path string) (f *os.File, created bool, err error) {
 		return f, false, nil
 	}
 	if !errors.Is(err, fs.ErrNotExist) {
-		return nil, false, unavailable("cannot open the spool file %s: %v", path, pathErr(err))
+		return nil, false, unavailable("cannot open the spool file %s: %v", path, engine.PathErr(err))
 	}
 	if err := mkdirDurable(d.dir); err != nil {
 		return nil, false, err
 	}
 	f, err = os.OpenFile(path, os.O_RDWR|os.O_APPEND|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
-		return nil, false, unavailable("cannot create the spool file %s: %v", path, pathErr(err))
+		return nil, false, unavailable("cannot create the spool file %s: %v", path, engine.PathErr(err))
 	}
 	return f, true, nil
 }
@@ -215,7 +215,7 @@ func (d *Dir) Pending(runID string) ([]engine.RunEventWrite, error) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, unavailable("cannot read the spool file %s: %v", path, pathErr(err))
+		return nil, unavailable("cannot read the spool file %s: %v", path, engine.PathErr(err))
 	}
 	events, _, err := decode(data, runID)
 	if err != nil {
@@ -240,7 +240,7 @@ func (d *Dir) Clear(runID string) error {
 		return nil
 	}
 	if err != nil {
-		return unavailable("cannot remove the spool file %s: %v", path, pathErr(err))
+		return unavailable("cannot remove the spool file %s: %v", path, engine.PathErr(err))
 	}
 	r.whole, r.dirPending = false, false
 	return syncDir(d.dir)
@@ -257,7 +257,7 @@ func mkdirDurable(dir string) error {
 		return nil
 	}
 	if !errors.Is(err, fs.ErrNotExist) {
-		return unavailable("spool directory %s: %v", dir, pathErr(err))
+		return unavailable("spool directory %s: %v", dir, engine.PathErr(err))
 	}
 	parent := filepath.Dir(dir)
 	if parent != dir {
@@ -266,7 +266,7 @@ func mkdirDurable(dir string) error {
 		}
 	}
 	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
-		return unavailable("cannot create the spool directory %s: %v", dir, pathErr(err))
+		return unavailable("cannot create the spool directory %s: %v", dir, engine.PathErr(err))
 	}
 	return syncDir(parent)
 }
@@ -275,7 +275,7 @@ func mkdirDurable(dir string) error {
 func syncDir(dir string) error {
 	f, err := os.Open(dir)
 	if err != nil {
-		return unavailable("cannot open the spool directory %s: %v", dir, pathErr(err))
+		return unavailable("cannot open the spool directory %s: %v", dir, engine.PathErr(err))
 	}
 	defer f.Close()
 	if err := f.Sync(); err != nil {
@@ -286,14 +286,6 @@ func syncDir(dir string) error {
 
 func unavailable(format string, args ...any) error {
 	return engine.Errorf(engine.CodeStoreUnavailable, format, args...)
-}
-
-func pathErr(err error) error {
-	var pe *fs.PathError
-	if errors.As(err, &pe) {
-		return pe.Err
-	}
-	return err
 }
 
 // line is a spooled event as written: the payload as base64, so that its

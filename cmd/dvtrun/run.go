@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -88,7 +87,7 @@ func (c *cli) secretLookup(file string) (engine.SecretLookup, error) {
 func readSecretsFile(path string) (map[string]string, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, engine.Errorf(engine.CodeInvalidArgument, "cannot read the secrets file %s: %v", path, pathError(err))
+		return nil, engine.Errorf(engine.CodeInvalidArgument, "cannot read the secrets file %s: %v", path, engine.PathErr(err))
 	}
 	out := map[string]string{}
 	sc := bufio.NewScanner(bytes.NewReader(data))
@@ -108,14 +107,6 @@ func readSecretsFile(path string) (map[string]string, error) {
 }
 
 var secretKeyRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-
-func pathError(err error) error {
-	var pe *os.PathError
-	if errors.As(err, &pe) {
-		return pe.Err
-	}
-	return err
-}
 
 // runFlags are shared by run and resume.
 type runFlags struct {

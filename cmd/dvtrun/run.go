@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -162,11 +163,17 @@ func (c *cli) withStateStore(f runFlags, s config.StateStore) (runFlags, error) 
 	f.writeBudget = cmp.Or(f.writeBudget, s.WriteBudget())
 	dir := cmp.Or(f.spoolDir, relativeTo(c.g.config, s.SpoolDir), filepath.Join(filepath.Dir(c.runsDir()), "spool"))
 	sp, err := spool.Open(dir)
-	if err != nil {
-		return f, err
+	var e *engine.Error
+	switch {
+	case err == nil:
+		f.spool = sp
+		return f, nil
+	case f.spoolDir != "":
+		return f, fmt.Errorf("--spool-dir: %w", err)
+	case s.SpoolDir != "" && errors.As(err, &e):
+		return f, engine.Errorf(engine.CodeConfigInvalid, "%s: stateStore.spoolDir: %s", c.g.config, e.Msg)
 	}
-	f.spool = sp
-	return f, nil
+	return f, fmt.Errorf("the default spool: %w; choose another with --spool-dir or the config's stateStore.spoolDir", err)
 }
 
 // newRunner is the runner of `run` and `resume`, with the clock and ID

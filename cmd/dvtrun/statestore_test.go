@@ -50,20 +50,29 @@ func TestStateStoreBadValues(t *testing.T) {
 		config string
 		code   string
 		msg    string
+		setup  func(h *harness)
 	}{
-		{"budget too small", []string{"--write-budget", "50ms"}, "", "INVALID_ARGUMENT", "--write-budget must be between 100ms and 1h0m0s"},
-		{"budget negative", []string{"--write-budget", "-1s"}, "", "INVALID_ARGUMENT", "--write-budget must be between"},
-		{"budget too large", []string{"--write-budget", "2h"}, "", "INVALID_ARGUMENT", "--write-budget must be between"},
-		{"budget not a duration", []string{"--write-budget", "3000"}, "", "INVALID_ARGUMENT", "-write-budget"},
-		{"spool dir is a file", []string{"--spool-dir", aFile}, "", "INVALID_ARGUMENT", "spool directory " + aFile + " is not a directory"},
-		{"config spool dir is a file", nil, "stateStore: {spoolDir: a-file}\n", "INVALID_ARGUMENT", aFile + " is not a directory"},
-		{"config budget", nil, "stateStore: {writeLatencyBudgetMs: 3s}\n", "CONFIG_INVALID", `stateStore.writeLatencyBudgetMs: "3s" is not a whole number of milliseconds`},
-		{"config policy", nil, "stateStore: {neverFailOpen: [StepFailed]}\n", "CONFIG_INVALID", "stateStore.neverFailOpen: dvtrun never fails open for exactly [StepCompleted, StepFailed]"},
+		{"budget too small", []string{"--write-budget", "50ms"}, "", "INVALID_ARGUMENT", "--write-budget must be between 100ms and 1h0m0s", nil},
+		{"budget negative", []string{"--write-budget", "-1s"}, "", "INVALID_ARGUMENT", "--write-budget must be between", nil},
+		{"budget too large", []string{"--write-budget", "2h"}, "", "INVALID_ARGUMENT", "--write-budget must be between", nil},
+		{"budget not a duration", []string{"--write-budget", "3000"}, "", "INVALID_ARGUMENT", "-write-budget", nil},
+		{"spool dir is a file", []string{"--spool-dir", aFile}, "", "INVALID_ARGUMENT", "--spool-dir: spool directory " + aFile + " is not a directory", nil},
+		{"config spool dir is a file", nil, "stateStore: {spoolDir: a-file}\n", "CONFIG_INVALID", ".yaml: stateStore.spoolDir: spool directory " + aFile + " is not a directory", nil},
+		{"default spool dir is a file", nil, "", "INVALID_ARGUMENT", "the default spool: spool directory ", func(h *harness) {
+			if err := os.WriteFile(filepath.Join(h.dir, "spool"), nil, 0o644); err != nil {
+				h.t.Fatal(err)
+			}
+		}},
+		{"config budget", nil, "stateStore: {writeLatencyBudgetMs: 3s}\n", "CONFIG_INVALID", `stateStore.writeLatencyBudgetMs: "3s" is not a whole number of milliseconds`, nil},
+		{"config policy", nil, "stateStore: {neverFailOpen: [StepFailed]}\n", "CONFIG_INVALID", "stateStore.neverFailOpen: dvtrun never fails open for exactly [StepCompleted, StepFailed]", nil},
 	}
 	for _, tc := range cases {
 		for cmd, rest := range byCmd {
 			t.Run(tc.name+"/"+cmd, func(t *testing.T) {
 				h := newHarness(t)
+				if tc.setup != nil {
+					tc.setup(h)
+				}
 				if tc.config != "" {
 					// The config sits next to a-file: a relative spoolDir is
 					// read from the config's directory.

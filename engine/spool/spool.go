@@ -225,8 +225,10 @@ func (d *Dir) Pending(runID string) ([]engine.RunEventWrite, error) {
 }
 
 // Clear removes runID's file, durably when it returns nil; call it once
-// every pending event is stored. Clearing a run with nothing spooled does
-// nothing.
+// every pending event is stored. It removes every event of the run,
+// including any put after the Pending whose events the caller stored: the
+// caller puts nothing in between (the run's one writer). Clearing a run
+// with nothing spooled does nothing.
 func (d *Dir) Clear(runID string) error {
 	if runID == "" {
 		return engine.Errorf(engine.CodeInvalidArgument, "spool: the run id is empty")

@@ -111,14 +111,19 @@ func policy(key string, v *yaml.Node, want []string, does string) error {
 	return nil
 }
 
-// quoteNode shows a value in an error, on one line.
+// quoteNode shows a value in an error: quoted, on one line, at most 60
+// bytes of it.
 func quoteNode(v *yaml.Node) string {
-	if v.Kind == yaml.ScalarNode {
-		return fmt.Sprintf("%q", v.Value)
+	text := v.Value
+	if v.Kind != yaml.ScalarNode {
+		b, err := yaml.Marshal(v)
+		if err != nil {
+			return "a " + v.ShortTag()
+		}
+		text = strings.TrimSpace(string(b))
 	}
-	b, err := yaml.Marshal(v)
-	if err != nil {
-		return "a " + v.Tag
+	if len(text) > 60 {
+		return fmt.Sprintf("%q…", text[:60])
 	}
-	return fmt.Sprintf("%q", strings.TrimSpace(string(b)))
+	return fmt.Sprintf("%q", text)
 }

@@ -54,6 +54,7 @@ func TestParseStateStoreErrorsNameTheKey(t *testing.T) {
 		{"budget above an hour", "stateStore: {writeLatencyBudgetMs: 3600001}", "stateStore.writeLatencyBudgetMs: 3600001 is not between"},
 		{"budget overflows", "stateStore: {writeLatencyBudgetMs: 99999999999999999999}", "stateStore.writeLatencyBudgetMs: \"99999999999999999999\" is not a whole number"},
 		{"budget wraps as nanoseconds", "stateStore: {writeLatencyBudgetMs: 9223372036854775}", "stateStore.writeLatencyBudgetMs: 9223372036854775 is not between"},
+		{"long value cut", "stateStore: {writeLatencyBudgetMs: " + strings.Repeat("9", 500) + "}", `"` + strings.Repeat("9", 60) + `"… is not a whole number`},
 		{"set twice", "stateStore: {writeLatencyBudgetMs: 500, writeLatencyBudgetMs: 600}", "stateStore.writeLatencyBudgetMs: is set twice"},
 		{"spool dir empty", `stateStore: {spoolDir: ""}`, `stateStore.spoolDir: want a directory path, not ""`},
 		{"spool dir null", `stateStore: {spoolDir: ~}`, `stateStore.spoolDir: want a directory path`},

@@ -351,17 +351,17 @@ func (c *cli) daemon(ctx context.Context, name string, args []string, withSchedu
 	if err != nil {
 		return err
 	}
-	if withWorker {
-		if d.exec, err = c.withStateStore(d.exec, cfg.StateStore); err != nil {
-			return err
-		}
-	}
 	log := c.jsonLogger(name)
 	st, err := c.openQueueStore(ctx, false)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
+	if withWorker {
+		if d.exec, err = c.withStateStore(d.exec, cfg.StateStore); err != nil {
+			return err
+		}
+	}
 	var group service.Group
 	m := &metrics{st: st}
 	if withScheduler {

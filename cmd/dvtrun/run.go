@@ -244,14 +244,15 @@ func (c *cli) startAndExecute(ctx context.Context, f runFlags, planPath string, 
 	if err != nil {
 		return err
 	}
-	if f, err = c.withStateStore(f, cfg.StateStore); err != nil {
-		return err
-	}
 	st, err := c.openStore(ctx, false)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
+	// After the store, whose errors say more (the default spool is beside it).
+	if f, err = c.withStateStore(f, cfg.StateStore); err != nil {
+		return err
+	}
 	wh, targetName, err := c.openWarehouse(ctx)
 	if err != nil {
 		return err
@@ -302,9 +303,6 @@ func cmdResume(ctx context.Context, c *cli, args []string) error {
 	if err != nil {
 		return err
 	}
-	if f, err = c.withStateStore(f, cfg.StateStore); err != nil {
-		return err
-	}
 	st, err := c.openStore(ctx, true)
 	if engine.IsTransient(err) {
 		// Busy (e.g. a stalled runner holds it): the run stays resumable.
@@ -314,6 +312,9 @@ func cmdResume(ctx context.Context, c *cli, args []string) error {
 		return err // no store there: bad input
 	}
 	defer st.Close()
+	if f, err = c.withStateStore(f, cfg.StateStore); err != nil {
+		return err
+	}
 	meta, err := c.loadRun(ctx, st, pos[0])
 	if err != nil {
 		return err

@@ -138,7 +138,7 @@ func (f *runFlags) registerExec(fs *flag.FlagSet) {
 	// (from any machine) or another worker may take the run over.
 	fs.DurationVar(&f.leaseTTL, "lease-ttl", 30*time.Second, "how long a run's lease (and a worker's claim) outlives a runner that stopped heart-beating")
 	// ExecutionSemantics §5; a flag wins over the config's stateStore.
-	fs.DurationVar(&f.writeBudget, "write-budget", 0, "how long an event may wait to be stored: a StepStarted that waits longer is spooled, a step whose completion does fails (default: the config's stateStore.writeLatencyBudgetMs, else 3s)")
+	fs.DurationVar(&f.writeBudget, "write-budget", 0, "how long an event may wait to be stored: a StepStarted that waits longer is spooled, a completion never is (default: the config's stateStore.writeLatencyBudgetMs, else 3s)")
 	fs.StringVar(&f.spoolDir, "spool-dir", "", "keep StepStarted events the store did not take within the budget in `DIR` until they are appended (default: the config's stateStore.spoolDir, else spool/ next to the runs' artifacts)")
 }
 

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/runner"
 )
 
 // event is the i-th test event of runID; its payload keeps what
@@ -408,3 +409,6 @@ func TestOpenRefusesAFile(t *testing.T) {
 		}
 	}
 }
+
+// The runner's writer takes a *Dir as its Spool.
+var _ runner.Spool = (*Dir)(nil)

@@ -96,7 +96,7 @@ func loadPlan(src PlanSource, file string, keepSeeds bool) (*Plan, PlanRef, map[
 			if st.Kind == KindSeed {
 				what = "cannot read seed file"
 			}
-			return nil, PlanRef{}, nil, Errorf(CodePlanInvalid, "step %s: %s %s: %v", ShowText(st.ID), what, ShowText(st.Path), pathErr(err))
+			return nil, PlanRef{}, nil, Errorf(CodePlanInvalid, "step %s: %s %s: %v", ShowText(st.ID), what, ShowText(st.Path), PathErr(err))
 		}
 		files[st.Path] = digest(b)
 		if st.Kind == KindSeed {
@@ -128,8 +128,8 @@ func (p *Plan) FilePath(path string) string {
 	return filepath.Join(p.Dir, path)
 }
 
-// pathErr drops the path an *fs.PathError repeats (the message names it).
-func pathErr(err error) error {
+// PathErr drops the path an *fs.PathError repeats (the message names it).
+func PathErr(err error) error {
 	var pe *fs.PathError
 	if errors.As(err, &pe) {
 		return pe.Err

@@ -46,7 +46,7 @@ func (a artifactFiles) WriteArtifact(_ context.Context, runID, kind, name string
 		dir = filepath.Join(a.runs, runID)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return engine.ArtifactRef{}, engine.Errorf(engine.CodeArtifactWriteFailed, "cannot create %s: %v", dir, pathError(err))
+		return engine.ArtifactRef{}, engine.Errorf(engine.CodeArtifactWriteFailed, "cannot create %s: %v", dir, engine.PathErr(err))
 	}
 	data = []byte(a.c.redact(string(data)))
 	path, err := filepath.Abs(filepath.Join(dir, name))

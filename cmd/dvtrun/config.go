@@ -17,7 +17,7 @@ func (c *cli) loadConfig() (*config.Config, error) {
 	}
 	data, err := os.ReadFile(c.g.config)
 	if err != nil {
-		return nil, &exitError{code: exitUsage, err: engine.Errorf(engine.CodeConfigInvalid, "cannot read the configuration file %s: %v", c.g.config, pathError(err))}
+		return nil, &exitError{code: exitUsage, err: engine.Errorf(engine.CodeConfigInvalid, "cannot read the configuration file %s: %v", c.g.config, engine.PathErr(err))}
 	}
 	cfg, err := config.Parse(data, c.g.config)
 	if err != nil {

@@ -360,6 +360,11 @@ func (c *cli) daemon(ctx context.Context, name string, args []string, withSchedu
 		return err
 	}
 	defer st.Close()
+	if withWorker {
+		if d.exec, err = c.withStateStore(d.exec, cfg.StateStore); err != nil {
+			return err
+		}
+	}
 	var group service.Group
 	m := &metrics{st: st}
 	if withScheduler {

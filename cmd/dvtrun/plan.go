@@ -102,7 +102,7 @@ func cmdPlanImportDBT(_ context.Context, c *cli, args []string) error {
 	}
 	data, err := os.ReadFile(pos[0])
 	if err != nil {
-		return engine.Errorf(engine.CodeInvalidArgument, "cannot read the dbt manifest %s: %v", pos[0], pathError(err))
+		return engine.Errorf(engine.CodeInvalidArgument, "cannot read the dbt manifest %s: %v", pos[0], engine.PathErr(err))
 	}
 	dir := *projectDir
 	if dir == "" {

@@ -11,6 +11,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -21,6 +22,7 @@ import (
 	"github.com/dvtrun/dvtrun/engine"
 	"github.com/dvtrun/dvtrun/engine/config"
 	"github.com/dvtrun/dvtrun/engine/runner"
+	"github.com/dvtrun/dvtrun/engine/spool"
 )
 
 func newID() string      { return uuid.NewString() }
@@ -79,7 +81,7 @@ func (c *cli) secretLookup(file string) (engine.SecretLookup, error) {
 func readSecretsFile(path string) (map[string]string, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, engine.Errorf(engine.CodeInvalidArgument, "cannot read the secrets file %s: %v", path, pathError(err))
+		return nil, engine.Errorf(engine.CodeInvalidArgument, "cannot read the secrets file %s: %v", path, engine.PathErr(err))
 	}
 	out := map[string]string{}
 	sc := bufio.NewScanner(bytes.NewReader(data))
@@ -100,14 +102,6 @@ func readSecretsFile(path string) (map[string]string, error) {
 
 var secretKeyRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
-func pathError(err error) error {
-	var pe *os.PathError
-	if errors.As(err, &pe) {
-		return pe.Err
-	}
-	return err
-}
-
 // runFlags are shared by run and resume.
 type runFlags struct {
 	threads     int
@@ -116,6 +110,11 @@ type runFlags struct {
 	leaseTTL    time.Duration
 	pulse       time.Duration // 0: the config's, else the store's default
 	targetPath  string
+	// writeBudget and spoolDir: 0/"" defer to the config file's
+	// stateStore section; withStateStore resolves them and opens spool.
+	writeBudget time.Duration
+	spoolDir    string
+	spool       *spool.Dir
 }
 
 func (f *runFlags) register(fs *flag.FlagSet) {
@@ -133,6 +132,9 @@ func (f *runFlags) registerExec(fs *flag.FlagSet) {
 	// (from any machine) or another worker may take the run over.
 	fs.DurationVar(&f.leaseTTL, "lease-ttl", 30*time.Second, "how long a run's lease (and a worker's claim) outlives a runner that stopped heart-beating")
 	fs.DurationVar(&f.pulse, "pulse-interval", 0, pulseHelp)
+	// ExecutionSemantics §5; a flag wins over the config's stateStore.
+	fs.DurationVar(&f.writeBudget, "write-budget", 0, "how long an event may wait to be stored: a StepStarted that waits longer is spooled, a completion never is (default: the config's stateStore.writeLatencyBudgetMs, else 3s)")
+	fs.StringVar(&f.spoolDir, "spool-dir", "", "keep StepStarted events the store did not take within the budget in `DIR` until they are appended (default: the config's stateStore.spoolDir, else spool/ next to the runs' artifacts)")
 }
 
 func (f runFlags) check() error {
@@ -145,7 +147,31 @@ func (f runFlags) check() error {
 	if f.pulse != 0 && (f.pulse < config.MinPulseInterval || f.pulse > f.leaseTTL/3) {
 		return engine.Errorf(engine.CodeInvalidArgument, "--pulse-interval must be between %s and a third of --lease-ttl (%s)", config.MinPulseInterval, f.leaseTTL/3)
 	}
+	if f.writeBudget != 0 && (f.writeBudget < config.WriteBudgetMin || f.writeBudget > config.WriteBudgetMax) {
+		return engine.Errorf(engine.CodeInvalidArgument, "--write-budget must be between %v and %v", config.WriteBudgetMin, config.WriteBudgetMax)
+	}
 	return nil
+}
+
+// withStateStore resolves the write budget and the spool directory (the
+// flags, else the config file's stateStore section, else the defaults)
+// and opens the spool. The default spool sits next to the runs' artifact
+// directories: spool/ beside runs/.
+func (c *cli) withStateStore(f runFlags, s config.StateStore) (runFlags, error) {
+	f.writeBudget = cmp.Or(f.writeBudget, s.WriteBudget())
+	dir := cmp.Or(f.spoolDir, relativeTo(c.g.config, s.SpoolDir), filepath.Join(filepath.Dir(c.runsDir()), "spool"))
+	sp, err := spool.Open(dir)
+	var e *engine.Error
+	switch {
+	case err == nil:
+		f.spool = sp
+		return f, nil
+	case f.spoolDir != "":
+		return f, fmt.Errorf("--spool-dir: %w", err)
+	case s.SpoolDir != "" && errors.As(err, &e):
+		return f, engine.Errorf(engine.CodeConfigInvalid, "%s: stateStore.spoolDir: %s", c.g.config, e.Msg)
+	}
+	return f, fmt.Errorf("the default spool: %w; choose another with --spool-dir or the config's stateStore.spoolDir", err)
 }
 
 // newRunner is the runner of `run` and `resume`, with the clock and ID
@@ -153,7 +179,7 @@ func (f runFlags) check() error {
 func (c *cli) newRunner(st stateStore, f runFlags, obs runner.Observer, lookup engine.SecretLookup) *runner.Runner {
 	eng := c.engineFor(st)
 	host, _ := os.Hostname()
-	return &runner.Runner{
+	rn := &runner.Runner{
 		Log:       st,
 		Clock:     eng.Clock,
 		IDs:       eng.IDs,
@@ -163,13 +189,18 @@ func (c *cli) newRunner(st stateStore, f runFlags, obs runner.Observer, lookup e
 		Observe:   obs,
 		Artifacts: artifactFiles{c: c, dir: cmp.Or(f.targetPath, c.env("DVT_TARGET_PATH")), runs: c.runsDir()},
 		Config: runner.Config{
-			Config:   eng.Config,
-			Threads:  f.threads,
-			FailFast: f.failFast,
-			LeaseTTL: f.leaseTTL,
-			Owner:    fmt.Sprintf("dvtrun@%s:%d", host, os.Getpid()),
+			Config:      eng.Config,
+			Threads:     f.threads,
+			FailFast:    f.failFast,
+			LeaseTTL:    f.leaseTTL,
+			WriteBudget: f.writeBudget,
+			Owner:       fmt.Sprintf("dvtrun@%s:%d", host, os.Getpid()),
 		},
 	}
+	if f.spool != nil { // a nil *spool.Dir is not a nil Spool
+		rn.Spool = f.spool
+	}
+	return rn
 }
 
 func cmdRun(ctx context.Context, c *cli, args []string) error {
@@ -219,6 +250,10 @@ func (c *cli) startAndExecute(ctx context.Context, f runFlags, planPath string, 
 		return err
 	}
 	defer st.Close()
+	// After the store, whose errors say more (the default spool is beside it).
+	if f, err = c.withStateStore(f, cfg.StateStore); err != nil {
+		return err
+	}
 	wh, targetName, err := c.openWarehouse(ctx)
 	if err != nil {
 		return err
@@ -283,6 +318,9 @@ func cmdResume(ctx context.Context, c *cli, args []string) error {
 		return err // no store there: bad input
 	}
 	defer st.Close()
+	if f, err = c.withStateStore(f, cfg.StateStore); err != nil {
+		return err
+	}
 	meta, err := c.loadRun(ctx, st, pos[0])
 	if err != nil {
 		return err

@@ -2,7 +2,8 @@
 // DVT_CONFIG): one YAML document whose top-level sections configure the
 // long-running parts of dvtrun — event sinks for outbox delivery and the
 // policy of who may send which signal, cron schedules and the limits of
-// the run queue, and the interval of a process's pulse. Unknown keys are errors, so a typo
+// the run queue, the interval of a process's pulse, and the state store's
+// write-latency budget and spool. Unknown keys are errors, so a typo
 // never silently turns a feature off.
 package config
 
@@ -25,6 +26,8 @@ type Config struct {
 	Schedules []Schedule   `yaml:"schedules"`
 	Limits    Limits       `yaml:"limits"`
 	Pulse     Pulse        `yaml:"pulse"`
+	// StateStore is read key by key (see its UnmarshalYAML).
+	StateStore StateStore `yaml:"stateStore"`
 }
 
 // Parse decodes and validates a configuration document; name is the file's

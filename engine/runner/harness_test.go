@@ -146,9 +146,12 @@ type countingLog struct {
 	mu      sync.Mutex
 	batches [][]engine.RunEventWrite
 	down    atomic.Bool
-	downAt  atomic.Int64 // > 0: go down once this many appends succeeded
 	// refuse, when set, fails the appends it returns true for.
 	refuse atomic.Pointer[func([]engine.RunEventWrite) bool]
+	// cut, when set and answering i > 0 for a batch, stores the batch's
+	// first i events and fails the call: the log a runner leaves when it
+	// stopped between appending two halves of what a group commit joins.
+	cut atomic.Pointer[func([]engine.RunEventWrite) int]
 }
 
 func (l *countingLog) AppendAndEnqueue(ctx context.Context, runID string, events []engine.RunEventWrite) (engine.AppendResult, error) {
@@ -160,11 +163,16 @@ func (l *countingLog) AppendFenced(ctx context.Context, lease engine.Lease, even
 }
 
 func (l *countingLog) append(events []engine.RunEventWrite, write func() (engine.AppendResult, error)) (engine.AppendResult, error) {
-	if n := l.downAt.Load(); n > 0 && int64(l.appends()) >= n {
-		l.down.Store(true)
-	}
 	if f := l.refuse.Load(); l.down.Load() || (f != nil && (*f)(events)) {
 		return engine.AppendResult{}, engine.Errorf(engine.CodeStoreUnavailable, "state store went away")
+	}
+	if f := l.cut.Load(); f != nil {
+		if i := (*f)(events); i > 0 {
+			if _, err := l.Store.AppendAndEnqueue(context.Background(), events[0].RunID, events[:i]); err != nil {
+				return engine.AppendResult{}, err
+			}
+			return engine.AppendResult{}, engine.Errorf(engine.CodeStoreUnavailable, "state store went away after %d event(s)", i)
+		}
 	}
 	res, err := write()
 	if err == nil {
@@ -260,10 +268,13 @@ func newHarness(t *testing.T) *harness {
 	h.rn = &runner.Runner{
 		Log: h.log, Clock: h.clock, IDs: ids,
 		Rand: func() float64 { return 0.5 },
+		// Sleeping moves the fake clock on: a writer retrying within its
+		// write-latency budget sees the budget pass.
 		Sleep: func(ctx context.Context, d time.Duration) error {
 			h.sleepMu.Lock()
 			h.sleeps = append(h.sleeps, d)
 			h.sleepMu.Unlock()
+			h.clock.Advance(d)
 			return ctx.Err()
 		},
 		Observe: h.progress,

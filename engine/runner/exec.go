@@ -419,8 +419,9 @@ func (r *execution) start(ctx context.Context) error {
 	return nil
 }
 
-// replaySpool appends, before anything else, the StepStarted events an
-// earlier runner of this run on this machine spooled and could not store.
+// replaySpool appends, before anything else, the events an earlier runner
+// of this run on this machine spooled because the store did not take them
+// within its budget.
 // The store dedupes those it took after all; a spool the run went past
 // (its steps were skipped or the run ended meanwhile) is dropped.
 func (r *execution) replaySpool(ctx context.Context) error {

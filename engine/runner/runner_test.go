@@ -606,7 +606,9 @@ func TestStoreGoesAwayMidRun(t *testing.T) {
 	// b's outcome cannot be stored: b ends once a's is (group commit would
 	// otherwise join them), and its StepStarted went with a's outcome.
 	h.wh.set("b", func(context.Context, engine.StepRequest, int) (engine.StepResult, error) {
-		waitUntil(t, "a's outcome stored", func() bool { return stepOf(engine.Project(runID, h.events(runID)), "a").Status == engine.StepStatusSuccess })
+		waitUntil(t, "a's outcome stored", func() bool {
+			return stepOf(engine.Project(runID, h.events(runID)), "a").Status == engine.StepStatusSuccess
+		})
 		return engine.StepResult{}, nil
 	})
 	refuse := func(evs []engine.RunEventWrite) bool {

@@ -26,8 +26,11 @@ const maxAppend = 200
 // The write-latency budget (ExecutionSemantics §5) lives here: an event
 // that has waited Config.WriteBudget without being stored is, when it is a
 // StepStarted, put in the Spool (fail open: it stays first in line and is
-// appended before anything later of its run), and otherwise stops the run,
-// resumable (StepCompleted, StepFailed and run events never fail open).
+// appended before anything later of its run); so do the events before it
+// that are not outcomes (RunStarted, StepSkipped, signal decisions), which
+// keeps the spool a prefix of the run's emissions. An outcome —
+// StepCompleted, StepFailed, the run's end — never fails open: when one
+// waited longer than the budget the run stops, resumable.
 type writer struct {
 	em      *engine.Emitter
 	clock   engine.Clock
@@ -51,7 +54,6 @@ type writer struct {
 	err      error         // set once: the writer stopped
 	dead     chan struct{} // closed when err is set
 	wake     chan struct{}
-	appends  int
 	maxBatch int
 }
 
@@ -100,14 +102,6 @@ func (w *writer) failure() error {
 	return w.err
 }
 
-// watch returns a channel closed at the writer's next change (an append
-// stored, or the writer stopped).
-func (w *writer) watch() <-chan struct{} {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.changed
-}
-
 func (w *writer) notify() { // w.mu held
 	close(w.changed)
 	w.changed = make(chan struct{})
@@ -150,7 +144,7 @@ func (w *writer) run(ctx context.Context) {
 				return
 			}
 		}
-		if err := w.overdue(batch); err != nil {
+		if err := w.overdue(); err != nil {
 			w.stop(err)
 			return
 		}
@@ -202,37 +196,73 @@ func (w *writer) next() []queued {
 	return slices.Clone(w.queue[:min(len(w.queue), w.maxBatch)])
 }
 
-// overdue applies the budget to events waiting longer than it: a
-// StepStarted goes to the spool, anything else stops the run.
-func (w *writer) overdue(batch []queued) error {
+// overdue applies the budget to the events that waited longer than it.
+// The queue's prefix up to the last of them fails open into the spool, in
+// order, when it holds no outcome; an outcome (StepCompleted, StepFailed,
+// the run's end) never fails open, and stops the run instead.
+func (w *writer) overdue() error {
 	now := w.clock.Now()
+	w.mu.Lock()
+	last := -1
+	for i, q := range w.queue {
+		if !q.spooled && now.Sub(q.at) >= w.budget {
+			last = i
+		}
+	}
 	var late []engine.RunEventWrite
-	for _, q := range batch {
-		if q.spooled || now.Sub(q.at) < w.budget {
+	for _, q := range w.queue[:last+1] {
+		if q.spooled {
 			continue
 		}
-		if q.ev.EventType != engine.StepStarted || w.spool == nil {
+		if neverFailsOpen(q.ev.EventType) || w.spool == nil {
+			w.mu.Unlock()
 			return engine.Errorf(engine.CodeStoreUnavailable, "run %s stopped: %s was not stored within the write-latency budget of %s (resume it once the state store is back)",
 				w.runID, describeBatch([]engine.RunEventWrite{q.ev}), w.budget)
 		}
 		late = append(late, q.ev)
 	}
+	w.mu.Unlock()
 	if len(late) == 0 {
 		return nil
 	}
-	if err := w.spool.Put(w.runID, late); err != nil {
+	if err := w.put(late); err != nil {
 		return engine.Errorf(engine.CodeStoreUnavailable, "run %s stopped: the state store took longer than the write-latency budget of %s and %s could not be spooled: %w",
 			w.runID, w.budget, describeBatch(late), err)
 	}
+	return nil
+}
+
+// put spools events, the oldest not yet spooled ones of the queue, and
+// marks them. Only the writer's goroutine removes from the queue, so they
+// are still its first unspooled ones.
+func (w *writer) put(late []engine.RunEventWrite) error {
+	if err := w.spool.Put(w.runID, late); err != nil {
+		return err
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	n := len(late)
 	for i := range w.queue {
-		if !w.queue[i].spooled && w.queue[i].ev.EventType == engine.StepStarted && now.Sub(w.queue[i].at) >= w.budget {
+		if n == 0 {
+			break
+		}
+		if !w.queue[i].spooled {
 			w.queue[i].spooled = true
+			n--
 		}
 	}
 	w.spooled = true
 	return nil
+}
+
+// neverFailsOpen reports whether events of type t are outcomes, which never fail open
+// (ExecutionSemantics §5's neverFailOpen, and the run's end).
+func neverFailsOpen(t engine.EventType) bool {
+	switch t {
+	case engine.StepCompleted, engine.StepFailed, engine.RunCompleted, engine.RunFailed, engine.RunCancelled:
+		return true
+	}
+	return false
 }
 
 // timeout is how long an append of batch may take: until the budget of its
@@ -254,7 +284,6 @@ func (w *writer) done(n int, recs []engine.RunEventRecord) {
 	w.stored(recs)
 	w.mu.Lock()
 	w.queue = slices.Delete(w.queue, 0, n)
-	w.appends++
 	clear := w.spooled && !slices.ContainsFunc(w.queue, func(q queued) bool { return q.spooled })
 	w.notify()
 	w.mu.Unlock()
@@ -275,28 +304,30 @@ func (w *writer) stop(err error) {
 	}
 }
 
-// spoolRest puts the StepStarted events still waiting in the spool when
-// the run stops, so that the next runner of the run on this machine
-// appends them first; the rest (outcomes never fail open) is dropped: a
-// resumed run finds those steps RUNNING, or PENDING, and asks the
-// warehouse's ledger.
+// spoolRest, when the run stops, spools the events still waiting before
+// the first outcome, so that the next runner of the run on this machine
+// appends them first. Outcomes, and what follows them, are dropped (never
+// fail open): a resumed run finds those steps RUNNING or PENDING and asks
+// the warehouse's ledger. The writer's goroutine must have ended.
 func (w *writer) spoolRest() error {
 	if w.spool == nil {
 		return nil
 	}
 	w.mu.Lock()
 	var rest []engine.RunEventWrite
-	for i, q := range w.queue {
-		if !q.spooled && q.ev.EventType == engine.StepStarted {
+	for _, q := range w.queue {
+		if neverFailsOpen(q.ev.EventType) {
+			break
+		}
+		if !q.spooled {
 			rest = append(rest, q.ev)
-			w.queue[i].spooled = true
 		}
 	}
 	w.mu.Unlock()
 	if len(rest) == 0 {
 		return nil
 	}
-	return w.spool.Put(w.runID, rest)
+	return w.put(rest)
 }
 
 func events(batch []queued) []engine.RunEventWrite {

@@ -161,6 +161,9 @@ func (w *writer) run(ctx context.Context) {
 			recs, err = w.em.Append(actx, events(batch))
 			return err
 		}()
+		// An attempt cut short by its own deadline failed with whatever the
+		// driver made of the cancellation: it is retried like a timeout.
+		timedOut := actx.Err() != nil
 		cancel()
 		if err == nil {
 			attempt = 0
@@ -170,7 +173,7 @@ func (w *writer) run(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		if !retryable(err) {
+		if !timedOut && !retryable(err) {
 			code := engine.CodeOf(err)
 			if code == "" {
 				code = engine.CodeStoreUnavailable

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/runner"
 )
 
 // memSpool is an in-memory runner.Spool that counts what it was given.
@@ -122,20 +123,14 @@ func TestGroupCommit(t *testing.T) {
 			return engine.StepResult{RowsAffected: 1}, nil
 		})
 	}
-	first := true
-	var mu sync.Mutex
-	held, release := holdAppends(h.log, func([]engine.RunEventWrite) bool {
-		mu.Lock()
-		defer mu.Unlock()
-		f := first
-		first = false
-		return f
-	})
+	held, release := holdAppends(h.log, func(evs []engine.RunEventWrite) bool { return has(evs, engine.StepStarted, "a") })
 	runID := h.start(p)
 	done := h.execAsync(h.ctx, runID, p)
 	<-held
 	finished.Wait()
-	time.Sleep(50 * time.Millisecond) // let the loop hand the outcomes over
+	// The next four started once the first four's outcomes were handed
+	// over (launch follows the hand-over).
+	waitUntil(t, "all eight started", func() bool { return len(h.progress.phase(runner.PhaseStepStarted)) == 8 })
 	release()
 	snap, evs := h.finished(runID, h.wait(done))
 	if snap.Status != engine.StatusCompleted {
@@ -150,8 +145,20 @@ func TestGroupCommit(t *testing.T) {
 	if len(batches) > 5 {
 		t.Errorf("%d appends for %d events, want the held ones joined", len(batches), len(evs))
 	}
-	if second := batches[1]; !has(second, engine.StepCompleted, "a") || !has(second, engine.StepStarted, "e") {
-		t.Errorf("the append after the held one carries %d events, want the outcomes and starts that waited", len(second))
+	// What was handed over while the append of a's StepStarted was held
+	// (the first four outcomes, the next four starts) went into it, when
+	// the writer took it late, or into the next append: never later.
+	heldAt := slices.IndexFunc(batches, func(b []engine.RunEventWrite) bool { return has(b, engine.StepStarted, "a") })
+	for _, x := range []struct {
+		t   engine.EventType
+		ids []string
+	}{{engine.StepCompleted, ids[:4]}, {engine.StepStarted, ids[4:]}} {
+		for _, id := range x.ids {
+			at := slices.IndexFunc(batches, func(b []engine.RunEventWrite) bool { return has(b, x.t, id) })
+			if at < 0 || at > heldAt+1 {
+				t.Errorf("%s of %s went into append %d, want the held append %d or the next", x.t, id, at, heldAt)
+			}
+		}
 	}
 }
 
@@ -182,8 +189,19 @@ func TestSlowStoreSpoolsStepStarted(t *testing.T) {
 		t.Fatalf("run %s", snap.Status)
 	}
 	checkStartedFirst(t, evs)
-	if !sp.holds(engine.RunStarted, "") {
-		t.Error("RunStarted, before the StepStarted, was not spooled with it")
+	// The spool is a prefix of what the run emitted: its events landed in
+	// the order they were put.
+	seq := map[string]int64{}
+	for _, e := range evs {
+		seq[e.IdempotencyKey] = e.RunSeq
+	}
+	sp.mu.Lock()
+	put := slices.Clone(sp.put)
+	sp.mu.Unlock()
+	for i := 1; i < len(put); i++ {
+		if seq[put[i-1].IdempotencyKey] >= seq[put[i].IdempotencyKey] {
+			t.Errorf("spooled %s landed at seq %d, after the next spooled %s at %d", put[i-1].EventType, seq[put[i-1].IdempotencyKey], put[i].EventType, seq[put[i].IdempotencyKey])
+		}
 	}
 	if left, _ := sp.Pending(runID); len(left) != 0 {
 		t.Errorf("%d events left in the spool after they were stored", len(left))

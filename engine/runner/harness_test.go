@@ -287,13 +287,10 @@ func newHarness(t *testing.T) *harness {
 	h.rn = &runner.Runner{
 		Log: h.log, Clock: h.clock, IDs: ids,
 		Rand: func() float64 { return 0.5 },
-		// Sleeping moves the fake clock on: a writer retrying within its
-		// write-latency budget sees the budget pass.
 		Sleep: func(ctx context.Context, d time.Duration) error {
 			h.sleepMu.Lock()
 			h.sleeps = append(h.sleeps, d)
 			h.sleepMu.Unlock()
-			h.clock.Advance(d)
 			return ctx.Err()
 		},
 		Observe: h.progress,

@@ -600,6 +600,7 @@ func TestSecretsNeverLeak(t *testing.T) {
 func TestStoreGoesAwayMidRun(t *testing.T) {
 	h := newHarness(t)
 	h.rn.Config.Threads = 1
+	h.rn.Config.WriteBudget = 200 * time.Millisecond // of the fake clock, which each reading moves 1ms on
 	ids := []string{"a", "b", "c", "d", "e"}
 	p := chain(ids, map[string][]string{"b": {"a"}, "c": {"b"}, "d": {"c"}, "e": {"d"}})
 	runID := h.start(p)
@@ -754,6 +755,7 @@ func TestResumeOfPausedRunWaitsForResume(t *testing.T) {
 
 func TestResumeStartsAnAcceptedRetry(t *testing.T) {
 	h := newHarness(t)
+	h.rn.Config.WriteBudget = 200 * time.Millisecond
 	p := chain([]string{"a", "slow"}, nil)
 	h.wh.set("a", func(_ context.Context, _ engine.StepRequest, call int) (engine.StepResult, error) {
 		if call == 1 {

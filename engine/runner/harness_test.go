@@ -148,7 +148,7 @@ type countingLog struct {
 	down    atomic.Bool
 	// refuse, when set, fails the appends it returns true for.
 	refuse atomic.Pointer[func([]engine.RunEventWrite) bool]
-	// cut, when set and answering i > 0 for a batch, stores the batch's
+	// cut, when set and answering i >= 0 for a batch, stores the batch's
 	// first i events and fails the call: the log a runner leaves when it
 	// stopped between appending two halves of what a group commit joins.
 	cut atomic.Pointer[func([]engine.RunEventWrite) int]
@@ -186,9 +186,11 @@ func (l *countingLog) append(ctx context.Context, events []engine.RunEventWrite,
 		return engine.AppendResult{}, engine.Errorf(engine.CodeStoreUnavailable, "state store went away")
 	}
 	if f := l.cut.Load(); f != nil {
-		if i := (*f)(events); i > 0 {
-			if _, err := l.Store.AppendAndEnqueue(context.Background(), events[0].RunID, events[:i]); err != nil {
-				return engine.AppendResult{}, err
+		if i := (*f)(events); i >= 0 {
+			if i > 0 {
+				if _, err := l.Store.AppendAndEnqueue(context.Background(), events[0].RunID, events[:i]); err != nil {
+					return engine.AppendResult{}, err
+				}
 			}
 			return engine.AppendResult{}, engine.Errorf(engine.CodeStoreUnavailable, "state store went away after %d event(s)", i)
 		}

@@ -43,10 +43,12 @@ type Emitter struct {
 	idSrc IDSource
 	meta  RunMetadata
 
-	mu    sync.Mutex
-	ids   map[string]string // idempotencyKey -> eventId
+	mu    sync.Mutex // the view (run, steps) and the hooks
 	run   RunStatus
 	steps map[string]StepState
+
+	idMu sync.Mutex        // ids: Append runs while Prepare checks the next batch
+	ids  map[string]string // idempotencyKey -> eventId
 
 	onClose CloseHook
 	lease   *Lease // set: appends are fenced (refused with LEASE_LOST once the lease passed on)
@@ -122,11 +124,13 @@ func (em *Emitter) build(t EventType, step string, attempt, engineAttempt int, p
 // registry write happens before any append of those keys, §2.5.1).
 func (em *Emitter) reserve(ctx context.Context, events []RunEventWrite) error {
 	want := map[string]string{}
+	em.idMu.Lock()
 	for _, e := range events {
 		if _, ok := em.ids[e.IdempotencyKey]; !ok {
 			want[e.IdempotencyKey] = em.idSrc.NewID()
 		}
 	}
+	em.idMu.Unlock()
 	if len(want) == 0 {
 		return nil
 	}
@@ -134,18 +138,25 @@ func (em *Emitter) reserve(ctx context.Context, events []RunEventWrite) error {
 	if err != nil {
 		return err
 	}
+	em.idMu.Lock()
+	defer em.idMu.Unlock()
 	for k, v := range got {
 		em.ids[k] = v
 	}
 	return nil
 }
 
+// eventID is the registry's eventId for key ("" before it is reserved).
+func (em *Emitter) eventID(key string) string {
+	em.idMu.Lock()
+	defer em.idMu.Unlock()
+	return em.ids[key]
+}
+
 // ReserveKeys reserves eventIds for events that may be emitted later, in
 // one store call: a run reserves its steps' first-attempt events up front
 // so that emitting costs one append each.
 func (em *Emitter) ReserveKeys(ctx context.Context, ems []Emission) error {
-	em.mu.Lock()
-	defer em.mu.Unlock()
 	events := make([]RunEventWrite, 0, len(ems))
 	for _, x := range ems {
 		e, err := em.build(x.Type, x.Step, x.Attempt, x.EngineAttempt, nil)
@@ -158,15 +169,45 @@ func (em *Emitter) ReserveKeys(ctx context.Context, ems []Emission) error {
 }
 
 // Emit appends events as one batch, after checking them against the
-// emitter's view of the run. The records come back in order.
+// emitter's view of the run, which moves on only once the batch is stored:
+// a failed Emit may be retried. The records come back in order.
 func (em *Emitter) Emit(ctx context.Context, ems ...Emission) ([]RunEventRecord, error) {
 	em.mu.Lock()
 	defer em.mu.Unlock()
+	events, run, steps, err := em.check(ems)
+	if err != nil {
+		return nil, err
+	}
+	recs, err := em.append(ctx, events, em.onClose, em.lease)
+	if err != nil {
+		return nil, err
+	}
+	em.advance(run, steps)
+	return recs, nil
+}
+
+// Prepare builds the events of ems and checks them against the emitter's
+// view of the run (Layer 1), which moves on at once: the caller appends
+// them later with Append, in the order it prepared them (a group-commit
+// writer), and stops the run if that fails.
+func (em *Emitter) Prepare(ems ...Emission) ([]RunEventWrite, error) {
+	em.mu.Lock()
+	defer em.mu.Unlock()
+	events, run, steps, err := em.check(ems)
+	if err != nil {
+		return nil, err
+	}
+	em.advance(run, steps)
+	return events, nil
+}
+
+// check builds ems' events and the view they lead to.
+func (em *Emitter) check(ems []Emission) ([]RunEventWrite, RunStatus, map[string]StepState, error) {
 	events := make([]RunEventWrite, 0, len(ems))
 	for _, x := range ems {
 		e, err := em.build(x.Type, x.Step, x.Attempt, x.EngineAttempt, x.Payload)
 		if err != nil {
-			return nil, err
+			return nil, "", nil, err
 		}
 		events = append(events, e)
 	}
@@ -184,10 +225,36 @@ func (em *Emitter) Emit(ctx context.Context, ems ...Emission) ([]RunEventRecord,
 		ee := err.(*Error)
 		ee.Msg = "runner refused to emit: " + ee.Msg
 		ee.Meta["invalidTransitionDetected"] = true
-		return nil, ee
+		return nil, "", nil, ee
 	}
-	if em.onClose != nil {
-		if err := em.attachArtifacts(ctx, events); err != nil {
+	return events, run, steps, nil
+}
+
+func (em *Emitter) advance(run RunStatus, steps map[string]StepState) {
+	em.run = run
+	for id, st := range steps {
+		em.steps[id] = st
+	}
+}
+
+// Append stores events built by Prepare (or read back from a spool) as one
+// batch: it runs the close hook when the batch ends the run, takes the
+// events' eventIds from the registry (reserving the keys it has not seen),
+// and appends, fenced when the emitter has a lease. Appending the same
+// events again is safe: the store answers their stored records. Append
+// does not touch the view, so Prepare may check the next batch meanwhile;
+// one goroutine at a time appends.
+func (em *Emitter) Append(ctx context.Context, events []RunEventWrite) ([]RunEventRecord, error) {
+	em.mu.Lock()
+	hook, lease := em.onClose, em.lease
+	em.mu.Unlock()
+	return em.append(ctx, events, hook, lease)
+}
+
+func (em *Emitter) append(ctx context.Context, events []RunEventWrite, hook CloseHook, lease *Lease) ([]RunEventRecord, error) {
+	events = slices.Clone(events) // the close hook and the ids change them
+	if hook != nil {
+		if err := attachArtifacts(ctx, hook, events); err != nil {
 			return nil, err
 		}
 	}
@@ -195,41 +262,40 @@ func (em *Emitter) Emit(ctx context.Context, ems ...Emission) ([]RunEventRecord,
 		return nil, err
 	}
 	for i := range events {
-		events[i].EventID = em.ids[events[i].IdempotencyKey]
+		events[i].EventID = em.eventID(events[i].IdempotencyKey)
 	}
 	var res AppendResult
-	if em.lease != nil {
+	var err error
+	if lease != nil {
 		fa, ok := em.log.(FencedAppender)
 		if !ok {
 			return nil, Errorf(CodeInvalidArgument, "run %s: the state store cannot check a lease's fence", em.meta.RunID)
 		}
-		res, err = fa.AppendFenced(ctx, *em.lease, events)
+		res, err = fa.AppendFenced(ctx, *lease, events)
 	} else {
 		res, err = em.log.AppendAndEnqueue(ctx, em.meta.RunID, events)
 	}
 	if err != nil {
 		return nil, err
 	}
+	em.idMu.Lock()
 	for _, r := range res.Deduped {
 		em.ids[r.IdempotencyKey] = r.EventID // the store's record is authoritative
 	}
-	em.run = run
-	for id, st := range steps {
-		em.steps[id] = st
-	}
+	em.idMu.Unlock()
 	return res.Records(), nil
 }
 
 // attachArtifacts runs the close hook when events end the run and adds
 // what it returns to the closing event's payload.
-func (em *Emitter) attachArtifacts(ctx context.Context, events []RunEventWrite) error {
+func attachArtifacts(ctx context.Context, hook CloseHook, events []RunEventWrite) error {
 	at := slices.IndexFunc(events, func(e RunEventWrite) bool {
 		return e.EventType == RunCompleted || e.EventType == RunFailed || e.EventType == RunCancelled
 	})
 	if at < 0 {
 		return nil
 	}
-	refs := em.onClose(ctx, events)
+	refs := hook(ctx, events)
 	if len(refs) == 0 {
 		return nil
 	}

@@ -113,7 +113,7 @@ func (e *Engine) StartRun(ctx context.Context, req StartRequest) (string, error)
 	if err := em.reserve(ctx, []RunEventWrite{queued}); err != nil {
 		return "", err
 	}
-	queued.EventID = em.ids[queued.IdempotencyKey]
+	queued.EventID = em.eventID(queued.IdempotencyKey)
 	if _, err := e.Log.BootstrapRun(ctx, meta, []RunEventWrite{queued}); err != nil {
 		return "", err
 	}

@@ -331,8 +331,12 @@ func TestExactlyOnceProcesses(t *testing.T) {
 	}
 
 	// Found 2: the store stalls longer than the lease while the runner is
-	// alive; a resume started meanwhile takes over. The old runner must
-	// stop with LEASE_LOST and nothing may be doubled.
+	// alive; a resume started meanwhile takes over. Nothing may be doubled.
+	// Steps do not wait for the store (group commit), so the old runner
+	// may finish its steps during the stall; it then stops with LEASE_LOST
+	// (its fenced appends meet the new owner), STORE_UNAVAILABLE (its
+	// write-latency budget ran out first), or ends the run when its
+	// appends land before the takeover — never with a step failed.
 	t.Run("StalledStoreTakeover", func(t *testing.T) {
 		for trial := range trials(10) {
 			h, env, a, runID := midStep(t, 3)
@@ -344,7 +348,11 @@ func TestExactlyOnceProcesses(t *testing.T) {
 			time.Sleep(time.Until(locked.Add(hold)))
 			lock.release(t)
 			codeA, codeB := a.wait(t), b.wait(t)
-			wantLeaseLost(t, trial, codeA, a)
+			switch codeA {
+			case 0, exitLease, exitUnavailable:
+			default:
+				t.Errorf("trial %d: the old runner exited %d, want 0, %d or %d\n%s", trial, codeA, exitLease, exitUnavailable, a.output())
+			}
 			if codeB != 0 {
 				// The old runner may have renewed once more before it
 				// noticed its deadline; then resume meets its lease.

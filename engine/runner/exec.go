@@ -5,9 +5,9 @@ import (
 	"container/heap"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -85,6 +85,11 @@ type execution struct {
 	pauseSeq     int64
 	drainAlerted bool
 
+	// w appends what the run emits (group commit); records holds what it
+	// stored, under recMu (the writer's goroutine adds to it).
+	w       *writer
+	writing chan struct{} // closed when the writer's goroutine ended; nil: never started
+	recMu   sync.Mutex
 	records []engine.RunEventRecord
 	// fullRefresh rebuilds incremental models from their full select
 	// (RunQueued's fullRefresh).
@@ -133,10 +138,18 @@ func (e *Runner) execute(ctx context.Context, runID string, p *engine.Plan, wh e
 	}
 	r := &execution{e: e, cfg: cfg, p: p, wh: wh, meta: meta, runID: runID, em: engine.NewEmitter(e.Log, e.Clock, e.IDs, meta), redact: e.redactor(p), lease: lease}
 	r.em.SetLease(lease)
+	r.w = newWriter(r.em, e.Clock, runID, cfg.WriteBudget, e.Spool)
+	r.w.backoff = func(n int) time.Duration { return cfg.Retry.Backoff(n, r.rand()) }
+	r.w.sleep = r.sleep
+	r.w.stored = r.addRecords
+	// The writer outlives the run's context by up to its budget: what the
+	// run emitted before an interrupt is still stored.
+	writeCtx, stopWriter := context.WithCancel(context.WithoutCancel(ctx))
 	runCtx, stopRun := context.WithCancel(ctx)
 	pl, stopPulse, err := r.heartbeat(runCtx)
 	if err != nil {
 		stopRun()
+		stopWriter()
 		return engine.Snapshot{}, err
 	}
 	// Signals decided before this runner started are skipped by their seq
@@ -144,6 +157,7 @@ func (e *Runner) execute(ctx context.Context, runID string, p *engine.Plan, wh e
 	r.member = pl.Join(lease, asked.Add(cfg.LeaseTTL), 0)
 	defer func() {
 		stopRun()
+		r.closeWriter(ctx, stopWriter) // its appends are fenced: before the lease goes
 		r.member.Leave()
 		stopPulse() // a private pulse: no renewal may land after the release
 		// Release even when ctx ended: another runner may take over at once
@@ -155,6 +169,9 @@ func (e *Runner) execute(ctx context.Context, runID string, p *engine.Plan, wh e
 
 	if e.Artifacts != nil {
 		r.em.OnClose(e.runResults(runID, p, func(context.Context) ([]engine.RunEventRecord, error) { return r.log(), nil }))
+	}
+	if err := r.replaySpool(runCtx); err != nil {
+		return engine.Snapshot{}, err
 	}
 	if err := r.rebuild(runCtx); err != nil {
 		return engine.Snapshot{}, err
@@ -170,9 +187,17 @@ func (e *Runner) execute(ctx context.Context, runID string, p *engine.Plan, wh e
 		e.report(Progress{Phase: PhaseRunDone, RunID: runID, Total: len(r.steps), Snapshot: &snap})
 		return snap, nil
 	}
+	r.writing = make(chan struct{})
+	go func() {
+		defer close(r.writing)
+		r.w.run(writeCtx)
+	}()
 	err = r.loop(runCtx, r.member.Lost())
 	stopRun()
 	r.drain()
+	if ferr := r.flush(ctx); err == nil {
+		err = ferr
+	}
 	snap := r.snapshot()
 	if err != nil {
 		return snap, err
@@ -331,7 +356,8 @@ func (r *execution) terminalSteps() int {
 }
 
 // start checks the warehouse and emits RunStarted for a queued run, and
-// reserves the eventIds of every step's likely events in one store call.
+// has the writer reserve the eventIds of every step's likely events in one
+// store call before its first append.
 func (r *execution) start(ctx context.Context) error {
 	ping := func() error {
 		if pg, ok := r.wh.(Pinger); ok {
@@ -365,14 +391,20 @@ func (r *execution) start(ctx context.Context) error {
 		}
 	}
 	ems = append(ems, engine.Emission{Type: engine.RunStarted, Attempt: 1}, engine.Emission{Type: engine.RunCompleted, Attempt: 1}, engine.Emission{Type: engine.RunFailed, Attempt: 1})
-	if err := r.em.ReserveKeys(ctx, ems); err != nil {
-		return err
-	}
-	if r.run == engine.StatusQueued || r.run == engine.StatusApproved {
-		ref := fmt.Sprintf("%s://%s/%s", engine.AdapterName, r.cfg.Owner, r.runID)
-		if err := r.e.Log.SetProviderRunRef(ctx, r.runID, ref); err != nil {
+	queued := r.run == engine.StatusQueued || r.run == engine.StatusApproved
+	ref := fmt.Sprintf("%s://%s/%s", engine.AdapterName, r.cfg.Owner, r.runID)
+	// The writer does these before its first append, so no step waits for
+	// them.
+	r.w.first = func(ctx context.Context) error {
+		if err := r.em.ReserveKeys(ctx, ems); err != nil {
 			return err
 		}
+		if queued {
+			return r.e.Log.SetProviderRunRef(ctx, r.runID, ref)
+		}
+		return nil
+	}
+	if queued {
 		if err := r.emit(ctx, engine.Emission{Type: engine.RunStarted, Attempt: 1, Payload: map[string]any{
 			"engineRunRef": ref, "engineType": EngineType, "owner": r.cfg.Owner, "threads": r.cfg.Threads,
 			"context": map[string]any{"tenantId": r.meta.TenantID, "projectId": r.meta.ProjectID, "environmentId": r.meta.EnvironmentID,
@@ -386,43 +418,78 @@ func (r *execution) start(ctx context.Context) error {
 	return nil
 }
 
-// emit appends one batch. A store that is briefly unavailable is retried
-// (the idempotency keys make a repeated append safe); anything else, or a
-// store that stays away, stops the run: step outcomes never fail open.
-func (r *execution) emit(ctx context.Context, ems ...engine.Emission) error {
-	for attempt := 1; ; attempt++ {
-		recs, err := r.em.Emit(ctx, ems...)
-		if err == nil {
-			r.records = append(r.records, recs...)
-			return nil
-		}
-		if ctx.Err() != nil || attempt > 3 || !(engine.IsTransient(err) || engine.CodeOf(err) == engine.CodeStoreUnavailable) {
-			code := engine.CodeOf(err)
-			if code == "" {
-				code = engine.CodeStoreUnavailable
-			}
-			return engine.Errorf(code, "run %s stopped: could not record %s (resume it once the state store is back): %w", r.runID, describeBatch(ems), err)
-		}
-		if serr := r.sleep(ctx, r.cfg.Retry.Backoff(attempt, r.rand())); serr != nil {
-			return engine.Errorf(engine.CodeStoreUnavailable, "run %s stopped: could not record %s: %w", r.runID, describeBatch(ems), err)
-		}
+// replaySpool appends, before anything else, the events an earlier runner
+// of this run on this machine spooled because the store did not take them
+// within its budget.
+// The store dedupes those it took after all; a spool the run went past
+// (its steps were skipped or the run ended meanwhile) is dropped.
+func (r *execution) replaySpool(ctx context.Context) error {
+	if r.e.Spool == nil {
+		return nil
 	}
-}
-
-func describeBatch(ems []engine.Emission) string {
-	parts := make([]string, 0, min(len(ems), 4))
-	for i, x := range ems {
-		if i == 3 {
-			parts = append(parts, fmt.Sprintf("and %d more", len(ems)-3))
+	pending, err := r.e.Spool.Pending(r.runID)
+	if err != nil || len(pending) == 0 {
+		return err
+	}
+	for start := 0; start < len(pending); start += maxAppend {
+		batch := pending[start:min(start+maxAppend, len(pending))]
+		if _, err := r.em.Append(ctx, batch); err != nil {
+			if engine.CodeOf(err) != engine.CodeInvalidTransition {
+				return engine.Errorf(engine.CodeOf(err), "run %s: could not append %d spooled event(s) (%s) before carrying on: %w", r.runID, len(pending), describeBatch(batch), err)
+			}
+			// The run went on without them (RunEvents §5.3 refuses them now).
 			break
 		}
-		if x.Step != "" {
-			parts = append(parts, string(x.Type)+" of "+x.Step)
-		} else {
-			parts = append(parts, string(x.Type))
+	}
+	return r.e.Spool.Clear(r.runID)
+}
+
+// emit hands one batch to the run's writer, after the Emitter's Layer 1
+// check, and returns without waiting for the store (see writer): the
+// error is Layer 1's, or the writer's once it stopped.
+func (r *execution) emit(_ context.Context, ems ...engine.Emission) error {
+	events, err := r.em.Prepare(ems...)
+	if err != nil {
+		return err
+	}
+	return r.w.submit(events)
+}
+
+// addRecords keeps what the writer stored.
+func (r *execution) addRecords(recs []engine.RunEventRecord) {
+	r.recMu.Lock()
+	defer r.recMu.Unlock()
+	r.records = append(r.records, recs...)
+}
+
+// flush waits, after the run loop ended, until everything the run emitted
+// is stored or the writer gives up (its budget); when it gives up, the
+// StepStarted events not stored go to the spool.
+func (r *execution) flush(ctx context.Context) error {
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*r.cfg.WriteBudget)
+	defer cancel()
+	err := r.w.flush(fctx)
+	if err != nil && engine.CodeOf(err) != engine.CodeLeaseLost {
+		if serr := r.w.spoolRest(); serr != nil {
+			err = fmt.Errorf("%w (and the spool failed too: %v)", err, serr)
 		}
 	}
-	return strings.Join(parts, ", ")
+	if errors.Is(err, context.DeadlineExceeded) {
+		return engine.Errorf(engine.CodeStoreUnavailable, "run %s stopped: the state store did not take its last events within %s (resume it once the store is back)", r.runID, 2*r.cfg.WriteBudget)
+	}
+	return err
+}
+
+// closeWriter stops the writer, after a last flush when the run ended
+// early (a no-op when the run loop flushed already).
+func (r *execution) closeWriter(ctx context.Context, stop context.CancelFunc) {
+	if r.writing != nil && r.w.failure() == nil {
+		_ = r.flush(ctx)
+	}
+	stop()
+	if r.writing != nil {
+		<-r.writing
+	}
 }
 
 func (r *execution) rand() float64 {
@@ -452,6 +519,7 @@ func (r *execution) loop(ctx context.Context, leaseLost <-chan struct{}) error {
 	}
 	tick := time.NewTicker(r.cfg.SignalPoll)
 	defer tick.Stop()
+	failed := r.w.failed()
 	for !r.run.Terminal() {
 		if err := r.finishIfDone(ctx); err != nil || r.run.Terminal() {
 			return err
@@ -491,6 +559,8 @@ func (r *execution) loop(ctx context.Context, leaseLost <-chan struct{}) error {
 			if err := r.pollSignals(ctx); err != nil {
 				return err
 			}
+		case <-failed:
+			return r.w.failure()
 		case <-leaseLost:
 			return r.leaseLost()
 		case <-ctx.Done():
@@ -861,7 +931,9 @@ func (r *execution) snapshot() engine.Snapshot {
 // log is what this runner read and wrote of the run's log, in runSeq order
 // without repeats.
 func (r *execution) log() []engine.RunEventRecord {
+	r.recMu.Lock()
 	recs := slices.Clone(r.records)
+	r.recMu.Unlock()
 	slices.SortStableFunc(recs, func(a, b engine.RunEventRecord) int { return cmp.Compare(a.RunSeq, b.RunSeq) })
 	return slices.CompactFunc(recs, func(a, b engine.RunEventRecord) bool { return a.RunSeq == b.RunSeq })
 }

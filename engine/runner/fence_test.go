@@ -147,6 +147,9 @@ func TestSelfFencingAfterFailedRenewals(t *testing.T) {
 	runID := h.start(p)
 	done := h.execAsync(h.ctx, runID, p)
 	recv(t, started)
+	// a's StepStarted is stored (steps do not wait for it) before the
+	// clock jumps: what is tested is the lease, not the write budget.
+	waitUntil(t, "a's StepStarted stored", func() bool { return len(types(h.events(runID), "a")) == 1 })
 	h.clock.Advance(31 * time.Second) // no renewal landed within the TTL
 	close(release)
 	res := h.wait(done)

@@ -146,25 +146,54 @@ type countingLog struct {
 	mu      sync.Mutex
 	batches [][]engine.RunEventWrite
 	down    atomic.Bool
-	downAt  atomic.Int64 // > 0: go down once this many appends succeeded
 	// refuse, when set, fails the appends it returns true for.
 	refuse atomic.Pointer[func([]engine.RunEventWrite) bool]
+	// cut, when set and answering i >= 0 for a batch, stores the batch's
+	// first i events and fails the call: the log a runner leaves when it
+	// stopped between appending two halves of what a group commit joins.
+	cut atomic.Pointer[func([]engine.RunEventWrite) int]
+	// hold, when set, holds the appends it matches (see holdAppends).
+	hold atomic.Pointer[appendHold]
+}
+
+type appendHold struct {
+	match   func([]engine.RunEventWrite) bool
+	held    chan struct{}
+	release chan struct{}
 }
 
 func (l *countingLog) AppendAndEnqueue(ctx context.Context, runID string, events []engine.RunEventWrite) (engine.AppendResult, error) {
-	return l.append(events, func() (engine.AppendResult, error) { return l.Store.AppendAndEnqueue(ctx, runID, events) })
+	return l.append(ctx, events, func() (engine.AppendResult, error) { return l.Store.AppendAndEnqueue(ctx, runID, events) })
 }
 
 func (l *countingLog) AppendFenced(ctx context.Context, lease engine.Lease, events []engine.RunEventWrite) (engine.AppendResult, error) {
-	return l.append(events, func() (engine.AppendResult, error) { return l.Store.AppendFenced(ctx, lease, events) })
+	return l.append(ctx, events, func() (engine.AppendResult, error) { return l.Store.AppendFenced(ctx, lease, events) })
 }
 
-func (l *countingLog) append(events []engine.RunEventWrite, write func() (engine.AppendResult, error)) (engine.AppendResult, error) {
-	if n := l.downAt.Load(); n > 0 && int64(l.appends()) >= n {
-		l.down.Store(true)
+func (l *countingLog) append(ctx context.Context, events []engine.RunEventWrite, write func() (engine.AppendResult, error)) (engine.AppendResult, error) {
+	if h := l.hold.Load(); h != nil && h.match(events) {
+		select {
+		case h.held <- struct{}{}:
+		default:
+		}
+		select {
+		case <-h.release:
+		case <-ctx.Done():
+			return engine.AppendResult{}, ctx.Err()
+		}
 	}
 	if f := l.refuse.Load(); l.down.Load() || (f != nil && (*f)(events)) {
 		return engine.AppendResult{}, engine.Errorf(engine.CodeStoreUnavailable, "state store went away")
+	}
+	if f := l.cut.Load(); f != nil {
+		if i := (*f)(events); i >= 0 {
+			if i > 0 {
+				if _, err := l.Store.AppendAndEnqueue(context.Background(), events[0].RunID, events[:i]); err != nil {
+					return engine.AppendResult{}, err
+				}
+			}
+			return engine.AppendResult{}, engine.Errorf(engine.CodeStoreUnavailable, "state store went away after %d event(s)", i)
+		}
 	}
 	res, err := write()
 	if err == nil {

@@ -600,10 +600,22 @@ func TestSecretsNeverLeak(t *testing.T) {
 func TestStoreGoesAwayMidRun(t *testing.T) {
 	h := newHarness(t)
 	h.rn.Config.Threads = 1
+	h.rn.Config.WriteBudget = 200 * time.Millisecond // of the fake clock, which each reading moves 1ms on
 	ids := []string{"a", "b", "c", "d", "e"}
 	p := chain(ids, map[string][]string{"b": {"a"}, "c": {"b"}, "d": {"c"}, "e": {"d"}})
 	runID := h.start(p)
-	h.log.downAt.Store(3) // RunStarted; a started; a done + b started; then b's outcome fails
+	// b's outcome cannot be stored: b ends once a's is (group commit would
+	// otherwise join them), and its StepStarted went with a's outcome.
+	h.wh.set("b", func(context.Context, engine.StepRequest, int) (engine.StepResult, error) {
+		waitUntil(t, "a's outcome stored", func() bool {
+			return stepOf(engine.Project(runID, h.events(runID)), "a").Status == engine.StepStatusSuccess
+		})
+		return engine.StepResult{}, nil
+	})
+	refuse := func(evs []engine.RunEventWrite) bool {
+		return slices.ContainsFunc(evs, func(e engine.RunEventWrite) bool { return e.EventType == engine.StepCompleted && e.StepID == "b" })
+	}
+	h.log.refuse.Store(&refuse)
 	snap, err := h.rn.Execute(h.ctx, runID, p, h.wh)
 	if engine.CodeOf(err) != engine.CodeStoreUnavailable {
 		t.Fatalf("Execute returned %v, want STORE_UNAVAILABLE", err)
@@ -618,8 +630,7 @@ func TestStoreGoesAwayMidRun(t *testing.T) {
 		t.Fatalf("log after the failure: a %s, b %s", stepOf(s, "a").Status, stepOf(s, "b").Status)
 	}
 
-	h.log.downAt.Store(0)
-	h.log.down.Store(false)
+	h.log.refuse.Store(nil)
 	snap, err = h.rn.Resume(h.ctx, runID, p, h.wh)
 	if err != nil {
 		t.Fatal(err)
@@ -664,7 +675,9 @@ func TestLeaseLostStopsTheRun(t *testing.T) {
 	if !errors.Is(h.wh.ctxErr("long"), context.Canceled) {
 		t.Errorf("the running step's context ended with %v", h.wh.ctxErr("long"))
 	}
-	if got := types(h.events(runID), "long"); !slices.Equal(got, []engine.EventType{engine.StepStarted}) {
+	// long's StepStarted may or may not have been stored before the
+	// takeover (steps do not wait for it); its outcome never is.
+	if got := types(h.events(runID), "long"); len(got) > 1 || (len(got) == 1 && got[0] != engine.StepStarted) {
 		t.Errorf("long's events %v: a runner without the lease wrote its outcome", got)
 	}
 }
@@ -742,6 +755,7 @@ func TestResumeOfPausedRunWaitsForResume(t *testing.T) {
 
 func TestResumeStartsAnAcceptedRetry(t *testing.T) {
 	h := newHarness(t)
+	h.rn.Config.WriteBudget = 200 * time.Millisecond
 	p := chain([]string{"a", "slow"}, nil)
 	h.wh.set("a", func(_ context.Context, _ engine.StepRequest, call int) (engine.StepResult, error) {
 		if call == 1 {
@@ -756,10 +770,10 @@ func TestResumeStartsAnAcceptedRetry(t *testing.T) {
 		return engine.StepResult{}, nil
 	})
 	// The runner stops between accepting RETRY_STEP and starting the retry.
-	refuse := func(evs []engine.RunEventWrite) bool {
-		return slices.ContainsFunc(evs, func(e engine.RunEventWrite) bool { return e.EventType == engine.StepStarted && e.LogicalAttemptID == 2 })
+	cut := func(evs []engine.RunEventWrite) int {
+		return slices.IndexFunc(evs, func(e engine.RunEventWrite) bool { return e.EventType == engine.StepStarted && e.LogicalAttemptID == 2 })
 	}
-	h.log.refuse.Store(&refuse)
+	h.log.cut.Store(&cut)
 	runID := h.start(p)
 	done := h.execAsync(h.ctx, runID, p)
 	waitUntil(t, "a failed", func() bool { return stepOf(h.status(runID), "a").Status == engine.StepStatusFailed })
@@ -771,7 +785,7 @@ func TestResumeStartsAnAcceptedRetry(t *testing.T) {
 		t.Fatalf("%d SignalAccepted before the resume", n)
 	}
 
-	h.log.refuse.Store(nil)
+	h.log.cut.Store(nil)
 	snap, evs := h.finish(runID, p, h.rn.Resume)
 	if a := stepOf(snap, "a"); a.Status != engine.StepStatusSuccess || a.LogicalAttemptID != 2 || snap.Status != engine.StatusCompleted {
 		t.Errorf("a %+v, run %s", a, snap.Status)

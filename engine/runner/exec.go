@@ -155,11 +155,17 @@ func (e *Runner) execute(ctx context.Context, runID string, p *engine.Plan, wh e
 	// Signals decided before this runner started are skipped by their seq
 	// (r.sigSeq, from the log), so the cursor starts at 0.
 	r.member = pl.Join(lease, asked.Add(cfg.LeaseTTL), 0)
+	ended := false // this runner stored the run's end
 	defer func() {
 		stopRun()
 		r.closeWriter(ctx, stopWriter) // its appends are fenced: before the lease goes
 		r.member.Leave()
 		stopPulse() // a private pulse: no renewal may land after the release
+		if ended {
+			// Nobody takes over a run whose end is stored: its lease
+			// expires on its own, and the run saves a round trip.
+			return
+		}
 		// Release even when ctx ended: another runner may take over at once
 		// instead of waiting for the lease to expire.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -202,6 +208,7 @@ func (e *Runner) execute(ctx context.Context, runID string, p *engine.Plan, wh e
 	if err != nil {
 		return snap, err
 	}
+	ended = snap.Status.Terminal()
 	e.report(Progress{Phase: PhaseRunDone, RunID: runID, Threads: cfg.Threads, Total: len(r.steps), Snapshot: &snap})
 	return snap, nil
 }

@@ -160,3 +160,46 @@ func TestSelfFencingAfterFailedRenewals(t *testing.T) {
 		t.Fatal("b started after the lease's deadline passed")
 	}
 }
+
+// TestLeaseReleasedOnlyWhenTheRunGoesOn: a runner that stored the run's
+// end leaves its lease to expire (nobody takes over an ended run, and the
+// release would cost a round trip); a runner that stops before the end
+// releases it, so that another may take over at once.
+func TestLeaseReleasedOnlyWhenTheRunGoesOn(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		interrupt bool
+		wantHeld  bool
+	}{
+		{"run ended", false, true},
+		{"run interrupted", true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			p := chain([]string{"a"}, nil)
+			started := make(chan string, 1)
+			if tc.interrupt {
+				h.wh.set("a", blockUntilDone(started))
+			}
+			runID := h.start(p)
+			ctx, stop := context.WithCancel(h.ctx)
+			defer stop()
+			done := h.execAsync(ctx, runID, p)
+			if tc.interrupt {
+				recv(t, started)
+				stop()
+			}
+			res := h.wait(done)
+			if (res.err != nil) != tc.interrupt {
+				t.Fatalf("Execute returned %v", res.err)
+			}
+			l, held, err := h.store.GetLease(h.ctx, runID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if held != tc.wantHeld || (held && l.Owner != "runner-a") {
+				t.Errorf("after the runner returned the lease is %+v (held %v), want held %v", l, held, tc.wantHeld)
+			}
+		})
+	}
+}

@@ -16,6 +16,11 @@
 // snowflake.Options.Transporter), counts one client's round trips by kind,
 // so tests assert round trips, not SQL.
 //
+// Lost answers: Server.HoldAnswers(match) keeps back the answer to each
+// matching query request after the server executed and committed it, until
+// release, so a test can kill a client (or cancel it) between a committed
+// request and its answer; a resend of the requestId is answered at once.
+//
 // # Protocol
 //
 // Endpoints: POST /session/v1/login-request (password, or SNOWFLAKE_JWT

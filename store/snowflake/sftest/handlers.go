@@ -308,6 +308,9 @@ func (s *Server) handleQuery(w http.ResponseWriter, r *http.Request) {
 		delete(s.done, reqID)
 	}
 	s.mu.Unlock()
+	if !canceled {
+		s.holdAnswer(reqID, qid, req.SQLText, body)
+	}
 	writeBody(w, body)
 }
 

@@ -76,6 +76,8 @@ type Server struct {
 	pending   map[string]chan struct{} // asynchronous requests still running, by query id
 	log       []LoggedQuery
 
+	answerHolds answerHolds // HoldAnswers
+
 	queryRequests  atomic.Int64
 	resultRequests atomic.Int64
 	httpRequests   atomic.Int64
@@ -253,6 +255,7 @@ func (s *Server) QueryLog() []LoggedQuery {
 // Close stops serving, closes every session and the database.
 func (s *Server) Close() error {
 	var errs []error
+	s.releaseAnswers()
 	if s.http != nil {
 		errs = append(errs, s.http.Close())
 	}

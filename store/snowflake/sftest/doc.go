@@ -126,7 +126,11 @@
 // transaction's write to the same table waits until COMMIT/ROLLBACK (or its
 // request ends), at most the session's LOCK_TIMEOUT in seconds (0: fail at
 // once) or Options.LockTimeout (default 5s rather than Snowflake's 12 hours,
-// so a forgotten transaction fails a test instead of hanging it). Because
+// so a forgotten transaction fails a test instead of hanging it). A
+// transaction that blocks such a wait and has run nothing for
+// Options.IdleTxAbort (default 5 minutes, Snowflake's figure for a detached
+// transaction, e.g. of a client that died) is aborted and rolled back; its
+// session's statements then fail with 000603 until ROLLBACK. Because
 // DuckDB's transaction starts after the lock is granted, a transaction that
 // begins by locking sees the previous holder's commit, as under Snowflake's
 // read committed. What DuckDB's snapshot

@@ -38,7 +38,7 @@ func (s *Server) handleLogin(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, errResponse(newSFError(CodeExecution, "08001", "open session: %v", err), ""))
 		return
 	}
-	sess := &session{conn: conn, locks: s.locks, defaultLockTimeout: s.opts.LockTimeout, params: map[string]string{}}
+	sess := &session{conn: conn, locks: s.locks, defaultLockTimeout: s.opts.LockTimeout, params: map[string]string{}, lastActive: time.Now()}
 	for k, v := range d.SessionParams {
 		sess.params[strings.ToUpper(k)] = fmt.Sprint(v)
 	}

@@ -20,10 +20,13 @@ type lockManager struct {
 	holders map[string]*session // table → holding session
 	waiting map[*session]string // session → table it waits for
 	changed chan struct{}       // closed and replaced on every release
+	// idleAbort is how long a transaction that blocks a lock wait may be
+	// idle before it is aborted (Options.IdleTxAbort).
+	idleAbort time.Duration
 }
 
-func newLockManager() *lockManager {
-	return &lockManager{holders: map[string]*session{}, waiting: map[*session]string{}, changed: make(chan struct{})}
+func newLockManager(idleAbort time.Duration) *lockManager {
+	return &lockManager{holders: map[string]*session{}, waiting: map[*session]string{}, changed: make(chan struct{}), idleAbort: idleAbort}
 }
 
 // acquire takes table's lock for sess, waiting while another session holds
@@ -55,7 +58,11 @@ func (m *lockManager) acquire(ctx context.Context, sess *session, table string, 
 		m.waiting[sess] = table
 		ch := m.changed
 		m.mu.Unlock()
+		// An aborted holder releases its locks, which closes ch.
+		m.abortIdle(h, table)
+		poll := time.NewTimer(min(max(m.idleAbort/10, 10*time.Millisecond), time.Second))
 		select {
+		case <-poll.C:
 		case <-ch:
 		case <-timer.C:
 			m.mu.Lock()
@@ -63,13 +70,35 @@ func (m *lockManager) acquire(ctx context.Context, sess *session, table string, 
 			m.mu.Unlock()
 			return lockTimeoutError(table)
 		case <-ctx.Done():
+			poll.Stop()
 			m.mu.Lock()
 			delete(m.waiting, sess)
 			m.mu.Unlock()
 			return ctx.Err()
 		}
+		poll.Stop()
 		m.mu.Lock()
 	}
+}
+
+// abortIdle aborts h's transaction if h still holds table and has run
+// nothing for idleAbort, as Snowflake aborts a transaction that blocks
+// another's lock and is idle for 5 minutes (typically the transaction of a
+// client that died, "left in a detached state"). A busy h is left alone.
+// Callers do not hold m.mu.
+func (m *lockManager) abortIdle(h *session, table string) {
+	if m.idleAbort <= 0 || !h.mu.TryLock() {
+		return
+	}
+	defer h.mu.Unlock()
+	m.mu.Lock()
+	holds := m.holders[table] == h
+	m.mu.Unlock()
+	if !holds || !h.inTx || time.Since(h.lastActive) < m.idleAbort {
+		return
+	}
+	h.abortTx(newSFError(CodeTxAborted, "25P02",
+		"Transaction aborted: it was idle for %s while it blocked another transaction's lock on %s; issue ROLLBACK", m.idleAbort, table))
 }
 
 func lockTimeoutError(table string) error {

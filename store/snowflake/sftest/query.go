@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // queryRequest is the body of /queries/v1/query-request.
@@ -39,6 +40,7 @@ const maxResults = 10000
 func (s *Server) execute(ctx context.Context, sess *session, req *queryRequest, reqID, qid string) []byte {
 	sess.mu.Lock()
 	defer sess.mu.Unlock()
+	defer func() { sess.lastActive = time.Now() }()
 	tag := sess.params["QUERY_TAG"]
 	if v, ok := req.Parameters["QUERY_TAG"]; ok {
 		tag = fmt.Sprint(v)

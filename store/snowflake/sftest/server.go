@@ -38,6 +38,14 @@ type Options struct {
 	// Logf, when set, receives one line per login and per statement
 	// (e.g. t.Logf).
 	Logf func(format string, args ...any)
+	// IdleTxAbort is how long a transaction that blocks another's lock wait
+	// may run nothing before the server aborts and rolls it back, as
+	// Snowflake does after 5 minutes ("If it blocks another transaction from
+	// acquiring a lock on the same table and is idle for 5 minutes, it is
+	// automatically aborted and rolled back", Transactions: Aborting
+	// transactions), which frees the locks of a client that died mid
+	// transaction. Default 5 minutes; tests shorten it.
+	IdleTxAbort time.Duration
 	// RTT delays every HTTP request by this much before it is served, as a
 	// network round trip to a real account (100–400 ms) would. The wait ends
 	// early if the client goes away.
@@ -100,6 +108,9 @@ func New(opts Options) (*Server, error) {
 	if opts.LockTimeout == 0 {
 		opts.LockTimeout = 5 * time.Second
 	}
+	if opts.IdleTxAbort == 0 {
+		opts.IdleTxAbort = 5 * time.Minute
+	}
 	db, err := sql.Open("duckdb", opts.Path)
 	if err != nil {
 		return nil, fmt.Errorf("open duckdb: %w", err)
@@ -107,7 +118,7 @@ func New(opts Options) (*Server, error) {
 	return &Server{
 		opts:     opts,
 		db:       db,
-		locks:    newLockManager(),
+		locks:    newLockManager(opts.IdleTxAbort),
 		sessions: map[string]*session{},
 		expired:  map[string]*session{},
 		masters:  map[string]*session{},

@@ -27,6 +27,20 @@ type session struct {
 	doomed             *sfError   // why DuckDB aborted the open transaction; only ROLLBACK/COMMIT end it
 	params             map[string]string
 	db, sc             string
+	lastActive         time.Time // when the session last ended a request, under mu
+}
+
+// abortTx rolls back the open transaction from outside the session (the
+// caller holds s.mu) and frees its locks; the client's later statements and
+// COMMIT fail with why until it issues ROLLBACK, so it never mistakes the
+// lost writes for committed ones.
+func (s *session) abortTx(why *sfError) {
+	if s.duckTx {
+		_ = s.rawExec(context.Background(), "ROLLBACK")
+		s.duckTx = false
+	}
+	s.doomed = why
+	s.locks.releaseAll(s)
 }
 
 // checkAborted handles a failed statement inside a transaction. DuckDB

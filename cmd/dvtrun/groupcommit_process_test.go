@@ -1,0 +1,210 @@
+package main
+
+import (
+	"context"
+	"encoding/hex"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/store/snowflake/sftest"
+)
+
+// storedEvent is one row of dvt_run_events as the Snowflake store keeps it.
+type storedEvent struct {
+	seq      int64
+	key, typ string
+	stepID   string
+}
+
+// TestKilledBetweenAppendAndAnswer (issue 11): a runner with the Snowflake
+// store and warehouse on the test server is SIGKILLed while the answer to
+// its append carrying a step's StepCompleted is held: the server executed
+// and committed the append, the runner never learned it. `dvtrun resume`
+// (a new process) must finish the run with every idempotency key stored
+// once, run_seq 1..n without gaps, one StepCompleted per step, and the held
+// step neither run nor taking effect again. Held: a step mid-run (its
+// sibling chain still has work) and the last step (whose append may carry
+// RunCompleted too).
+func TestKilledBetweenAppendAndAnswer(t *testing.T) {
+	bin := buildBinary(t)
+	plan, err := filepath.Abs(fixture("groupcommit", "plan.yaml")) // the processes run elsewhere
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ step, effect string }{
+		{step: "sql.s1", effect: "s1"},
+		{step: "test.once"},
+	} {
+		t.Run(c.step, func(t *testing.T) { killBetweenAppendAndAnswer(t, bin, plan, c.step, c.effect) })
+	}
+}
+
+func killBetweenAppendAndAnswer(t *testing.T, bin, plan, step, effect string) {
+	// Two servers: the hold sees only the store's requests. The killed
+	// runner may die inside a warehouse transaction (a ledgered step holds
+	// its table locks until COMMIT): Snowflake aborts such a detached
+	// transaction once it blocks another and is idle for 5 minutes; here
+	// after a second.
+	opts := sftest.Options{IdleTxAbort: time.Second}
+	storeSrv, whSrv := sftest.StartWith(t, opts), sftest.StartWith(t, opts)
+	h := newHarness(t)
+	h.env["DVT_STORE"] = "snowflake://" + storeSrv.DSN("DVT", "PUBLIC")
+	h.env["DVT_WAREHOUSE"] = "snowflake://" + whSrv.DSN("ANALYTICS", "PUBLIC")
+	h.env["DVT_TARGET_PATH"] = filepath.Join(h.dir, "target")
+	env := append(os.Environ(), "DVT_STORE="+h.env["DVT_STORE"], "DVT_WAREHOUSE="+h.env["DVT_WAREHOUSE"], "DVT_TARGET_PATH="+h.env["DVT_TARGET_PATH"])
+
+	// An append renders each event as a row of hex literals in which the
+	// event type is followed by the step id (store/snowflake/append.go).
+	row := sqlHex(string(engine.StepCompleted)) + ", " + sqlHex(step)
+	held, release := storeSrv.HoldAnswers(func(q string) bool { return strings.Contains(q, row) })
+	defer release()
+
+	a := startProc(t, bin, env, "run", "--threads", "2", "--lease-ttl", "2s", plan)
+	select {
+	case <-held:
+	case <-a.done:
+		t.Fatalf("the run ended (exit %d) without an append carrying %s's StepCompleted (did the rendering of event rows change?)\n%s", a.code, step, a.output())
+	case <-time.After(60 * time.Second):
+		t.Fatalf("no append carried %s's StepCompleted within 60s\n%s", step, a.output())
+	}
+	runID := h.onlyRun()
+	// The held append is committed: another session sees its StepCompleted.
+	before := storedEvents(t, storeSrv, runID)
+	if n := countEvents(before, engine.StepCompleted, step); n != 1 {
+		t.Fatalf("while the answer is held the store has %d StepCompleted of %s, want 1 (the append committed)", n, step)
+	}
+	if err := a.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	a.wait(t)
+	release()
+	// The held append may have completed the run (RunCompleted in the same
+	// group commit as the last StepCompleted): resume then has nothing to do.
+	s := h.statusOf(runID)
+	t.Logf("after SIGKILL the run is %s; the store had %d events when the answer was held", s.Status, len(before))
+	if s.Status != engine.StatusRunning && s.Status != engine.StatusCompleted {
+		t.Fatalf("after SIGKILL the run is %s, want RUNNING (or COMPLETED by the held append)", s.Status)
+	}
+
+	h.resumeUntilDone(t, bin, env, runID, plan)
+
+	snap := h.checkLog(runID)
+	if snap.Status != engine.StatusCompleted {
+		t.Fatalf("the resumed run is %s, want COMPLETED", snap.Status)
+	}
+	after := storedEvents(t, storeSrv, runID)
+	keys := map[string]int64{}
+	for i, e := range after {
+		if e.seq != int64(i+1) {
+			t.Errorf("event %d has run_seq %d: run_seq is not 1..n without gaps", i+1, e.seq)
+		}
+		if prev, dup := keys[e.key]; dup {
+			t.Errorf("idempotency key %s is stored twice (run_seq %d and %d)", e.key, prev, e.seq)
+		}
+		keys[e.key] = e.seq
+	}
+	for _, e := range before {
+		if keys[e.key] != e.seq {
+			t.Errorf("event %s was stored at run_seq %d before the kill, now at %d", e.key, e.seq, keys[e.key])
+		}
+	}
+	if len(snap.Steps) != 7 {
+		t.Errorf("%d steps in the snapshot, want the plan's 7", len(snap.Steps))
+	}
+	for _, s := range snap.Steps {
+		if n := countEvents(after, engine.StepCompleted, s.StepID); n != 1 {
+			t.Errorf("step %s has %d StepCompleted, want 1", s.StepID, n)
+		}
+	}
+	if n := countEvents(after, engine.StepStarted, step); n != 1 {
+		t.Errorf("%s started %d times, want once: its completion was stored before the kill", step, n)
+	}
+	got := warehouseEffects(t, whSrv)
+	for _, s := range []string{"s1", "s2", "s3", "s4", "s5"} {
+		if got[s] != 1 {
+			t.Errorf("step %s took effect %d times, want once (effects %v)", s, got[s], got)
+		}
+	}
+	if effect != "" && got[effect] != 1 {
+		t.Errorf("the held step %s took effect %d times", step, got[effect])
+	}
+	if r := h.run("verify", "--all"); r.code != 0 {
+		t.Errorf("verify --all: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+}
+
+// sqlHex is a string as the Snowflake store renders it into a block: a
+// quoted hex literal.
+func sqlHex(s string) string { return "'" + hex.EncodeToString([]byte(s)) + "'" }
+
+// storedEvents reads a run's rows of dvt_run_events on the store's server,
+// in run_seq order, through a session of its own.
+func storedEvents(t *testing.T, srv *sftest.Server, runID string) []storedEvent {
+	t.Helper()
+	db := srv.OpenDB(t, "DVT", "PUBLIC")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rows, err := db.QueryContext(ctx, `SELECT run_seq, idempotency_key, event_type, step_id
+FROM dvt_run_events WHERE run_id = ? ORDER BY run_seq`, runID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []storedEvent
+	for rows.Next() {
+		var e storedEvent
+		var stepID *string
+		if err := rows.Scan(&e.seq, &e.key, &e.typ, &stepID); err != nil {
+			t.Fatal(err)
+		}
+		if stepID != nil {
+			e.stepID = *stepID
+		}
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func countEvents(evs []storedEvent, typ engine.EventType, stepID string) int {
+	n := 0
+	for _, e := range evs {
+		if e.typ == string(typ) && e.stepID == stepID {
+			n++
+		}
+	}
+	return n
+}
+
+// warehouseEffects counts testdata/groupcommit's side-effect rows per step in a
+// Snowflake warehouse on srv.
+func warehouseEffects(t *testing.T, srv *sftest.Server) map[string]int {
+	t.Helper()
+	db := srv.OpenDB(t, "ANALYTICS", "PUBLIC")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rows, err := db.QueryContext(ctx, "SELECT step, COUNT(*) FROM effects GROUP BY step")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var s string
+		var n int
+		if err := rows.Scan(&s, &n); err != nil {
+			t.Fatal(err)
+		}
+		out[s] = n
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}

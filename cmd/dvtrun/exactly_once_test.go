@@ -163,17 +163,22 @@ func (l *storeLock) release(t *testing.T) {
 }
 
 // rowsPerStep runs query, which returns (step, count) rows, on the
-// harness's warehouse, read-only; a table not created yet reads as none.
+// harness's warehouse (SQLite read-only, or Snowflake); a table not created
+// yet reads as none.
 func (h *harness) rowsPerStep(query string) map[string]int {
 	h.t.Helper()
-	db, err := sql.Open("sqlite", "file:"+h.warehousePath()+"?mode=ro&_pragma=busy_timeout(30000)")
+	driver, dsn := "sqlite", "file:"+h.warehousePath()+"?mode=ro&_pragma=busy_timeout(30000)"
+	if sf, ok := strings.CutPrefix(h.env["DVT_WAREHOUSE"], "snowflake://"); ok {
+		driver, dsn = "snowflake", sf
+	}
+	db, err := sql.Open(driver, dsn)
 	if err != nil {
 		h.t.Fatal(err)
 	}
 	defer db.Close()
 	rows, err := db.Query(query)
 	if err != nil {
-		if strings.Contains(err.Error(), "no such table") {
+		if strings.Contains(err.Error(), "no such table") || strings.Contains(err.Error(), "does not exist") {
 			return map[string]int{}
 		}
 		h.t.Fatal(err)

@@ -123,7 +123,7 @@ func killBetweenAppendAndAnswer(t *testing.T, bin, plan, step, effect string) {
 	if n := countEvents(after, engine.StepStarted, step); n != 1 {
 		t.Errorf("%s started %d times, want once: its completion was stored before the kill", step, n)
 	}
-	got := warehouseEffects(t, whSrv)
+	got := h.effects()
 	for _, s := range []string{"s1", "s2", "s3", "s4", "s5"} {
 		if got[s] != 1 {
 			t.Errorf("step %s took effect %d times, want once (effects %v)", s, got[s], got)
@@ -180,31 +180,4 @@ func countEvents(evs []storedEvent, typ engine.EventType, stepID string) int {
 		}
 	}
 	return n
-}
-
-// warehouseEffects counts testdata/groupcommit's side-effect rows per step in a
-// Snowflake warehouse on srv.
-func warehouseEffects(t *testing.T, srv *sftest.Server) map[string]int {
-	t.Helper()
-	db := srv.OpenDB(t, "ANALYTICS", "PUBLIC")
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	rows, err := db.QueryContext(ctx, "SELECT step, COUNT(*) FROM effects GROUP BY step")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	out := map[string]int{}
-	for rows.Next() {
-		var s string
-		var n int
-		if err := rows.Scan(&s, &n); err != nil {
-			t.Fatal(err)
-		}
-		out[s] = n
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
 }

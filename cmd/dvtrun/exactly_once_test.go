@@ -250,14 +250,19 @@ func (h *harness) checkExactlyOnce(t *testing.T, runID string) engine.Snapshot {
 func (h *harness) ledgerCompletions(runID string) int {
 	n := 0
 	for _, e := range h.events(runID) {
-		var pl struct {
-			Ledger json.RawMessage `json:"ledger"`
-		}
-		if e.EventType == engine.StepCompleted && json.Unmarshal(e.Payload, &pl) == nil && len(pl.Ledger) > 0 {
+		if fromLedger(e) {
 			n++
 		}
 	}
 	return n
+}
+
+// fromLedger: e is a StepCompleted whose result came from the ledger.
+func fromLedger(e engine.RunEventRecord) bool {
+	var pl struct {
+		Ledger json.RawMessage `json:"ledger"`
+	}
+	return e.EventType == engine.StepCompleted && json.Unmarshal(e.Payload, &pl) == nil && len(pl.Ledger) > 0
 }
 
 // wantLeaseLost: the old runner p stopped with LEASE_LOST (exit 3).

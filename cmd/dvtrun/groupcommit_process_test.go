@@ -26,24 +26,43 @@ type storedEvent struct {
 // and committed the append, the runner never learned it. `dvtrun resume`
 // (a new process) must finish the run with every idempotency key stored
 // once, run_seq 1..n without gaps, one StepCompleted per step, and the held
-// step neither run nor taking effect again. Held: a step mid-run (its
-// sibling chain still has work) and the last step (whose append may carry
-// RunCompleted too).
+// step neither run nor taking effect again. The writer lets steps run
+// ahead of the log, so the kill waits until every sql step took effect in
+// the warehouse: those whose StepCompleted the store never got must be
+// completed from the step ledger on resume, not run again.
 func TestKilledBetweenAppendAndAnswer(t *testing.T) {
 	bin := buildBinary(t)
 	plan, err := filepath.Abs(fixture("groupcommit", "plan.yaml")) // the processes run elsewhere
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range []struct{ step, effect string }{
-		{step: "sql.s1", effect: "s1"},
-		{step: "test.once"},
+	ahead := 0 // steps that took effect unknown to the store, over the cases
+	for _, c := range []appendKill{
+		{step: "sql.setup"},            // the first completion: the whole plan runs ahead
+		{step: "sql.s1", effect: "s1"}, // mid-run
+		{step: "test.once"},            // the last step: its append may carry RunCompleted too
 	} {
-		t.Run(c.step, func(t *testing.T) { killBetweenAppendAndAnswer(t, bin, plan, c.step, c.effect) })
+		t.Run(c.step, func(t *testing.T) { ahead += killBetweenAppendAndAnswer(t, bin, plan, c) })
+	}
+	if ahead == 0 && !t.Failed() {
+		t.Error("no sql step ran ahead of a held append in any case: the step ledger's part was not exercised (did the writer stop letting steps run ahead?)")
 	}
 }
 
-func killBetweenAppendAndAnswer(t *testing.T, bin, plan, step, effect string) {
+// groupcommitEffects are testdata/groupcommit's rows in effects, one per
+// sql step sql.<row> that inserts.
+var groupcommitEffects = []string{"s1", "s2", "s3", "s4", "s5"}
+
+// appendKill is one case of TestKilledBetweenAppendAndAnswer.
+type appendKill struct {
+	step   string // whose StepCompleted the held append carries
+	effect string // the step's row in effects, "" for none
+}
+
+// killBetweenAppendAndAnswer runs the case and returns how many sql steps
+// took effect in the warehouse without the store knowing at the kill.
+func killBetweenAppendAndAnswer(t *testing.T, bin, plan string, c appendKill) int {
+	step := c.step
 	// Two servers: the hold sees only the store's requests. The killed
 	// runner may die inside a warehouse transaction (a ledgered step holds
 	// its table locks until COMMIT): Snowflake aborts such a detached
@@ -63,7 +82,9 @@ func killBetweenAppendAndAnswer(t *testing.T, bin, plan, step, effect string) {
 	held, release := storeSrv.HoldAnswers(func(q string) bool { return strings.Contains(q, row) })
 	defer release()
 
-	a := startProc(t, bin, env, "run", "--threads", "2", "--lease-ttl", "2s", plan)
+	// A budget longer than the test waits: the held StepCompleted cannot
+	// fail open, and the runner must not stop on its own before the kill.
+	a := startProc(t, bin, env, "run", "--threads", "2", "--lease-ttl", "2s", "--write-budget", "2m", plan)
 	select {
 	case <-held:
 	case <-a.done:
@@ -77,6 +98,15 @@ func killBetweenAppendAndAnswer(t *testing.T, bin, plan, step, effect string) {
 	if n := countEvents(before, engine.StepCompleted, step); n != 1 {
 		t.Fatalf("while the answer is held the store has %d StepCompleted of %s, want 1 (the append committed)", n, step)
 	}
+	waitUntil(t, "every sql step taking effect in the warehouse while the answer is held", func() bool {
+		got := h.effects()
+		for _, s := range groupcommitEffects {
+			if got[s] == 0 {
+				return false
+			}
+		}
+		return true
+	})
 	if err := a.cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
@@ -124,17 +154,29 @@ func killBetweenAppendAndAnswer(t *testing.T, bin, plan, step, effect string) {
 		t.Errorf("%s started %d times, want once: its completion was stored before the kill", step, n)
 	}
 	got := h.effects()
-	for _, s := range []string{"s1", "s2", "s3", "s4", "s5"} {
+	for _, s := range groupcommitEffects {
 		if got[s] != 1 {
 			t.Errorf("step %s took effect %d times, want once (effects %v)", s, got[s], got)
 		}
 	}
-	if effect != "" && got[effect] != 1 {
-		t.Errorf("the held step %s took effect %d times", step, got[effect])
+	if c.effect != "" && got[c.effect] != 1 {
+		t.Errorf("the held step %s took effect %d times", step, got[c.effect])
 	}
+	ahead := 0
+	for _, s := range groupcommitEffects {
+		if countEvents(before, engine.StepCompleted, "sql."+s) > 0 {
+			continue
+		}
+		ahead++
+		if !completedFromLedger(h.events(runID), "sql."+s) {
+			t.Errorf("sql.%s committed in the warehouse before the kill, unknown to the store, but its StepCompleted does not carry the ledger's result", s)
+		}
+	}
+	t.Logf("%d sql steps ran ahead of the held append and were completed from the ledger", ahead)
 	if r := h.run("verify", "--all"); r.code != 0 {
 		t.Errorf("verify --all: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
+	return ahead
 }
 
 // sqlHex is a string as the Snowflake store renders it into a block: a
@@ -180,4 +222,15 @@ func countEvents(evs []storedEvent, typ engine.EventType, stepID string) int {
 		}
 	}
 	return n
+}
+
+// completedFromLedger: the step's StepCompleted in evs carries the ledger's
+// result.
+func completedFromLedger(evs []engine.RunEventRecord, stepID string) bool {
+	for _, e := range evs {
+		if e.StepID == stepID && fromLedger(e) {
+			return true
+		}
+	}
+	return false
 }

@@ -211,12 +211,6 @@ func (l *countingLog) ReserveEventIDs(ctx context.Context, runID string, c map[s
 	return l.Store.ReserveEventIDs(ctx, runID, c)
 }
 
-func (l *countingLog) appends() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.batches)
-}
-
 // appendsPerStep counts, per step, the append batches that carried one of
 // its events.
 func (l *countingLog) appendsPerStep() map[string]int {

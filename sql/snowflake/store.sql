@@ -446,6 +446,61 @@ WHEN MATCHED THEN
 WHEN NOT MATCHED THEN INSERT (run_id, owner, acquired_at, expires_at, fence)
     VALUES (s.run_id, s.owner, s.now_at, s.expires_at, s.fence);
 
+-- name: acquire_lease_block
+-- AcquireFencedLease in one request (issue 11): under the run's lock (the
+-- lock every append takes first, so a takeover and a stale runner's append
+-- are serialised) one statement reads the clock and the lease and decides:
+-- held is 1 when another owner's lease has not expired, next_fence is the
+-- fence the caller gets (kept on a renewal by the owner, one more for a new
+-- owner: a takeover, an acquire after a release, the first acquire). The
+-- clock is the client's (now_at, when the store has Options.Now) or the
+-- database's, the one clock every runner of a run shares. The answer is one
+-- row, the outcome (ACQUIRED or LEASE_HELD) with the lease as stored: the
+-- caller's, or the holder's. Values are hex literals and integers
+-- (script.go).
+EXECUTE IMMEDIATE $$
+DECLARE
+  at_now TIMESTAMP_TZ(9);
+  held INTEGER DEFAULT 0;
+  next_fence INTEGER DEFAULT 1;
+  outcome VARCHAR DEFAULT 'LEASE_HELD';
+  res RESULTSET;
+BEGIN
+  BEGIN TRANSACTION;
+  UPDATE dvt_run_seq SET next_seq = next_seq WHERE run_id = HEX_DECODE_STRING(/*:run_id*/);
+  SELECT MAX(c.at_now),
+         COALESCE(MAX(CASE WHEN l.owner <> HEX_DECODE_STRING(/*:owner*/) AND l.expires_at > c.at_now THEN 1 ELSE 0 END), 0),
+         COALESCE(MAX(l.fence + CASE WHEN l.owner = HEX_DECODE_STRING(/*:owner*/) THEN 0 ELSE 1 END), 1)
+    INTO :at_now, :held, :next_fence
+    FROM (SELECT COALESCE(CAST(HEX_DECODE_STRING(/*:now_at*/) AS TIMESTAMP_TZ(9)),
+                          CAST(CURRENT_TIMESTAMP() AS TIMESTAMP_TZ(9))) AS at_now) c
+    LEFT JOIN dvt_leases l ON l.run_id = HEX_DECODE_STRING(/*:run_id*/);
+  IF (held = 0) THEN
+    MERGE INTO dvt_leases t
+    USING (
+        SELECT HEX_DECODE_STRING(/*:run_id*/) AS run_id, HEX_DECODE_STRING(/*:owner*/) AS owner,
+               :at_now AS now_at, DATEADD(microsecond, /*:ttl_us*/, :at_now) AS expires_at, :next_fence AS fence
+    ) s
+    ON t.run_id = s.run_id
+    WHEN MATCHED THEN
+        UPDATE SET owner = s.owner, acquired_at = s.now_at, expires_at = s.expires_at, fence = s.fence
+    WHEN NOT MATCHED THEN INSERT (run_id, owner, acquired_at, expires_at, fence)
+        VALUES (s.run_id, s.owner, s.now_at, s.expires_at, s.fence);
+    outcome := 'ACQUIRED';
+  END IF;
+  res := (
+    SELECT :outcome AS outcome, owner, expires_at, fence
+    FROM dvt_leases WHERE run_id = HEX_DECODE_STRING(/*:run_id*/)
+  );
+  COMMIT;
+  RETURN TABLE(res);
+EXCEPTION
+  WHEN OTHER THEN
+    ROLLBACK;
+    RAISE;
+END;
+$$;
+
 -- name: get_lease
 -- A released lease keeps its row (owner '') for its fence: it reads as none.
 SELECT owner, expires_at FROM dvt_leases WHERE run_id = ? AND owner <> '';

@@ -24,7 +24,16 @@ const (
 	// valid; a new connection logs in again.
 	errSessionExpired = 390112
 	errSessionGone    = 390111
+	// errObjectMissing: the statement names a table that does not exist
+	// (or that the role may not see), 002003.
+	errObjectMissing = 2003
 )
+
+// objectMissing reports whether err is Snowflake's "object does not exist".
+func objectMissing(err error) bool {
+	var se *gosnowflake.SnowflakeError
+	return errors.As(err, &se) && se.Number == errObjectMissing
+}
 
 // retryable reports whether err is worth running the whole transaction
 // again: lock contention, transaction conflicts, expired sessions and

@@ -13,7 +13,6 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"net/http"
@@ -161,9 +160,21 @@ func (s *Store) migrate(ctx context.Context) error {
 		}
 		return out, nil
 	}
+	// A current schema costs one request: the versions are read first, and
+	// only a missing version table or a missing version takes the path below.
+	var todo []sqlfiles.Migration
+	err = s.withRetry(ctx, func() error {
+		todo, err = pending()
+		return err
+	})
+	switch {
+	case err == nil && len(todo) == 0:
+		return nil
+	case err != nil && !objectMissing(err):
+		return err
+	}
 	// Creating the lock table and the version table is idempotent; two
 	// processes doing it at once may conflict, and simply try again.
-	var todo []sqlfiles.Migration
 	err = s.withRetry(ctx, func() error {
 		for _, name := range []string{"create_locks", "create_schema_version"} {
 			if _, err := s.db.ExecContext(ctx, s.q[name]); err != nil {
@@ -478,57 +489,55 @@ func (s *Store) AcquireLease(ctx context.Context, runID, owner string, ttl time.
 	return err
 }
 
-// AcquireFencedLease implements store.Store. The lease is read and written
-// under the run's lock (lock_run, the lock every append takes first), so a
-// takeover and a stale runner's append are serialised: the append either
-// committed before the takeover (and the new owner reads it) or sees the
-// new fence and writes nothing.
+// AcquireFencedLease implements store.Store in one request: the
+// acquire_lease_block (store.sql) reads and writes the lease under the
+// run's lock (the lock every append takes first), so a takeover and a stale
+// runner's append are serialised: the append either committed before the
+// takeover (and the new owner reads it) or sees the new fence and writes
+// nothing. Retrying after a lost answer is safe: the owner then renews what
+// it took, with the same fence.
 func (s *Store) AcquireFencedLease(ctx context.Context, runID, owner string, ttl time.Duration) (engine.Lease, error) {
 	if owner == "" {
 		return engine.Lease{}, engine.Errorf(engine.CodeInvalidArgument, "a lease needs an owner")
 	}
-	lock, err := render(s.q["lock_run"], map[string]string{"run_id": hexLit(runID)}, nil)
-	if err != nil {
-		return engine.Lease{}, err
-	}
 	var out engine.Lease
-	err = s.lockedTx(ctx, lock, func(c *sql.Conn) (script, error) {
-		var holder sql.NullString
-		var exp sql.NullTime
-		var fence sql.NullInt64
-		err := c.QueryRowContext(ctx, s.q["get_fenced_lease"], runID).Scan(&holder, &exp, &fence)
-		if err != nil && !errors.Is(err, sql.ErrNoRows) {
-			return nil, s.classify("read lease", err)
+	err := s.withRetry(ctx, func() error {
+		nowAt := "NULL" // the database's clock
+		if !s.dbClock {
+			nowAt = hexLit(tsText(s.now()))
 		}
-		now := s.now()
-		if s.dbClock {
-			if err := c.QueryRowContext(ctx, s.q["db_now"]).Scan(&now); err != nil {
-				return nil, s.classify("read the database clock", err)
-			}
-			now = now.UTC()
-		}
-		if holder.String != owner && exp.Valid && exp.Time.After(now) {
-			return nil, engine.Errorf(engine.CodeLeaseHeld, "run %s is owned by %s until %s", runID, holder.String, exp.Time.UTC().Format(time.RFC3339))
-		}
-		f := fence.Int64
-		if holder.String != owner {
-			f++ // a new owner: every earlier owner's writes are now stale
-		}
-		out = engine.Lease{RunID: runID, Owner: owner, Fence: f, ExpiresAt: now.Add(ttl)}
-		put, err := render(s.q["put_lease"], map[string]string{
-			"run_id": hexLit(runID), "owner": hexLit(owner), "now_at": hexLit(tsText(now)),
-			"expires_at": hexLit(tsText(out.ExpiresAt)), "fence": intLit(f),
+		block, err := render(s.q["acquire_lease_block"], map[string]string{
+			"run_id": hexLit(runID), "owner": hexLit(owner), "now_at": nowAt, "ttl_us": intLit(ttl.Microseconds()),
 		}, nil)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		return script{put}, nil
+		var outcome, holder string
+		var exp time.Time
+		var fence int64
+		if err := s.db.QueryRowContext(ctx, block).Scan(&outcome, &holder, &exp, &fence); err != nil {
+			return s.classify("acquire lease", err)
+		}
+		switch outcome {
+		case leaseAcquired:
+			out = engine.Lease{RunID: runID, Owner: owner, Fence: fence, ExpiresAt: exp.UTC()}
+			return nil
+		case leaseHeld:
+			return engine.Errorf(engine.CodeLeaseHeld, "run %s is owned by %s until %s", runID, holder, exp.UTC().Format(time.RFC3339))
+		}
+		return engine.Errorf(engine.CodeStoreCorrupt, "run %s: the lease block answered %q", runID, outcome)
 	})
 	if err != nil {
 		return engine.Lease{}, err
 	}
 	return out, nil
 }
+
+// Outcomes of the lease block.
+const (
+	leaseAcquired = "ACQUIRED"
+	leaseHeld     = "LEASE_HELD"
+)
 
 // ReleaseLease implements store.Store.
 func (s *Store) ReleaseLease(ctx context.Context, runID, owner string) error {

@@ -110,10 +110,10 @@ func (e *Engine) StartRun(ctx context.Context, req StartRequest) (string, error)
 	if err != nil {
 		return "", err
 	}
-	if err := em.reserve(ctx, []RunEventWrite{queued}); err != nil {
-		return "", err
-	}
-	queued.EventID = em.eventID(queued.IdempotencyKey)
+	// No reservation first: BootstrapRun binds the eventId in the registry
+	// in its own transaction (keeping one reserved before), so a run starts
+	// in one store call.
+	queued.EventID = e.IDs.NewID()
 	if _, err := e.Log.BootstrapRun(ctx, meta, []RunEventWrite{queued}); err != nil {
 		return "", err
 	}

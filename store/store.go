@@ -19,6 +19,11 @@ type Store interface {
 	// BootstrapRun writes the run's metadata and its first events (normally
 	// RunQueued alone) with their outbox rows in one transaction. It fails
 	// with RUN_ALREADY_EXISTS if the run exists and never leaves a partial run.
+	// The same transaction binds the events' eventIds in the EventIdRegistry
+	// (RunEvents §2.5.1, the registry write before the append): an eventId
+	// already reserved for a key is kept (the event is stored, and returned,
+	// with it), any other key is bound to its event's eventId. The caller
+	// needs no ReserveEventIDs before it.
 	BootstrapRun(ctx context.Context, meta engine.RunMetadata, first []engine.RunEventWrite) (engine.AppendResult, error)
 
 	// AppendAndEnqueue appends events to an existing run in one transaction:

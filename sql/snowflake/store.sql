@@ -166,20 +166,35 @@ $$;
 -- (UPDATEs of one table wait for each other, which serialises bootstraps of
 -- one run id) the run must not exist; then the client's writes (insert_run,
 -- insert_seq, merge_events, insert_outbox, merge_steps) are committed.
+-- The events' eventIds are bound in the EventIdRegistry in the same
+-- transaction (RunEvents 2.5.1): a persisted event is its key's binding
+-- (reserve_event_ids answers it first), and a key already reserved in
+-- dvt_event_ids keeps its reserved eventId, so the block writes only when
+-- none of the planned ids (the key_ids pairs) differs from a reservation.
 -- Outcomes in the 'O' row: APPLIED ('M' rows: the new events' stored
--- metadata) or EXISTS (nothing written).
+-- metadata), EXISTS (nothing written) or RESERVED (nothing written; 'K' rows
+-- hold the reserved ids of the batch's keys, the client plans again with
+-- them).
 EXECUTE IMMEDIATE $$
 DECLARE
   run_rows INTEGER DEFAULT 0;
+  rebind INTEGER DEFAULT 0;
   outcome VARCHAR DEFAULT 'EXISTS';
   res RESULTSET;
 BEGIN
   BEGIN TRANSACTION;
   UPDATE dvt_locks SET owner = owner WHERE lock_name = 'bootstrap';
-  SELECT COUNT(*) INTO :run_rows FROM dvt_runs WHERE run_id = HEX_DECODE_STRING(/*:run_id*/);
-  IF (run_rows = 0) THEN
+  SELECT COUNT(*),
+         (SELECT COUNT(*) FROM dvt_event_ids r
+          JOIN (VALUES /*:key_ids*/) AS k (key_hex, id_hex) ON r.idempotency_key = HEX_DECODE_STRING(k.key_hex)
+          WHERE r.run_id = HEX_DECODE_STRING(/*:run_id*/) AND r.event_id <> HEX_DECODE_STRING(k.id_hex))
+    INTO :run_rows, :rebind
+    FROM dvt_runs WHERE run_id = HEX_DECODE_STRING(/*:run_id*/);
+  IF (run_rows = 0 AND rebind = 0) THEN
     /*writes*/
     outcome := 'APPLIED';
+  ELSEIF (run_rows = 0) THEN
+    outcome := 'RESERVED';
   END IF;
   res := (
     SELECT 'O' AS kind, NULL AS run_seq, NULL AS tenant_id, NULL AS project_id, NULL AS environment_id,
@@ -191,6 +206,12 @@ BEGIN
            idempotency_key, NULL, persisted_at, NULL
     FROM dvt_run_events
     WHERE run_id = HEX_DECODE_STRING(/*:run_id*/) AND :outcome = 'APPLIED'
+    UNION ALL
+    SELECT 'K', NULL, NULL, NULL, NULL, event_id, NULL, NULL, NULL, NULL, NULL, NULL,
+           idempotency_key, NULL, NULL, NULL
+    FROM dvt_event_ids
+    WHERE run_id = HEX_DECODE_STRING(/*:run_id*/) AND :outcome = 'RESERVED'
+      AND idempotency_key IN (SELECT HEX_DECODE_STRING(k.key_hex) FROM (VALUES /*:key_ids*/) AS k (key_hex, id_hex))
   );
   COMMIT;
   RETURN TABLE(res);

@@ -115,11 +115,12 @@ func (r runRow) metadata(runID string) engine.RunMetadata {
 // when it comes from the cache or a STALE answer). outcome is the block's
 // answer ('O' row).
 type appendState struct {
-	found   bool
-	row     runRow
-	stored  map[string]engine.RunEventRecord // by idempotency key
-	steps   map[string]engine.StepState
-	outcome string
+	found    bool
+	row      runRow
+	stored   map[string]engine.RunEventRecord // by idempotency key
+	steps    map[string]engine.StepState
+	reserved map[string]string // eventIds reserved for the batch's keys, by key (bootstrap)
+	outcome  string
 }
 
 // cachedRun is the state of a run as this Store last wrote or read it under
@@ -137,6 +138,7 @@ const (
 	outcomeStale     = "STALE"
 	outcomeNotFound  = "NOT_FOUND"
 	outcomeLeaseLost = "LEASE_LOST" // a fenced append whose lease is no longer the run's
+	outcomeReserved  = "RESERVED"   // a bootstrap whose keys are reserved with other eventIds
 )
 
 // maxStaleRounds bounds how often one append re-plans after STALE answers
@@ -171,7 +173,10 @@ func (s *Store) forget(runID string) {
 	s.cacheMu.Unlock()
 }
 
-// BootstrapRun implements store.Store.
+// BootstrapRun implements store.Store in one request (bootstrap_block),
+// two when a key of the batch was reserved before with another eventId: the
+// block then answers the reserved ids (RESERVED) and the events are planned
+// again with them.
 func (s *Store) BootstrapRun(ctx context.Context, meta engine.RunMetadata, first []engine.RunEventWrite) (engine.AppendResult, error) {
 	if err := engine.ValidateMetadata(meta); err != nil {
 		return engine.AppendResult{}, err
@@ -181,38 +186,68 @@ func (s *Store) BootstrapRun(ctx context.Context, meta engine.RunMetadata, first
 			return engine.AppendResult{}, err
 		}
 	}
-	row := runRow{nextSeq: 1, status: engine.StatusNone, tenant: meta.TenantID, project: meta.ProjectID, env: meta.EnvironmentID, planID: meta.PlanID, planVersion: meta.PlanVersion}
-	b, err := store.FoldBatch(meta, first)
-	if err != nil {
-		return engine.AppendResult{}, err
-	}
-	st := appendState{found: true, row: row, stored: map[string]engine.RunEventRecord{}, steps: map[string]engine.StepState{}}
-	res, sc, next, err := s.planAppend(meta.RunID, st, b, &meta)
-	if err != nil {
-		return engine.AppendResult{}, err
-	}
-	block, err := render(s.q["bootstrap_block"], map[string]string{"run_id": hexLit(meta.RunID)}, nil)
-	if err != nil {
-		return engine.AppendResult{}, err
-	}
-	block = strings.Replace(block, "/*writes*/", sc.text(), 1)
-	err = s.withRetry(ctx, func() error {
-		ans, err := s.readAppendState(ctx, s.db, meta.RunID, block, nil)
-		if err != nil {
-			return err
+	events := slices.Clone(first)
+	var res engine.AppendResult
+	var next cachedRun
+	err := s.withRetry(ctx, func() error {
+		for range maxReservedRounds {
+			var ans appendState
+			var err error
+			res, next, ans, err = s.bootstrapOnce(ctx, meta, events)
+			if err != nil {
+				return err
+			}
+			switch ans.outcome {
+			case outcomeApplied:
+				return checkApplied(meta.RunID, res, ans)
+			case outcomeReserved:
+				for i, e := range events {
+					if id, ok := ans.reserved[e.IdempotencyKey]; ok {
+						events[i].EventID = id
+					}
+				}
+			default:
+				// Also what a retry finds after a lost answer: bootstrap is
+				// not idempotent, resume is how a run continues.
+				return engine.Errorf(engine.CodeRunAlreadyExists, "run %s already exists; nothing was written", meta.RunID)
+			}
 		}
-		if ans.outcome != outcomeApplied {
-			// Also what a retry finds after a lost answer: bootstrap is not
-			// idempotent, resume is how a run continues.
-			return engine.Errorf(engine.CodeRunAlreadyExists, "run %s already exists; nothing was written", meta.RunID)
-		}
-		return checkApplied(meta.RunID, res, ans)
+		return engine.Errorf(engine.CodeStoreCorrupt, "run %s: the reserved eventIds of its first events changed under %d bootstraps", meta.RunID, maxReservedRounds)
 	})
 	if err != nil {
 		return engine.AppendResult{}, err
 	}
 	s.remember(meta.RunID, next)
 	return res, nil
+}
+
+// maxReservedRounds bounds a bootstrap's RESERVED answers: reservations are
+// never rebound, so the second round normally applies.
+const maxReservedRounds = 3
+
+// bootstrapOnce plans the bootstrap of events and sends one block.
+func (s *Store) bootstrapOnce(ctx context.Context, meta engine.RunMetadata, events []engine.RunEventWrite) (engine.AppendResult, cachedRun, appendState, error) {
+	row := runRow{nextSeq: 1, status: engine.StatusNone, tenant: meta.TenantID, project: meta.ProjectID, env: meta.EnvironmentID, planID: meta.PlanID, planVersion: meta.PlanVersion}
+	b, err := store.FoldBatch(meta, events)
+	if err != nil {
+		return engine.AppendResult{}, cachedRun{}, appendState{}, err
+	}
+	st := appendState{found: true, row: row, stored: map[string]engine.RunEventRecord{}, steps: map[string]engine.StepState{}}
+	res, sc, next, err := s.planAppend(meta.RunID, st, b, &meta)
+	if err != nil {
+		return engine.AppendResult{}, cachedRun{}, appendState{}, err
+	}
+	pairs := make([][]string, len(b.Events))
+	for i, e := range b.Events {
+		pairs[i] = []string{e.IdempotencyKey, e.EventID}
+	}
+	block, err := render(s.q["bootstrap_block"], map[string]string{"run_id": hexLit(meta.RunID), "key_ids": hexTuples(2, pairs)}, nil)
+	if err != nil {
+		return engine.AppendResult{}, cachedRun{}, appendState{}, err
+	}
+	block = strings.Replace(block, "/*writes*/", sc.text(), 1)
+	ans, err := s.readAppendState(ctx, s.db, meta.RunID, block, nil)
+	return res, next, ans, err
 }
 
 // checkApplied compares the stored metadata an APPLIED block returned with
@@ -412,6 +447,11 @@ func (s *Store) readAppendState(ctx context.Context, c querier, runID, q string,
 			st.steps[step.String] = engine.StepState{Status: engine.StepStatus(typ.String), LogicalAttemptID: int(logical.Int64)}
 		case "O":
 			st.outcome = typ.String
+		case "K": // a key's reserved eventId (bootstrap)
+			if st.reserved == nil {
+				st.reserved = map[string]string{}
+			}
+			st.reserved[key.String] = eventID.String
 		case "M": // metadata of an event the block appended
 			st.stored[key.String] = engine.RunEventRecord{RunEventWrite: engine.RunEventWrite{EventID: eventID.String, IdempotencyKey: key.String},
 				RunSeq: seq.Int64, PersistedAt: persisted.Time.UTC()}

@@ -46,6 +46,12 @@ func ConfigFromDSN(dsn string) (*gosnowflake.Config, error) {
 	if err != nil {
 		return nil, engine.Errorf(engine.CodeInvalidArgument, "Snowflake DSN %s: %s", RedactDSN(dsn), scrubText(err.Error(), secretsOfDSN(dsn)))
 	}
+	// The driver sends connection telemetry in a request of its own when a
+	// session opens, on the critical path of every Open (at 100 ms per round
+	// trip); it stays off unless the DSN asks for it (disableTelemetry=false).
+	if _, set := paramValue(dsn, "disableTelemetry"); !set {
+		cfg.DisableTelemetry = true
+	}
 	if keyFile != "" {
 		key, err := readPrivateKey(keyFile)
 		if err != nil {

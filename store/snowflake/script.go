@@ -35,14 +35,29 @@ func intLit(n int64) string { return strconv.FormatInt(n, 10) }
 // hexRows renders strings as rows of one hex literal for a VALUES list:
 // ('6162'), ('6364'); none gives one NULL row, which matches nothing.
 func hexRows(ss []string) string {
-	if len(ss) == 0 {
-		return "(NULL)"
-	}
-	rows := make([]string, len(ss))
+	rows := make([][]string, len(ss))
 	for i, v := range ss {
-		rows[i] = "(" + hexLit(v) + ")"
+		rows[i] = []string{v}
 	}
-	return strings.Join(rows, ", ")
+	return hexTuples(1, rows)
+}
+
+// hexTuples renders rows of width strings as rows of hex literals for a
+// VALUES list: ('6162', '6364'), …; none gives one row of NULLs, which
+// matches nothing.
+func hexTuples(width int, rows [][]string) string {
+	if len(rows) == 0 {
+		return "(" + strings.TrimSuffix(strings.Repeat("NULL, ", width), ", ") + ")"
+	}
+	out := make([]string, len(rows))
+	lits := make([]string, width)
+	for i, r := range rows {
+		for j, v := range r {
+			lits[j] = hexLit(v)
+		}
+		out[i] = "(" + strings.Join(lits, ", ") + ")"
+	}
+	return strings.Join(out, ", ")
 }
 
 // tsText is how timestamps travel to Snowflake as text (bound or hex

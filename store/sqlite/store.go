@@ -286,6 +286,19 @@ func (s *Store) BootstrapRun(ctx context.Context, meta engine.RunMetadata, first
 	case !errors.Is(err, sql.ErrNoRows):
 		return engine.AppendResult{}, classify(s.path, err)
 	}
+	// The events are bound in the EventIdRegistry in this transaction: a
+	// persisted event is its key's binding (ReserveEventIDs answers it
+	// first), and a key reserved before keeps its reserved eventId.
+	reserved := tx.StmtContext(ctx, s.stmts["reserved_event_id"])
+	for i, e := range batch.Events {
+		var id string
+		switch err := reserved.QueryRowContext(ctx, meta.RunID, e.IdempotencyKey).Scan(&id); {
+		case err == nil:
+			batch.Events[i].EventID = id
+		case !errors.Is(err, sql.ErrNoRows):
+			return engine.AppendResult{}, classify(s.path, err)
+		}
+	}
 	now := s.now()
 	if _, err := s.exec(ctx, tx, "insert_run", meta.RunID, meta.TenantID, meta.ProjectID, meta.EnvironmentID,
 		meta.PlanID, meta.PlanVersion, meta.PlanSHA256, meta.TargetAdapter, nullable(meta.ProviderRunRef), nullable(meta.RunRequestID), now); err != nil {

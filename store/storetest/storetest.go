@@ -53,6 +53,7 @@ func Run(t *testing.T, b Backend) {
 		{"BootstrapWritesRunAndFirstEvents", testBootstrap},
 		{"BootstrapTwiceIsRunAlreadyExists", testBootstrapTwice},
 		{"BootstrapWithInvalidEventWritesNothing", testBootstrapInvalid},
+		{"BootstrapBindsEventIDs", testBootstrapBindsEventIDs},
 		{"RunQueuedSelectionIsCheckedAndKept", testQueuedSelection},
 		{"AppendUnknownRunIsRunNotFound", testAppendUnknownRun},
 		{"DuplicateAppendReturnsStoredMetadata", testDuplicate},
@@ -237,6 +238,53 @@ func testBootstrapInvalid(t *testing.T, b Backend) {
 	// The run can still be bootstrapped properly afterwards.
 	if _, err := s.BootstrapRun(ctx, f.Meta, []engine.RunEventWrite{good}); err != nil {
 		t.Fatalf("bootstrap after a refused one: %v", err)
+	}
+}
+
+// testBootstrapBindsEventIDs: BootstrapRun binds its events' eventIds in
+// the EventIdRegistry in its own transaction (RunEvents §2.5.1), so a
+// producer needs no reservation before it: afterwards ReserveEventIDs of
+// RunQueued's key answers the bootstrap's eventId, and a key reserved
+// before the bootstrap keeps its reserved id, in the log too.
+func testBootstrapBindsEventIDs(t *testing.T, b Backend) {
+	cases := []struct {
+		name         string
+		reserveFirst bool
+	}{
+		{name: "no reservation: the event's own id is bound"},
+		{name: "reserved before: the reserved id is kept", reserveFirst: true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := open(t, b)
+			f := NewFixture()
+			q := f.Event(engine.RunQueued, "", 1)
+			want := q.EventID
+			if c.reserveFirst {
+				want = uuid.NewString()
+				got, err := s.ReserveEventIDs(ctx, f.Meta.RunID, map[string]string{q.IdempotencyKey: want})
+				if err != nil || got[q.IdempotencyKey] != want {
+					t.Fatalf("reservation before bootstrap %v %v", got, err)
+				}
+			}
+			res, err := s.BootstrapRun(ctx, f.Meta, []engine.RunEventWrite{q})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(res.Appended) != 1 || res.Appended[0].EventID != want {
+				t.Fatalf("bootstrap appended %+v, want eventId %s", res.Appended, want)
+			}
+			if recs := events(t, s, f.Meta.RunID); len(recs) != 1 || recs[0].EventID != want {
+				t.Fatalf("log holds %+v, want RunQueued with eventId %s", recs, want)
+			}
+			// From this handle and from a restarted producer's.
+			for _, h := range []store.Store{s, open(t, b)} {
+				got, err := h.ReserveEventIDs(ctx, f.Meta.RunID, map[string]string{q.IdempotencyKey: uuid.NewString()})
+				if err != nil || got[q.IdempotencyKey] != want {
+					t.Fatalf("reservation after bootstrap %v %v, want %s", got, err, want)
+				}
+			}
+		})
 	}
 }
 

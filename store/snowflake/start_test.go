@@ -1,0 +1,202 @@
+package snowflake_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/store/snowflake"
+	"github.com/dvtrun/dvtrun/store/snowflake/sftest"
+	"github.com/dvtrun/dvtrun/store/storetest"
+)
+
+// The start path of a run (issue 11) costs one HTTP request per step, each
+// counted at the driver's transport: opening a store on a current schema,
+// taking or renewing the run's lease, and starting the run.
+
+// tripsAfterLogin is what tr counted besides logins, with the kinds in the
+// message when it differs from want.
+func tripsAfterLogin(t *testing.T, what string, tr *sftest.CountingTransport, want int64) {
+	t.Helper()
+	if n := tr.Count() - tr.Count(sftest.TripLogin); n != want {
+		t.Errorf("%s: %d HTTP round trips after login (%d query, %d result, %d other), want %d", what, n,
+			tr.Count(sftest.TripQuery), tr.Count(sftest.TripResult), tr.Count(sftest.TripOther), want)
+	}
+}
+
+// TestOpenOfACurrentSchemaIsOneRequest: Open reads the applied versions
+// first and stops there when none is missing; a schema whose version table
+// exists but lacks versions still migrates.
+func TestOpenOfACurrentSchemaIsOneRequest(t *testing.T) {
+	srv := sftest.Start(t)
+	cases := []struct {
+		name    string
+		prepare func(t *testing.T, schema string) // before the counted Open
+		trips   int64                             // -1: not counted (migrates)
+	}{
+		{name: "current schema", trips: 1, prepare: func(t *testing.T, schema string) {
+			openStore(t, srv.DSN("dvt", schema), snowflake.Options{}).Close()
+		}},
+		{name: "version table without versions: migrates", trips: -1, prepare: func(t *testing.T, schema string) {
+			db := srv.OpenDB(t, "DVT", schema)
+			if _, err := db.ExecContext(ctx, "CREATE TABLE dvt_schema_version (version NUMBER(38, 0) NOT NULL, name VARCHAR NOT NULL, applied_at TIMESTAMP_TZ(9) NOT NULL)"); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{name: "fresh schema: migrates", trips: -1},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			schema := fmt.Sprintf("open_%d", freshSchemas.Add(1))
+			if c.prepare != nil {
+				c.prepare(t, schema)
+			}
+			tr := &sftest.CountingTransport{}
+			s := openStore(t, srv.DSN("dvt", schema), snowflake.Options{Transporter: tr})
+			defer s.Close()
+			if c.trips >= 0 {
+				tripsAfterLogin(t, "Open", tr, c.trips)
+			}
+			// Whatever the path, the schema is complete: a run can start.
+			f := storetest.NewFixture()
+			f.Bootstrap(t, s)
+			var versions int
+			if err := s.DB().QueryRowContext(ctx, "SELECT COUNT(*) FROM dvt_schema_version").Scan(&versions); err != nil || versions < 3 {
+				t.Fatalf("%d versions recorded (%v)", versions, err)
+			}
+		})
+	}
+}
+
+// TestAcquireFencedLeaseIsOneRequest: the first acquire, a renewal, a
+// refusal and a takeover are one request each, on the store's clock and on
+// the database's, with the fence rules of the conformance suite.
+func TestAcquireFencedLeaseIsOneRequest(t *testing.T) {
+	srv := sftest.Start(t)
+	for _, clock := range []string{"store clock", "database clock"} {
+		t.Run(clock, func(t *testing.T) {
+			tr := &sftest.CountingTransport{}
+			opts := snowflake.Options{Transporter: tr}
+			fake := newClock()
+			// How the lease of worker-a is made to expire.
+			expire := func(l engine.Lease) { fake.Advance(2 * time.Minute) }
+			ttl := time.Minute
+			if clock == "store clock" {
+				opts.Now = fake.Now
+			} else {
+				ttl = 300 * time.Millisecond
+				expire = func(l engine.Lease) { time.Sleep(time.Until(l.ExpiresAt) + 200*time.Millisecond) }
+			}
+			s := openStore(t, srv.DSN("dvt", "lease_trips"), opts)
+			defer s.Close()
+			f := storetest.NewFixture()
+			f.Bootstrap(t, s)
+			run := f.Meta.RunID
+			var a engine.Lease
+			steps := []struct {
+				name      string
+				before    func()
+				owner     string
+				ttl       time.Duration
+				wantCode  engine.Code
+				wantFence func() int64
+			}{
+				{name: "first acquire", owner: "worker-a", ttl: ttl, wantFence: func() int64 { return 1 }},
+				{name: "renewal keeps the fence", owner: "worker-a", ttl: ttl, wantFence: func() int64 { return 1 }},
+				{name: "held by another owner", owner: "worker-b", ttl: ttl, wantCode: engine.CodeLeaseHeld},
+				{name: "takeover after expiry grows the fence", before: func() { expire(a) }, owner: "worker-b", ttl: time.Minute, wantFence: func() int64 { return 2 }},
+				{name: "the old owner is refused", owner: "worker-a", ttl: ttl, wantCode: engine.CodeLeaseHeld},
+			}
+			for _, st := range steps {
+				if st.before != nil {
+					st.before()
+				}
+				tr.Reset()
+				l, err := s.AcquireFencedLease(ctx, run, st.owner, st.ttl)
+				if engine.CodeOf(err) != st.wantCode {
+					t.Fatalf("%s: error %v, want code %q", st.name, err, st.wantCode)
+				}
+				tripsAfterLogin(t, st.name, tr, 1)
+				if err != nil {
+					continue
+				}
+				if l.Owner != st.owner || l.Fence != st.wantFence() || l.ExpiresAt.IsZero() {
+					t.Fatalf("%s: lease %+v, want owner %s fence %d", st.name, l, st.owner, st.wantFence())
+				}
+				if st.owner == "worker-a" {
+					a = l
+				}
+			}
+		})
+	}
+}
+
+// TestStartRunIsOneRequest: engine.StartRun bootstraps without a separate
+// reservation, and RunQueued's eventId is bound in the registry.
+func TestStartRunIsOneRequest(t *testing.T) {
+	srv := sftest.Start(t)
+	tr := &sftest.CountingTransport{}
+	s := openStore(t, srv.DSN("dvt", "start_trips"), snowflake.Options{Transporter: tr})
+	defer s.Close()
+	plan, err := engine.ParsePlan([]byte("planId: start\nplanVersion: \"1\"\nsteps:\n  - {id: model.a, kind: model, sql: select 1}\n"), "start.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng := &engine.Engine{Log: s, Clock: engine.ClockFunc(time.Now), IDs: engine.IDFunc(uuid.NewString),
+		Config: engine.Config{TenantID: "acme", ProjectID: "shop", EnvironmentID: "dev"}}
+	tr.Reset()
+	runID, err := eng.StartRun(ctx, engine.StartRequest{Plan: plan})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tripsAfterLogin(t, "StartRun", tr, 1)
+	recs, err := s.ListEvents(ctx, runID, 0, 0)
+	if err != nil || len(recs) != 1 || recs[0].EventType != engine.RunQueued {
+		t.Fatalf("log %+v %v, want RunQueued alone", recs, err)
+	}
+	ids, err := s.ReserveEventIDs(ctx, runID, map[string]string{recs[0].IdempotencyKey: uuid.NewString()})
+	if err != nil || ids[recs[0].IdempotencyKey] != recs[0].EventID {
+		t.Fatalf("registry answers %v (%v), want RunQueued's eventId %s", ids, err, recs[0].EventID)
+	}
+}
+
+// TestLostBootstrapAnswer: a bootstrap whose block committed but whose
+// answer was lost is retried by the store and answers RUN_ALREADY_EXISTS
+// (bootstrap is not idempotent; resume continues a run), leaving one run
+// with RunQueued once, bound to one eventId.
+func TestLostBootstrapAnswer(t *testing.T) {
+	srv := sftest.Start(t)
+	tr := &lossyTransport{}
+	s := openStore(t, srv.DSN("dvt", "lost_bootstrap"), snowflake.Options{Transporter: tr, RetryBase: time.Millisecond})
+	defer s.Close()
+	f := storetest.NewFixture()
+	q := f.Event(engine.RunQueued, "", 1)
+	tr.armed.Store(1)
+	res, err := s.BootstrapRun(ctx, f.Meta, []engine.RunEventWrite{q})
+	if tr.armed.Load() > 0 {
+		t.Fatal("no answer was lost: the test did not exercise the retry")
+	}
+	switch engine.CodeOf(err) {
+	case engine.CodeRunAlreadyExists:
+	case "":
+		if len(res.Appended) != 1 || res.Appended[0].EventID != q.EventID {
+			t.Fatalf("bootstrap answered %+v, want RunQueued with eventId %s", res, q.EventID)
+		}
+	default:
+		t.Fatalf("bootstrap after a lost answer: %v, want success or RUN_ALREADY_EXISTS", err)
+	}
+	recs, err := s.ListEvents(ctx, f.Meta.RunID, 0, 0)
+	if err != nil || len(recs) != 1 || recs[0].EventID != q.EventID {
+		t.Fatalf("log %+v %v, want RunQueued once with eventId %s", recs, err, q.EventID)
+	}
+	if n, err := s.CountOutbox(ctx, f.Meta.RunID); err != nil || n != 1 {
+		t.Fatalf("outbox %d rows (%v), want 1", n, err)
+	}
+	ids, err := s.ReserveEventIDs(ctx, f.Meta.RunID, map[string]string{q.IdempotencyKey: uuid.NewString()})
+	if err != nil || ids[q.IdempotencyKey] != q.EventID {
+		t.Fatalf("registry answers %v (%v), want %s", ids, err, q.EventID)
+	}
+}

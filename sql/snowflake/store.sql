@@ -6,8 +6,8 @@
 -- into the /*:name*/ slots as hex string literals ('6162…', read back with
 -- HEX_DECODE_STRING), decimal integers or NULL — nothing a value contains can
 -- end its literal. /*rows*/ takes rows of such literals. Scripting blocks
--- (append_block, bootstrap_block, reserve_event_ids) are single statements
--- that take no binds either: the same literals.
+-- (append_block, bootstrap_block, reserve_event_ids, acquire_lease_block)
+-- are single statements that take no binds either: the same literals.
 
 -- name: create_locks
 -- The table is created with its 'migrate' row in one statement: a row
@@ -451,22 +451,6 @@ SELECT run_id, signal_seq, signal_id, signal_type, COALESCE(step_id, ''), COALES
        COALESCE(requested_by, ''), created_at
 FROM dvt_signals WHERE run_id = ? AND signal_seq > ? ORDER BY signal_seq;
 
--- name: put_lease
--- Written in the lease's transaction, after get_fenced_lease decided under the
--- run's lock (lock_run) that the caller may take or renew it.
-MERGE INTO dvt_leases t
-USING (
-    SELECT HEX_DECODE_STRING(/*:run_id*/) AS run_id, HEX_DECODE_STRING(/*:owner*/) AS owner,
-           CAST(HEX_DECODE_STRING(/*:now_at*/) AS TIMESTAMP_TZ(9)) AS now_at,
-           CAST(HEX_DECODE_STRING(/*:expires_at*/) AS TIMESTAMP_TZ(9)) AS expires_at,
-           /*:fence*/ AS fence
-) s
-ON t.run_id = s.run_id
-WHEN MATCHED THEN
-    UPDATE SET owner = s.owner, acquired_at = s.now_at, expires_at = s.expires_at, fence = s.fence
-WHEN NOT MATCHED THEN INSERT (run_id, owner, acquired_at, expires_at, fence)
-    VALUES (s.run_id, s.owner, s.now_at, s.expires_at, s.fence);
-
 -- name: acquire_lease_block
 -- AcquireFencedLease in one request (issue 11): under the run's lock (the
 -- lock every append takes first, so a takeover and a stale runner's append
@@ -526,17 +510,9 @@ $$;
 -- A released lease keeps its row (owner '') for its fence: it reads as none.
 SELECT owner, expires_at FROM dvt_leases WHERE run_id = ? AND owner <> '';
 
--- name: get_fenced_lease
-SELECT owner, expires_at, fence FROM dvt_leases WHERE run_id = ?;
-
 -- name: release_lease
 -- The row stays, ownerless and expired, so the fence keeps growing.
 UPDATE dvt_leases SET owner = '', expires_at = acquired_at WHERE run_id = ? AND owner = ?;
-
--- name: db_now
--- The database's clock: lease expiry is decided by it, not by the clocks
--- of the runners' machines.
-SELECT CURRENT_TIMESTAMP();
 
 -- name: count_outbox
 SELECT COUNT(*) FROM dvt_outbox WHERE run_id = ?;

@@ -83,12 +83,15 @@ func TestAcquireFencedLeaseIsOneRequest(t *testing.T) {
 			fake := newClock()
 			// How the lease of worker-a is made to expire.
 			expire := func(l engine.Lease) { fake.Advance(2 * time.Minute) }
-			ttl := time.Minute
+			// The last renewal before the takeover is short on the
+			// database's clock, which the test can only wait out.
+			ttl, short := time.Minute, time.Minute
+			now := time.Now
 			if clock == "store clock" {
-				opts.Now = fake.Now
+				opts.Now, now = fake.Now, fake.Now
 			} else {
-				ttl = 300 * time.Millisecond
-				expire = func(l engine.Lease) { time.Sleep(time.Until(l.ExpiresAt) + 200*time.Millisecond) }
+				short = 50 * time.Millisecond
+				expire = func(l engine.Lease) { time.Sleep(time.Until(l.ExpiresAt) + 100*time.Millisecond) }
 			}
 			s := openStore(t, srv.DSN("dvt", "lease_trips"), opts)
 			defer s.Close()
@@ -97,17 +100,18 @@ func TestAcquireFencedLeaseIsOneRequest(t *testing.T) {
 			run := f.Meta.RunID
 			var a engine.Lease
 			steps := []struct {
-				name      string
-				before    func()
-				owner     string
-				ttl       time.Duration
-				wantCode  engine.Code
-				wantFence func() int64
+				name     string
+				before   func()
+				owner    string
+				ttl      time.Duration
+				wantCode engine.Code
+				fence    int64
 			}{
-				{name: "first acquire", owner: "worker-a", ttl: ttl, wantFence: func() int64 { return 1 }},
-				{name: "renewal keeps the fence", owner: "worker-a", ttl: ttl, wantFence: func() int64 { return 1 }},
+				{name: "first acquire", owner: "worker-a", ttl: ttl, fence: 1},
+				{name: "renewal keeps the fence", owner: "worker-a", ttl: ttl, fence: 1},
 				{name: "held by another owner", owner: "worker-b", ttl: ttl, wantCode: engine.CodeLeaseHeld},
-				{name: "takeover after expiry grows the fence", before: func() { expire(a) }, owner: "worker-b", ttl: time.Minute, wantFence: func() int64 { return 2 }},
+				{name: "a last renewal", owner: "worker-a", ttl: short, fence: 1},
+				{name: "takeover after expiry grows the fence", before: func() { expire(a) }, owner: "worker-b", ttl: time.Minute, fence: 2},
 				{name: "the old owner is refused", owner: "worker-a", ttl: ttl, wantCode: engine.CodeLeaseHeld},
 			}
 			for _, st := range steps {
@@ -115,7 +119,9 @@ func TestAcquireFencedLeaseIsOneRequest(t *testing.T) {
 					st.before()
 				}
 				tr.Reset()
+				before := now()
 				l, err := s.AcquireFencedLease(ctx, run, st.owner, st.ttl)
+				after := now()
 				if engine.CodeOf(err) != st.wantCode {
 					t.Fatalf("%s: error %v, want code %q", st.name, err, st.wantCode)
 				}
@@ -123,8 +129,13 @@ func TestAcquireFencedLeaseIsOneRequest(t *testing.T) {
 				if err != nil {
 					continue
 				}
-				if l.Owner != st.owner || l.Fence != st.wantFence() || l.ExpiresAt.IsZero() {
-					t.Fatalf("%s: lease %+v, want owner %s fence %d", st.name, l, st.owner, st.wantFence())
+				if l.Owner != st.owner || l.Fence != st.fence {
+					t.Fatalf("%s: lease %+v, want owner %s fence %d", st.name, l, st.owner, st.fence)
+				}
+				// Expiry is the deciding clock's now (read inside the call)
+				// plus the TTL; the database's clock is a microsecond one.
+				if lo, hi := before.Add(st.ttl-time.Microsecond), after.Add(st.ttl+time.Microsecond); l.ExpiresAt.Before(lo) || l.ExpiresAt.After(hi) {
+					t.Fatalf("%s: lease expires at %s, want between %s and %s", st.name, l.ExpiresAt, lo, hi)
 				}
 				if st.owner == "worker-a" {
 					a = l

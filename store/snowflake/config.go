@@ -50,6 +50,7 @@ func ConfigFromDSN(dsn string) (*gosnowflake.Config, error) {
 	// session opens, on the critical path of every Open (at 100 ms per round
 	// trip); it stays off unless the DSN asks for it (disableTelemetry=false).
 	if _, set := paramValue(dsn, "disableTelemetry"); !set {
+		//lint:ignore SA1019 the driver's only switch (the DSN's disableTelemetry sets it) until the session parameter meant to replace it exists
 		cfg.DisableTelemetry = true
 	}
 	if keyFile != "" {

@@ -54,16 +54,6 @@ func TestConfigFromDSN(t *testing.T) {
 				t.Fatalf("config %+v", c)
 			}
 		}},
-		{name: "telemetry is off by default", dsn: "alice:pw1234@myacct/db/sch", check: func(t *testing.T, c *gosnowflake.Config) {
-			if !c.DisableTelemetry {
-				t.Fatal("the driver's connection telemetry is on: one more round trip per session")
-			}
-		}},
-		{name: "telemetry when the DSN asks for it", dsn: "alice:pw1234@myacct/db/sch?disableTelemetry=false", check: func(t *testing.T, c *gosnowflake.Config) {
-			if c.DisableTelemetry {
-				t.Fatal("disableTelemetry=false was ignored")
-			}
-		}},
 		{name: "key pair", dsn: "alice@myacct/db/sch?warehouse=wh&privateKeyFile=" + rsaPath, check: func(t *testing.T, c *gosnowflake.Config) {
 			if c.Authenticator != gosnowflake.AuthTypeJwt || c.PrivateKey == nil || !c.PrivateKey.Equal(rsaKey) || c.Warehouse != "wh" {
 				t.Fatalf("authenticator %v, key set %v, warehouse %q", c.Authenticator, c.PrivateKey != nil, c.Warehouse)

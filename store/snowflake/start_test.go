@@ -29,13 +29,15 @@ func tripsAfterLogin(t *testing.T, what string, tr *sftest.CountingTransport, wa
 
 // TestOpenOfACurrentSchemaIsOneRequest: Open reads the applied versions
 // first and stops there when none is missing; a schema whose version table
-// exists but lacks versions still migrates.
+// exists but lacks versions still migrates. The driver's connection
+// telemetry, a request of its own, is off unless the DSN asks for it.
 func TestOpenOfACurrentSchemaIsOneRequest(t *testing.T) {
 	srv := sftest.Start(t)
 	cases := []struct {
-		name    string
-		prepare func(t *testing.T, schema string) // before the counted Open
-		trips   int64                             // -1: not counted (migrates)
+		name      string
+		prepare   func(t *testing.T, schema string) // before the counted Open
+		dsnParams string
+		trips     int64 // -1: not counted (migrates)
 	}{
 		{name: "current schema", trips: 1, prepare: func(t *testing.T, schema string) {
 			openStore(t, srv.DSN("dvt", schema), snowflake.Options{}).Close()
@@ -47,6 +49,9 @@ func TestOpenOfACurrentSchemaIsOneRequest(t *testing.T) {
 			}
 		}},
 		{name: "fresh schema: migrates", trips: -1},
+		{name: "current schema, driver telemetry asked for: one more", dsnParams: "&disableTelemetry=false", trips: 2, prepare: func(t *testing.T, schema string) {
+			openStore(t, srv.DSN("dvt", schema), snowflake.Options{}).Close()
+		}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -55,7 +60,7 @@ func TestOpenOfACurrentSchemaIsOneRequest(t *testing.T) {
 				c.prepare(t, schema)
 			}
 			tr := &sftest.CountingTransport{}
-			s := openStore(t, srv.DSN("dvt", schema), snowflake.Options{Transporter: tr})
+			s := openStore(t, srv.DSN("dvt", schema)+c.dsnParams, snowflake.Options{Transporter: tr})
 			defer s.Close()
 			if c.trips >= 0 {
 				tripsAfterLogin(t, "Open", tr, c.trips)

@@ -257,7 +257,9 @@
 // No arrow results, result chunks, stage binds (the
 // driver only uses them above client_stage_array_binding_threshold, which
 // the server never sets), PUT/GET, SHOW/DESCRIBE or INFORMATION_SCHEMA in
-// Snowflake's shape. TIMESTAMP_TZ keeps the instant, not the offset. Quoted
+// Snowflake's shape. TIMESTAMP_TZ keeps the instant, not the offset.
+// DATEADD computes in DuckDB intervals, to the microsecond: a TIMESTAMP_TZ(9)
+// value loses its nanoseconds there (dvtrun adds only TTLs and delays). Quoted
 // identifiers are matched case-insensitively. A
 // runtime error (e.g. a failed cast) inside an explicit transaction aborts
 // DuckDB's transaction, where Snowflake rolls back only the statement: the

@@ -55,6 +55,26 @@ $$`,
 			want: []string{"25"},
 		},
 		{
+			name: "a TIMESTAMP_TZ variable keeps its instant in SQL and in DATEADD",
+			doc: `Working with variables: a variable's type can be any SQL data type, and "you can use variables in expressions, ` +
+				`Snowflake Scripting statements, and SQL statements"; INTO sets it from a SELECT; DATEADD: "Adds the specified ` +
+				`value for the specified date or time part to a date, time, or timestamp." Checked to the microsecond: the ` +
+				`server's DATEADD drops nanoseconds (package doc, Known gaps).`,
+			sql: `EXECUTE IMMEDIATE $$
+DECLARE
+  ts TIMESTAMP_TZ(9);
+BEGIN
+  SELECT MAX(c.ts) INTO :ts
+    FROM (SELECT CAST('2026-04-01 10:00:00.123456789+02:00' AS TIMESTAMP_TZ(9)) AS ts) c LEFT JOIN s1 ON s1.a = 1;
+  RETURN (CASE WHEN :ts = CAST('2026-04-01 08:00:00.123456789+00:00' AS TIMESTAMP_TZ(9)) THEN 'instant kept' ELSE 'instant lost' END)
+      || ', ' || (CASE WHEN DATEADD(microsecond, 1500000, :ts) >= CAST('2026-04-01 08:00:01.623456+00:00' AS TIMESTAMP_TZ(9))
+                        AND DATEADD(microsecond, 1500000, :ts) < CAST('2026-04-01 08:00:01.623457+00:00' AS TIMESTAMP_TZ(9))
+                       THEN 'added' ELSE 'not added' END);
+END;
+$$`,
+			want: []string{"instant kept, added"},
+		},
+		{
 			name: "RETURN TABLE(resultset)",
 			doc: `Working with RESULTSETs: "For a RESULTSET, the query is executed when you assign the query to the RESULTSET"; ` +
 				`"Use the TABLE(...) syntax to retrieve the results as a table."`,

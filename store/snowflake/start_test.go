@@ -216,3 +216,26 @@ func TestLostBootstrapAnswer(t *testing.T) {
 		t.Fatalf("registry answers %v (%v), want %s", ids, err, q.EventID)
 	}
 }
+
+// TestLostLeaseAnswer: an acquire whose block committed but whose answer
+// was lost is retried by the store as a renewal by the same owner: the
+// caller gets the lease with the fence of the commit it never heard of.
+func TestLostLeaseAnswer(t *testing.T) {
+	srv := sftest.Start(t)
+	tr := &lossyTransport{}
+	s := openStore(t, srv.DSN("dvt", "lost_lease"), snowflake.Options{Transporter: tr, RetryBase: time.Millisecond})
+	defer s.Close()
+	f := storetest.NewFixture()
+	f.Bootstrap(t, s)
+	tr.armed.Store(1)
+	l, err := s.AcquireFencedLease(ctx, f.Meta.RunID, "worker-a", time.Minute)
+	if tr.armed.Load() > 0 {
+		t.Fatal("no answer was lost: the test did not exercise the retry")
+	}
+	if err != nil || l.Owner != "worker-a" || l.Fence != 1 {
+		t.Fatalf("acquire after a lost answer: %+v %v, want worker-a with fence 1", l, err)
+	}
+	if _, err := s.AcquireFencedLease(ctx, f.Meta.RunID, "worker-b", time.Minute); engine.CodeOf(err) != engine.CodeLeaseHeld {
+		t.Fatalf("another owner: %v, want LEASE_HELD", err)
+	}
+}

@@ -185,9 +185,9 @@ BEGIN
   BEGIN TRANSACTION;
   UPDATE dvt_locks SET owner = owner WHERE lock_name = 'bootstrap';
   SELECT COUNT(*),
-         (SELECT COUNT(*) FROM dvt_event_ids r
-          JOIN (VALUES /*:key_ids*/) AS k (key_hex, id_hex) ON r.idempotency_key = HEX_DECODE_STRING(k.key_hex)
-          WHERE r.run_id = HEX_DECODE_STRING(/*:run_id*/) AND r.event_id <> HEX_DECODE_STRING(k.id_hex))
+         (SELECT COUNT(*) FROM dvt_event_ids reserved
+          JOIN (VALUES /*:key_ids*/) AS k (key_hex, id_hex) ON reserved.idempotency_key = HEX_DECODE_STRING(k.key_hex)
+          WHERE reserved.run_id = HEX_DECODE_STRING(/*:run_id*/) AND reserved.event_id <> HEX_DECODE_STRING(k.id_hex))
     INTO :run_rows, :rebind
     FROM dvt_runs WHERE run_id = HEX_DECODE_STRING(/*:run_id*/);
   IF (run_rows = 0 AND rebind = 0) THEN
@@ -458,11 +458,12 @@ FROM dvt_signals WHERE run_id = ? AND signal_seq > ? ORDER BY signal_seq;
 -- held is 1 when another owner's lease has not expired, next_fence is the
 -- fence the caller gets (kept on a renewal by the owner, one more for a new
 -- owner: a takeover, an acquire after a release, the first acquire). The
--- clock is the client's (now_at, when the store has Options.Now) or the
--- database's, the one clock every runner of a run shares. The answer is one
--- row, the outcome (ACQUIRED or LEASE_HELD) with the lease as stored: the
--- caller's, or the holder's. Values are hex literals and integers
--- (script.go).
+-- clock is the client's (now_at and expires_at, when the store has
+-- Options.Now) or the database's, the one clock every runner of a run
+-- shares: then the lease expires ttl_ms after it, as pulse_block renews
+-- it. The answer is one row, the outcome (ACQUIRED or LEASE_HELD) with the
+-- lease as stored: the caller's, or the holder's. Values are hex literals
+-- and integers (script.go).
 EXECUTE IMMEDIATE $$
 DECLARE
   at_now TIMESTAMP_TZ(9);
@@ -473,18 +474,22 @@ DECLARE
 BEGIN
   BEGIN TRANSACTION;
   UPDATE dvt_run_seq SET next_seq = next_seq WHERE run_id = HEX_DECODE_STRING(/*:run_id*/);
-  SELECT MAX(c.at_now),
-         COALESCE(MAX(CASE WHEN l.owner <> HEX_DECODE_STRING(/*:owner*/) AND l.expires_at > c.at_now THEN 1 ELSE 0 END), 0),
-         COALESCE(MAX(l.fence + CASE WHEN l.owner = HEX_DECODE_STRING(/*:owner*/) THEN 0 ELSE 1 END), 1)
+  SELECT MAX(clock.at_now),
+         COALESCE(MAX(CASE WHEN lease.owner <> HEX_DECODE_STRING(/*:owner*/) AND lease.expires_at > clock.at_now
+                           THEN 1 ELSE 0 END), 0),
+         COALESCE(MAX(lease.fence + CASE WHEN lease.owner = HEX_DECODE_STRING(/*:owner*/) THEN 0 ELSE 1 END), 1)
     INTO :at_now, :held, :next_fence
     FROM (SELECT COALESCE(CAST(HEX_DECODE_STRING(/*:now_at*/) AS TIMESTAMP_TZ(9)),
-                          CAST(CURRENT_TIMESTAMP() AS TIMESTAMP_TZ(9))) AS at_now) c
-    LEFT JOIN dvt_leases l ON l.run_id = HEX_DECODE_STRING(/*:run_id*/);
+                          CAST(CURRENT_TIMESTAMP() AS TIMESTAMP_TZ(9))) AS at_now) clock
+    LEFT JOIN dvt_leases lease ON lease.run_id = HEX_DECODE_STRING(/*:run_id*/);
   IF (held = 0) THEN
     MERGE INTO dvt_leases t
     USING (
         SELECT HEX_DECODE_STRING(/*:run_id*/) AS run_id, HEX_DECODE_STRING(/*:owner*/) AS owner,
-               :at_now AS now_at, DATEADD(microsecond, /*:ttl_us*/, :at_now) AS expires_at, :next_fence AS fence
+               :at_now AS now_at,
+               COALESCE(CAST(HEX_DECODE_STRING(/*:expires_at*/) AS TIMESTAMP_TZ(9)),
+                        DATEADD(millisecond, /*:ttl_ms*/, :at_now)) AS expires_at,
+               :next_fence AS fence
     ) s
     ON t.run_id = s.run_id
     WHEN MATCHED THEN

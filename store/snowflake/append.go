@@ -237,11 +237,14 @@ func (s *Store) bootstrapOnce(ctx context.Context, meta engine.RunMetadata, even
 	if err != nil {
 		return engine.AppendResult{}, cachedRun{}, appendState{}, err
 	}
-	pairs := make([][]string, len(b.Events))
-	for i, e := range b.Events {
-		pairs[i] = []string{e.IdempotencyKey, e.EventID}
+	pairs := [][]string{{"NULL", "NULL"}} // no events: a row that matches nothing
+	if len(b.Events) > 0 {
+		pairs = make([][]string, len(b.Events))
+		for i, e := range b.Events {
+			pairs[i] = []string{hexLit(e.IdempotencyKey), hexLit(e.EventID)}
+		}
 	}
-	block, err := render(s.q["bootstrap_block"], map[string]string{"run_id": hexLit(meta.RunID), "key_ids": hexTuples(2, pairs)}, nil)
+	block, err := render(s.q["bootstrap_block"], map[string]string{"run_id": hexLit(meta.RunID), "key_ids": valuesRows(pairs)}, nil)
 	if err != nil {
 		return engine.AppendResult{}, cachedRun{}, appendState{}, err
 	}

@@ -35,29 +35,14 @@ func intLit(n int64) string { return strconv.FormatInt(n, 10) }
 // hexRows renders strings as rows of one hex literal for a VALUES list:
 // ('6162'), ('6364'); none gives one NULL row, which matches nothing.
 func hexRows(ss []string) string {
-	rows := make([][]string, len(ss))
+	if len(ss) == 0 {
+		return "(NULL)"
+	}
+	rows := make([]string, len(ss))
 	for i, v := range ss {
-		rows[i] = []string{v}
+		rows[i] = "(" + hexLit(v) + ")"
 	}
-	return hexTuples(1, rows)
-}
-
-// hexTuples renders rows of width strings as rows of hex literals for a
-// VALUES list: ('6162', '6364'), …; none gives one row of NULLs, which
-// matches nothing.
-func hexTuples(width int, rows [][]string) string {
-	if len(rows) == 0 {
-		return "(" + strings.TrimSuffix(strings.Repeat("NULL, ", width), ", ") + ")"
-	}
-	out := make([]string, len(rows))
-	lits := make([]string, width)
-	for i, r := range rows {
-		for j, v := range r {
-			lits[j] = hexLit(v)
-		}
-		out[i] = "(" + strings.Join(lits, ", ") + ")"
-	}
-	return strings.Join(out, ", ")
+	return strings.Join(rows, ", ")
 }
 
 // tsText is how timestamps travel to Snowflake as text (bound or hex

@@ -72,26 +72,3 @@ func TestSplitStatements(t *testing.T) {
 		}
 	}
 }
-
-// TestHexTuples: rows of hex literals for a VALUES list, and a row of NULLs
-// (which matches nothing) when there are none, so the list is never empty.
-func TestHexTuples(t *testing.T) {
-	cases := []struct {
-		width int
-		rows  [][]string
-		want  string
-	}{
-		{1, nil, "(NULL)"},
-		{2, nil, "(NULL, NULL)"},
-		{1, [][]string{{"a"}, {"b"}}, "('61'), ('62')"},
-		{2, [][]string{{"k", "it's"}, {"", "x"}}, "('6b', '69742773'), ('', '78')"},
-	}
-	for _, c := range cases {
-		if got := hexTuples(c.width, c.rows); got != c.want {
-			t.Errorf("hexTuples(%d, %q) = %s, want %s", c.width, c.rows, got, c.want)
-		}
-	}
-	if got := hexRows([]string{"a", "b"}); got != "('61'), ('62')" {
-		t.Errorf("hexRows = %s", got)
-	}
-}

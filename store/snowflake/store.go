@@ -502,12 +502,13 @@ func (s *Store) AcquireFencedLease(ctx context.Context, runID, owner string, ttl
 	}
 	var out engine.Lease
 	err := s.withRetry(ctx, func() error {
-		nowAt := "NULL" // the database's clock
+		nowAt, expires := "NULL", "NULL" // the database's clock
 		if !s.dbClock {
-			nowAt = hexLit(tsText(s.now()))
+			now := s.now()
+			nowAt, expires = hexLit(tsText(now)), hexLit(tsText(now.Add(ttl)))
 		}
 		block, err := render(s.q["acquire_lease_block"], map[string]string{
-			"run_id": hexLit(runID), "owner": hexLit(owner), "now_at": nowAt, "ttl_us": intLit(ttl.Microseconds()),
+			"run_id": hexLit(runID), "owner": hexLit(owner), "now_at": nowAt, "expires_at": expires, "ttl_ms": intLit(ttl.Milliseconds()),
 		}, nil)
 		if err != nil {
 			return err

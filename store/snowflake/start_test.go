@@ -179,63 +179,78 @@ func TestStartRunIsOneRequest(t *testing.T) {
 	}
 }
 
-// TestLostBootstrapAnswer: a bootstrap whose block committed but whose
-// answer was lost is retried by the store and answers RUN_ALREADY_EXISTS
-// (bootstrap is not idempotent; resume continues a run), leaving one run
-// with RunQueued once, bound to one eventId.
-func TestLostBootstrapAnswer(t *testing.T) {
+// TestLostAnswerOnTheStartPath: a bootstrap or a lease acquire whose block
+// committed but whose answer was lost is retried by the store. The
+// bootstrap answers RUN_ALREADY_EXISTS (it is not idempotent; resume
+// continues a run) or the same ids, leaving RunQueued once, bound to one
+// eventId; the acquire comes back as the owner's renewal, with the fence of
+// the commit it never heard of.
+func TestLostAnswerOnTheStartPath(t *testing.T) {
+	cases := []struct {
+		name      string
+		bootstrap bool // the run exists before the call whose answer is lost
+		call      func(s *snowflake.Store, f *storetest.Fixture) (any, error)
+		check     func(t *testing.T, s *snowflake.Store, f *storetest.Fixture, res any, err error)
+	}{
+		{
+			name: "bootstrap",
+			call: func(s *snowflake.Store, f *storetest.Fixture) (any, error) {
+				return s.BootstrapRun(ctx, f.Meta, []engine.RunEventWrite{f.Event(engine.RunQueued, "", 1)})
+			},
+			check: func(t *testing.T, s *snowflake.Store, f *storetest.Fixture, res any, err error) {
+				recs, lerr := s.ListEvents(ctx, f.Meta.RunID, 0, 0)
+				if lerr != nil || len(recs) != 1 || recs[0].EventType != engine.RunQueued {
+					t.Fatalf("log %+v %v, want RunQueued once", recs, lerr)
+				}
+				switch engine.CodeOf(err) {
+				case engine.CodeRunAlreadyExists:
+				case "":
+					if r := res.(engine.AppendResult); len(r.Appended) != 1 || r.Appended[0].EventID != recs[0].EventID {
+						t.Fatalf("bootstrap answered %+v, want RunQueued with eventId %s", r, recs[0].EventID)
+					}
+				default:
+					t.Fatalf("bootstrap after a lost answer: %v, want success or RUN_ALREADY_EXISTS", err)
+				}
+				if n, err := s.CountOutbox(ctx, f.Meta.RunID); err != nil || n != 1 {
+					t.Fatalf("outbox %d rows (%v), want 1", n, err)
+				}
+				key := recs[0].IdempotencyKey
+				if ids, err := s.ReserveEventIDs(ctx, f.Meta.RunID, map[string]string{key: uuid.NewString()}); err != nil || ids[key] != recs[0].EventID {
+					t.Fatalf("registry answers %v (%v), want %s", ids, err, recs[0].EventID)
+				}
+			},
+		},
+		{
+			name: "lease acquire", bootstrap: true,
+			call: func(s *snowflake.Store, f *storetest.Fixture) (any, error) {
+				return s.AcquireFencedLease(ctx, f.Meta.RunID, "worker-a", time.Minute)
+			},
+			check: func(t *testing.T, s *snowflake.Store, f *storetest.Fixture, res any, err error) {
+				if l := res.(engine.Lease); err != nil || l.Owner != "worker-a" || l.Fence != 1 {
+					t.Fatalf("acquire after a lost answer: %+v %v, want worker-a with fence 1", l, err)
+				}
+				if _, err := s.AcquireFencedLease(ctx, f.Meta.RunID, "worker-b", time.Minute); engine.CodeOf(err) != engine.CodeLeaseHeld {
+					t.Fatalf("another owner: %v, want LEASE_HELD", err)
+				}
+			},
+		},
+	}
 	srv := sftest.Start(t)
-	tr := &lossyTransport{}
-	s := openStore(t, srv.DSN("dvt", "lost_bootstrap"), snowflake.Options{Transporter: tr, RetryBase: time.Millisecond})
-	defer s.Close()
-	f := storetest.NewFixture()
-	q := f.Event(engine.RunQueued, "", 1)
-	tr.armed.Store(1)
-	res, err := s.BootstrapRun(ctx, f.Meta, []engine.RunEventWrite{q})
-	if tr.armed.Load() > 0 {
-		t.Fatal("no answer was lost: the test did not exercise the retry")
-	}
-	switch engine.CodeOf(err) {
-	case engine.CodeRunAlreadyExists:
-	case "":
-		if len(res.Appended) != 1 || res.Appended[0].EventID != q.EventID {
-			t.Fatalf("bootstrap answered %+v, want RunQueued with eventId %s", res, q.EventID)
-		}
-	default:
-		t.Fatalf("bootstrap after a lost answer: %v, want success or RUN_ALREADY_EXISTS", err)
-	}
-	recs, err := s.ListEvents(ctx, f.Meta.RunID, 0, 0)
-	if err != nil || len(recs) != 1 || recs[0].EventID != q.EventID {
-		t.Fatalf("log %+v %v, want RunQueued once with eventId %s", recs, err, q.EventID)
-	}
-	if n, err := s.CountOutbox(ctx, f.Meta.RunID); err != nil || n != 1 {
-		t.Fatalf("outbox %d rows (%v), want 1", n, err)
-	}
-	ids, err := s.ReserveEventIDs(ctx, f.Meta.RunID, map[string]string{q.IdempotencyKey: uuid.NewString()})
-	if err != nil || ids[q.IdempotencyKey] != q.EventID {
-		t.Fatalf("registry answers %v (%v), want %s", ids, err, q.EventID)
-	}
-}
-
-// TestLostLeaseAnswer: an acquire whose block committed but whose answer
-// was lost is retried by the store as a renewal by the same owner: the
-// caller gets the lease with the fence of the commit it never heard of.
-func TestLostLeaseAnswer(t *testing.T) {
-	srv := sftest.Start(t)
-	tr := &lossyTransport{}
-	s := openStore(t, srv.DSN("dvt", "lost_lease"), snowflake.Options{Transporter: tr, RetryBase: time.Millisecond})
-	defer s.Close()
-	f := storetest.NewFixture()
-	f.Bootstrap(t, s)
-	tr.armed.Store(1)
-	l, err := s.AcquireFencedLease(ctx, f.Meta.RunID, "worker-a", time.Minute)
-	if tr.armed.Load() > 0 {
-		t.Fatal("no answer was lost: the test did not exercise the retry")
-	}
-	if err != nil || l.Owner != "worker-a" || l.Fence != 1 {
-		t.Fatalf("acquire after a lost answer: %+v %v, want worker-a with fence 1", l, err)
-	}
-	if _, err := s.AcquireFencedLease(ctx, f.Meta.RunID, "worker-b", time.Minute); engine.CodeOf(err) != engine.CodeLeaseHeld {
-		t.Fatalf("another owner: %v, want LEASE_HELD", err)
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			tr := &lossyTransport{}
+			s := openStore(t, srv.DSN("dvt", "lost_start"), snowflake.Options{Transporter: tr, RetryBase: time.Millisecond})
+			defer s.Close()
+			f := storetest.NewFixture()
+			if c.bootstrap {
+				f.Bootstrap(t, s)
+			}
+			tr.armed.Store(1)
+			res, err := c.call(s, f)
+			if tr.armed.Load() > 0 {
+				t.Fatal("no answer was lost: the test did not exercise the retry")
+			}
+			c.check(t, s, f, res, err)
+		})
 	}
 }

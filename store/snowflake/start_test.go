@@ -2,6 +2,7 @@ package snowflake_test
 
 import (
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -252,5 +253,34 @@ func TestLostAnswerOnTheStartPath(t *testing.T) {
 			}
 			c.check(t, s, f, res, err)
 		})
+	}
+}
+
+// TestSessionsAreKept: a process whose runs use the store four at a time,
+// again and again, logs in four times, not once per burst: the sessions
+// stay open between bursts (database/sql keeps two by default).
+func TestSessionsAreKept(t *testing.T) {
+	srv := sftest.Start(t)
+	tr := &sftest.CountingTransport{}
+	s := openStore(t, srv.DSN("dvt", fmt.Sprintf("sessions_%d", freshSchemas.Add(1))), snowflake.Options{Transporter: tr})
+	defer s.Close()
+	f := storetest.NewFixture()
+	f.Bootstrap(t, s)
+	const parallel, bursts = 4, 10
+	for range bursts {
+		var wg sync.WaitGroup
+		for range parallel {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if _, err := s.ListEvents(ctx, f.Meta.RunID, 0, 0); err != nil {
+					t.Error(err)
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	if n := tr.Count(sftest.TripLogin); n > parallel {
+		t.Errorf("%d logins for %d bursts of %d concurrent reads, want at most %d", n, bursts, parallel, parallel)
 	}
 }

@@ -52,6 +52,9 @@ type Options struct {
 	Transporter http.RoundTripper
 }
 
+// maxIdleSessions is how many open sessions a Store keeps between uses.
+const maxIdleSessions = 8
+
 // Store is the Snowflake state store. It is safe for concurrent use; any
 // number of processes may open the same database.
 type Store struct {
@@ -105,6 +108,11 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 		where:   RedactDSN(dsn),
 		secrets: append(secretsOfDSN(dsn), secretsOfConfig(cfg)...),
 	}
+	// A connection is a Snowflake session: a login to open, a request to
+	// close. Keep the sessions a process's runs, pulse and services use
+	// at once instead of letting database/sql close all but two of them
+	// after each burst and log in again at the next.
+	s.db.SetMaxIdleConns(maxIdleSessions)
 	if err := s.migrate(ctx); err != nil {
 		s.db.Close()
 		return nil, err

@@ -85,6 +85,36 @@ type warehouse interface {
 
 // openWarehouse opens the warehouse and returns it with the target name
 // printed in the run header (dbt's target='…').
+// openBoth opens the state store and the warehouse of a new run at once:
+// each may cost round trips (a Snowflake login, the schema check) that
+// need not wait for the other's. The store's error comes first: it says
+// more.
+func (c *cli) openBoth(ctx context.Context) (stateStore, warehouse, string, error) {
+	type opened struct {
+		wh   warehouse
+		name string
+		err  error
+	}
+	whc := make(chan opened, 1)
+	go func() {
+		wh, name, err := c.openWarehouse(ctx)
+		whc <- opened{wh, name, err}
+	}()
+	st, err := c.openStore(ctx, false)
+	w := <-whc
+	switch {
+	case err != nil:
+		if w.err == nil {
+			w.wh.Close()
+		}
+		return nil, nil, "", err
+	case w.err != nil:
+		st.Close()
+		return nil, nil, "", w.err
+	}
+	return st, w.wh, w.name, nil
+}
+
 func (c *cli) openWarehouse(ctx context.Context) (warehouse, string, error) {
 	t, err := c.parseTarget("warehouse", c.g.warehouse)
 	if err != nil {

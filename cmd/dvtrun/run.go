@@ -245,20 +245,16 @@ func (c *cli) startAndExecute(ctx context.Context, f runFlags, planPath string, 
 	if _, err := c.pulseInterval(f, cfg); err != nil { // refused before the run is recorded
 		return err
 	}
-	st, err := c.openStore(ctx, false)
+	st, wh, targetName, err := c.openBoth(ctx)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
+	defer wh.Close()
 	// After the store, whose errors say more (the default spool is beside it).
 	if f, err = c.withStateStore(f, cfg.StateStore); err != nil {
 		return err
 	}
-	wh, targetName, err := c.openWarehouse(ctx)
-	if err != nil {
-		return err
-	}
-	defer wh.Close()
 	con := newConsole(c, targetName)
 	runID, err := c.engineFor(st).StartRun(ctx, req)
 	if err != nil {

@@ -162,6 +162,7 @@ func (s *Store) remember(runID string, c cachedRun) {
 	}
 	if c.row.status.Terminal() {
 		delete(s.cache, runID)
+		delete(s.metas, runID)
 		return
 	}
 	s.cache[runID] = c
@@ -171,6 +172,18 @@ func (s *Store) forget(runID string) {
 	s.cacheMu.Lock()
 	delete(s.cache, runID)
 	s.cacheMu.Unlock()
+}
+
+// rememberMeta keeps a bootstrapped run's metadata as stored (created_at
+// is the bootstrap's persistedAt).
+func (s *Store) rememberMeta(meta engine.RunMetadata, createdAt time.Time) {
+	meta.CreatedAt = createdAt.UTC()
+	s.cacheMu.Lock()
+	defer s.cacheMu.Unlock()
+	if s.metas == nil {
+		s.metas = map[string]engine.RunMetadata{}
+	}
+	s.metas[meta.RunID] = meta
 }
 
 // BootstrapRun implements store.Store in one request (bootstrap_block),
@@ -217,6 +230,7 @@ func (s *Store) BootstrapRun(ctx context.Context, meta engine.RunMetadata, first
 	if err != nil {
 		return engine.AppendResult{}, err
 	}
+	s.rememberMeta(meta, next.row.lastPersisted)
 	s.remember(meta.RunID, next)
 	return res, nil
 }

@@ -284,3 +284,48 @@ func TestSessionsAreKept(t *testing.T) {
 		t.Errorf("%d logins for %d bursts of %d concurrent reads, want at most %d", n, bursts, parallel, parallel)
 	}
 }
+
+// TestGetRunAfterBootstrapIsFree: the Store that bootstrapped a run
+// answers its metadata without a request, exactly as the database holds
+// it (another Store reads it there), provider reference included, until
+// the run ends.
+func TestGetRunAfterBootstrapIsFree(t *testing.T) {
+	srv := sftest.Start(t)
+	dsn := srv.DSN("dvt", fmt.Sprintf("getrun_%d", freshSchemas.Add(1)))
+	tr := &sftest.CountingTransport{}
+	s := openStore(t, dsn, snowflake.Options{Transporter: tr})
+	defer s.Close()
+	other := openStore(t, dsn, snowflake.Options{})
+	defer other.Close()
+	f := storetest.NewFixture()
+	if _, err := s.BootstrapRun(ctx, f.Meta, []engine.RunEventWrite{f.Event(engine.RunQueued, "", 1)}); err != nil {
+		t.Fatal(err)
+	}
+	same := func(when string, wantTrips int64) {
+		t.Helper()
+		before := tr.Count()
+		got, err := s.GetRun(ctx, f.Meta.RunID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := tr.Count() - before; n != wantTrips {
+			t.Errorf("%s: GetRun cost %d requests, want %d", when, n, wantTrips)
+		}
+		stored, err := other.GetRun(ctx, f.Meta.RunID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != stored {
+			t.Errorf("%s: GetRun answered %+v, the database holds %+v", when, got, stored)
+		}
+	}
+	same("after bootstrap", 0)
+	if err := s.SetProviderRunRef(ctx, f.Meta.RunID, "local://me/"+f.Meta.RunID); err != nil {
+		t.Fatal(err)
+	}
+	same("after SetProviderRunRef", 0)
+	if _, err := s.AppendAndEnqueue(ctx, f.Meta.RunID, []engine.RunEventWrite{f.Event(engine.RunStarted, "", 1), f.Event(engine.RunCompleted, "", 1)}); err != nil {
+		t.Fatal(err)
+	}
+	same("after the run ended", 1)
+}

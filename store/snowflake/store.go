@@ -67,6 +67,10 @@ type Store struct {
 
 	cacheMu sync.Mutex
 	cache   map[string]cachedRun // runs this Store appended to, by run id (append.go)
+	// metas holds the metadata of the unfinished runs this Store
+	// bootstrapped, as stored: a run's runner reads it right after the
+	// bootstrap, and saves that round trip.
+	metas map[string]engine.RunMetadata
 
 	// QueueSQL is the run queue and the schedule cursors.
 	*store.QueueSQL
@@ -328,6 +332,12 @@ func scanEvent(rows scanner) (engine.RunEventRecord, error) {
 
 // GetRun implements store.Store.
 func (s *Store) GetRun(ctx context.Context, runID string) (engine.RunMetadata, error) {
+	s.cacheMu.Lock()
+	m, ok := s.metas[runID]
+	s.cacheMu.Unlock()
+	if ok {
+		return m, nil
+	}
 	runs, err := s.queryRuns(ctx, s.q["get_run"], runID)
 	if err != nil {
 		return engine.RunMetadata{}, err
@@ -376,6 +386,12 @@ func (s *Store) SetProviderRunRef(ctx context.Context, runID, ref string) error 
 		if n, _ := res.RowsAffected(); n == 0 {
 			return engine.Errorf(engine.CodeRunNotFound, "run %s not found in %s", runID, s.where)
 		}
+		s.cacheMu.Lock()
+		if m, ok := s.metas[runID]; ok {
+			m.ProviderRunRef = ref
+			s.metas[runID] = m
+		}
+		s.cacheMu.Unlock()
 		return nil
 	})
 }

@@ -153,6 +153,25 @@ func (em *Emitter) eventID(key string) string {
 	return em.ids[key]
 }
 
+// WithEventIDs returns a copy of events, built by Prepare, carrying
+// eventIds, for a local spool: the registry's where it has the key, else a
+// fresh candidate (the store may be unreachable, so nothing is reserved).
+// Append takes ids from the registry whatever the events carry, so a
+// candidate never reaches the log in place of a reserved id.
+func (em *Emitter) WithEventIDs(events []RunEventWrite) []RunEventWrite {
+	out := slices.Clone(events)
+	em.idMu.Lock()
+	defer em.idMu.Unlock()
+	for i := range out {
+		if id, ok := em.ids[out[i].IdempotencyKey]; ok {
+			out[i].EventID = id
+		} else if out[i].EventID == "" {
+			out[i].EventID = em.idSrc.NewID()
+		}
+	}
+	return out
+}
+
 // ReserveKeys reserves eventIds for events that may be emitted later, in
 // one store call: a run reserves its steps' first-attempt events up front
 // so that emitting costs one append each.

@@ -208,12 +208,14 @@ var effectSteps = []string{"s1", "s2", "s3", "s4", "s5", "s6"}
 
 // resumeUntilDone resumes the run until no lease or lock is in the way
 // (exit 3 LEASE_HELD while the dead or stalled runner's lease lasts, exit 4
-// while it holds the store busy) and requires it to complete.
-func (h *harness) resumeUntilDone(t *testing.T, bin string, env []string, runID, plan string) {
+// while it holds the store busy) and requires it to complete. flags go
+// before the run id.
+func (h *harness) resumeUntilDone(t *testing.T, bin string, env []string, runID, plan string, flags ...string) {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		p := startProc(t, bin, env, "resume", "--lease-ttl", "2s", runID, plan)
+		args := append(append([]string{"resume", "--lease-ttl", "2s"}, flags...), runID, plan)
+		p := startProc(t, bin, env, args...)
 		code := p.wait(t)
 		if code == 0 {
 			return

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/hex"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -63,18 +62,7 @@ type appendKill struct {
 // took effect in the warehouse without the store knowing at the kill.
 func killBetweenAppendAndAnswer(t *testing.T, bin, plan string, c appendKill) int {
 	step := c.step
-	// Two servers: the hold sees only the store's requests. The killed
-	// runner may die inside a warehouse transaction (a ledgered step holds
-	// its table locks until COMMIT): Snowflake aborts such a detached
-	// transaction once it blocks another and is idle for 5 minutes; here
-	// after a second.
-	opts := sftest.Options{IdleTxAbort: time.Second}
-	storeSrv, whSrv := sftest.StartWith(t, opts), sftest.StartWith(t, opts)
-	h := newHarness(t)
-	h.env["DVT_STORE"] = "snowflake://" + storeSrv.DSN("DVT", "PUBLIC")
-	h.env["DVT_WAREHOUSE"] = "snowflake://" + whSrv.DSN("ANALYTICS", "PUBLIC")
-	h.env["DVT_TARGET_PATH"] = filepath.Join(h.dir, "target")
-	env := append(os.Environ(), "DVT_STORE="+h.env["DVT_STORE"], "DVT_WAREHOUSE="+h.env["DVT_WAREHOUSE"], "DVT_TARGET_PATH="+h.env["DVT_TARGET_PATH"])
+	h, storeSrv, _, env := snowflakeHarness(t) // the hold sees only the store's requests
 
 	// An append renders each event as a row of hex literals in which the
 	// event type is followed by the step id (store/snowflake/append.go).
@@ -127,16 +115,7 @@ func killBetweenAppendAndAnswer(t *testing.T, bin, plan string, c appendKill) in
 		t.Fatalf("the resumed run is %s, want COMPLETED", snap.Status)
 	}
 	after := storedEvents(t, storeSrv, runID)
-	keys := map[string]int64{}
-	for i, e := range after {
-		if e.seq != int64(i+1) {
-			t.Errorf("event %d has run_seq %d: run_seq is not 1..n without gaps", i+1, e.seq)
-		}
-		if prev, dup := keys[e.key]; dup {
-			t.Errorf("idempotency key %s is stored twice (run_seq %d and %d)", e.key, prev, e.seq)
-		}
-		keys[e.key] = e.seq
-	}
+	keys := checkSeqAndKeys(t, after)
 	for _, e := range before {
 		if keys[e.key] != e.seq {
 			t.Errorf("event %s was stored at run_seq %d before the kill, now at %d", e.key, e.seq, keys[e.key])
@@ -212,6 +191,23 @@ FROM dvt_run_events WHERE run_id = ? ORDER BY run_seq`, runID)
 		t.Fatal(err)
 	}
 	return out
+}
+
+// checkSeqAndKeys: run_seq is 1..n without gaps and every idempotency key
+// is stored once; it returns each key's run_seq.
+func checkSeqAndKeys(t *testing.T, evs []storedEvent) map[string]int64 {
+	t.Helper()
+	keys := map[string]int64{}
+	for i, e := range evs {
+		if e.seq != int64(i+1) {
+			t.Errorf("event %d has run_seq %d: run_seq is not 1..n without gaps", i+1, e.seq)
+		}
+		if prev, dup := keys[e.key]; dup {
+			t.Errorf("idempotency key %s is stored twice (run_seq %d and %d)", e.key, prev, e.seq)
+		}
+		keys[e.key] = e.seq
+	}
+	return keys
 }
 
 func countEvents(evs []storedEvent, typ engine.EventType, stepID string) int {

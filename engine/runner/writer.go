@@ -237,9 +237,10 @@ func (w *writer) overdue() error {
 
 // put spools events, the oldest not yet spooled ones of the queue, and
 // marks them. Only the writer's goroutine removes from the queue, so they
-// are still its first unspooled ones.
+// are still its first unspooled ones. Queued events have no eventId yet
+// (Append takes it from the registry); a spool needs one.
 func (w *writer) put(late []engine.RunEventWrite) error {
-	if err := w.spool.Put(w.runID, late); err != nil {
+	if err := w.spool.Put(w.runID, w.em.WithEventIDs(late)); err != nil {
 		return err
 	}
 	w.mu.Lock()

@@ -11,7 +11,9 @@ import (
 	"github.com/dvtrun/dvtrun/engine/runner"
 )
 
-// memSpool is an in-memory runner.Spool that counts what it was given.
+// memSpool is an in-memory runner.Spool that counts what it was given. It
+// refuses what engine/spool refuses: an event of another run, or one
+// lacking its eventId, eventType or idempotencyKey.
 type memSpool struct {
 	mu      sync.Mutex
 	pending map[string][]engine.RunEventWrite
@@ -19,6 +21,11 @@ type memSpool struct {
 }
 
 func (s *memSpool) Put(runID string, evs []engine.RunEventWrite) error {
+	for _, e := range evs {
+		if e.RunID != runID || e.EventID == "" || e.EventType == "" || e.IdempotencyKey == "" {
+			return engine.Errorf(engine.CodeInvalidArgument, "spool: event %+v is not whole or not of run %s", e, runID)
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.pending == nil {

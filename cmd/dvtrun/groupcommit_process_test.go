@@ -73,13 +73,7 @@ func killBetweenAppendAndAnswer(t *testing.T, bin, plan string, c appendKill) in
 	// A budget longer than the test waits: the held StepCompleted cannot
 	// fail open, and the runner must not stop on its own before the kill.
 	a := startProc(t, bin, env, "run", "--threads", "2", "--lease-ttl", "2s", "--write-budget", "2m", plan)
-	select {
-	case <-held:
-	case <-a.done:
-		t.Fatalf("the run ended (exit %d) without an append carrying %s's StepCompleted (did the rendering of event rows change?)\n%s", a.code, step, a.output())
-	case <-time.After(60 * time.Second):
-		t.Fatalf("no append carried %s's StepCompleted within 60s\n%s", step, a.output())
-	}
+	awaitHeld(t, a, held, "an append carrying "+step+"'s StepCompleted (did the rendering of event rows change?)")
 	runID := h.onlyRun()
 	// The held append is committed: another session sees its StepCompleted.
 	before := storedEvents(t, storeSrv, runID)

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -25,7 +26,9 @@ func TestSlowStoreProcesses(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Run("SlowStoreSpoolsStepStarted", func(t *testing.T) { slowStoreSpoolsStepStarted(t, bin, plan) })
-	t.Run("StoreGoneStopsResumable", func(t *testing.T) { storeGoneStopsResumable(t, bin, plan) })
+	for _, c := range storeGoneCases {
+		t.Run("StoreGoneStopsResumable/"+c.name, func(t *testing.T) { storeGoneStopsResumable(t, bin, plan, c) })
+	}
 }
 
 // slowStoreBudget is the --write-budget of both cases: short, so that a
@@ -91,25 +94,51 @@ func slowStoreSpoolsStepStarted(t *testing.T, bin, plan string) {
 	checkSlowStoreRun(t, h, storeSrv, runID, spoolDir)
 }
 
-// storeGoneStopsResumable: from RunStarted on, every append's answer is
-// held (the store is gone) while steps finish. A completion cannot fail
-// open: the run stops with STORE_UNAVAILABLE, exit 4, and stays RUNNING.
-// Once the store is back, `dvtrun resume` with the same spool completes it
+// storeGone is a case of storeGoneStopsResumable: appends carrying an
+// event of a type in pass are answered, every later one is held.
+type storeGone struct {
+	name string
+	pass []engine.EventType
+}
+
+var storeGoneCases = []storeGone{
+	// The store goes once the run is RUNNING: setup's StepStarted is
+	// spooled when it went in a later append than RunStarted (group commit
+	// decides), and its completion stops the run.
+	{name: "AfterRunStarted", pass: []engine.EventType{engine.RunQueued, engine.RunStarted}},
+	// The store goes right after the run was created: RunStarted and
+	// setup's StepStarted are always spooled, and the resume appends them
+	// first.
+	{name: "AfterBootstrap", pass: []engine.EventType{engine.RunQueued}},
+}
+
+// storeGoneStopsResumable: every append's answer is held (the store is
+// gone) from a point on while steps finish. A completion cannot fail open:
+// the run stops with STORE_UNAVAILABLE, exit 4, and stays RUNNING; the
+// events before the first unstored completion are in the spool. Once the
+// store is back, `dvtrun resume` with the same spool completes the run
 // with nothing lost or doubled, in the log or the warehouse.
-func storeGoneStopsResumable(t *testing.T, bin, plan string) {
+func storeGoneStopsResumable(t *testing.T, bin, plan string, c storeGone) {
 	h, storeSrv, _, env := snowflakeHarness(t)
 	spoolDir := filepath.Join(h.dir, "spool")
-	// The run's first append (RunStarted) and its bootstrap (RunQueued)
-	// pass; every later append is held.
-	firsts := []string{sqlHex(string(engine.RunQueued)), sqlHex(string(engine.RunStarted))}
+	const step = "sql.setup"
+	started := sqlHex(string(engine.StepStarted)) + ", " + sqlHex(step)
 	held, release := storeSrv.HoldAnswers(func(q string) bool {
 		return strings.Contains(q, "MERGE INTO dvt_run_events") &&
-			!slices.ContainsFunc(firsts, func(s string) bool { return strings.Contains(q, s) })
+			!slices.ContainsFunc(c.pass, func(typ engine.EventType) bool { return strings.Contains(q, sqlHex(string(typ))) })
 	})
 	defer release()
+	// Which held appends carried setup's StepStarted, noted as they come.
+	var heldStarted atomic.Bool
+	go func() {
+		for a := range held {
+			if strings.Contains(a.SQLText, started) {
+				heldStarted.Store(true)
+			}
+		}
+	}()
 
 	a := startProc(t, bin, env, "run", "--threads", "2", "--lease-ttl", "2s", "--write-budget", slowStoreBudget, "--spool-dir", spoolDir, plan)
-	awaitHeld(t, a, held, "an append after RunStarted")
 	if code := a.wait(t); code != exitUnavailable {
 		t.Fatalf("the run exited %d with the store gone longer than its budget, want %d (STORE_UNAVAILABLE)\n%s", code, exitUnavailable, a.output())
 	}
@@ -128,17 +157,37 @@ func storeGoneStopsResumable(t *testing.T, bin, plan string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	spooled := func(typ engine.EventType, stepID string) bool {
+		return slices.ContainsFunc(pending, func(e engine.RunEventWrite) bool { return e.EventType == typ && e.StepID == stepID })
+	}
 	outcomes := []engine.EventType{engine.StepCompleted, engine.StepFailed, engine.RunCompleted, engine.RunFailed, engine.RunCancelled}
 	for _, e := range pending {
 		if slices.Contains(outcomes, e.EventType) {
 			t.Errorf("the spool holds %s of %q: an outcome never fails open", e.EventType, e.StepID)
 		}
 	}
-	t.Logf("the stopped run left %d event(s) in the spool; the warehouse had effects %v", len(pending), h.effects())
+	if heldStarted.Load() && !spooled(engine.StepStarted, step) {
+		t.Errorf("an append carrying %s's StepStarted was held, but the stopped run did not spool it (spool: %d events)", step, len(pending))
+	}
+	// Every event before the first completion that the store never
+	// acknowledged is spooled: after the bootstrap, none was.
+	if !slices.Contains(c.pass, engine.RunStarted) && (!spooled(engine.RunStarted, "") || !spooled(engine.StepStarted, step)) {
+		t.Errorf("every append after the bootstrap was held, but the stopped run did not spool RunStarted and %s's StepStarted (spool: %d events)", step, len(pending))
+	}
+	t.Logf("the stopped run left %d event(s) in the spool (setup's StepStarted held: %v); the warehouse had effects %v", len(pending), heldStarted.Load(), h.effects())
 
 	release()
 	h.resumeUntilDone(t, bin, env, runID, plan, "--write-budget", slowStoreBudget, "--spool-dir", spoolDir)
 	checkSlowStoreRun(t, h, storeSrv, runID, spoolDir)
+	stored := map[string]bool{}
+	for _, e := range storedEvents(t, storeSrv, runID) {
+		stored[e.key] = true
+	}
+	for _, e := range pending {
+		if !stored[e.IdempotencyKey] {
+			t.Errorf("the spooled %s of %q (key %s) is not in the resumed run's log", e.EventType, e.StepID, e.IdempotencyKey)
+		}
+	}
 }
 
 // checkSlowStoreRun asserts what both cases end with: the run completed,

@@ -38,6 +38,10 @@ func (s *Server) handleLogin(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, errResponse(newSFError(CodeExecution, "08001", "open session: %v", err), ""))
 		return
 	}
+	// The connection comes from a pool: one a session left inside a
+	// transaction (DuckDB aborted it while the session went away) must not
+	// reach this one. Outside a transaction ROLLBACK fails, harmlessly.
+	_, _ = conn.ExecContext(context.WithoutCancel(r.Context()), "ROLLBACK")
 	sess := &session{conn: conn, locks: s.locks, defaultLockTimeout: s.opts.LockTimeout, params: map[string]string{}, lastActive: time.Now()}
 	for k, v := range d.SessionParams {
 		sess.params[strings.ToUpper(k)] = fmt.Sprint(v)

@@ -392,3 +392,30 @@ func TestConcurrentLogins(t *testing.T) {
 		}
 	}
 }
+
+// TestNewSessionStartsClean: a session's DuckDB connection comes from a
+// pool, so one left with an aborted transaction (a session that ended
+// while DuckDB held it aborted) must not reach the next session: every
+// session starts outside a transaction, as every Snowflake session does.
+func TestNewSessionStartsClean(t *testing.T) {
+	srv := Start(t)
+	ctx := ctxT(t)
+	srv.db.SetMaxOpenConns(1) // the next login gets this very connection
+	conn, err := srv.db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, conn, "BEGIN TRANSACTION")
+	if _, err := conn.ExecContext(ctx, "SELECT CAST('abc' AS INTEGER)"); err == nil {
+		t.Fatal("a failing cast succeeded")
+	}
+	if _, err := conn.ExecContext(ctx, "SELECT 1"); err == nil {
+		t.Fatal("DuckDB's transaction is not aborted: the test proves nothing")
+	}
+	_ = conn.Close() // back to the pool, still aborted
+	db := srv.OpenDB(t, "DVT", "PUBLIC")
+	var one int
+	if err := db.QueryRowContext(ctx, "SELECT 1").Scan(&one); err != nil || one != 1 {
+		t.Fatalf("a new session's first query: %d, %v", one, err)
+	}
+}

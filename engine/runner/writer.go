@@ -47,14 +47,13 @@ type writer struct {
 	// is retried like an append.
 	first func(ctx context.Context) error
 
-	mu       sync.Mutex
-	queue    []queued      // handed over, not stored yet, in emission order
-	spooled  bool          // the spool holds events of this run
-	changed  chan struct{} // closed and replaced whenever queue or err changes
-	err      error         // set once: the writer stopped
-	dead     chan struct{} // closed when err is set
-	wake     chan struct{}
-	maxBatch int
+	mu      sync.Mutex
+	queue   []queued      // handed over, not stored yet, in emission order
+	spooled bool          // the spool holds events of this run
+	changed chan struct{} // closed and replaced whenever queue or err changes
+	err     error         // set once: the writer stopped
+	dead    chan struct{} // closed when err is set
+	wake    chan struct{}
 }
 
 type queued struct {
@@ -65,7 +64,7 @@ type queued struct {
 
 func newWriter(em *engine.Emitter, clock engine.Clock, runID string, budget time.Duration, spool Spool) *writer {
 	return &writer{em: em, clock: clock, runID: runID, budget: budget, spool: spool,
-		changed: make(chan struct{}), dead: make(chan struct{}), wake: make(chan struct{}, 1), maxBatch: maxAppend}
+		changed: make(chan struct{}), dead: make(chan struct{}), wake: make(chan struct{}, 1)}
 }
 
 // submit hands events over to be appended after everything handed over
@@ -196,7 +195,7 @@ func (w *writer) run(ctx context.Context) {
 func (w *writer) next() []queued {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return slices.Clone(w.queue[:min(len(w.queue), w.maxBatch)])
+	return slices.Clone(w.queue[:min(len(w.queue), maxAppend)])
 }
 
 // overdue applies the budget to the events that waited longer than it.

@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 	"unicode"
 	"unicode/utf16"
 
@@ -96,6 +97,9 @@ type globals struct {
 	store, warehouse             string
 	tenant, project, environment string
 	config                       string // --config FILE: sinks and the signals policy
+	// lockWait bounds every wait for a lock another process holds (store,
+	// warehouse, migration): then STORE_UNAVAILABLE, exit 4.
+	lockWait time.Duration
 	// scoped names the scope flags given explicitly (flag or environment):
 	// verify --all checks every run unless one narrows it.
 	scoped map[string]bool
@@ -104,6 +108,9 @@ type globals struct {
 // check refuses scope ids a run could not be recorded under: they become
 // part of every event and of every line that shows the run.
 func (g *globals) check() error {
+	if g.lockWait <= 0 {
+		return engine.Errorf(engine.CodeInvalidArgument, "--lock-wait %s is not a positive duration", g.lockWait)
+	}
 	for _, f := range []struct{ name, v string }{{"tenant", g.tenant}, {"project", g.project}, {"environment", g.environment}} {
 		switch {
 		case f.v == "":
@@ -135,6 +142,7 @@ func (g *globals) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.config, "config", g.config, "configuration `FILE`: sinks, signals policy, schedules, limits, pulse (env DVT_CONFIG)")
 	fs.StringVar(&g.project, "project", g.project, "project id (env DVT_PROJECT)")
 	fs.StringVar(&g.environment, "environment", g.environment, "environment id (env DVT_ENVIRONMENT)")
+	fs.DurationVar(&g.lockWait, "lock-wait", g.lockWait, "longest wait for a lock another process holds, then exit 4 (env DVT_LOCK_WAIT)")
 }
 
 func envOr(env func(string) string, key, def string) string {
@@ -187,7 +195,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, env func(
 		project:     envOr(env, "DVT_PROJECT", "default"),
 		environment: envOr(env, "DVT_ENVIRONMENT", "dev"),
 		config:      env("DVT_CONFIG"),
+		lockWait:    engine.DefaultLockWait,
 		scoped:      map[string]bool{},
+	}
+	if v := env("DVT_LOCK_WAIT"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return c.fail(engine.Errorf(engine.CodeInvalidArgument, "DVT_LOCK_WAIT %s is not a positive duration (like 30s or 2m)", engine.QuoteText(v)))
+		}
+		c.g.lockWait = d
 	}
 	for name, key := range map[string]string{"tenant": "DVT_TENANT", "project": "DVT_PROJECT", "environment": "DVT_ENVIRONMENT"} {
 		c.g.scoped[name] = env(key) != ""
@@ -296,6 +312,11 @@ func (c *cli) errorLine(err error) string {
 		msg = strings.Replace(msg, string(code)+": ", "", 1)
 	}
 	return "dvtrun: " + string(code) + ": " + c.cleanLine(msg)
+}
+
+// reportWait prints a lock wait's progress line on stderr.
+func (c *cli) reportWait(w engine.LockWait) {
+	fmt.Fprintln(c.stderr, "dvtrun: "+c.cleanLine(w.String()))
 }
 
 // addSecret remembers a value that must never be printed.

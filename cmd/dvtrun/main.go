@@ -35,25 +35,35 @@ func main() {
 	os.Exit(code)
 }
 
-// Exit codes, the one list (README and --help repeat it).
+// Exit codes, the one list (README and --help repeat it). An error's exit
+// code follows from its contract code alone (exitCode), whatever the
+// command and whenever it happens: a script can branch on it.
 const (
 	exitOK          = 0
-	exitFailed      = 1   // a run failed, verify found differences, an operational error
+	exitFailed      = 1   // a run failed, verify found differences, an operational error (STORE_CORRUPT…)
 	exitUsage       = 2   // invalid input or usage: nothing was run
 	exitLease       = 3   // LEASE_HELD (another runner owns the run) or LEASE_LOST (taken over): this runner stopped
-	exitUnavailable = 4   // the warehouse or state store became unavailable mid-run: the run is left resumable
+	exitUnavailable = 4   // STORE_UNAVAILABLE: the warehouse or state store cannot be reached or used now, at start-up or mid-run; a run is left resumable
 	exitInterrupted = 130 // SIGINT/SIGTERM: the run can be resumed
 	exitQueueFull   = 75  // RUN_QUEUE_FULL: try again after the retry-after (sysexits' EX_TEMPFAIL)
 )
 
 // exitCodesHelp is the exit-code line of `dvtrun --help`.
-const exitCodesHelp = "Exit codes: 0 ok, 1 a run failed or verify found differences, 2 invalid input, 3 lease held by another runner or lost to one, 4 warehouse or store unavailable (the run is resumable), 75 run queue full (retry later), 130 interrupted (resumable)."
+const exitCodesHelp = "Exit codes: 0 ok, 1 a run failed or verify found differences, 2 invalid input, 3 lease held by another runner or lost to one, 4 warehouse or store unavailable, at any moment (a run is left resumable), 75 run queue full (retry later), 130 interrupted (resumable)."
 
 // codeInternal labels an error that carries no contract code, so that the
 // one error line always starts with a machine-readable code.
 const codeInternal engine.Code = "INTERNAL"
 
+// codeInterrupted labels the end of a command stopped by SIGINT/SIGTERM
+// (exit 130): the operator stopped it, no step failed or was cancelled.
+const codeInterrupted engine.Code = "INTERRUPTED"
+
 // inputCodes are the codes that mean "the input was refused": exit 2.
+// STORE_UNAVAILABLE is not one (exit 4, whenever it happens), nor is
+// STORE_CORRUPT (exit 1): a store whose content does not decode is met at
+// start-up and mid-run alike, after work may have been done, and no change
+// of the command line mends it.
 var inputCodes = map[engine.Code]bool{
 	engine.CodeInvalidArgument:          true,
 	engine.CodePlanInvalid:              true,
@@ -62,8 +72,6 @@ var inputCodes = map[engine.Code]bool{
 	engine.CodeRunAlreadyExists:         true,
 	engine.CodeCapabilitiesNotSupported: true,
 	engine.CodeTargetAdapterMismatch:    true,
-	engine.CodeStoreCorrupt:             true,
-	engine.CodeStoreUnavailable:         true,
 	engine.CodeSecretNotFound:           true,
 	engine.CodeConfigInvalid:            true,
 }
@@ -239,7 +247,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, env func(
 	}
 	for _, cmd := range commands() {
 		if cmd.name == rest[0] {
-			return c.fail(cmd.run(ctx, c, rest[1:]))
+			err := cmd.run(ctx, c, rest[1:])
+			if err != nil && ctx.Err() != nil && !errors.Is(err, errHelp) {
+				err = interrupted(err)
+			}
+			return c.fail(err)
 		}
 	}
 	return c.fail(engine.Errorf(engine.CodeInvalidArgument, "unknown command %q (see dvtrun --help)", rest[0]))
@@ -277,24 +289,38 @@ func (c *cli) fail(err error) int {
 	return code
 }
 
+// exitCode is the exit code err deserves: it follows from the error's
+// contract code (the one table), except for an exitError, which says it.
 func exitCode(err error) int {
 	var ex *exitError
 	if errors.As(err, &ex) {
 		return ex.code
 	}
-	if errors.Is(err, context.Canceled) {
+	switch code := engine.CodeOf(err); {
+	case code == "" && errors.Is(err, context.Canceled):
 		return exitInterrupted
-	}
-	if engine.CodeOf(err) == engine.CodeRunQueueFull {
+	case code == engine.CodeRunQueueFull:
 		return exitQueueFull
-	}
-	if c := engine.CodeOf(err); c == engine.CodeLeaseHeld || c == engine.CodeLeaseLost {
+	case code == engine.CodeLeaseHeld || code == engine.CodeLeaseLost:
 		return exitLease
-	}
-	if inputCodes[engine.CodeOf(err)] {
+	case code == engine.CodeStoreUnavailable:
+		return exitUnavailable
+	case inputCodes[code]:
 		return exitUsage
 	}
 	return exitFailed
+}
+
+// interrupted is how a command that a signal stopped ends: exit 130 and
+// `INTERRUPTED: interrupted`, whatever the cancellation made the command
+// return (a lock wait, a login, a query cut short). run and resume say
+// more themselves (how to continue), and keep their words.
+func interrupted(err error) error {
+	var ex *exitError
+	if errors.As(err, &ex) && ex.code == exitInterrupted {
+		return err
+	}
+	return &exitError{code: exitInterrupted, err: engine.Errorf(codeInterrupted, "interrupted")}
 }
 
 // errorLine is `dvtrun: CODE: sentence` on one line, secrets redacted.
@@ -304,7 +330,7 @@ func (c *cli) errorLine(err error) string {
 	if code == "" {
 		code = codeInternal
 		if errors.Is(err, context.Canceled) {
-			code = engine.CodeStepCancelled
+			code = codeInterrupted
 			msg = "interrupted"
 		}
 	} else {

@@ -95,7 +95,7 @@ func cmdPlanImportDBT(_ context.Context, c *cli, args []string) error {
 	out := fs.String("o", "", "write the plan to `FILE` instead of stdout (.json: JSON, otherwise YAML)")
 	planID := fs.String("plan-id", "", "the plan's `ID` (default: the dbt project name)")
 	planVersion := fs.String("plan-version", "", "the plan's `VERSION` (default 1)")
-	strict := fs.Bool("strict", false, "exit 1 if any node could not be imported")
+	strict := fs.Bool("strict", false, "refuse the manifest (PLAN_INVALID, exit 2) if any node could not be imported")
 	pos, err := c.parse(fs, args, 1, 1)
 	if err != nil {
 		return err
@@ -147,7 +147,7 @@ func cmdPlanImportDBT(_ context.Context, c *cli, args []string) error {
 			fmt.Fprintf(report, "  %s: %s\n", c.clean(p.NodeID), c.cleanLine(p.Message))
 		}
 		if *strict {
-			return &exitError{code: exitFailed, err: engine.Errorf(engine.CodePlanInvalid, "%d dbt node(s) could not be imported (--strict)", len(res.Problems))}
+			return engine.Errorf(engine.CodePlanInvalid, "%d dbt node(s) could not be imported (--strict)", len(res.Problems))
 		}
 	}
 	return nil

@@ -70,7 +70,7 @@ func TestImportDBT(t *testing.T) {
 		code string
 		msgs []string
 	}{
-		{"strict", []string{manifest, "--project-dir", project, "--strict"}, exitFailed, "PLAN_INVALID", []string{fmt.Sprintf("%d dbt node(s)", len(untranslatable))}},
+		{"strict", []string{manifest, "--project-dir", project, "--strict"}, exitUsage, "PLAN_INVALID", []string{fmt.Sprintf("%d dbt node(s)", len(untranslatable))}},
 		{"missing manifest", []string{filepath.Join(dbtDir, "nope.json"), "--project-dir", project}, exitUsage, "INVALID_ARGUMENT", []string{"nope.json"}},
 		{"not a manifest", []string{fixture("ok", "plan.yaml"), "--project-dir", project}, exitUsage, "PLAN_INVALID", []string{"manifest"}},
 	}

@@ -107,7 +107,7 @@ func TestProcess(t *testing.T) {
 			t.Fatalf("exit %v, want %d\n%s\n%s", err, exitInterrupted, out.String(), stderr.String())
 		}
 		r := result{exitInterrupted, out.String(), stderr.String()}
-		wantError(t, r, exitInterrupted, "STEP_CANCELLED", "dvtrun resume")
+		wantError(t, r, exitInterrupted, "INTERRUPTED", "dvtrun resume")
 		if !strings.Contains(r.stdout, "Continue with: dvtrun resume") {
 			t.Errorf("stdout does not say how to resume:\n%s", r.stdout)
 		}

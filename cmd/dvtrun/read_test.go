@@ -227,7 +227,7 @@ func TestStoreErrors(t *testing.T) {
 			h := newHarness(t)
 			h.env["DVT_STORE"] = "sqlite:" + filepath.Join(h.dir, "sub", "state.db")
 			r := h.run(args...)
-			wantError(t, r, exitUsage, "STORE_UNAVAILABLE", "no state store")
+			wantError(t, r, exitUsage, "INVALID_ARGUMENT", "no state store")
 			if _, err := os.Stat(filepath.Join(h.dir, "sub")); err == nil {
 				t.Error("a read command created the store's directory")
 			}
@@ -239,7 +239,7 @@ func TestStoreErrors(t *testing.T) {
 				t.Fatal(err)
 			}
 			r := h.run(args...)
-			wantError(t, r, exitUsage, "STORE_CORRUPT")
+			wantError(t, r, exitFailed, "STORE_CORRUPT")
 			if got, _ := os.ReadFile(h.statePath()); string(got) != garbage {
 				t.Error("the corrupt file was modified")
 			}
@@ -255,10 +255,11 @@ func TestStoreErrors(t *testing.T) {
 	odd := []struct {
 		name  string
 		setup func(path string) error
+		exit  int
 		code  string
 	}{
-		{"empty file", func(p string) error { return os.WriteFile(p, nil, 0o644) }, "STORE_CORRUPT"},
-		{"a directory", func(p string) error { return os.Mkdir(p, 0o755) }, "STORE_UNAVAILABLE"},
+		{"empty file", func(p string) error { return os.WriteFile(p, nil, 0o644) }, exitFailed, "STORE_CORRUPT"},
+		{"a directory", func(p string) error { return os.Mkdir(p, 0o755) }, exitUnavailable, "STORE_UNAVAILABLE"},
 	}
 	for _, o := range odd {
 		t.Run(o.name, func(t *testing.T) {
@@ -266,7 +267,7 @@ func TestStoreErrors(t *testing.T) {
 			if err := o.setup(h.statePath()); err != nil {
 				t.Fatal(err)
 			}
-			wantError(t, h.run("status", unknown), exitUsage, o.code)
+			wantError(t, h.run("status", unknown), o.exit, o.code)
 		})
 	}
 	t.Run("run of another tenant", func(t *testing.T) {
@@ -282,7 +283,7 @@ func TestStoreErrors(t *testing.T) {
 			t.Fatal(err)
 		}
 		r := h.run("run", "--store", "sqlite:"+filepath.Join(blocker, "state.db"), fixture("ok", "plan.yaml"))
-		wantError(t, r, exitUsage, "STORE_UNAVAILABLE", "blocker")
+		wantError(t, r, exitUnavailable, "STORE_UNAVAILABLE", "blocker")
 	})
 	t.Run("signal to a finished run", func(t *testing.T) {
 		h := newHarness(t)

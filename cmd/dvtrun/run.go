@@ -306,12 +306,8 @@ func cmdResume(ctx context.Context, c *cli, args []string) error {
 		return err
 	}
 	st, err := c.openStore(ctx, true)
-	if engine.IsTransient(err) {
-		// Busy (e.g. a stalled runner holds it): the run stays resumable.
-		return &exitError{code: exitUnavailable, err: err}
-	}
 	if err != nil {
-		return err // no store there: bad input
+		return err
 	}
 	defer st.Close()
 	if f, err = c.withStateStore(f, cfg.StateStore); err != nil {
@@ -342,7 +338,7 @@ func cmdResume(ctx context.Context, c *cli, args []string) error {
 	}
 	wh, targetName, err := c.openWarehouse(ctx)
 	if err != nil {
-		return unavailable(err)
+		return err
 	}
 	defer wh.Close()
 	con := newConsole(c, targetName)
@@ -359,32 +355,19 @@ func cmdResume(ctx context.Context, c *cli, args []string) error {
 	return c.finishRun(ctx, con, meta.RunID, pos[1], snap, err)
 }
 
-// unavailable gives a store or warehouse that cannot be reached on resume
-// exit 4: the run is still resumable, the input was fine.
-func unavailable(err error) error {
-	if engine.CodeOf(err) == engine.CodeStoreUnavailable {
-		return &exitError{code: exitUnavailable, err: err}
-	}
-	return err
-}
-
 // finishRun prints the summary and turns the outcome into an exit code.
 func (c *cli) finishRun(ctx context.Context, con *console, runID, planPath string, snap engine.Snapshot, err error) error {
 	if ctx.Err() != nil {
 		con.summary()
 		fmt.Fprintf(c.stdout, "Interrupted. Continue with: dvtrun resume %s %s\n", c.clean(runID), c.clean(planPath))
-		return &exitError{code: exitInterrupted, err: engine.Errorf(engine.CodeStepCancelled, "run %s interrupted; continue it with `dvtrun resume %s %s`", runID, runID, planPath)}
+		return &exitError{code: exitInterrupted, err: engine.Errorf(codeInterrupted, "run %s interrupted; continue it with `dvtrun resume %s %s`", runID, runID, planPath)}
 	}
 	if err != nil {
-		// The input was accepted before the run started: a store or
-		// warehouse outage now leaves the run resumable (exit 4), a corrupt
-		// store is an operational failure (exit 1), not bad input.
-		switch engine.CodeOf(err) {
-		case engine.CodeStoreUnavailable:
+		// The exit code follows from err's code (exitCode): a store or
+		// warehouse outage leaves the run resumable (4), a corrupt store
+		// is an operational failure (1).
+		if engine.CodeOf(err) == engine.CodeStoreUnavailable {
 			fmt.Fprintf(c.stdout, "Stopped: the warehouse or state store is unavailable. Once it is back, continue with: dvtrun resume %s %s\n", runID, planPath)
-			return unavailable(err)
-		case engine.CodeStoreCorrupt, "":
-			return &exitError{code: exitFailed, err: err}
 		}
 		return err
 	}

@@ -362,7 +362,7 @@ func TestInterruptAndResume(t *testing.T) {
 	var errb bytes.Buffer
 	code := run(ctx, []string{"run", "--threads", "1", plan}, out, &errb, func(k string) string { return h.env[k] })
 	r := result{code, out.buf.String(), errb.String()}
-	wantError(t, r, exitInterrupted, "STEP_CANCELLED", "dvtrun resume")
+	wantError(t, r, exitInterrupted, "INTERRUPTED", "dvtrun resume")
 	runID := h.onlyRun()
 	before := h.statusOf(runID)
 	if before.Status.Terminal() {

@@ -200,7 +200,7 @@ func TestResumeSelectedRun(t *testing.T) {
 		t.Fatalf("ls: exit %d %q", ls.code, ls.stdout)
 	}
 	r := interruptAfter(t, h, 1, "run", "--threads", "1", "--select", "+stg_customers", plan)
-	wantError(t, r, exitInterrupted, "STEP_CANCELLED", "dvtrun resume")
+	wantError(t, r, exitInterrupted, "INTERRUPTED", "dvtrun resume")
 	runID := h.onlyRun()
 	if r := h.run("resume", runID, plan); r.code != 0 {
 		t.Fatalf("resume: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"iter"
 	"os"
 	"path/filepath"
@@ -75,8 +76,13 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	mode := "rwc"
 	if opts.MustExist {
 		fi, err := os.Stat(path)
-		if err != nil {
-			return nil, engine.Errorf(engine.CodeStoreUnavailable, "no state store at %s (run a plan first, or pass --store)", path)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			// Nothing there: the path given is wrong (input, exit 2), not a
+			// store that is down (exit 4).
+			return nil, engine.Errorf(engine.CodeInvalidArgument, "no state store at %s (run a plan first, or pass --store)", path)
+		case err != nil:
+			return nil, engine.Errorf(engine.CodeStoreUnavailable, "cannot reach the state store %s: %v", path, pathErr(err))
 		}
 		if fi.IsDir() {
 			return nil, engine.Errorf(engine.CodeStoreUnavailable, "state store %s is a directory", path)

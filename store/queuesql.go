@@ -249,6 +249,7 @@ func (s *QueueSQL) ClaimRequest(ctx context.Context, owner string, ttl time.Dura
 				continue
 			}
 			out, err = s.scanRequest(tx.QueryRowContext(ctx, q["request_by_id"], c.id))
+			out.TakenOver = c.state != string(queue.StatePending)
 			ok = err == nil
 			return err
 		}

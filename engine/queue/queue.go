@@ -68,6 +68,12 @@ type Request struct {
 	EnqueuedAt time.Time `json:"enqueuedAt"`
 	ClaimedAt  time.Time `json:"claimedAt,omitzero"`
 	FinishedAt time.Time `json:"finishedAt,omitzero"`
+
+	// TakenOver is set by ClaimRequest alone: the request was claimed from
+	// a previous owner (its heartbeat expired, or it handed the request
+	// back with its run), not PENDING. Not stored; a dead owner may not
+	// have recorded a run id, so RunID does not tell.
+	TakenOver bool `json:"-"`
 }
 
 // Key is the request idempotency key of ExecutionSemantics §3.

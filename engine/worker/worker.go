@@ -199,11 +199,11 @@ func (w *Worker) run(ctx context.Context) {
 			c.ClaimLatencySum += lat
 			c.ClaimLatencyCount++
 			c.Running++
-			if r.RunID != "" {
+			if r.TakenOver {
 				c.Takeovers++
 			}
 		})
-		w.Log.Info("claimed", "worker", w.ID, "request", r.RequestID, "plan", r.PlanID, "runRequestId", r.RunRequestID, "takeover", r.RunID != "", "attempt", r.Attempts)
+		w.Log.Info("claimed", "worker", w.ID, "request", r.RequestID, "plan", r.PlanID, "runRequestId", r.RunRequestID, "takeover", r.TakenOver, "attempt", r.Attempts)
 		w.inflight.Add(1)
 		go func() {
 			defer func() {

@@ -1,9 +1,13 @@
 package worker_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"log/slog"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -165,28 +169,101 @@ func TestWorkerStopHandsBackAndAnotherResumes(t *testing.T) {
 	}
 }
 
-// A worker that dies (no Stop, heartbeat left to expire) loses its claim.
+// syncBuffer is a log destination the worker's goroutines share.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+// claimLogs are the worker's "claimed" log records.
+func (s *syncBuffer) claimLogs(t *testing.T) []map[string]any {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []map[string]any
+	for line := range strings.Lines(s.b.String()) {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		if rec["msg"] == "claimed" {
+			out = append(out, rec)
+		}
+	}
+	return out
+}
+
+// A worker that dies (no Stop, heartbeat left to expire) loses its claim,
+// and the claim that takes it says so (log "takeover": true, the
+// takeovers metric) whether or not the dead worker recorded the run's id
+// first; a request handed back before its run was recorded is PENDING
+// again, and claiming it is no takeover.
 func TestTakeoverAfterHeartbeatExpiry(t *testing.T) {
-	st, q := setup(t)
-	r := enqueue(t, q, "orphan")
-	if _, ok, err := st.ClaimRequest(ctx, "dead", time.Second, queue.ClaimLimits{}); !ok || err != nil {
-		t.Fatal(ok, err)
+	cases := []struct {
+		name     string
+		prev     func(t *testing.T, st *sqlite.Store, id string) // the previous owner's doing
+		takeover bool
+		attempt  float64
+		runID    string // the run the heir runs; "" for a fresh one
+	}{
+		{"fresh request", func(*testing.T, *sqlite.Store, string) {}, false, 1, ""},
+		{"dead before recording the run id", func(t *testing.T, st *sqlite.Store, _ string) {}, true, 2, ""},
+		{"dead after recording the run id", func(t *testing.T, st *sqlite.Store, id string) {
+			if err := st.SetRequestRun(ctx, id, "dead", "run-orphan"); err != nil {
+				t.Fatal(err)
+			}
+		}, true, 2, "run-orphan"},
+		{"handed back before its run", func(t *testing.T, st *sqlite.Store, id string) {
+			if err := st.ReleaseRequest(ctx, id, "dead"); err != nil {
+				t.Fatal(err)
+			}
+		}, false, 2, ""},
 	}
-	if err := st.SetRequestRun(ctx, r.RequestID, "dead", "run-orphan"); err != nil {
-		t.Fatal(err)
-	}
-	ex := &fakeExec{}
-	w := newWorker(st, ex, "heir")
-	if err := w.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer w.Stop()
-	servicetest.WaitFor(t, "the takeover", func() bool {
-		got, _ := st.GetRequest(ctx, r.RequestID)
-		return got.State == queue.StateDone && got.Owner == "heir"
-	})
-	if len(ex.runs) != 1 || ex.runs["run-orphan"] != 1 {
-		t.Fatalf("runs %v", ex.runs)
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			st, q := setup(t)
+			r := enqueue(t, q, "orphan")
+			if c.attempt > 1 {
+				if _, ok, err := st.ClaimRequest(ctx, "dead", time.Second, queue.ClaimLimits{}); !ok || err != nil {
+					t.Fatal(ok, err)
+				}
+			}
+			c.prev(t, st, r.RequestID)
+			ex := &fakeExec{}
+			w := newWorker(st, ex, "heir")
+			var logs syncBuffer
+			w.Log = slog.New(slog.NewJSONHandler(&logs, nil))
+			if err := w.Start(ctx); err != nil {
+				t.Fatal(err)
+			}
+			defer w.Stop()
+			servicetest.WaitFor(t, "the heir to finish the request", func() bool {
+				got, _ := st.GetRequest(ctx, r.RequestID)
+				return got.State == queue.StateDone && got.Owner == "heir"
+			})
+			ex.mu.Lock()
+			defer ex.mu.Unlock()
+			if len(ex.runs) != 1 || c.runID != "" && ex.runs[c.runID] != 1 {
+				t.Fatalf("runs %v, want one run (%q)", ex.runs, c.runID)
+			}
+			claims := logs.claimLogs(t)
+			if len(claims) != 1 || claims[0]["takeover"] != c.takeover || claims[0]["attempt"] != c.attempt {
+				t.Fatalf("claim log %v, want one with takeover %v, attempt %v", claims, c.takeover, c.attempt)
+			}
+			want := int64(0)
+			if c.takeover {
+				want = 1
+			}
+			if m := w.Metrics.Snapshot(); m.Takeovers != want {
+				t.Fatalf("takeovers metric %d, want %d", m.Takeovers, want)
+			}
+		})
 	}
 }
 

@@ -286,8 +286,8 @@ func testTakeover(t *testing.T, b Backend) {
 	s := queueOpener(t, b)()
 	enqueue(t, s, request("shop", "t", 0))
 	r, ok, err := s.ClaimRequest(ctx, "dying", time.Second, queue.ClaimLimits{})
-	if err != nil || !ok {
-		t.Fatalf("claim: %v %v", ok, err)
+	if err != nil || !ok || r.TakenOver {
+		t.Fatalf("claim of a PENDING request: %v %v, taken over %v", ok, err, r.TakenOver)
 	}
 	if err := s.SetRequestRun(ctx, r.RequestID, "dying", "run-1"); err != nil {
 		t.Fatal(err)
@@ -299,7 +299,7 @@ func testTakeover(t *testing.T, b Backend) {
 	for {
 		got, ok := claimRequest(t, s, "heir", queue.ClaimLimits{MaxConcurrentRuns: 1})
 		if ok {
-			if got.RequestID != r.RequestID || got.Owner != "heir" || got.State != queue.StateRunning || got.RunID != "run-1" || got.Attempts != 2 {
+			if got.RequestID != r.RequestID || got.Owner != "heir" || got.State != queue.StateRunning || got.RunID != "run-1" || got.Attempts != 2 || !got.TakenOver {
 				t.Fatalf("takeover: %+v", got)
 			}
 			break

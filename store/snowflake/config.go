@@ -53,6 +53,9 @@ func ConfigFromDSN(dsn string) (*gosnowflake.Config, error) {
 		//lint:ignore SA1019 the driver's only switch (the DSN's disableTelemetry sets it) until the session parameter meant to replace it exists
 		cfg.DisableTelemetry = true
 	}
+	if _, set := paramValue(dsn, "loginTimeout"); !set {
+		cfg.LoginTimeout = DefaultLoginTimeout
+	}
 	if keyFile != "" {
 		key, err := readPrivateKey(keyFile)
 		if err != nil {

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/snowflakedb/gosnowflake"
 
@@ -72,6 +73,17 @@ func TestConfigFromDSN(t *testing.T) {
 		{name: "not a PEM key", dsn: "alice@myacct/db/sch?privateKeyFile=" + garbage, wantCode: engine.CodeInvalidArgument},
 		{name: "not RSA", dsn: "alice@myacct/db/sch?privateKeyFile=" + ecPath, wantCode: engine.CodeInvalidArgument},
 		{name: "empty", dsn: " ", wantCode: engine.CodeInvalidArgument},
+		// The driver's default login timeout is 300 s of sleeps alone.
+		{name: "login timeout by default", dsn: "alice:pw1234@myacct/db/sch", check: func(t *testing.T, c *gosnowflake.Config) {
+			if c.LoginTimeout != DefaultLoginTimeout || DefaultLoginTimeout > 30*time.Second {
+				t.Fatalf("login timeout %s, want %s (at most 30s)", c.LoginTimeout, DefaultLoginTimeout)
+			}
+		}},
+		{name: "login timeout from the DSN", dsn: "alice:pw1234@myacct/db/sch?loginTimeout=90", check: func(t *testing.T, c *gosnowflake.Config) {
+			if c.LoginTimeout != 90*time.Second {
+				t.Fatalf("login timeout %s, want the DSN's 90s", c.LoginTimeout)
+			}
+		}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -22,7 +22,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/snowflakedb/gosnowflake"
 
 	"github.com/dvtrun/dvtrun/engine"
 	sqlfiles "github.com/dvtrun/dvtrun/sql"
@@ -105,7 +104,7 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{
-		db:      sql.OpenDB(gosnowflake.NewConnector(gosnowflake.SnowflakeDriver{}, *cfg)),
+		db:      sql.OpenDB(newConnector(cfg)),
 		opts:    opts,
 		dbClock: dbClock,
 		q:       q,

@@ -54,7 +54,7 @@ func ConfigFromDSN(dsn string) (*gosnowflake.Config, error) {
 		cfg.DisableTelemetry = true
 	}
 	if _, set := paramValue(dsn, "loginTimeout"); !set {
-		cfg.LoginTimeout = DefaultLoginTimeout
+		*loginTimeout(cfg) = DefaultLoginTimeout
 	}
 	if keyFile != "" {
 		key, err := readPrivateKey(keyFile)

@@ -75,13 +75,13 @@ func TestConfigFromDSN(t *testing.T) {
 		{name: "empty", dsn: " ", wantCode: engine.CodeInvalidArgument},
 		// The driver's default login timeout is 300 s of sleeps alone.
 		{name: "login timeout by default", dsn: "alice:pw1234@myacct/db/sch", check: func(t *testing.T, c *gosnowflake.Config) {
-			if c.LoginTimeout != DefaultLoginTimeout || DefaultLoginTimeout > 30*time.Second {
-				t.Fatalf("login timeout %s, want %s (at most 30s)", c.LoginTimeout, DefaultLoginTimeout)
+			if got := *loginTimeout(c); got != DefaultLoginTimeout || DefaultLoginTimeout > 30*time.Second {
+				t.Fatalf("login timeout %s, want %s (at most 30s)", got, DefaultLoginTimeout)
 			}
 		}},
 		{name: "login timeout from the DSN", dsn: "alice:pw1234@myacct/db/sch?loginTimeout=90", check: func(t *testing.T, c *gosnowflake.Config) {
-			if c.LoginTimeout != 90*time.Second {
-				t.Fatalf("login timeout %s, want the DSN's 90s", c.LoginTimeout)
+			if got := *loginTimeout(c); got != 90*time.Second {
+				t.Fatalf("login timeout %s, want the DSN's 90s", got)
 			}
 		}},
 	}

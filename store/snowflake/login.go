@@ -27,16 +27,23 @@ const DefaultLoginTimeout = 30 * time.Second
 type loginConnector struct {
 	driver.Connector
 	timeout time.Duration
-	host    string // host:port, for the error: never the credentials
+	host    string // host:port and the redacted DSN, for the error: never the credentials
 	secrets []string
 }
 
-// newConnector is the connector of every Store and Warehouse.
-func newConnector(cfg *gosnowflake.Config) driver.Connector {
+// loginTimeout is cfg's login timeout, to read or set.
+func loginTimeout(cfg *gosnowflake.Config) *time.Duration {
+	//lint:ignore SA1019 the driver's only login timeout (the DSN's loginTimeout sets it) until it reorganises its timeouts
+	return &cfg.LoginTimeout
+}
+
+// newConnector is the connector of every Store and Warehouse; where is
+// the redacted DSN.
+func newConnector(cfg *gosnowflake.Config, where string) driver.Connector {
 	return &loginConnector{
 		Connector: gosnowflake.NewConnector(gosnowflake.SnowflakeDriver{}, *cfg),
-		timeout:   cfg.LoginTimeout,
-		host:      net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.Port)),
+		timeout:   *loginTimeout(cfg),
+		host:      net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.Port)) + " (" + where + ")",
 		secrets:   secretsOfConfig(cfg),
 	}
 }
@@ -57,7 +64,7 @@ func (c *loginConnector) Connect(ctx context.Context) (driver.Conn, error) {
 	case lctx.Err() != nil:
 		// Not wrapped: a login that ran out of time is not the caller's
 		// deadline (a step's timeout, say).
-		return nil, engine.Errorf(engine.CodeStoreUnavailable, "cannot log in to Snowflake at %s: no answer within %s (loginTimeout in the DSN sets it)", c.host, c.timeout)
+		return nil, engine.Errorf(engine.CodeStoreUnavailable, "cannot log in to Snowflake at %s within %s (loginTimeout in the DSN sets it)", c.host, c.timeout)
 	}
 	// A network error says what matters without the request's URL.
 	reason := err

@@ -38,7 +38,7 @@ func TestLoginIsBounded(t *testing.T) {
 			return err
 		},
 	}
-	for _, addr := range []struct{ name, hostPort string }{{"refused", refused}, {"never answers", silent}} {
+	for _, addr := range []struct{ name, hostPort string }{{"refused", refused}, {"never answers", silent.Addr}} {
 		for what, fn := range open {
 			t.Run(addr.name+"/"+what, func(t *testing.T) {
 				t.Parallel()

@@ -104,7 +104,7 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{
-		db:      sql.OpenDB(newConnector(cfg)),
+		db:      sql.OpenDB(newConnector(cfg, RedactDSN(dsn))),
 		opts:    opts,
 		dbClock: dbClock,
 		q:       q,

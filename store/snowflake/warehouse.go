@@ -51,7 +51,7 @@ func OpenWarehouse(ctx context.Context, dsn string) (*Warehouse, error) {
 		return nil, err
 	}
 	w := &Warehouse{
-		db:      sql.OpenDB(newConnector(cfg)),
+		db:      sql.OpenDB(newConnector(cfg, RedactDSN(dsn))),
 		where:   RedactDSN(dsn),
 		secrets: append(secretsOfDSN(dsn), secretsOfConfig(cfg)...),
 		q:       q,

@@ -5,7 +5,7 @@ import (
 	"context"
 	"net/http"
 	"os"
-	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -264,45 +264,34 @@ func TestExitCodes(t *testing.T) {
 // a daemon starting and a run.
 func TestExitCodesOnSignals(t *testing.T) {
 	bin := buildBinary(t)
+	plan, err := filepath.Abs(fixture("ok", "plan.yaml")) // the process runs in a directory of its own
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, args := range [][]string{
 		{"runs"}, {"status", fixedRunID}, {"events", fixedRunID}, {"export", fixedRunID}, {"verify", "--all"},
-		{"queue"}, {"cancel", fixedRunID}, {"worker"}, {"run", fixture("ok", "plan.yaml")},
+		{"queue"}, {"cancel", fixedRunID}, {"worker"}, {"run", plan},
 	} {
-		t.Run(strings.Join(args, " "), func(t *testing.T) {
+		t.Run(args[0], func(t *testing.T) {
 			h := newHarness(t)
 			_, silent := sftest.Unreachable(t)
 			dsn := unreachableDSN(silent.Addr, "20")
-			cmd := exec.Command(bin, args...)
-			cmd.Env = append(os.Environ(), "DVT_STORE="+dsn, "DVT_WAREHOUSE="+h.env["DVT_WAREHOUSE"])
+			env := append(os.Environ(), "DVT_STORE="+dsn, "DVT_WAREHOUSE="+h.env["DVT_WAREHOUSE"])
 			if args[0] == "run" {
-				cmd.Env = append(os.Environ(), "DVT_STORE="+h.env["DVT_STORE"], "DVT_WAREHOUSE="+dsn)
+				env = append(os.Environ(), "DVT_STORE="+h.env["DVT_STORE"], "DVT_WAREHOUSE="+dsn)
 			}
-			var stdout, stderr bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &stdout, &stderr
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			exited := make(chan error, 1)
-			go func() { exited <- cmd.Wait() }()
+			p := startProc(t, bin, env, args...)
 			servicetest.WaitFor(t, "dvtrun to connect to the silent Snowflake port", func() bool { return silent.Accepted() > 0 })
-			if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 				t.Fatal(err)
 			}
-			bound := time.NewTimer(10 * time.Second)
-			defer bound.Stop()
-			var err error
-			select {
-			case err = <-exited:
-			case <-bound.C:
-				cmd.Process.Kill()
-				t.Fatalf("no exit within 10s of SIGTERM\n%s", stderr.String())
+			if code := p.wait(t); code != exitInterrupted {
+				t.Fatalf("exit %d, want %d\n%s", code, exitInterrupted, p.output())
 			}
-			ee, ok := err.(*exec.ExitError)
-			if !ok || ee.ExitCode() != exitInterrupted {
-				t.Fatalf("exit %v, want %d\n%s", err, exitInterrupted, stderr.String())
-			}
-			if stderr.String() != "dvtrun: INTERRUPTED: interrupted\n" {
-				t.Errorf("stderr %q, want only `dvtrun: INTERRUPTED: interrupted`", stderr.String())
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			if got := p.stderr.String(); got != "dvtrun: INTERRUPTED: interrupted\n" {
+				t.Errorf("stderr %q, want only `dvtrun: INTERRUPTED: interrupted`", got)
 			}
 		})
 	}

@@ -132,6 +132,10 @@ func exitCases(t *testing.T) []exitCase {
 			h.env["DVT_WAREHOUSE"] = unreachableDSN(u.refused, "1")
 			return nil
 		}, exit: exitUnavailable, code: "STORE_UNAVAILABLE"},
+		{family: "run", name: "run, warehouse never answers", args: []string{"run", ok}, prep: func(t *testing.T, h *harness, u unreachable) []string {
+			h.env["DVT_WAREHOUSE"] = unreachableDSN(u.silent.Addr, "1")
+			return nil
+		}, exit: exitUnavailable, code: "STORE_UNAVAILABLE", msgs: []string{"within 1s"}},
 		{family: "run", name: "resume, store unreachable", args: []string{"resume", unknown, ok}, prep: refusedStore, exit: exitUnavailable, code: "STORE_UNAVAILABLE"},
 		{family: "run", name: "retry, store unreachable", args: []string{"retry", unknown, ok}, prep: refusedStore, exit: exitUnavailable, code: "STORE_UNAVAILABLE"},
 		{family: "run", name: "run, interrupted in the warehouse login", args: []string{"run", ok}, prep: func(t *testing.T, h *harness, u unreachable) []string {
@@ -243,7 +247,8 @@ func TestExitCodes(t *testing.T) {
 			}
 			switch c.exit {
 			case exitUnavailable:
-				if strings.Contains(r.stderr, "snowflake") && !strings.Contains(r.stderr, "127.0.0.1:") {
+				// Every unavailable target of the table is a Snowflake host.
+				if !strings.Contains(r.stderr, "cannot log in to Snowflake at 127.0.0.1:") {
 					t.Errorf("the error does not name the host: %q", r.stderr)
 				}
 				if took > 8*time.Second {

@@ -373,7 +373,7 @@ func (c *cli) previousHolder(ctx context.Context, st stateStore, runID string) f
 	}
 	return func(w *engine.LockWait) {
 		w.RunID = runID
-		w.Holder = fmt.Sprintf("%s, the run's previous runner (lease until %s), most likely", l.Owner, l.ExpiresAt.UTC().Format(time.RFC3339))
+		w.Holder = fmt.Sprintf("%s (most likely: the run's runner until its lease ran out at %s)", l.Owner, l.ExpiresAt.UTC().Format(time.RFC3339))
 	}
 }
 

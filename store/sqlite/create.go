@@ -3,12 +3,14 @@ package sqlite
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/jmoiron/sqlx"
+	msqlite "modernc.org/sqlite"
 
 	"github.com/dvtrun/dvtrun/engine"
 	sqlfiles "github.com/dvtrun/dvtrun/sql"
@@ -37,8 +39,11 @@ func create(ctx context.Context, path string, now func() time.Time) error {
 		}
 	}()
 	if err := initStore(ctx, tmp, now); err != nil {
-		if engine.CodeOf(err) == engine.CodeStoreUnavailable {
-			return engine.Errorf(engine.CodeStoreUnavailable, "cannot create the state store %s (is its disk full?): %w", path, err)
+		var se *msqlite.Error
+		if engine.CodeOf(err) == engine.CodeStoreUnavailable && errors.As(err, &se) {
+			// The driver's error says what went wrong; the temporary
+			// file's name would only confuse.
+			return &engine.Error{Code: engine.CodeStoreUnavailable, Msg: fmt.Sprintf("cannot create the state store %s (is its disk full?): %v", path, se), Err: err}
 		}
 		return err
 	}

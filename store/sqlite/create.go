@@ -78,7 +78,7 @@ func initStore(ctx context.Context, path string, now func() time.Time) error {
 	if err != nil {
 		return classify(path, err)
 	}
-	s := &Store{db: db, path: path, opts: Options{Now: now}, q: q, lock: newLockWaiter("state store "+path, 0, nil, nil, nil)}
+	s := &Store{db: db, path: path, opts: Options{Now: now}, q: q, lock: newLockWaiter("state store "+path, 0, nil, nil)}
 	if err := s.migrate(ctx); err != nil {
 		db.Close()
 		return err

@@ -41,21 +41,20 @@ type lockWaiter struct {
 	budget   time.Duration
 	onWait   engine.WaitFunc
 	holder   func(*engine.LockWait) // fills in who probably holds the lock; may be nil
-	now      func() time.Time
 
 	mu    sync.Mutex
 	since time.Time // the start of the current streak; zero: the last try got the lock
 	last  time.Time // the latest busy answer
 }
 
-func newLockWaiter(resource string, budget time.Duration, onWait engine.WaitFunc, holder func(*engine.LockWait), now func() time.Time) *lockWaiter {
+// newLockWaiter: a budget of 0 is engine.DefaultLockWait. Waits are timed
+// by the wall clock: they are about another process, not the store's
+// clock.
+func newLockWaiter(resource string, budget time.Duration, onWait engine.WaitFunc, holder func(*engine.LockWait)) *lockWaiter {
 	if budget <= 0 {
 		budget = engine.DefaultLockWait
 	}
-	if now == nil {
-		now = time.Now
-	}
-	return &lockWaiter{resource: resource, budget: budget, onWait: onWait, holder: holder, now: now}
+	return &lockWaiter{resource: resource, budget: budget, onWait: onWait, holder: holder}
 }
 
 // slice is the busy_timeout of the handle's connections.
@@ -65,7 +64,7 @@ func (l *lockWaiter) slice() time.Duration { return min(busySlice, l.budget) }
 // spent (the error is LockWait.Exceeded, wrapping the busy error), or ctx
 // ends.
 func (l *lockWaiter) wait(ctx context.Context, try func() error) error {
-	start := l.now()
+	start := time.Now()
 	next := firstReport
 	for {
 		err := try()
@@ -99,7 +98,7 @@ func (l *lockWaiter) wait(ctx context.Context, try func() error) error {
 // busy records a busy answer to a wait that started at start and
 // describes the wait.
 func (l *lockWaiter) busy(start time.Time) engine.LockWait {
-	now := l.now()
+	now := time.Now()
 	l.mu.Lock()
 	if l.since.IsZero() || now.Sub(l.last) > streakGap {
 		l.since = start

@@ -96,7 +96,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if err := addDeliveryQueries(q); err != nil {
 		return nil, err
 	}
-	lock := newLockWaiter("state store "+path, opts.LockWait, opts.OnWait, nil, opts.Now)
+	lock := newLockWaiter("state store "+path, opts.LockWait, opts.OnWait, nil) // real time, not the store clock opts.Now
 	db, err := sqlx.Open("sqlite", dsn(path, "rw", lock.slice()))
 	if err != nil {
 		return nil, classify(path, err)

@@ -65,8 +65,6 @@ type WarehouseOptions struct {
 	// run's previous lease holder, as the state store knows it) in the
 	// progress reports and the error.
 	Holder func(*engine.LockWait)
-	// Now is the clock of the waits (default time.Now).
-	Now func() time.Time
 }
 
 // tmpPrefix names the relation a table is built into before it replaces
@@ -93,7 +91,7 @@ func OpenWarehouseWith(ctx context.Context, path string, opts WarehouseOptions) 
 	if err != nil {
 		return nil, err
 	}
-	lock := newLockWaiter("warehouse "+path, opts.LockWait, opts.OnWait, opts.Holder, opts.Now)
+	lock := newLockWaiter("warehouse "+path, opts.LockWait, opts.OnWait, opts.Holder)
 	db, err := sql.Open("sqlite", warehouseDSN(path, lock.slice()))
 	if err != nil {
 		return nil, classifyWarehouse(ctx, path, "", err)

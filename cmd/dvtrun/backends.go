@@ -39,6 +39,6 @@ var quietDriver = sync.OnceFunc(func() {
 	gosnowflake.GetLogger().SetOutput(io.Discard)
 })
 
-func openSQLiteWarehouse(ctx context.Context, path string) (warehouse, error) {
-	return sqlite.OpenWarehouse(ctx, path)
+func openSQLiteWarehouse(ctx context.Context, path string, opts sqlite.WarehouseOptions) (warehouse, error) {
+	return sqlite.OpenWarehouseWith(ctx, path, opts)
 }

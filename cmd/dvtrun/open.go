@@ -73,7 +73,7 @@ func (c *cli) openStore(ctx context.Context, mustExist bool) (stateStore, error)
 	case "snowflake":
 		return openSnowflakeStore(ctx, t.dsn, mustExist)
 	default:
-		return sqlite.Open(ctx, t.path, sqlite.Options{MustExist: mustExist})
+		return sqlite.Open(ctx, t.path, sqlite.Options{MustExist: mustExist, LockWait: c.g.lockWait, OnWait: c.reportWait})
 	}
 }
 
@@ -116,6 +116,12 @@ func (c *cli) openBoth(ctx context.Context) (stateStore, warehouse, string, erro
 }
 
 func (c *cli) openWarehouse(ctx context.Context) (warehouse, string, error) {
+	return c.openWarehouseHeldBy(ctx, nil)
+}
+
+// openWarehouseHeldBy is openWarehouse whose lock waits name, through
+// holder, who probably holds the lock.
+func (c *cli) openWarehouseHeldBy(ctx context.Context, holder func(*engine.LockWait)) (warehouse, string, error) {
 	t, err := c.parseTarget("warehouse", c.g.warehouse)
 	if err != nil {
 		return nil, "", err
@@ -125,7 +131,7 @@ func (c *cli) openWarehouse(ctx context.Context) (warehouse, string, error) {
 		wh, err := openSnowflakeWarehouse(ctx, t.dsn)
 		return wh, "snowflake", err
 	default:
-		wh, err := openSQLiteWarehouse(ctx, t.path)
+		wh, err := openSQLiteWarehouse(ctx, t.path, sqlite.WarehouseOptions{LockWait: c.g.lockWait, OnWait: c.reportWait, Holder: holder})
 		return wh, "sqlite", err
 	}
 }

@@ -134,7 +134,7 @@ func (f *runFlags) registerExec(fs *flag.FlagSet) {
 	fs.DurationVar(&f.pulse, "pulse-interval", 0, pulseHelp)
 	// ExecutionSemantics §5; a flag wins over the config's stateStore.
 	fs.DurationVar(&f.writeBudget, "write-budget", 0, "how long an event may wait to be stored: a StepStarted that waits longer is spooled, a completion never is (default: the config's stateStore.writeLatencyBudgetMs, else 3s)")
-	fs.StringVar(&f.spoolDir, "spool-dir", "", "keep StepStarted events the store did not take within the budget in `DIR` until they are appended (default: the config's stateStore.spoolDir, else spool/ next to the runs' artifacts)")
+	fs.StringVar(&f.spoolDir, "spool-dir", "", "keep StepStarted events the store did not take within the budget in `DIR` until they are appended (env DVT_SPOOL_DIR; default: the config's stateStore.spoolDir, else spool/ next to the runs' artifacts): put it on another disk than the store's")
 }
 
 func (f runFlags) check() error {
@@ -154,12 +154,13 @@ func (f runFlags) check() error {
 }
 
 // withStateStore resolves the write budget and the spool directory (the
-// flags, else the config file's stateStore section, else the defaults)
+// flags, else DVT_SPOOL_DIR for the spool, else the config file's
+// stateStore section, else the defaults)
 // and opens the spool. The default spool sits next to the runs' artifact
 // directories: spool/ beside runs/.
 func (c *cli) withStateStore(f runFlags, s config.StateStore) (runFlags, error) {
 	f.writeBudget = cmp.Or(f.writeBudget, s.WriteBudget())
-	dir := cmp.Or(f.spoolDir, relativeTo(c.g.config, s.SpoolDir), filepath.Join(filepath.Dir(c.runsDir()), "spool"))
+	dir := cmp.Or(f.spoolDir, c.env("DVT_SPOOL_DIR"), relativeTo(c.g.config, s.SpoolDir), filepath.Join(filepath.Dir(c.runsDir()), "spool"))
 	sp, err := spool.Open(dir)
 	var e *engine.Error
 	switch {
@@ -168,6 +169,8 @@ func (c *cli) withStateStore(f runFlags, s config.StateStore) (runFlags, error) 
 		return f, nil
 	case f.spoolDir != "":
 		return f, fmt.Errorf("--spool-dir: %w", err)
+	case c.env("DVT_SPOOL_DIR") != "":
+		return f, fmt.Errorf("DVT_SPOOL_DIR: %w", err)
 	case s.SpoolDir != "" && errors.As(err, &e):
 		return f, engine.Errorf(engine.CodeConfigInvalid, "%s: stateStore.spoolDir: %s", c.g.config, e.Msg)
 	}
@@ -336,7 +339,7 @@ func cmdResume(ctx context.Context, c *cli, args []string) error {
 	case snap.Status.Terminal():
 		return engine.Errorf(engine.CodeInvalidArgument, "run %s is already %s and cannot be resumed; start a new run", meta.RunID, snap.Status)
 	}
-	wh, targetName, err := c.openWarehouse(ctx)
+	wh, targetName, err := c.openWarehouseHeldBy(ctx, c.previousHolder(ctx, st, meta.RunID))
 	if err != nil {
 		return err
 	}
@@ -353,6 +356,21 @@ func cmdResume(ctx context.Context, c *cli, args []string) error {
 	con.start = time.Now()
 	snap, err = rn.Resume(ctx, meta.RunID, p, wh)
 	return c.finishRun(ctx, con, meta.RunID, pos[1], snap, err)
+}
+
+// previousHolder names, in a wait for the warehouse's lock, the runner
+// that held the run's lease before this resume: a stopped runner still
+// holding its step's write transaction is the likely holder. nil when the
+// store knows of none.
+func (c *cli) previousHolder(ctx context.Context, st stateStore, runID string) func(*engine.LockWait) {
+	l, ok, err := st.GetLease(ctx, runID)
+	if err != nil || !ok || l.Owner == "" {
+		return nil
+	}
+	return func(w *engine.LockWait) {
+		w.RunID = runID
+		w.Holder = fmt.Sprintf("%s (most likely: the run's runner until its lease ran out at %s)", l.Owner, l.ExpiresAt.UTC().Format(time.RFC3339))
+	}
 }
 
 // finishRun prints the summary and turns the outcome into an exit code.

@@ -100,9 +100,9 @@ func TestStateStoreBadValues(t *testing.T) {
 	}
 }
 
-// The budget and the spool directory reach the runner: the flag, else the
-// config's stateStore section, else the default (0: the runner's 3s; the
-// spool beside the runs' artifacts).
+// The budget and the spool directory reach the runner: the flag, else
+// (the spool) DVT_SPOOL_DIR, else the config's stateStore section, else the
+// default (0: the runner's 3s; the spool beside the runs' artifacts).
 func TestStateStoreResolution(t *testing.T) {
 	dir := t.TempDir()
 	cfgPath := filepath.Join(dir, "etc", "dvtrun.yaml")
@@ -112,17 +112,21 @@ func TestStateStoreResolution(t *testing.T) {
 		flags               []string
 		budget              time.Duration
 		spoolDir            string
+		envSpool            string // DVT_SPOOL_DIR
 	}{
-		{"defaults, sqlite store", sqliteStore, "", nil, 0, filepath.Join(dir, "state", "spool")},
-		{"defaults, snowflake store", "snowflake://u:p@acct/db/sch", "", nil, 0, filepath.Join(".dvt", "spool")},
-		{"config", sqliteStore, "stateStore: {writeLatencyBudgetMs: 750, spoolDir: spool-here}", nil, 750 * time.Millisecond, filepath.Join(dir, "etc", "spool-here")},
-		{"config, absolute dir", sqliteStore, "stateStore: {spoolDir: /var/lib/dvtrun/spool}", nil, 0, "/var/lib/dvtrun/spool"},
+		{"defaults, sqlite store", sqliteStore, "", nil, 0, filepath.Join(dir, "state", "spool"), ""},
+		{"defaults, snowflake store", "snowflake://u:p@acct/db/sch", "", nil, 0, filepath.Join(".dvt", "spool"), ""},
+		{"config", sqliteStore, "stateStore: {writeLatencyBudgetMs: 750, spoolDir: spool-here}", nil, 750 * time.Millisecond, filepath.Join(dir, "etc", "spool-here"), ""},
+		{"config, absolute dir", sqliteStore, "stateStore: {spoolDir: /var/lib/dvtrun/spool}", nil, 0, "/var/lib/dvtrun/spool", ""},
 		{"flags win", sqliteStore, "stateStore: {writeLatencyBudgetMs: 750, spoolDir: spool-here}",
-			[]string{"--write-budget", "1500ms", "--spool-dir", filepath.Join(dir, "flag-spool")}, 1500 * time.Millisecond, filepath.Join(dir, "flag-spool")},
+			[]string{"--write-budget", "1500ms", "--spool-dir", filepath.Join(dir, "flag-spool")}, 1500 * time.Millisecond, filepath.Join(dir, "flag-spool"), ""},
+		{"environment over config", sqliteStore, "stateStore: {spoolDir: spool-here}", nil, 0, filepath.Join(dir, "env-spool"), filepath.Join(dir, "env-spool")},
+		{"flag over environment", sqliteStore, "", []string{"--spool-dir", filepath.Join(dir, "flag-spool")}, 0, filepath.Join(dir, "flag-spool"), filepath.Join(dir, "env-spool")},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			c := &cli{stdout: io.Discard, stderr: io.Discard, env: func(string) string { return "" }, g: globals{store: tc.store}}
+			env := func(k string) string { return map[string]string{"DVT_SPOOL_DIR": tc.envSpool}[k] }
+			c := &cli{stdout: io.Discard, stderr: io.Discard, env: env, g: globals{store: tc.store}}
 			cfg := &config.Config{}
 			if tc.config != "" {
 				var err error

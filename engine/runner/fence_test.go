@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -201,5 +202,30 @@ func TestLeaseReleasedOnlyWhenTheRunGoesOn(t *testing.T) {
 				t.Errorf("after the runner returned the lease is %+v (held %v), want held %v", l, held, tc.wantHeld)
 			}
 		})
+	}
+}
+
+// TestLockWaitExceededIsNotRetried: a warehouse whose wait for another
+// process's lock ran out of its budget (LockWait.Exceeded) has spent the
+// step's whole budget: the runner stops the run resumable at once instead
+// of retrying the step into a new wait per engine attempt.
+func TestLockWaitExceededIsNotRetried(t *testing.T) {
+	h := newHarness(t)
+	p := chain([]string{"a"}, nil)
+	calls := 0
+	h.wh.set("a", func(_ context.Context, _ engine.StepRequest, call int) (engine.StepResult, error) {
+		calls = call
+		return engine.StepResult{}, engine.LockWait{Resource: "warehouse w.db", Budget: time.Minute, Waited: time.Minute}.Exceeded()
+	})
+	runID := h.start(p)
+	snap, err := h.rn.Execute(h.ctx, runID, p, h.wh)
+	if engine.CodeOf(err) != engine.CodeStoreUnavailable || !strings.Contains(err.Error(), "not released within 1m0s") {
+		t.Fatalf("Execute returned %v, want the lock wait's STORE_UNAVAILABLE", err)
+	}
+	if calls != 1 {
+		t.Errorf("the warehouse was asked %d times, want once: step retries multiply the lock-wait budget", calls)
+	}
+	if snap.Status != engine.StatusRunning {
+		t.Errorf("the run is %s, want RUNNING (resumable)", snap.Status)
 	}
 }

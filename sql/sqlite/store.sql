@@ -151,3 +151,20 @@ UPDATE dvt_leases SET expires_at = ? WHERE run_id = ? AND owner = ? AND owner <>
 -- name: count_outbox
 SELECT COUNT(*) FROM dvt_outbox WHERE run_id = ?;
 
+
+-- name: schema_tables
+-- The migrations' bookkeeping (store/sqlite migrate): a database without
+-- any table is a store whose creation never finished.
+SELECT COUNT(*) FROM sqlite_master WHERE type = 'table';
+
+-- name: schema_versioned
+SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'dvt_schema_version';
+
+-- name: schema_versions
+SELECT version FROM dvt_schema_version;
+
+-- name: create_schema_version
+CREATE TABLE IF NOT EXISTS dvt_schema_version (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL);
+
+-- name: insert_schema_version
+INSERT INTO dvt_schema_version (version, name, applied_at) VALUES (?, ?, ?);

@@ -35,7 +35,7 @@ func modifier(d time.Duration) string { return fmt.Sprintf("%+.3f seconds", d.Se
 func (s *Store) write(ctx context.Context, name string, args ...any) (int64, error) {
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
-	res, err := s.stmts["delivery/"+name].ExecContext(ctx, args...)
+	res, err := s.execWrite(ctx, func() (sql.Result, error) { return s.stmts["delivery/"+name].ExecContext(ctx, args...) })
 	if err != nil {
 		return 0, classify(s.path, err)
 	}

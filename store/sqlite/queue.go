@@ -48,7 +48,7 @@ func (s *Store) newQueue() (*store.QueueSQL, error) {
 func (s *Store) writeTx(ctx context.Context, fn func(tx *sqlx.Tx) error) error {
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
-	tx, err := s.db.BeginTxx(ctx, nil)
+	tx, err := s.beginWrite(ctx)
 	if err != nil {
 		return classify(s.path, err)
 	}

@@ -70,7 +70,7 @@ func (s *Store) SaveSnapshot(ctx context.Context, snap engine.Snapshot, version 
 	}
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
-	res, err := s.db.ExecContext(ctx, q, args...)
+	res, err := s.execWrite(ctx, func() (sql.Result, error) { return s.db.ExecContext(ctx, q, args...) })
 	if err != nil {
 		return false, classify(s.path, err)
 	}

@@ -12,7 +12,6 @@ import (
 	"io/fs"
 	"iter"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -37,9 +36,12 @@ type Options struct {
 	// MustExist opens an existing state store only: read commands never
 	// create a database file.
 	MustExist bool
-	// BusyTimeout is how long a writer waits for another process's write
-	// lock (default 5s).
-	BusyTimeout time.Duration
+	// LockWait is the most a write waits for the write lock another
+	// process holds (default engine.DefaultLockWait); then the write fails
+	// with STORE_UNAVAILABLE (transient: the store was busy, not broken).
+	LockWait time.Duration
+	// OnWait receives a progress report every few seconds of such a wait.
+	OnWait engine.WaitFunc
 }
 
 // Store is the SQLite state store. It is safe for concurrent use; several
@@ -57,8 +59,9 @@ type Store struct {
 	// writeMu serialises this process's write transactions: SQLite allows one
 	// writer at a time, and waiting on a mutex is cheaper and fairer than
 	// SQLite's busy-retry loop. Other processes are held off by BEGIN
-	// IMMEDIATE and the busy timeout.
+	// IMMEDIATE and lock.
 	writeMu sync.Mutex
+	lock    *lockWaiter
 }
 
 // Open opens (creating unless opts.MustExist) the state store at path and
@@ -67,30 +70,25 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	if opts.BusyTimeout <= 0 {
-		opts.BusyTimeout = 5 * time.Second
-	}
 	if path == "" {
 		return nil, engine.Errorf(engine.CodeInvalidArgument, "state store path is empty")
 	}
-	mode := "rwc"
-	if opts.MustExist {
-		fi, err := os.Stat(path)
-		switch {
-		case errors.Is(err, fs.ErrNotExist):
-			// Nothing there: the path given is wrong (input, exit 2), not a
-			// store that is down (exit 4).
-			return nil, engine.Errorf(engine.CodeInvalidArgument, "no state store at %s (run a plan first, or pass --store)", path)
-		case err != nil:
-			return nil, engine.Errorf(engine.CodeStoreUnavailable, "cannot reach the state store %s: %v", path, pathErr(err))
-		}
-		if fi.IsDir() {
-			return nil, engine.Errorf(engine.CodeStoreUnavailable, "state store %s is a directory", path)
-		}
-		mode = "rw"
-	} else if dir := filepath.Dir(path); dir != "" {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return nil, engine.Errorf(engine.CodeStoreUnavailable, "cannot create the state store directory %s: %v", dir, pathErr(err))
+	fi, err := os.Stat(path)
+	switch {
+	case err == nil && fi.IsDir():
+		return nil, engine.Errorf(engine.CodeStoreUnavailable, "state store %s is a directory", path)
+	case err == nil:
+	case !errors.Is(err, fs.ErrNotExist):
+		return nil, engine.Errorf(engine.CodeStoreUnavailable, "cannot use the state store %s: %v", path, pathErr(err))
+	case opts.MustExist:
+		// Nothing there: the path given is wrong (input, exit 2), not a
+		// store that is down (exit 4).
+		return nil, engine.Errorf(engine.CodeInvalidArgument, "no state store at %s (run a plan first, or pass --store)", path)
+	default:
+		// Made whole beside its place, then linked into it: no process
+		// ever opens a store that is half made.
+		if err := create(ctx, path, opts.Now); err != nil {
+			return nil, err
 		}
 	}
 	q, err := sqlfiles.Queries(sqlfiles.SQLite, "store.sql")
@@ -100,11 +98,12 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if err := addDeliveryQueries(q); err != nil {
 		return nil, err
 	}
-	db, err := sqlx.Open("sqlite", dsn(path, mode, opts.BusyTimeout))
+	lock := newLockWaiter("state store "+path, opts.LockWait, opts.OnWait, nil) // real time, not the store clock opts.Now
+	db, err := sqlx.Open("sqlite", dsn(path, "rw", lock.slice()))
 	if err != nil {
 		return nil, classify(path, err)
 	}
-	s := &Store{db: db, path: path, opts: opts, q: q, stmts: map[string]*sql.Stmt{}}
+	s := &Store{db: db, path: path, opts: opts, q: q, stmts: map[string]*sql.Stmt{}, lock: lock}
 	if err := s.migrate(ctx); err != nil {
 		db.Close()
 		return nil, err
@@ -160,6 +159,37 @@ func (s *Store) Close() error {
 	return s.db.Close()
 }
 
+// beginWrite begins a write transaction (BEGIN IMMEDIATE), waiting for
+// another process's write lock within the lock-wait budget.
+func (s *Store) beginWrite(ctx context.Context) (*sqlx.Tx, error) {
+	var tx *sqlx.Tx
+	err := s.lock.wait(ctx, func() (err error) {
+		tx, err = s.db.BeginTxx(ctx, nil)
+		return err
+	})
+	return tx, s.lockErr(err)
+}
+
+// execWrite runs one statement that writes outside a transaction, waiting
+// for another process's write lock within the lock-wait budget.
+func (s *Store) execWrite(ctx context.Context, exec func() (sql.Result, error)) (sql.Result, error) {
+	var res sql.Result
+	err := s.lock.wait(ctx, func() (err error) {
+		res, err = exec()
+		return err
+	})
+	return res, s.lockErr(err)
+}
+
+// lockErr keeps a busy store transient, as classify does, when its wait
+// ran out: the store is busy, not broken.
+func (s *Store) lockErr(err error) error {
+	if engine.CodeOf(err) == engine.CodeStoreUnavailable {
+		return engine.MarkTransient(err)
+	}
+	return err
+}
+
 // exec runs a prepared statement inside tx.
 func (s *Store) exec(ctx context.Context, tx *sqlx.Tx, name string, args ...any) (sql.Result, error) {
 	res, err := tx.StmtContext(ctx, s.stmts[name]).ExecContext(ctx, args...)
@@ -168,39 +198,33 @@ func (s *Store) exec(ctx context.Context, tx *sqlx.Tx, name string, args ...any)
 
 func (s *Store) now() string { return s.opts.Now().UTC().Format(engine.TimeFormat) }
 
+// migrate applies the pending migrations. Most opens find none: they are
+// read without the write lock, so that opening a store another process is
+// writing (or a stopped one holds) does not wait for it.
 func (s *Store) migrate(ctx context.Context) error {
 	migs, err := sqlfiles.Migrations(sqlfiles.SQLite)
 	if err != nil {
 		return err
 	}
+	if applied, err := s.applied(ctx, s.db); err != nil || !pending(migs, applied) {
+		return err
+	}
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
-	tx, err := s.db.BeginTxx(ctx, nil) // BEGIN IMMEDIATE: concurrent migrators queue here
+	tx, err := s.beginWrite(ctx) // BEGIN IMMEDIATE: concurrent migrators queue here
 	if err != nil {
 		return classify(s.path, err)
 	}
 	defer tx.Rollback()
-	var tables int
-	if err := tx.GetContext(ctx, &tables, `SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'dvt_schema_version'`); err != nil {
-		return classify(s.path, err)
+	applied, err := s.applied(ctx, tx)
+	if err != nil {
+		return err
 	}
-	if tables == 0 {
-		if s.opts.MustExist {
-			return engine.Errorf(engine.CodeStoreCorrupt, "%s is an SQLite database but not a dvtrun state store", s.path)
-		}
-		if _, err := tx.ExecContext(ctx, `CREATE TABLE dvt_schema_version (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)`); err != nil {
+	if applied == nil {
+		if _, err := tx.ExecContext(ctx, s.q["create_schema_version"]); err != nil {
 			return classify(s.path, err)
 		}
 	}
-	applied := map[int]bool{}
-	var versions []int
-	if err := tx.SelectContext(ctx, &versions, `SELECT version FROM dvt_schema_version`); err != nil {
-		return classify(s.path, err)
-	}
-	for _, v := range versions {
-		applied[v] = true
-	}
-	changed := false
 	for _, m := range migs {
 		if applied[m.Version] {
 			continue
@@ -208,15 +232,50 @@ func (s *Store) migrate(ctx context.Context) error {
 		if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
 			return fmt.Errorf("sqlite: migration %s: %w", m.Name, classify(s.path, err))
 		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO dvt_schema_version (version, name, applied_at) VALUES (?, ?, ?)`, m.Version, m.Name, s.now()); err != nil {
+		if _, err := tx.ExecContext(ctx, s.q["insert_schema_version"], m.Version, m.Name, s.now()); err != nil {
 			return classify(s.path, err)
 		}
-		changed = true
-	}
-	if !changed {
-		return nil
 	}
 	return classify(s.path, tx.Commit())
+}
+
+// applied returns the versions of the migrations the store has; nil (no
+// error) for a database without any table: a store whose creation never
+// finished (the migrations are one transaction, so nothing is half
+// applied), which every command completes alike. A database with tables
+// but no schema version is someone else's: every command refuses it.
+func (s *Store) applied(ctx context.Context, q sqlx.QueryerContext) (map[int]bool, error) {
+	var tables, versioned int
+	err := sqlx.GetContext(ctx, q, &tables, s.q["schema_tables"])
+	if err == nil {
+		err = sqlx.GetContext(ctx, q, &versioned, s.q["schema_versioned"])
+	}
+	switch {
+	case err != nil:
+		return nil, classify(s.path, err)
+	case tables == 0:
+		return nil, nil
+	case versioned == 0:
+		return nil, engine.Errorf(engine.CodeStoreCorrupt, "%s is an SQLite database but not a dvtrun state store", s.path)
+	}
+	var versions []int
+	if err := sqlx.SelectContext(ctx, q, &versions, s.q["schema_versions"]); err != nil {
+		return nil, classify(s.path, err)
+	}
+	applied := make(map[int]bool, len(versions))
+	for _, v := range versions {
+		applied[v] = true
+	}
+	return applied, nil
+}
+
+func pending(migs []sqlfiles.Migration, applied map[int]bool) bool {
+	for _, m := range migs {
+		if !applied[m.Version] {
+			return true
+		}
+	}
+	return false
 }
 
 // classify maps SQLite failures onto contract codes: a busy database is a
@@ -280,7 +339,7 @@ func (s *Store) BootstrapRun(ctx context.Context, meta engine.RunMetadata, first
 	}
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
-	tx, err := s.db.BeginTxx(ctx, nil)
+	tx, err := s.beginWrite(ctx)
 	if err != nil {
 		return engine.AppendResult{}, classify(s.path, err)
 	}
@@ -346,7 +405,7 @@ func (s *Store) append(ctx context.Context, runID string, lease *engine.Lease, e
 	}
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
-	tx, err := s.db.BeginTxx(ctx, nil)
+	tx, err := s.beginWrite(ctx)
 	if err != nil {
 		return engine.AppendResult{}, classify(s.path, err)
 	}
@@ -646,7 +705,7 @@ func (s *Store) ListRuns(ctx context.Context, f store.RunFilter) ([]engine.RunMe
 func (s *Store) SetProviderRunRef(ctx context.Context, runID, ref string) error {
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
-	res, err := s.db.ExecContext(ctx, s.q["set_provider_ref"], ref, runID)
+	res, err := s.execWrite(ctx, func() (sql.Result, error) { return s.db.ExecContext(ctx, s.q["set_provider_ref"], ref, runID) })
 	if err != nil {
 		return classify(s.path, err)
 	}
@@ -664,7 +723,7 @@ func (s *Store) ReserveEventIDs(ctx context.Context, runID string, candidates ma
 	}
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
-	tx, err := s.db.BeginTxx(ctx, nil)
+	tx, err := s.beginWrite(ctx)
 	if err != nil {
 		return nil, classify(s.path, err)
 	}
@@ -703,8 +762,10 @@ func (s *Store) RecordAlert(ctx context.Context, a engine.Alert) (bool, error) {
 	}
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
-	res, err := s.db.ExecContext(ctx, s.q["insert_alert"], a.Key, string(a.Code), a.Severity, nullable(a.RunID), nullable(a.TenantID),
-		nullable(a.ProjectID), nullable(a.EnvironmentID), a.Message, nullableJSON(a.Payload), s.now())
+	res, err := s.execWrite(ctx, func() (sql.Result, error) {
+		return s.db.ExecContext(ctx, s.q["insert_alert"], a.Key, string(a.Code), a.Severity, nullable(a.RunID), nullable(a.TenantID),
+			nullable(a.ProjectID), nullable(a.EnvironmentID), a.Message, nullableJSON(a.Payload), s.now())
+	})
 	if err != nil {
 		return false, classify(s.path, err)
 	}
@@ -747,7 +808,7 @@ func (s *Store) SendSignal(ctx context.Context, sig engine.Signal) (engine.Signa
 	}
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
-	tx, err := s.db.BeginTxx(ctx, nil)
+	tx, err := s.beginWrite(ctx)
 	if err != nil {
 		return engine.Signal{}, classify(s.path, err)
 	}
@@ -818,7 +879,7 @@ func (s *Store) AcquireFencedLease(ctx context.Context, runID, owner string, ttl
 	}
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
-	tx, err := s.db.BeginTxx(ctx, nil)
+	tx, err := s.beginWrite(ctx)
 	if err != nil {
 		return engine.Lease{}, classify(s.path, err)
 	}
@@ -872,7 +933,7 @@ func (s *Store) Pulse(ctx context.Context, owner string, ttl time.Duration, runs
 	}
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
-	tx, err := s.db.BeginTxx(ctx, nil)
+	tx, err := s.beginWrite(ctx)
 	if err != nil {
 		return engine.PulseResult{}, classify(s.path, err)
 	}
@@ -909,7 +970,7 @@ func (s *Store) Pulse(ctx context.Context, owner string, ttl time.Duration, runs
 func (s *Store) ReleaseLease(ctx context.Context, runID, owner string) error {
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
-	_, err := s.db.ExecContext(ctx, s.q["release_lease"], runID, owner)
+	_, err := s.execWrite(ctx, func() (sql.Result, error) { return s.db.ExecContext(ctx, s.q["release_lease"], runID, owner) })
 	return classify(s.path, err)
 }
 

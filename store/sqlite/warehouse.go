@@ -44,24 +44,41 @@ type Warehouse struct {
 	q    map[string]string
 	// writeSem serialises this process's write steps: SQLite has one writer
 	// at a time, and waiting here (interruptible by ctx) beats spinning in
-	// the busy handler. Other processes are held off by the busy timeout.
+	// the busy handler. Other processes are held off by lock.
 	writeSem chan struct{}
+	// lock bounds the wait for another process's write lock: past its
+	// budget a step fails with STORE_UNAVAILABLE, not transient, so the
+	// runner stops the run resumable instead of retrying into a new budget.
+	// Runs that share a warehouse queue behind each other's steps, so the
+	// budget (default a minute) outlasts a competing run's step.
+	lock *lockWaiter
 }
 
-// warehouseBusyTimeout is how long a write waits for another process's lock
-// before the step fails with a transient error (which the runner retries,
-// and past its retries stops the run resumably). Runs that share a
-// warehouse queue behind each other's steps, so the wait is long enough to
-// outlast a competing run's step rather than a single statement.
-const warehouseBusyTimeout = 60 * time.Second
+// WarehouseOptions configures a Warehouse.
+type WarehouseOptions struct {
+	// LockWait is the most a write step waits for the write lock another
+	// process holds (default engine.DefaultLockWait).
+	LockWait time.Duration
+	// OnWait receives a progress report every few seconds of such a wait.
+	OnWait engine.WaitFunc
+	// Holder, when set, fills in who probably holds the lock (say, the
+	// run's previous lease holder, as the state store knows it) in the
+	// progress reports and the error.
+	Holder func(*engine.LockWait)
+}
 
 // tmpPrefix names the relation a table is built into before it replaces
 // the old one. Relation names may not start with it.
 const tmpPrefix = "dvt_tmp__"
 
 // OpenWarehouse opens (creating it and its directory if needed) the SQLite
-// warehouse database at path.
+// warehouse database at path, with the default options.
 func OpenWarehouse(ctx context.Context, path string) (*Warehouse, error) {
+	return OpenWarehouseWith(ctx, path, WarehouseOptions{})
+}
+
+// OpenWarehouseWith is OpenWarehouse with options.
+func OpenWarehouseWith(ctx context.Context, path string, opts WarehouseOptions) (*Warehouse, error) {
 	if path == "" {
 		return nil, engine.Errorf(engine.CodeInvalidArgument, "warehouse path is empty")
 	}
@@ -74,11 +91,12 @@ func OpenWarehouse(ctx context.Context, path string) (*Warehouse, error) {
 	if err != nil {
 		return nil, err
 	}
-	db, err := sql.Open("sqlite", warehouseDSN(path))
+	lock := newLockWaiter("warehouse "+path, opts.LockWait, opts.OnWait, opts.Holder)
+	db, err := sql.Open("sqlite", warehouseDSN(path, lock.slice()))
 	if err != nil {
 		return nil, classifyWarehouse(ctx, path, "", err)
 	}
-	w := &Warehouse{db: db, path: path, q: q, writeSem: make(chan struct{}, 1)}
+	w := &Warehouse{db: db, path: path, q: q, writeSem: make(chan struct{}, 1), lock: lock}
 	if err := w.Ping(ctx); err != nil {
 		db.Close()
 		return nil, err
@@ -87,13 +105,14 @@ func OpenWarehouse(ctx context.Context, path string) (*Warehouse, error) {
 }
 
 // warehouseDSN: WAL so tests read while a model builds, BEGIN IMMEDIATE so
-// a build takes the write lock up front, and legacy_alter_table so that
-// renaming the freshly built table into place neither rewrites nor
-// re-checks the views that refer to it by name (with it off, SQLite refuses
-// the rename while a view names the table just dropped).
-func warehouseDSN(path string) string {
+// a build takes the write lock up front (where lockWaiter waits for it, a
+// busy slice at a time), and legacy_alter_table so that renaming the
+// freshly built table into place neither rewrites nor re-checks the views
+// that refer to it by name (with it off, SQLite refuses the rename while a
+// view names the table just dropped).
+func warehouseDSN(path string, busy time.Duration) string {
 	return "file:" + path + "?mode=rwc" +
-		"&_pragma=busy_timeout(" + fmt.Sprint(warehouseBusyTimeout.Milliseconds()) + ")" +
+		"&_pragma=busy_timeout(" + fmt.Sprint(busy.Milliseconds()) + ")" +
 		"&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)" +
 		"&_pragma=legacy_alter_table(ON)" +
 		"&_txlock=immediate"
@@ -102,7 +121,7 @@ func warehouseDSN(path string) string {
 // Ping checks that the database is reachable and is an SQLite database.
 func (w *Warehouse) Ping(ctx context.Context) error {
 	var n int64
-	if err := w.db.QueryRowContext(ctx, w.q["schema_probe"]).Scan(&n); err != nil {
+	if err := w.lock.wait(ctx, func() error { return w.db.QueryRowContext(ctx, w.q["schema_probe"]).Scan(&n) }); err != nil {
 		return classifyWarehouse(ctx, w.path, "", err)
 	}
 	return nil
@@ -299,7 +318,10 @@ func (w *Warehouse) runTest(ctx context.Context, req engine.StepRequest) (engine
 	var n int64
 	// The newlines keep a trailing -- comment in the test's SQL from
 	// swallowing the closing parenthesis.
-	if err := w.db.QueryRowContext(ctx, "SELECT count(*) FROM (\n"+body+"\n)", req.Params...).Scan(&n); err != nil {
+	err = w.lock.wait(ctx, func() error {
+		return w.db.QueryRowContext(ctx, "SELECT count(*) FROM (\n"+body+"\n)", req.Params...).Scan(&n)
+	})
+	if err != nil {
 		return engine.StepResult{}, err
 	}
 	return engine.StepResult{Failures: n}, nil
@@ -338,7 +360,11 @@ func (w *Warehouse) write(ctx context.Context, req engine.StepRequest, work func
 		return engine.StepResult{}, err
 	}
 	defer w.release()
-	tx, err := w.db.BeginTx(ctx, nil)
+	var tx *sql.Tx
+	err := w.lock.wait(ctx, func() (err error) {
+		tx, err = w.db.BeginTx(ctx, nil)
+		return err
+	})
 	if err != nil {
 		return engine.StepResult{}, err
 	}
@@ -386,10 +412,18 @@ func (w *Warehouse) write(ctx context.Context, req engine.StepRequest, work func
 // LookupStep implements engine.Ledger.
 func (w *Warehouse) LookupStep(ctx context.Context, runID, stepID string, logicalAttempt int) (engine.LedgerEntry, bool, error) {
 	var tables int64
-	if err := w.db.QueryRowContext(ctx, w.q["ledger_exists"]).Scan(&tables); err != nil || tables == 0 {
+	err := w.lock.wait(ctx, func() error { return w.db.QueryRowContext(ctx, w.q["ledger_exists"]).Scan(&tables) })
+	if err != nil || tables == 0 {
 		return engine.LedgerEntry{}, false, classifyWarehouse(ctx, w.path, stepID, err) // no ledger yet: nothing committed
 	}
-	e, ok, err := lookupLedger(ctx, w.db, w.q["ledger_entry"], runID, stepID, logicalAttempt)
+	var (
+		e  engine.LedgerEntry
+		ok bool
+	)
+	err = w.lock.wait(ctx, func() (err error) {
+		e, ok, err = lookupLedger(ctx, w.db, w.q["ledger_entry"], runID, stepID, logicalAttempt)
+		return err
+	})
 	if err != nil {
 		return engine.LedgerEntry{}, false, classifyWarehouse(ctx, w.path, stepID, err)
 	}

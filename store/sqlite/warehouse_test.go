@@ -2,10 +2,12 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -313,10 +315,14 @@ func TestOpenWarehouseErrors(t *testing.T) {
 	}
 }
 
-// TestWarehouseBusyIsTransient: another process holding the write lock past
-// the busy timeout makes a write step fail with a transient error, which
-// the runner retries; once the lock is gone the retry succeeds.
-func TestWarehouseBusyIsTransient(t *testing.T) {
+// TestWarehouseLockWait: another process holding the write lock makes a
+// write step wait at most the lock-wait budget, reporting what it waits
+// for, then fail with STORE_UNAVAILABLE that is not transient (the runner
+// stops the run resumable instead of retrying into a new budget). A step
+// that tries again while the lock is still held (an engine attempt, or the
+// next step queued in this process) has no new budget; once the lock is
+// gone the step succeeds, and the next wait has the whole budget again.
+func TestWarehouseLockWait(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "wh.db")
 	ctx := context.Background()
 	holder, err := OpenWarehouse(ctx, path)
@@ -324,30 +330,84 @@ func TestWarehouseBusyIsTransient(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer holder.Close()
-	w, err := OpenWarehouse(ctx, path)
+	const budget = 1500 * time.Millisecond
+	var (
+		mu      sync.Mutex
+		reports []engine.LockWait
+	)
+	w, err := OpenWarehouseWith(ctx, path, WarehouseOptions{
+		LockWait: budget,
+		OnWait: func(lw engine.LockWait) {
+			mu.Lock()
+			defer mu.Unlock()
+			reports = append(reports, lw)
+		},
+		Holder: func(lw *engine.LockWait) { lw.RunID, lw.Holder = "r-old", "runner-a" },
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	// One connection, so the short busy timeout applies to the step's.
-	w.DB().SetMaxOpenConns(1)
-	if _, err := w.DB().Exec(`PRAGMA busy_timeout = 50`); err != nil {
-		t.Fatal(err)
+	hold := func() *sql.Tx {
+		tx, err := holder.DB().BeginTx(ctx, nil) // BEGIN IMMEDIATE: the write lock
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tx
 	}
-	tx, err := holder.DB().BeginTx(ctx, nil) // BEGIN IMMEDIATE: the write lock
-	if err != nil {
-		t.Fatal(err)
+	req := engine.StepRequest{RunID: "r-new", StepID: "sql.t", Kind: engine.KindSQL, SQL: "create table if not exists t(a)", LogicalAttempt: 1, Fence: 1}
+	step := func() (time.Duration, error) {
+		start := time.Now()
+		_, err := w.RunStep(ctx, req)
+		return time.Since(start), err
 	}
-	req := engine.StepRequest{StepID: "sql.t", Kind: engine.KindSQL, SQL: "create table t(a)"}
-	_, err = w.RunStep(ctx, req)
-	if !engine.IsTransient(err) || engine.CodeOf(err) != engine.CodeStoreUnavailable || !strings.Contains(err.Error(), "busy") {
-		t.Fatalf("got %v, want a transient busy error", err)
+	wantExceeded := func(what string, err error) {
+		t.Helper()
+		if engine.CodeOf(err) != engine.CodeStoreUnavailable || engine.IsTransient(err) {
+			t.Fatalf("%s: got %v, want a STORE_UNAVAILABLE that is not transient", what, err)
+		}
+		for _, s := range []string{"warehouse " + path, "run r-old", "held by runner-a", "not released within 1.5s"} {
+			if !strings.Contains(err.Error(), s) {
+				t.Errorf("%s: %q lacks %q", what, err, s)
+			}
+		}
+	}
+
+	tx := hold()
+	took, err := step()
+	wantExceeded("first wait", err)
+	if took < budget || took > budget+time.Second {
+		t.Errorf("the step gave up after %s, want its budget %s (+ at most 1s)", took, budget)
+	}
+	mu.Lock()
+	if len(reports) == 0 {
+		t.Error("no progress report during a 1.5s wait")
+	}
+	for _, r := range reports {
+		if line := r.String(); !strings.Contains(line, "warehouse "+path) || !strings.Contains(line, "held by runner-a") || r.Since.IsZero() {
+			t.Errorf("progress line %q does not say what is waited for, held by whom since when", line)
+		}
+	}
+	mu.Unlock()
+	// The retry meets the same holder: the budget is spent already.
+	took, err = step()
+	wantExceeded("retry", err)
+	if took > 700*time.Millisecond {
+		t.Errorf("the retry waited %s more: step retries multiply the budget", took)
 	}
 	if err := tx.Rollback(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := w.RunStep(ctx, req); err != nil {
-		t.Fatalf("retry: %v", err)
+	if _, err := step(); err != nil {
+		t.Fatalf("after the holder let go: %v", err)
+	}
+	// A new holder: the whole budget again.
+	tx = hold()
+	defer tx.Rollback()
+	took, err = step()
+	wantExceeded("a new wait", err)
+	if took < budget {
+		t.Errorf("a new wait gave up after %s, want the whole budget %s", took, budget)
 	}
 }
 

@@ -355,6 +355,7 @@ func (c *cli) daemon(ctx context.Context, name string, args []string, withSchedu
 		return err
 	}
 	log := c.jsonLogger(name)
+	c.waitLog = log
 	st, err := c.openQueueStore(ctx, false)
 	if err != nil {
 		return err

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"io"
 	"net"
@@ -156,5 +157,62 @@ func TestWorkerRefusesBadFlags(t *testing.T) {
 				t.Errorf("the refused command created the state store (stat: %v)", err)
 			}
 		})
+	}
+}
+
+// A daemon waiting for a lock another process holds says so in its JSON
+// log, as a record like every other line it writes, not as a bare line of
+// text among them.
+func TestDaemonLogsLockWaitsAsJSON(t *testing.T) {
+	h := newHarness(t)
+	if r := h.run("run", fixture("ok", "plan.yaml")); r.code != 0 {
+		t.Fatalf("run: %+v", r)
+	}
+	db, err := sql.Open("sqlite", h.statePath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// Another process's write transaction on the state store.
+	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		t.Fatal(err)
+	}
+	wctx, stopWorker := context.WithCancel(ctx)
+	done := make(chan result, 1)
+	go func() { done <- h.runCtx(wctx, "worker", "--poll", "100ms", "--lock-wait", "30s") }()
+	time.Sleep(3 * time.Second) // the first progress report comes after 1s
+	if _, err := conn.ExecContext(ctx, "ROLLBACK"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	stopWorker()
+	var r result
+	select {
+	case r = <-done:
+	case <-ctx.Done():
+		t.Fatal("the worker did not stop within a minute of its cancellation")
+	}
+	if r.code != 0 {
+		t.Fatalf("worker exit %d: %s", r.code, r.stderr)
+	}
+	waits := 0
+	for _, line := range strings.Split(strings.TrimSpace(r.stderr), "\n") {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("worker's stderr line is not JSON: %q", line)
+		}
+		if msg, _ := rec["msg"].(string); strings.Contains(msg, "waiting for the lock on state store") {
+			waits++
+		}
+	}
+	if waits == 0 {
+		t.Fatalf("no lock-wait record in the worker's log:\n%s", r.stderr)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
@@ -98,6 +99,8 @@ type cli struct {
 	help map[*flag.FlagSet]string // usage header per command
 
 	red engine.Redactor // secret values: never printed, in any form it knows
+
+	waitLog *slog.Logger // a daemon's log, for lock-wait progress (nil: plain lines)
 }
 
 // globals are accepted before the command and by every command.
@@ -340,8 +343,14 @@ func (c *cli) errorLine(err error) string {
 	return "dvtrun: " + string(code) + ": " + c.cleanLine(msg)
 }
 
-// reportWait prints a lock wait's progress line on stderr.
+// reportWait prints a lock wait's progress line on stderr: a line of text,
+// or a record of the daemon's JSON log once a daemon set waitLog.
 func (c *cli) reportWait(w engine.LockWait) {
+	if c.waitLog != nil {
+		c.waitLog.Warn(c.cleanLine(w.String()), "resource", w.Resource, "run", w.RunID, "holder", c.cleanLine(w.Holder),
+			"waitedMs", w.Waited.Milliseconds(), "budgetMs", w.Budget.Milliseconds())
+		return
+	}
 	fmt.Fprintln(c.stderr, "dvtrun: "+c.cleanLine(w.String()))
 }
 

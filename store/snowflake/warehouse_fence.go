@@ -38,6 +38,9 @@ const (
 	legacyPresent
 )
 
+// maxCachedFences bounds Warehouse.fences.
+const maxCachedFences = 10000
+
 // runFence is what a Warehouse made sure of for one run's fence.
 type runFence struct {
 	table  string // quoted
@@ -104,6 +107,11 @@ func (r *stepRun) ensureFence(conn *sql.Conn, runID string, fence int64) (*runFe
 		if had := w.fences[runID]; had != nil {
 			f = had
 		} else {
+			if len(w.fences) >= maxCachedFences {
+				// A long-lived worker forgets old runs; making sure again
+				// is idempotent and costs two round trips.
+				clear(w.fences)
+			}
 			w.fences[runID] = f
 		}
 		w.fenceMu.Unlock()

@@ -128,7 +128,7 @@ func (c *cli) openWarehouseHeldBy(ctx context.Context, holder func(*engine.LockW
 	}
 	switch t.kind {
 	case "snowflake":
-		wh, err := openSnowflakeWarehouse(ctx, t.dsn)
+		wh, err := c.openSnowflakeWarehouse(ctx, t.dsn)
 		return wh, "snowflake", err
 	default:
 		wh, err := openSQLiteWarehouse(ctx, t.path, sqlite.WarehouseOptions{LockWait: c.g.lockWait, OnWait: c.reportWait, Holder: holder})

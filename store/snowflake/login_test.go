@@ -31,7 +31,7 @@ func TestLoginIsBounded(t *testing.T) {
 			return err
 		},
 		"warehouse": func(ctx context.Context, dsn string) error {
-			w, err := snowflake.OpenWarehouse(ctx, dsn)
+			w, err := snowflake.OpenWarehouse(ctx, dsn, snowflake.WarehouseOptions{})
 			if err == nil {
 				w.Close()
 			}

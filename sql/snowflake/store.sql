@@ -18,11 +18,38 @@ SELECT CAST('migrate' AS VARCHAR) AS lock_name, CAST(NULL AS VARCHAR) AS owner,
        CAST(NULL AS TIMESTAMP_TZ(9)) AS expires_at;
 
 -- name: acquire_migrate_lock
-UPDATE dvt_locks SET owner = ?, expires_at = CAST(? AS TIMESTAMP_TZ(9))
-WHERE lock_name = 'migrate' AND (owner IS NULL OR expires_at < CAST(? AS TIMESTAMP_TZ(9)));
+-- The migration lease: free, or expired by the database's clock (the one
+-- clock every process shares), it is taken for ttl ms. Args: owner, ttl_ms.
+UPDATE dvt_locks SET owner = ?,
+       expires_at = DATEADD(millisecond, CAST(? AS NUMBER(38, 0)), CAST(CURRENT_TIMESTAMP() AS TIMESTAMP_TZ(9)))
+WHERE lock_name = 'migrate' AND (owner IS NULL OR expires_at < CAST(CURRENT_TIMESTAMP() AS TIMESTAMP_TZ(9)));
+
+-- name: renew_migrate_lock
+-- Extends the lease while its owner migrates; no row means it was taken
+-- over. Args: ttl_ms, owner.
+UPDATE dvt_locks
+SET expires_at = DATEADD(millisecond, CAST(? AS NUMBER(38, 0)), CAST(CURRENT_TIMESTAMP() AS TIMESTAMP_TZ(9)))
+WHERE lock_name = 'migrate' AND owner = ?;
+
+-- name: migrate_lock_holder
+-- Who holds the migration lease and until when, for the progress line.
+SELECT COALESCE(owner, ''), expires_at FROM dvt_locks WHERE lock_name = 'migrate';
 
 -- name: release_migrate_lock
 UPDATE dvt_locks SET owner = NULL, expires_at = NULL WHERE lock_name = 'migrate' AND owner = ?;
+
+-- name: show_locks
+-- The table locks held and waited for by this user's transactions (the
+-- role needs nothing more than its own user).
+SHOW LOCKS;
+
+-- name: database_time
+SELECT CAST(CURRENT_TIMESTAMP() AS TIMESTAMP_TZ(9));
+
+-- name: abort_transaction
+-- Ends a transaction of this user that holds a store table's lock for
+-- longer than any live store transaction can (a client that died).
+SELECT SYSTEM$ABORT_TRANSACTION(?);
 
 -- name: create_schema_version
 CREATE TABLE IF NOT EXISTS dvt_schema_version (

@@ -1,0 +1,246 @@
+package snowflake
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/snowflakedb/gosnowflake"
+
+	"github.com/dvtrun/dvtrun/engine"
+	sqlfiles "github.com/dvtrun/dvtrun/sql"
+)
+
+// Lock waits. Every store transaction takes a Snowflake table lock (the
+// UPDATE of a lock row or a sequence row, held until COMMIT), and a client
+// that dies inside a multi-request transaction (pinnedTx) leaves it held:
+// Snowflake aborts such a detached transaction only once it has blocked
+// another for 5 idle minutes. So the store's sessions wait for a lock at
+// most Options.LockTimeout per attempt (LOCK_TIMEOUT, never the 12-hour
+// default); when an attempt times out, SHOW LOCKS names the holder, and a
+// holder that has kept a store table's lock for longer than any live store
+// transaction can (Options.StaleLockAge) is a dead client's: it is ended
+// with SYSTEM$ABORT_TRANSACTION and the attempt runs again at once. Any
+// other holder is waited for, with a progress line (Options.OnWait), up to
+// Options.LockWait, then the operation fails with STORE_UNAVAILABLE.
+
+// lockTimedOut reports a statement that gave up waiting for a table lock
+// (000625 with Snowflake's "has locked table … LOCK_TIMEOUT" wording, or
+// the test server's), as opposed to the 21st-waiter and conflict aborts
+// that share the code and are retried at once.
+func lockTimedOut(err error) bool {
+	var se *gosnowflake.SnowflakeError
+	if !errors.As(err, &se) || se.Number != errLockWaiters {
+		return false
+	}
+	msg := strings.ToLower(se.Message)
+	return strings.Contains(msg, "lock_timeout") || strings.Contains(msg, "lock timeout")
+}
+
+// lockedTable is the table a lock-timeout message names (last part of a
+// qualified name, upper case), or "" when it names none.
+var lockedTableRE = regexp.MustCompile(`(?i)table\s+['"]?([A-Za-z0-9_$."]+)`)
+
+func lockedTable(err error) string {
+	var se *gosnowflake.SnowflakeError
+	if !errors.As(err, &se) {
+		return ""
+	}
+	m := lockedTableRE.FindStringSubmatch(se.Message)
+	if m == nil {
+		return ""
+	}
+	name := strings.Trim(m[1], `."'`)
+	if i := strings.LastIndexByte(name, '.'); i >= 0 {
+		name = name[i+1:]
+	}
+	return strings.ToUpper(strings.Trim(name, `"`))
+}
+
+// storeTables are the tables the store's migrations create (upper case):
+// the only locks this store may break. A warehouse's ledger tables in the
+// same schema hold step transactions, which legitimately run long.
+func storeTables(q map[string]string) (map[string]bool, error) {
+	migs, err := sqlfiles.Migrations(sqlfiles.Snowflake)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]bool{}
+	texts := []string{q["create_locks"], q["create_schema_version"]}
+	for _, m := range migs {
+		texts = append(texts, m.SQL)
+	}
+	for _, t := range texts {
+		for _, m := range createTableRE.FindAllStringSubmatch(t, -1) {
+			out[strings.ToUpper(m[1])] = true
+		}
+	}
+	return out, nil
+}
+
+var createTableRE = regexp.MustCompile(`(?i)CREATE\s+(?:OR\s+REPLACE\s+)?(?:TRANSIENT\s+)?TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?([A-Za-z_][A-Za-z0-9_$]*)`)
+
+// lockHolder is a HOLDING row of SHOW LOCKS.
+type lockHolder struct {
+	resource string // DB.SCHEMA.TABLE
+	tx       string
+	session  string
+	acquired time.Time
+}
+
+func (h lockHolder) String() string {
+	if h.session != "" {
+		return fmt.Sprintf("transaction %s (session %s)", h.tx, h.session)
+	}
+	return "transaction " + h.tx
+}
+
+// lockWaitState is one operation's wait for locks, across its attempts.
+type lockWaitState struct {
+	start time.Time
+	last  engine.LockWait
+}
+
+// waitForLock handles an attempt that timed out waiting for a lock: it
+// ends stale holders, or reports the wait and lets the caller try again;
+// it fails once the wait has used Options.LockWait.
+func (s *Store) waitForLock(ctx context.Context, w *lockWaitState, cause error) error {
+	table := lockedTable(cause)
+	w.last = engine.LockWait{Resource: "a Snowflake state store table", Budget: s.opts.LockWait}
+	if table != "" {
+		w.last.Resource = "table " + table
+	}
+	holders, dbNow, err := s.lockHolders(ctx, table)
+	if err != nil && ctx.Err() != nil {
+		return err
+	}
+	// err otherwise: SHOW LOCKS failed (an old role?); wait without it.
+	broke := false
+	for _, h := range holders {
+		if dbNow.Sub(h.acquired) > s.opts.StaleLockAge {
+			if s.abortTransaction(ctx, h.tx) == nil {
+				broke = true
+			}
+			continue
+		}
+		w.last.Resource = "table " + h.resource
+		w.last.Holder, w.last.Since = h.String(), h.acquired
+	}
+	if broke {
+		return nil // the lock is free: try again at once
+	}
+	w.last.Waited = time.Since(w.start)
+	if w.last.Waited >= s.opts.LockWait {
+		return w.last.Exceeded()
+	}
+	s.opts.OnWait.Report(w.last)
+	return nil
+}
+
+// lockHolders reads the holders of the store's table locks (of table, when
+// known) and the database's time, by which their age is measured.
+func (s *Store) lockHolders(ctx context.Context, table string) ([]lockHolder, time.Time, error) {
+	rows, err := s.db.QueryContext(ctx, s.q["show_locks"])
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	defer rows.Close()
+	cols, err := rows.Columns()
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	// By name: SHOW output columns are documented, their order is not a
+	// contract.
+	strs := make([]sql.NullString, len(cols))
+	var acquired sql.NullTime
+	dest := make([]any, len(cols))
+	idx := map[string]int{}
+	for i, c := range cols {
+		idx[strings.ToLower(c)] = i
+		dest[i] = &strs[i]
+		if strings.EqualFold(c, "acquired_on") {
+			dest[i] = &acquired
+		}
+	}
+	for _, need := range []string{"resource", "transaction", "status", "acquired_on"} {
+		if _, ok := idx[need]; !ok {
+			return nil, time.Time{}, fmt.Errorf("SHOW LOCKS has no %s column", need)
+		}
+	}
+	var out []lockHolder
+	for rows.Next() {
+		acquired = sql.NullTime{}
+		if err := rows.Scan(dest...); err != nil {
+			return nil, time.Time{}, err
+		}
+		res := strings.ToUpper(strs[idx["resource"]].String)
+		parts := strings.Split(res, ".")
+		name := parts[len(parts)-1]
+		if !strings.EqualFold(strs[idx["status"]].String, "HOLDING") || !acquired.Valid ||
+			!s.ownTable(parts) || table != "" && name != table {
+			continue
+		}
+		h := lockHolder{resource: res, tx: strs[idx["transaction"]].String, acquired: acquired.Time}
+		if i, ok := idx["session"]; ok {
+			h.session = strs[i].String
+		}
+		out = append(out, h)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, time.Time{}, err
+	}
+	if len(out) == 0 {
+		return nil, time.Time{}, nil
+	}
+	var now time.Time
+	if err := s.db.QueryRowContext(ctx, s.q["database_time"]).Scan(&now); err != nil {
+		return nil, time.Time{}, err
+	}
+	return out, now, nil
+}
+
+// ownTable reports whether DB.SCHEMA.TABLE is one of this store's tables.
+func (s *Store) ownTable(parts []string) bool {
+	if len(parts) != 3 || !s.tables[parts[2]] {
+		return false
+	}
+	return (s.database == "" || parts[0] == s.database) && (s.schema == "" || parts[1] == s.schema)
+}
+
+// abortTransaction ends a dead client's transaction. It fails harmlessly
+// when the transaction ended meanwhile.
+func (s *Store) abortTransaction(ctx context.Context, tx string) error {
+	_, err := s.db.ExecContext(ctx, s.q["abort_transaction"], tx)
+	return err
+}
+
+// setSessionParams sets the store sessions' lock and timeout parameters in
+// the login request (no round trip of its own), unless the DSN sets them:
+// LOCK_TIMEOUT (Snowflake's default would wait 12 hours, silently),
+// STATEMENT_TIMEOUT_IN_SECONDS, and ABORT_DETACHED_QUERY, so that a
+// statement of a client that died does not run on (and keep its locks).
+func setSessionParams(cfg *gosnowflake.Config, opts Options) {
+	if cfg.Params == nil {
+		cfg.Params = map[string]*string{}
+	}
+	set := func(k, v string) {
+		for have := range cfg.Params {
+			if strings.EqualFold(have, k) {
+				return
+			}
+		}
+		cfg.Params[k] = &v
+	}
+	set("LOCK_TIMEOUT", fmt.Sprint(seconds(opts.LockTimeout)))
+	set("STATEMENT_TIMEOUT_IN_SECONDS", fmt.Sprint(seconds(opts.StatementTimeout)))
+	set("ABORT_DETACHED_QUERY", "TRUE")
+}
+
+// seconds rounds d up to whole seconds, at least 1.
+func seconds(d time.Duration) int64 {
+	return max(1, int64((d+time.Second-1)/time.Second))
+}

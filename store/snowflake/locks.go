@@ -28,17 +28,18 @@ import (
 // other holder is waited for, with a progress line (Options.OnWait), up to
 // Options.LockWait, then the operation fails with STORE_UNAVAILABLE.
 
-// lockTimedOut reports a statement that gave up waiting for a table lock
-// (000625 with Snowflake's "has locked table … LOCK_TIMEOUT" wording, or
-// the test server's), as opposed to the 21st-waiter and conflict aborts
-// that share the code and are retried at once.
+// lockTimedOut reports a statement that gave up waiting for a table lock:
+// 000625 after LOCK_TIMEOUT, or as the 21st waiter. Either may be a dead
+// client's lock, so both are looked into. The code's other uses, write
+// conflicts and deadlocks (no holder to wait for), are retried as before.
+// Snowflake's wording is matched loosely: only those two are excluded.
 func lockTimedOut(err error) bool {
 	var se *gosnowflake.SnowflakeError
 	if !errors.As(err, &se) || se.Number != errLockWaiters {
 		return false
 	}
 	msg := strings.ToLower(se.Message)
-	return strings.Contains(msg, "lock_timeout") || strings.Contains(msg, "lock timeout")
+	return !strings.Contains(msg, "conflict") && !strings.Contains(msg, "deadlock")
 }
 
 // lockedTable is the table a lock-timeout message names (last part of a

@@ -80,6 +80,16 @@ func quietDriver(t *testing.T) {
 	t.Cleanup(func() { gosnowflake.GetLogger().SetOutput(os.Stderr) })
 }
 
+// openKilledAt opens a store (opts, one attempt per operation) in a process
+// that is killed right after the server ran its first query request whose
+// SQL contains marker.
+func openKilledAt(t *testing.T, dsn string, opts snowflake.Options, marker string) (*snowflake.Store, *killTransport) {
+	t.Helper()
+	killer := newKillTransport(func(_ int64, body []byte) bool { return bytes.Contains(body, []byte(marker)) })
+	opts.Transporter, opts.MaxAttempts = killer, 1
+	return openStore(t, dsn, opts), killer
+}
+
 // waitLines collects a store's progress lines.
 type waitLines struct {
 	mu    sync.Mutex
@@ -124,12 +134,7 @@ func TestDeadClientLockOnDVTLocks(t *testing.T) {
 			opts := snowflake.Options{LockTimeout: time.Second, StaleLockAge: c.stale, LockWait: c.lockWait}
 			openStore(t, dsn, opts).Close() // migrated
 
-			killer := newKillTransport(func(_ int64, body []byte) bool {
-				return bytes.Contains(body, []byte("lock_name = 'queue'"))
-			})
-			dead := opts
-			dead.Transporter, dead.MaxAttempts = killer, 1
-			worker := openStore(t, dsn, dead)
+			worker, killer := openKilledAt(t, dsn, opts, "lock_name = 'queue'")
 			defer worker.Close()
 			// The killed worker's call never returns to anyone; its
 			// replacement starts right away.

@@ -455,23 +455,42 @@ BEGIN
 END;
 $$;
 
--- name: signal_state
--- Under the run's lock: a signal already sent with this id ('S'), else the
--- run ('R') with the next signal_seq in signal_seq.
-SELECT 'S' AS kind, run_id, signal_seq, signal_type, COALESCE(step_id, '') AS step_id,
-       COALESCE(reason, '') AS reason, COALESCE(requested_by, '') AS requested_by, created_at
-FROM dvt_signals WHERE signal_id = ?
-UNION ALL
-SELECT 'R', r.run_id, (SELECT COALESCE(MAX(signal_seq), 0) + 1 FROM dvt_signals WHERE run_id = ?),
-       NULL, NULL, NULL, NULL, NULL
-FROM dvt_runs r WHERE r.run_id = ?;
-
--- name: insert_signal
-INSERT INTO dvt_signals (run_id, signal_seq, signal_id, signal_type, step_id, reason, requested_by, created_at)
-SELECT HEX_DECODE_STRING(/*:run_id*/), /*:signal_seq*/, HEX_DECODE_STRING(/*:signal_id*/),
-       HEX_DECODE_STRING(/*:signal_type*/), HEX_DECODE_STRING(/*:step_id*/),
-       HEX_DECODE_STRING(/*:reason*/), HEX_DECODE_STRING(/*:requested_by*/),
-       CAST(HEX_DECODE_STRING(/*:created_at*/) AS TIMESTAMP_TZ(9));
+-- name: send_signal_block
+-- A signal in one request (no transaction spans requests, issue 16): under
+-- the run's lock, a signal already sent with this id is kept, else it is
+-- stored with the run's next signal_seq if the run exists. Answers the
+-- stored signal ('S' row), or nothing when the run does not exist.
+EXECUTE IMMEDIATE $$
+DECLARE
+  sent INTEGER DEFAULT 0;
+  runs INTEGER DEFAULT 0;
+  res RESULTSET;
+BEGIN
+  BEGIN TRANSACTION;
+  UPDATE dvt_run_seq SET next_seq = next_seq WHERE run_id = HEX_DECODE_STRING(/*:run_id*/);
+  SELECT COUNT(*) INTO :sent FROM dvt_signals WHERE signal_id = HEX_DECODE_STRING(/*:signal_id*/);
+  SELECT COUNT(*) INTO :runs FROM dvt_runs WHERE run_id = HEX_DECODE_STRING(/*:run_id*/);
+  IF (sent = 0 AND runs > 0) THEN
+    INSERT INTO dvt_signals (run_id, signal_seq, signal_id, signal_type, step_id, reason, requested_by, created_at)
+    SELECT HEX_DECODE_STRING(/*:run_id*/),
+           (SELECT COALESCE(MAX(signal_seq), 0) + 1 FROM dvt_signals WHERE run_id = HEX_DECODE_STRING(/*:run_id*/)),
+           HEX_DECODE_STRING(/*:signal_id*/), HEX_DECODE_STRING(/*:signal_type*/), HEX_DECODE_STRING(/*:step_id*/),
+           HEX_DECODE_STRING(/*:reason*/), HEX_DECODE_STRING(/*:requested_by*/),
+           CAST(HEX_DECODE_STRING(/*:created_at*/) AS TIMESTAMP_TZ(9));
+  END IF;
+  res := (
+    SELECT 'S' AS kind, run_id, signal_seq, signal_type, COALESCE(step_id, '') AS step_id,
+           COALESCE(reason, '') AS reason, COALESCE(requested_by, '') AS requested_by, created_at
+    FROM dvt_signals WHERE signal_id = HEX_DECODE_STRING(/*:signal_id*/)
+  );
+  COMMIT;
+  RETURN TABLE(res);
+EXCEPTION
+  WHEN OTHER THEN
+    ROLLBACK;
+    RAISE;
+END;
+$$;
 
 -- name: list_signals
 SELECT run_id, signal_seq, signal_id, signal_type, COALESCE(step_id, ''), COALESCE(reason, ''),

@@ -96,8 +96,13 @@ func (s *Store) classify(op string, err error) error {
 // back together. An attempt that timed out waiting for a lock is not
 // counted: those are bounded by Options.LockWait (waitForLock).
 func (s *Store) withRetry(ctx context.Context, fn func() error) error {
+	return s.withRetryWait(ctx, nil, fn)
+}
+
+// withRetryWait is withRetry whose lock waits count against lw's budget,
+// shared with the caller's own waiting (nil: a budget of its own).
+func (s *Store) withRetryWait(ctx context.Context, lw *lockWaitState, fn func() error) error {
 	var err error
-	var lw *lockWaitState
 	for attempt := 0; ; {
 		tried := time.Now()
 		err = fn()

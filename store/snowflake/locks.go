@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -213,9 +214,14 @@ func (s *Store) ownTable(parts []string) bool {
 }
 
 // abortTransaction ends a dead client's transaction. It fails harmlessly
-// when the transaction ended meanwhile.
+// when the transaction ended meanwhile. The id is bound as a number, the
+// function's argument type.
 func (s *Store) abortTransaction(ctx context.Context, tx string) error {
-	_, err := s.db.ExecContext(ctx, s.q["abort_transaction"], tx)
+	id, err := strconv.ParseInt(tx, 10, 64)
+	if err != nil {
+		return fmt.Errorf("SHOW LOCKS gave transaction id %q: %w", tx, err)
+	}
+	_, err = s.db.ExecContext(ctx, s.q["abort_transaction"], id)
 	return err
 }
 

@@ -305,11 +305,13 @@ func (s *Store) migrate(ctx context.Context) error {
 // Options.LockWait.
 func (s *Store) acquireMigrateLock(ctx context.Context, owner string) error {
 	start := time.Now()
+	// Waits for DVT_LOCKS' table lock and for the lease share one budget.
+	tableWait := &lockWaitState{start: start}
 	wait := 50 * time.Millisecond
 	var reported time.Time
 	for {
 		var won bool
-		err := s.withRetry(ctx, func() error {
+		err := s.withRetryWait(ctx, tableWait, func() error {
 			res, err := s.db.ExecContext(ctx, s.q["acquire_migrate_lock"], owner, s.opts.MigrateLeaseTTL.Milliseconds())
 			if err != nil {
 				return s.classify("take the migration lease", err)

@@ -123,14 +123,18 @@ func (s *Store) waitForLock(ctx context.Context, w *lockWaitState, cause error) 
 	// err otherwise: SHOW LOCKS failed (an old role?); wait without it.
 	broke := false
 	for _, h := range holders {
-		if dbNow.Sub(h.acquired) > s.opts.StaleLockAge {
-			if s.abortTransaction(ctx, h.tx) == nil {
-				broke = true
-			}
-			continue
-		}
 		w.last.Resource = "table " + h.resource
 		w.last.Holder, w.last.Since = h.String(), h.acquired
+		if dbNow.Sub(h.acquired) <= s.opts.StaleLockAge {
+			continue
+		}
+		if err := s.abortTransaction(ctx, h.tx); err != nil {
+			// Another user's (the role may end only its own user's), or it
+			// ended meanwhile: say so while waiting.
+			w.last.Holder += ", stale but not ended: " + scrubText(err.Error(), s.secrets)
+			continue
+		}
+		broke = true
 	}
 	if broke {
 		return nil // the lock is free: try again at once

@@ -3,6 +3,7 @@ package snowflake_test
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"io"
@@ -192,6 +193,52 @@ func TestDeadClientLockOnDVTLocks(t *testing.T) {
 				t.Errorf("gave up after %v, want about LockWait %v", took, c.lockWait)
 			}
 		})
+	}
+}
+
+// TestLockOfAnotherUser: SHOW LOCKS lists only the store user's own
+// transactions (SHOW LOCKS: "For all other roles, the function only shows
+// locks across all sessions for the current user"), and
+// SYSTEM$ABORT_TRANSACTION ends only those. A lock another user's
+// transaction holds is never broken, however old: it is waited for, with
+// progress lines naming the table, until LockWait, then STORE_UNAVAILABLE.
+func TestLockOfAnotherUser(t *testing.T) {
+	srv := sftest.Start(t)
+	dsn := srv.DSN("dvt", "other_user")
+	opts := snowflake.Options{LockTimeout: time.Second, StaleLockAge: time.Millisecond, LockWait: 3 * time.Second}
+	openStore(t, dsn, opts).Close() // migrated
+	cfg := srv.Config("dvt", "other_user")
+	cfg.User = "someone_else"
+	other, err := sql.OpenDB(gosnowflake.NewConnector(gosnowflake.SnowflakeDriver{}, *cfg)).Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	for _, q := range []string{"BEGIN", "UPDATE dvt_locks SET owner = owner WHERE lock_name = 'queue'"} {
+		if _, err := other.ExecContext(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	lines := &waitLines{}
+	live := opts
+	live.OnWait = lines.report
+	s := openStore(t, dsn, live)
+	defer s.Close()
+	err = s.Heartbeat(ctx, "worker", time.Minute)
+	if !errors.Is(err, engine.ErrStoreUnavailable) || !strings.Contains(err.Error(), "DVT_LOCKS") {
+		t.Fatalf("heartbeat behind another user's lock: %v, want STORE_UNAVAILABLE naming DVT_LOCKS", err)
+	}
+	got := lines.get()
+	if len(got) == 0 {
+		t.Error("no progress line")
+	}
+	for _, l := range got {
+		if !strings.Contains(l, "DVT_LOCKS") || strings.Contains(l, "held by") {
+			t.Errorf("progress line %q: want the table, and no holder (another user's is not listed)", l)
+		}
+	}
+	if _, err := other.ExecContext(ctx, "COMMIT"); err != nil {
+		t.Errorf("the other user's transaction was ended: COMMIT %v", err)
 	}
 }
 

@@ -229,7 +229,9 @@
 //     column COMMENT '…';
 //   - handled by the server itself: BEGIN/START TRANSACTION, COMMIT,
 //     ROLLBACK, ALTER SESSION SET/UNSET, USE [DATABASE|SCHEMA], USE
-//     WAREHOUSE/ROLE (no-ops), CREATE DATABASE.
+//     WAREHOUSE/ROLE (no-ops), CREATE DATABASE, SHOW TRANSACTIONS, SHOW
+//     LOCKS, SELECT SYSTEM$ABORT_TRANSACTION(…); CURRENT_SESSION() and
+//     CURRENT_TRANSACTION() become the session's values as literals.
 //
 // Results: a query with VARIANT (JSON) columns runs as SELECT … CAST(c AS
 // VARCHAR) … FROM (query) AS sftest_q(…), so the JSON text reaches the

@@ -234,21 +234,31 @@ func (s *Store) abortTransaction(ctx context.Context, tx string) error {
 // LOCK_TIMEOUT (Snowflake's default would wait 12 hours, silently),
 // STATEMENT_TIMEOUT_IN_SECONDS, and ABORT_DETACHED_QUERY, so that a
 // statement of a client that died does not run on (and keep its locks).
-func setSessionParams(cfg *gosnowflake.Config, opts Options) {
+// It returns the statement timeout in force: a DSN's positive
+// STATEMENT_TIMEOUT_IN_SECONDS (for stores whose reads are long), which
+// then also sets StaleLockAge's default; its 0 (no timeout) leaves them
+// alone.
+func setSessionParams(cfg *gosnowflake.Config, opts Options) time.Duration {
 	if cfg.Params == nil {
 		cfg.Params = map[string]*string{}
 	}
-	set := func(k, v string) {
-		for have := range cfg.Params {
+	set := func(k, v string) *string {
+		for have, val := range cfg.Params {
 			if strings.EqualFold(have, k) {
-				return
+				return val
 			}
 		}
 		cfg.Params[k] = &v
+		return nil
 	}
 	set("LOCK_TIMEOUT", fmt.Sprint(seconds(opts.LockTimeout)))
-	set("STATEMENT_TIMEOUT_IN_SECONDS", fmt.Sprint(seconds(opts.StatementTimeout)))
 	set("ABORT_DETACHED_QUERY", "TRUE")
+	if v := set("STATEMENT_TIMEOUT_IN_SECONDS", fmt.Sprint(seconds(opts.StatementTimeout))); v != nil {
+		if n, err := strconv.Atoi(*v); err == nil && n > 0 {
+			return time.Duration(n) * time.Second
+		}
+	}
+	return opts.StatementTimeout
 }
 
 // seconds rounds d up to whole seconds, at least 1.

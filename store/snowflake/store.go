@@ -130,9 +130,6 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	if opts.StatementTimeout < time.Second {
 		opts.StatementTimeout = 20 * time.Second
 	}
-	if opts.StaleLockAge <= 0 {
-		opts.StaleLockAge = 2 * opts.StatementTimeout
-	}
 	if opts.MigrateLeaseTTL <= 0 {
 		opts.MigrateLeaseTTL = 30 * time.Second
 	}
@@ -143,7 +140,10 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	if opts.Transporter != nil {
 		cfg.Transporter = opts.Transporter
 	}
-	setSessionParams(cfg, opts)
+	opts.StatementTimeout = setSessionParams(cfg, opts)
+	if opts.StaleLockAge <= 0 {
+		opts.StaleLockAge = 2 * opts.StatementTimeout
+	}
 	q, err := sqlfiles.Queries(sqlfiles.Snowflake, "store.sql")
 	if err != nil {
 		return nil, err

@@ -21,10 +21,11 @@ var (
 
 // openSnowflakeStore opens the Snowflake state store. Snowflake has no file
 // to leave behind, so read commands open it like writers do (its migrations
-// are idempotent).
-func openSnowflakeStore(ctx context.Context, dsn string, _ bool) (stateStore, error) {
+// are idempotent). Its waits for another process's lock (a table lock, the
+// migration lease) last at most --lock-wait, with progress lines on stderr.
+func (c *cli) openSnowflakeStore(ctx context.Context, dsn string, _ bool) (stateStore, error) {
 	quietDriver()
-	return snowflake.Open(ctx, dsn, snowflake.Options{})
+	return snowflake.Open(ctx, dsn, snowflake.Options{LockWait: c.g.lockWait, OnWait: c.reportWait})
 }
 
 // openSnowflakeWarehouse opens the Snowflake warehouse: a step waits for

@@ -71,7 +71,7 @@ func (c *cli) openStore(ctx context.Context, mustExist bool) (stateStore, error)
 	}
 	switch t.kind {
 	case "snowflake":
-		return openSnowflakeStore(ctx, t.dsn, mustExist)
+		return c.openSnowflakeStore(ctx, t.dsn, mustExist)
 	default:
 		return sqlite.Open(ctx, t.path, sqlite.Options{MustExist: mustExist, LockWait: c.g.lockWait, OnWait: c.reportWait})
 	}

@@ -2,59 +2,93 @@
 -- (store/snowflake/delivery.go), by name: the same shapes as the SQLite
 -- dialect's delivery.sql, with the database's clock as CURRENT_TIMESTAMP(), cast to the
 -- columns' TIMESTAMP_TZ(9).
--- Enqueue and claim run in a transaction that first updates the
--- 'deliveries' lock row, so each reads what the previous one committed.
+-- Enqueue and claim are one request each: a Scripting block that updates
+-- the 'deliveries' lock row first (so each reads what the previous one
+-- committed), writes and commits. No transaction of theirs spans requests,
+-- so a process killed between requests leaves no lock behind (issue 16).
+-- Blocks take no binds: values are rendered into the /*:name*/ slots (hex
+-- string literals read back with HEX_DECODE_STRING, decimal integers).
 
--- name: lock_deliveries
-UPDATE dvt_locks SET owner = owner WHERE lock_name = 'deliveries';
-
--- name: enqueue_deliveries
+-- name: enqueue_deliveries_block
 -- Every outbox event the sink has no delivery for yet, due now. A run's
 -- outbox rows are written with its events, so what a sink has of a run is
 -- always a prefix of it: only runs whose outbox goes past the sink's last
--- delivery are read, one index probe each, never the whole outbox.
--- Args: sink, sink, sink.
-INSERT INTO dvt_deliveries (sink, event_id, run_id, run_seq, state, attempts, next_attempt_at, created_at)
-SELECT ?, e.event_id, o.run_id, o.run_seq, 'PENDING', 0, CAST(CURRENT_TIMESTAMP() AS TIMESTAMP_TZ(9)), CAST(CURRENT_TIMESTAMP() AS TIMESTAMP_TZ(9))
-FROM (
-    SELECT r.run_id,
-           (SELECT MAX(x.run_seq) FROM dvt_outbox x WHERE x.run_id = r.run_id) AS last_seq,
-           COALESCE((SELECT MAX(d.run_seq) FROM dvt_deliveries d WHERE d.sink = ? AND d.run_id = r.run_id), 0) AS have_seq
-    FROM dvt_runs r
-) w
-JOIN dvt_outbox o ON o.run_id = w.run_id AND o.run_seq > w.have_seq
-JOIN dvt_run_events e ON e.run_id = o.run_id AND e.run_seq = o.run_seq
-WHERE w.last_seq > w.have_seq
-  AND NOT EXISTS (SELECT 1 FROM dvt_deliveries d WHERE d.sink = ? AND d.run_id = o.run_id AND d.run_seq = o.run_seq);
+-- delivery are read, one index probe each, never the whole outbox. Answers
+-- the number of deliveries created.
+EXECUTE IMMEDIATE $$
+DECLARE
+  n INTEGER DEFAULT 0;
+BEGIN
+  BEGIN TRANSACTION;
+  UPDATE dvt_locks SET owner = owner WHERE lock_name = 'deliveries';
+  INSERT INTO dvt_deliveries (sink, event_id, run_id, run_seq, state, attempts, next_attempt_at, created_at)
+  SELECT HEX_DECODE_STRING(/*:sink*/), e.event_id, o.run_id, o.run_seq, 'PENDING', 0,
+         CAST(CURRENT_TIMESTAMP() AS TIMESTAMP_TZ(9)), CAST(CURRENT_TIMESTAMP() AS TIMESTAMP_TZ(9))
+  FROM (
+      SELECT r.run_id,
+             (SELECT MAX(x.run_seq) FROM dvt_outbox x WHERE x.run_id = r.run_id) AS last_seq,
+             COALESCE((SELECT MAX(d.run_seq) FROM dvt_deliveries d WHERE d.sink = HEX_DECODE_STRING(/*:sink*/) AND d.run_id = r.run_id), 0) AS have_seq
+      FROM dvt_runs r
+  ) w
+  JOIN dvt_outbox o ON o.run_id = w.run_id AND o.run_seq > w.have_seq
+  JOIN dvt_run_events e ON e.run_id = o.run_id AND e.run_seq = o.run_seq
+  WHERE w.last_seq > w.have_seq
+    AND NOT EXISTS (SELECT 1 FROM dvt_deliveries d WHERE d.sink = HEX_DECODE_STRING(/*:sink*/) AND d.run_id = o.run_id AND d.run_seq = o.run_seq);
+  n := SQLROWCOUNT;
+  COMMIT;
+  RETURN n;
+EXCEPTION
+  WHEN OTHER THEN
+    ROLLBACK;
+    RAISE;
+END;
+$$;
 
--- name: claim_deliveries
--- Args: claimID, ttl (ms), sink, sink, sink, limit.
-UPDATE dvt_deliveries
-SET claimed_by = ?, claim_expires_at = DATEADD(millisecond, CAST(? AS NUMBER(38, 0)), CAST(CURRENT_TIMESTAMP() AS TIMESTAMP_TZ(9)))
-WHERE sink = ? AND state = 'PENDING'
-  AND next_attempt_at <= CAST(CURRENT_TIMESTAMP() AS TIMESTAMP_TZ(9))
-  AND (claim_expires_at IS NULL OR claim_expires_at <= CAST(CURRENT_TIMESTAMP() AS TIMESTAMP_TZ(9)))
-  AND event_id IN (
-    SELECT d.event_id
+-- name: claim_deliveries_block
+-- Claims up to limit due deliveries of the sink, each run's in runSeq
+-- order and none past a run's first blocked one, for ttl_ms; answers the
+-- claimed deliveries (the columns of list_deliveries).
+EXECUTE IMMEDIATE $$
+DECLARE
+  res RESULTSET;
+BEGIN
+  BEGIN TRANSACTION;
+  UPDATE dvt_locks SET owner = owner WHERE lock_name = 'deliveries';
+  UPDATE dvt_deliveries
+  SET claimed_by = HEX_DECODE_STRING(/*:claim_id*/),
+      claim_expires_at = DATEADD(millisecond, /*:ttl_ms*/, CAST(CURRENT_TIMESTAMP() AS TIMESTAMP_TZ(9)))
+  WHERE sink = HEX_DECODE_STRING(/*:sink*/) AND state = 'PENDING'
+    AND next_attempt_at <= CAST(CURRENT_TIMESTAMP() AS TIMESTAMP_TZ(9))
+    AND (claim_expires_at IS NULL OR claim_expires_at <= CAST(CURRENT_TIMESTAMP() AS TIMESTAMP_TZ(9)))
+    AND event_id IN (
+      SELECT d.event_id
+      FROM dvt_deliveries d
+      LEFT JOIN (
+          SELECT run_id, MIN(run_seq) AS first_blocked
+          FROM dvt_deliveries
+          WHERE sink = HEX_DECODE_STRING(/*:sink*/) AND (state = 'DEAD' OR (state = 'PENDING' AND (
+                next_attempt_at > CAST(CURRENT_TIMESTAMP() AS TIMESTAMP_TZ(9)) OR claim_expires_at > CAST(CURRENT_TIMESTAMP() AS TIMESTAMP_TZ(9)))))
+          GROUP BY run_id
+      ) b ON b.run_id = d.run_id
+      WHERE d.sink = HEX_DECODE_STRING(/*:sink*/) AND d.state = 'PENDING' AND (b.first_blocked IS NULL OR d.run_seq < b.first_blocked)
+      ORDER BY d.run_id, d.run_seq
+      LIMIT /*:limit*/);
+  COMMIT;
+  res := (
+    SELECT d.sink, d.event_id, d.run_id, d.run_seq, e.event_type, d.state, d.attempts, d.next_attempt_at,
+           d.last_error, d.created_at, d.delivered_at
     FROM dvt_deliveries d
-    LEFT JOIN (
-        SELECT run_id, MIN(run_seq) AS first_blocked
-        FROM dvt_deliveries
-        WHERE sink = ? AND (state = 'DEAD' OR (state = 'PENDING' AND (
-              next_attempt_at > CAST(CURRENT_TIMESTAMP() AS TIMESTAMP_TZ(9)) OR claim_expires_at > CAST(CURRENT_TIMESTAMP() AS TIMESTAMP_TZ(9)))))
-        GROUP BY run_id
-    ) b ON b.run_id = d.run_id
-    WHERE d.sink = ? AND d.state = 'PENDING' AND (b.first_blocked IS NULL OR d.run_seq < b.first_blocked)
+    JOIN dvt_run_events e ON e.run_id = d.run_id AND e.run_seq = d.run_seq
+    WHERE d.sink = HEX_DECODE_STRING(/*:sink*/) AND d.claimed_by = HEX_DECODE_STRING(/*:claim_id*/)
     ORDER BY d.run_id, d.run_seq
-    LIMIT ?);
-
--- name: claimed_deliveries
-SELECT d.sink, d.event_id, d.run_id, d.run_seq, e.event_type, d.state, d.attempts, d.next_attempt_at,
-       d.last_error, d.created_at, d.delivered_at
-FROM dvt_deliveries d
-JOIN dvt_run_events e ON e.run_id = d.run_id AND e.run_seq = d.run_seq
-WHERE d.sink = ? AND d.claimed_by = ?
-ORDER BY d.run_id, d.run_seq;
+  );
+  RETURN TABLE(res);
+EXCEPTION
+  WHEN OTHER THEN
+    ROLLBACK;
+    RAISE;
+END;
+$$;
 
 -- name: mark_delivered
 UPDATE dvt_deliveries

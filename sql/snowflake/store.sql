@@ -18,11 +18,28 @@ SELECT CAST('migrate' AS VARCHAR) AS lock_name, CAST(NULL AS VARCHAR) AS owner,
        CAST(NULL AS TIMESTAMP_TZ(9)) AS expires_at;
 
 -- name: acquire_migrate_lock
-UPDATE dvt_locks SET owner = ?, expires_at = CAST(? AS TIMESTAMP_TZ(9))
-WHERE lock_name = 'migrate' AND (owner IS NULL OR expires_at < CAST(? AS TIMESTAMP_TZ(9)));
+-- The migration lease: free, or expired by the database's clock (the one
+-- clock every process shares), it is taken for ttl ms. Args: owner, ttl_ms.
+UPDATE dvt_locks SET owner = ?,
+       expires_at = DATEADD(millisecond, CAST(? AS NUMBER(38, 0)), CAST(CURRENT_TIMESTAMP() AS TIMESTAMP_TZ(9)))
+WHERE lock_name = 'migrate' AND (owner IS NULL OR expires_at < CAST(CURRENT_TIMESTAMP() AS TIMESTAMP_TZ(9)));
+
+-- name: renew_migrate_lock
+-- Extends the lease while its owner migrates; no row means it was taken
+-- over. Args: ttl_ms, owner.
+UPDATE dvt_locks
+SET expires_at = DATEADD(millisecond, CAST(? AS NUMBER(38, 0)), CAST(CURRENT_TIMESTAMP() AS TIMESTAMP_TZ(9)))
+WHERE lock_name = 'migrate' AND owner = ?;
+
+-- name: migrate_lock_holder
+-- Who holds the migration lease and until when, for the progress line.
+SELECT COALESCE(owner, ''), expires_at FROM dvt_locks WHERE lock_name = 'migrate';
 
 -- name: release_migrate_lock
 UPDATE dvt_locks SET owner = NULL, expires_at = NULL WHERE lock_name = 'migrate' AND owner = ?;
+
+-- name: database_time
+SELECT CAST(CURRENT_TIMESTAMP() AS TIMESTAMP_TZ(9));
 
 -- name: create_schema_version
 CREATE TABLE IF NOT EXISTS dvt_schema_version (
@@ -428,23 +445,42 @@ BEGIN
 END;
 $$;
 
--- name: signal_state
--- Under the run's lock: a signal already sent with this id ('S'), else the
--- run ('R') with the next signal_seq in signal_seq.
-SELECT 'S' AS kind, run_id, signal_seq, signal_type, COALESCE(step_id, '') AS step_id,
-       COALESCE(reason, '') AS reason, COALESCE(requested_by, '') AS requested_by, created_at
-FROM dvt_signals WHERE signal_id = ?
-UNION ALL
-SELECT 'R', r.run_id, (SELECT COALESCE(MAX(signal_seq), 0) + 1 FROM dvt_signals WHERE run_id = ?),
-       NULL, NULL, NULL, NULL, NULL
-FROM dvt_runs r WHERE r.run_id = ?;
-
--- name: insert_signal
-INSERT INTO dvt_signals (run_id, signal_seq, signal_id, signal_type, step_id, reason, requested_by, created_at)
-SELECT HEX_DECODE_STRING(/*:run_id*/), /*:signal_seq*/, HEX_DECODE_STRING(/*:signal_id*/),
-       HEX_DECODE_STRING(/*:signal_type*/), HEX_DECODE_STRING(/*:step_id*/),
-       HEX_DECODE_STRING(/*:reason*/), HEX_DECODE_STRING(/*:requested_by*/),
-       CAST(HEX_DECODE_STRING(/*:created_at*/) AS TIMESTAMP_TZ(9));
+-- name: send_signal_block
+-- A signal in one request (no transaction spans requests, issue 16): under
+-- the run's lock, a signal already sent with this id is kept, else it is
+-- stored with the run's next signal_seq if the run exists. Answers the
+-- stored signal ('S' row), or nothing when the run does not exist.
+EXECUTE IMMEDIATE $$
+DECLARE
+  sent INTEGER DEFAULT 0;
+  runs INTEGER DEFAULT 0;
+  res RESULTSET;
+BEGIN
+  BEGIN TRANSACTION;
+  UPDATE dvt_run_seq SET next_seq = next_seq WHERE run_id = HEX_DECODE_STRING(/*:run_id*/);
+  SELECT COUNT(*) INTO :sent FROM dvt_signals WHERE signal_id = HEX_DECODE_STRING(/*:signal_id*/);
+  SELECT COUNT(*) INTO :runs FROM dvt_runs WHERE run_id = HEX_DECODE_STRING(/*:run_id*/);
+  IF (sent = 0 AND runs > 0) THEN
+    INSERT INTO dvt_signals (run_id, signal_seq, signal_id, signal_type, step_id, reason, requested_by, created_at)
+    SELECT HEX_DECODE_STRING(/*:run_id*/),
+           (SELECT COALESCE(MAX(signal_seq), 0) + 1 FROM dvt_signals WHERE run_id = HEX_DECODE_STRING(/*:run_id*/)),
+           HEX_DECODE_STRING(/*:signal_id*/), HEX_DECODE_STRING(/*:signal_type*/), HEX_DECODE_STRING(/*:step_id*/),
+           HEX_DECODE_STRING(/*:reason*/), HEX_DECODE_STRING(/*:requested_by*/),
+           CAST(HEX_DECODE_STRING(/*:created_at*/) AS TIMESTAMP_TZ(9));
+  END IF;
+  res := (
+    SELECT 'S' AS kind, run_id, signal_seq, signal_type, COALESCE(step_id, '') AS step_id,
+           COALESCE(reason, '') AS reason, COALESCE(requested_by, '') AS requested_by, created_at
+    FROM dvt_signals WHERE signal_id = HEX_DECODE_STRING(/*:signal_id*/)
+  );
+  COMMIT;
+  RETURN TABLE(res);
+EXCEPTION
+  WHEN OTHER THEN
+    ROLLBACK;
+    RAISE;
+END;
+$$;
 
 -- name: list_signals
 SELECT run_id, signal_seq, signal_id, signal_type, COALESCE(step_id, ''), COALESCE(reason, ''),

@@ -98,14 +98,3 @@ WHERE NOT EXISTS (
 -- name: current_schema
 -- Where the fence tables are: SHOW LOCKS names a table DB.SCHEMA.TABLE.
 SELECT CURRENT_DATABASE(), CURRENT_SCHEMA();
-
--- name: show_locks
--- The locks of this user's transactions (resource, type, transaction,
--- session, status HOLDING or WAITING, acquired_on …); IN ACCOUNT would need
--- ACCOUNTADMIN.
-SHOW LOCKS;
-
--- name: abort_transaction
--- Ends a transaction of this user (or any, for an administrator) and frees
--- its locks; its session's later statements fail.
-SELECT SYSTEM$ABORT_TRANSACTION(?);

@@ -23,26 +23,18 @@ import (
 // the block answer with the run's state instead, and the client plans again
 // and sends a second block.
 //
-// A bootstrap is one request too (bootstrap_block). Signals use lockedTx:
-// BEGIN + lock, a read under the lock, then the writes and COMMIT (three
-// requests on one session).
+// A bootstrap is one request too (bootstrap_block), and so is a signal
+// (send_signal_block) and an outbox enqueue or claim (delivery.sql): no
+// transaction of theirs spans requests, so none is left holding a lock by a
+// client that dies between requests (issue 16). Only the run queue's
+// transactions (store.QueueSQL) do, through pinnedTx; a lock one of them
+// leaves is ended by the next waiter once it is stale (locks.go).
 
-// lockedTx runs one transaction on a pinned session: lock (a statement run
-// right after BEGIN in the same request), then body, which reads under the
-// lock and returns the statements to commit, or none to roll back. The whole
-// transaction is retried when contention aborts it. If a network failure hid
-// a COMMIT that did happen, the retry finds the events stored and reports
-// them as Deduped: the append stays exactly-once either way.
-func (s *Store) lockedTx(ctx context.Context, lock string, body func(c *sql.Conn) (script, error)) error {
-	return s.pinnedTx(ctx, lock, func(c *sql.Conn) (script, bool, error) {
-		sc, err := body(c)
-		return sc, len(sc) > 0, err
-	})
-}
-
-// pinnedTx is lockedTx's session: BEGIN and lock in one request, body, then
-// body's statements and COMMIT in one request when body says commit (a
-// rollback otherwise), the whole retried on contention.
+// pinnedTx runs one transaction on a pinned session: BEGIN and lock (a
+// statement run right after BEGIN in the same request), then body, which
+// reads under the lock, then body's statements and COMMIT in one request
+// when body says commit (a rollback otherwise), the whole retried on
+// contention.
 func (s *Store) pinnedTx(ctx context.Context, lock string, body func(c *sql.Conn) (sc script, commit bool, err error)) error {
 	return s.withRetry(ctx, func() error {
 		c, err := s.db.Conn(ctx)
@@ -422,7 +414,7 @@ func (s *Store) appendOnce(ctx context.Context, runID string, lease *engine.Leas
 }
 
 // querier is a session or the pool: the append block needs no pinned
-// session, the reads under lockedTx do.
+// session.
 type querier interface {
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 }
@@ -595,8 +587,9 @@ func (s *Store) planAppend(runID string, st appendState, b store.Batch, meta *en
 	return res, sc, next, nil
 }
 
-// SendSignal implements store.Store: under the run's lock it returns a
-// signal already sent with this id, or stores the signal with the next seq.
+// SendSignal implements store.Store in one request (send_signal_block):
+// under the run's lock it keeps a signal already sent with this id, or
+// stores the signal with the run's next seq, and answers the stored one.
 func (s *Store) SendSignal(ctx context.Context, sig engine.Signal) (engine.Signal, error) {
 	if !sig.Type.Valid() {
 		return engine.Signal{}, engine.Errorf(engine.CodeInvalidArgument, "unknown signal type %q (want PAUSE, RESUME, CANCEL or RETRY_STEP)", sig.Type)
@@ -604,60 +597,38 @@ func (s *Store) SendSignal(ctx context.Context, sig engine.Signal) (engine.Signa
 	if sig.SignalID == "" || sig.RunID == "" {
 		return engine.Signal{}, engine.Errorf(engine.CodeInvalidArgument, "a signal needs a signalId and a runId")
 	}
-	lock, err := render(s.q["lock_run"], map[string]string{"run_id": hexLit(sig.RunID)}, nil)
+	block, err := render(s.q["send_signal_block"], map[string]string{
+		"run_id": hexLit(sig.RunID), "signal_id": hexLit(sig.SignalID),
+		"signal_type": hexLit(string(sig.Type)), "step_id": hexOrNull(sig.StepID), "reason": hexOrNull(sig.Reason),
+		"requested_by": hexOrNull(sig.RequestedBy), "created_at": hexLit(tsText(s.now())),
+	}, nil)
 	if err != nil {
 		return engine.Signal{}, err
 	}
-	var out engine.Signal
-	err = s.lockedTx(ctx, lock, func(c *sql.Conn) (script, error) {
-		rows, err := c.QueryContext(ctx, s.q["signal_state"], sig.SignalID, sig.RunID, sig.RunID)
+	var out *engine.Signal
+	err = s.withRetry(ctx, func() error {
+		out = nil
+		rows, err := s.db.QueryContext(ctx, block)
 		if err != nil {
-			return nil, s.classify("read signals", err)
+			return s.classify("send signal", err)
 		}
 		defer rows.Close()
-		var existing *engine.Signal
-		var next int64
-		runFound := false
 		for rows.Next() {
-			var kind, runID string
-			var seq sql.NullInt64
-			var typ, step, reason, by sql.NullString
-			var created sql.NullTime
-			if err := rows.Scan(&kind, &runID, &seq, &typ, &step, &reason, &by, &created); err != nil {
-				return nil, s.classify("read signals", err)
+			var kind, typ string
+			var got engine.Signal
+			if err := rows.Scan(&kind, &got.RunID, &got.Seq, &typ, &got.StepID, &got.Reason, &got.RequestedBy, &got.CreatedAt); err != nil {
+				return s.classify("send signal", err)
 			}
-			if kind == "S" {
-				existing = &engine.Signal{SignalID: sig.SignalID, RunID: runID, Seq: seq.Int64, Type: engine.SignalType(typ.String),
-					StepID: step.String, Reason: reason.String, RequestedBy: by.String, CreatedAt: created.Time.UTC()}
-			} else {
-				runFound, next = true, seq.Int64
-			}
+			got.SignalID, got.Type, got.CreatedAt = sig.SignalID, engine.SignalType(typ), got.CreatedAt.UTC()
+			out = &got
 		}
-		if err := rows.Err(); err != nil {
-			return nil, s.classify("read signals", err)
-		}
-		if existing != nil {
-			out = *existing
-			return nil, nil
-		}
-		if !runFound {
-			return nil, engine.Errorf(engine.CodeRunNotFound, "run %s not found in %s", sig.RunID, s.where)
-		}
-		out = sig
-		out.Seq = next
-		out.CreatedAt = s.now()
-		ins, err := render(s.q["insert_signal"], map[string]string{
-			"run_id": hexLit(sig.RunID), "signal_seq": intLit(next), "signal_id": hexLit(sig.SignalID),
-			"signal_type": hexLit(string(sig.Type)), "step_id": hexOrNull(sig.StepID), "reason": hexOrNull(sig.Reason),
-			"requested_by": hexOrNull(sig.RequestedBy), "created_at": hexLit(tsText(out.CreatedAt)),
-		}, nil)
-		if err != nil {
-			return nil, err
-		}
-		return script{ins}, nil
+		return s.classify("send signal", rows.Err())
 	})
 	if err != nil {
 		return engine.Signal{}, err
 	}
-	return out, nil
+	if out == nil {
+		return engine.Signal{}, engine.Errorf(engine.CodeRunNotFound, "run %s not found in %s", sig.RunID, s.where)
+	}
+	return *out, nil
 }

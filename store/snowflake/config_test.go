@@ -9,6 +9,7 @@ import (
 	"encoding/pem"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -136,5 +137,42 @@ func TestErrorsNeverCarryThePassword(t *testing.T) {
 	err := scrub(&gosnowflake.SnowflakeError{Number: 390100, Message: "login for alice with " + pw + " failed"}, []string{pw})
 	if strings.Contains(err.Error(), pw) || !strings.Contains(err.Error(), "***") {
 		t.Fatalf("scrubbed error %q", err)
+	}
+}
+
+// TestSessionParams: the store's sessions log in with LOCK_TIMEOUT,
+// STATEMENT_TIMEOUT_IN_SECONDS and ABORT_DETACHED_QUERY set (never
+// Snowflake's 12-hour lock wait), unless the DSN sets them (in any case);
+// a DSN's positive statement timeout is the one in force.
+func TestSessionParams(t *testing.T) {
+	opts := Options{LockTimeout: 5 * time.Second, StatementTimeout: 20 * time.Second}
+	cases := []struct {
+		dsn     string
+		want    map[string]string // upper-cased keys
+		timeout time.Duration
+	}{
+		{"u:p@acct/db/sc", map[string]string{"LOCK_TIMEOUT": "5", "STATEMENT_TIMEOUT_IN_SECONDS": "20", "ABORT_DETACHED_QUERY": "TRUE"}, 20 * time.Second},
+		{"u:p@acct/db/sc?lock_timeout=30", map[string]string{"LOCK_TIMEOUT": "30", "STATEMENT_TIMEOUT_IN_SECONDS": "20", "ABORT_DETACHED_QUERY": "TRUE"}, 20 * time.Second},
+		{"u:p@acct/db/sc?STATEMENT_TIMEOUT_IN_SECONDS=600", map[string]string{"LOCK_TIMEOUT": "5", "STATEMENT_TIMEOUT_IN_SECONDS": "600", "ABORT_DETACHED_QUERY": "TRUE"}, 600 * time.Second},
+		{"u:p@acct/db/sc?STATEMENT_TIMEOUT_IN_SECONDS=0&ABORT_DETACHED_QUERY=FALSE", map[string]string{"LOCK_TIMEOUT": "5", "STATEMENT_TIMEOUT_IN_SECONDS": "0", "ABORT_DETACHED_QUERY": "FALSE"}, 20 * time.Second},
+	}
+	for _, c := range cases {
+		cfg, err := ConfigFromDSN(c.dsn)
+		if err != nil {
+			t.Fatalf("%s: %v", c.dsn, err)
+		}
+		timeout := setSessionParams(cfg, opts)
+		got := map[string]string{}
+		for k, v := range cfg.Params {
+			if _, ours := c.want[strings.ToUpper(k)]; ours {
+				if _, dup := got[strings.ToUpper(k)]; dup {
+					t.Errorf("%s: %s set twice", c.dsn, k)
+				}
+				got[strings.ToUpper(k)] = *v
+			}
+		}
+		if !reflect.DeepEqual(got, c.want) || timeout != c.timeout {
+			t.Errorf("%s: params %v, timeout %v; want %v, %v", c.dsn, got, timeout, c.want, c.timeout)
+		}
 	}
 }

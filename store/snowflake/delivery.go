@@ -35,49 +35,44 @@ func (s *Store) execDelivery(ctx context.Context, op, name string, args ...any) 
 	return n, err
 }
 
-// underDeliveryLock runs statement name in a transaction (pinnedTx: BEGIN
-// and the lock in one request) that first updates the 'deliveries' lock row: Snowflake enforces no key and takes no row
-// locks, so enqueue and claim serialise on that row, and each statement
-// reads what the previous holder committed.
-func (s *Store) underDeliveryLock(ctx context.Context, op, name string, args ...any) (int64, error) {
-	lock, err := dq("lock_deliveries")
-	if err != nil {
-		return 0, err
-	}
-	q, err := dq(name)
-	if err != nil {
-		return 0, err
-	}
-	var n int64
-	err = s.pinnedTx(ctx, lock, func(c *sql.Conn) (script, bool, error) {
-		res, err := c.ExecContext(ctx, q, args...)
-		if err != nil {
-			return nil, false, s.classify(op, err)
-		}
-		n, _ = res.RowsAffected()
-		return nil, true, nil
-	})
-	return n, err
-}
-
-// EnqueueDeliveries implements delivery.Store.
+// EnqueueDeliveries implements delivery.Store in one request
+// (enqueue_deliveries_block): lock, insert and commit in one Scripting
+// block, so that no transaction holds the 'deliveries' lock across requests.
 func (s *Store) EnqueueDeliveries(ctx context.Context, sink string) (int, error) {
-	n, err := s.underDeliveryLock(ctx, "enqueue deliveries", "enqueue_deliveries", sink, sink, sink)
-	return int(n), err
+	q, err := dq("enqueue_deliveries_block")
+	if err != nil {
+		return 0, err
+	}
+	block, err := render(q, map[string]string{"sink": hexLit(sink)}, nil)
+	if err != nil {
+		return 0, err
+	}
+	var n sql.NullInt64
+	err = s.withRetry(ctx, func() error {
+		return s.classify("enqueue deliveries", s.db.QueryRowContext(ctx, block).Scan(&n))
+	})
+	return int(n.Int64), err
 }
 
-// ClaimDeliveries implements delivery.Store.
+// ClaimDeliveries implements delivery.Store in one request
+// (claim_deliveries_block): lock, claim, commit and the claimed rows.
 func (s *Store) ClaimDeliveries(ctx context.Context, sink, claimID string, limit int, ttl time.Duration) ([]delivery.Delivery, error) {
-	n, err := s.underDeliveryLock(ctx, "claim deliveries", "claim_deliveries", claimID, ttl.Milliseconds(), sink, sink, sink, limit)
-	if err != nil || n == 0 {
-		return nil, err
-	}
-	q, err := dq("claimed_deliveries")
+	q, err := dq("claim_deliveries_block")
 	if err != nil {
 		return nil, err
 	}
-	ds, err := s.scanDeliveries(s.db.QueryContext(ctx, q, sink, claimID))
+	block, err := render(q, map[string]string{
+		"sink": hexLit(sink), "claim_id": hexLit(claimID), "ttl_ms": intLit(ttl.Milliseconds()), "limit": intLit(int64(limit)),
+	}, nil)
 	if err != nil {
+		return nil, err
+	}
+	var ds []delivery.Delivery
+	err = s.withRetry(ctx, func() error {
+		ds, err = s.scanDeliveries(s.db.QueryContext(ctx, block))
+		return err
+	})
+	if err != nil || len(ds) == 0 {
 		return nil, err
 	}
 	return ds, delivery.AttachEvents(ctx, s, ds)

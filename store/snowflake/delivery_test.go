@@ -58,3 +58,66 @@ func TestDeliveryServiceOnSnowflake(t *testing.T) {
 		next[e.RunID]++
 	}
 }
+
+// TestDeliveryClaimIsOneRequest: enqueue and claim are one request each
+// (plus, for a claim, one read of each claimed run's events), so no
+// transaction holds the 'deliveries' lock between requests: a process
+// killed right after its claim request leaves nothing for the next claimer
+// to wait for (issue 16).
+func TestDeliveryClaimIsOneRequest(t *testing.T) {
+	quietDriver(t)
+	srv := sftest.Start(t)
+	dsn := srv.DSN("dvt", "delivery_trips")
+	tr := &sftest.CountingTransport{}
+	opts := snowflake.Options{LockTimeout: time.Second}
+	st := openStore(t, dsn, snowflake.Options{Transporter: tr, LockTimeout: opts.LockTimeout})
+	defer st.Close()
+	storetest.SeedRun(t, st, 3)
+	storetest.SeedRun(t, st, 2)
+
+	tr.Reset()
+	n, err := st.EnqueueDeliveries(ctx, "archive")
+	if err != nil || n == 0 {
+		t.Fatalf("enqueue: %d, %v", n, err)
+	}
+	tripsAfterLogin(t, "EnqueueDeliveries", tr, 1)
+	if again, err := st.EnqueueDeliveries(ctx, "archive"); err != nil || again != 0 {
+		t.Fatalf("second enqueue: %d, %v; want 0", again, err)
+	}
+
+	// A process killed right after it sent its claim: the server ran the
+	// block to its COMMIT, the answer is lost.
+	victim, _ := openKilledAt(t, dsn, opts, "lock_name = 'deliveries'")
+	defer victim.Close()
+	if _, err := victim.ClaimDeliveries(ctx, "archive", "dead-claim", 1, time.Minute); err == nil {
+		t.Fatal("the killed process's claim succeeded")
+	}
+
+	lines := &waitLines{}
+	tr.Reset()
+	live := opts
+	live.Transporter, live.OnWait = tr, lines.report
+	next := openStore(t, dsn, live)
+	defer next.Close()
+	tr.Reset()
+	ds, err := next.ClaimDeliveries(ctx, "archive", uuid.NewString(), 100, time.Minute)
+	if err != nil {
+		t.Fatalf("claim after the kill: %v", err)
+	}
+	if got := lines.get(); len(got) > 0 {
+		t.Errorf("the claim after the kill waited for a lock: %q", got)
+	}
+	runs := map[string]bool{}
+	for _, d := range ds {
+		runs[d.RunID] = true
+		if d.Event.EventID != d.EventID {
+			t.Errorf("delivery %s carries event %q", d.EventID, d.Event.EventID)
+		}
+	}
+	// The dead claim holds the first event of one run until it expires,
+	// which blocks that run's later events: the other run's are claimed.
+	if len(ds) == 0 || len(runs) != 1 {
+		t.Errorf("claimed %d deliveries of %d runs, want the events of the one run the dead claim does not block", len(ds), len(runs))
+	}
+	tripsAfterLogin(t, "ClaimDeliveries", tr, int64(1+len(runs)))
+}

@@ -51,6 +51,12 @@ func retryable(err error) bool {
 		if se.SQLState == "40001" { // serialization failure / write conflict
 			return true
 		}
+		if se.SQLState == "25P02" && strings.HasPrefix(strings.ToLower(se.Message), "transaction") {
+			// The transaction was ended from outside (SYSTEM$ABORT_TRANSACTION
+			// by a waiter that took it for a dead client's, or the idle
+			// abort): all of it was rolled back, so it can run again.
+			return true
+		}
 		msg := strings.ToLower(se.Message)
 		return strings.Contains(msg, "conflict") || strings.Contains(msg, "deadlock")
 	}
@@ -87,12 +93,30 @@ func (s *Store) classify(op string, err error) error {
 // withRetry runs fn until it succeeds, fails with an error that is not
 // transient, or the attempts are used up. The wait doubles from RetryBase
 // up to 2 s, with full jitter so that writers aborted together do not come
-// back together.
+// back together. An attempt that timed out waiting for a lock is not
+// counted: those are bounded by Options.LockWait (waitForLock).
 func (s *Store) withRetry(ctx context.Context, fn func() error) error {
+	return s.withRetryWait(ctx, nil, fn)
+}
+
+// withRetryWait is withRetry whose lock waits count against lw's budget,
+// shared with the caller's own waiting (nil: a budget of its own).
+func (s *Store) withRetryWait(ctx context.Context, lw *lockWaitState, fn func() error) error {
 	var err error
-	for attempt := 0; ; attempt++ {
+	for attempt := 0; ; {
+		tried := time.Now()
 		err = fn()
-		if err == nil || !engine.IsTransient(err) || attempt+1 >= s.opts.MaxAttempts {
+		if lockTimedOut(err) {
+			if lw == nil { // the wait began with this attempt
+				lw = &lockWaitState{start: tried}
+			}
+			if werr := s.waitForLock(ctx, lw, err); werr != nil {
+				return werr
+			}
+			continue
+		}
+		attempt++
+		if err == nil || !engine.IsTransient(err) || attempt >= s.opts.MaxAttempts {
 			return err
 		}
 		wait := min(s.opts.RetryBase<<min(attempt, 10), 2*time.Second)

@@ -329,3 +329,24 @@ func TestGetRunAfterBootstrapIsFree(t *testing.T) {
 	}
 	same("after the run ended", 1)
 }
+
+// TestSendSignalIsOneRequest: a signal is one request (send_signal_block),
+// new or resent, so no transaction holds the run's lock between requests
+// of a `dvtrun signal` that may die between them (issue 16).
+func TestSendSignalIsOneRequest(t *testing.T) {
+	srv := sftest.Start(t)
+	tr := &sftest.CountingTransport{}
+	s := openStore(t, srv.DSN("dvt", "signal_trips"), snowflake.Options{Transporter: tr})
+	defer s.Close()
+	f := storetest.NewFixture()
+	f.Bootstrap(t, s)
+	sig := engine.Signal{SignalID: uuid.NewString(), RunID: f.Meta.RunID, Type: engine.SignalPause, Reason: "it's late"}
+	for _, what := range []string{"a new signal", "the same signal again"} {
+		tr.Reset()
+		got, err := s.SendSignal(ctx, sig)
+		if err != nil || got.Seq != 1 || got.Reason != sig.Reason || got.SignalID != sig.SignalID {
+			t.Fatalf("%s: %+v, %v", what, got, err)
+		}
+		tripsAfterLogin(t, what, tr, 1)
+	}
+}

@@ -43,9 +43,37 @@ type Options struct {
 	MaxAttempts int
 	// RetryBase is the first backoff wait (default 25 ms).
 	RetryBase time.Duration
-	// MigrateWait is how long Open waits for another process's migration
-	// (default 2 min).
-	MigrateWait time.Duration
+	// LockWait bounds each operation's wait for a lock another process
+	// holds (default engine.DefaultLockWait, the CLI's --lock-wait); then
+	// the operation fails with STORE_UNAVAILABLE. Attempts do not multiply
+	// it.
+	LockWait time.Duration
+	// OnWait receives a progress line about every LockTimeout while a lock
+	// is waited for: the table (or the migration lease), its holder and
+	// since when.
+	OnWait engine.WaitFunc
+	// LockTimeout is the sessions' LOCK_TIMEOUT: how long one attempt waits
+	// for a table lock before the holder is looked at (default 5 s; whole
+	// seconds, at least 1).
+	LockTimeout time.Duration
+	// StatementTimeout is the sessions' STATEMENT_TIMEOUT_IN_SECONDS
+	// (default 20 s, whole seconds): state store statements are index
+	// probes and small writes; one running longer is a fault, not work.
+	StatementTimeout time.Duration
+	// StaleLockAge is how long a transaction may hold one of the store's
+	// table locks before a waiter ends it with SYSTEM$ABORT_TRANSACTION as a
+	// dead client's (default 2 × StatementTimeout). A store transaction
+	// never runs step SQL: it holds its lock for one statement (a Scripting
+	// block, a single UPDATE) or for a lock request, a few index reads and
+	// a commit request (pinnedTx), each bounded by StatementTimeout and in
+	// practice milliseconds, so twice that is a margin no live one reaches.
+	// Should a slow live one be ended, its COMMIT fails and it is retried:
+	// the abort rolls all of it back, so nothing is written twice.
+	StaleLockAge time.Duration
+	// MigrateLeaseTTL is the migration lease: renewed every third of it
+	// while migrating, taken over by another process once it has expired
+	// by the database's clock (default 30 s).
+	MigrateLeaseTTL time.Duration
 	// Transporter replaces the driver's HTTP transport (tests, proxies).
 	// nil keeps gosnowflake's own, which checks certificate revocation.
 	Transporter http.RoundTripper
@@ -63,6 +91,9 @@ type Store struct {
 	where   string   // the redacted DSN, for messages
 	secrets []string // credential values scrubbed from error messages
 	dbClock bool     // leases expire by the database's clock (no Options.Now)
+
+	tables           map[string]bool // the store's own tables, upper case (locks.go)
+	database, schema string          // the DSN's, upper case; "" when unset
 
 	cacheMu sync.Mutex
 	cache   map[string]cachedRun // runs this Store appended to, by run id (append.go)
@@ -89,8 +120,17 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	if opts.RetryBase <= 0 {
 		opts.RetryBase = 25 * time.Millisecond
 	}
-	if opts.MigrateWait <= 0 {
-		opts.MigrateWait = 2 * time.Minute
+	if opts.LockWait <= 0 {
+		opts.LockWait = engine.DefaultLockWait
+	}
+	if opts.LockTimeout < time.Second {
+		opts.LockTimeout = 5 * time.Second
+	}
+	if opts.StatementTimeout < time.Second {
+		opts.StatementTimeout = 20 * time.Second
+	}
+	if opts.MigrateLeaseTTL <= 0 {
+		opts.MigrateLeaseTTL = 30 * time.Second
 	}
 	cfg, err := ConfigFromDSN(dsn)
 	if err != nil {
@@ -99,17 +139,28 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	if opts.Transporter != nil {
 		cfg.Transporter = opts.Transporter
 	}
+	opts.StatementTimeout = setSessionParams(cfg, opts)
+	if opts.StaleLockAge <= 0 {
+		opts.StaleLockAge = 2 * opts.StatementTimeout
+	}
 	q, err := sqlfiles.Queries(sqlfiles.Snowflake, "store.sql")
 	if err != nil {
 		return nil, err
 	}
+	tables, err := storeTables(q)
+	if err != nil {
+		return nil, err
+	}
 	s := &Store{
-		db:      sql.OpenDB(newConnector(cfg, RedactDSN(dsn))),
-		opts:    opts,
-		dbClock: dbClock,
-		q:       q,
-		where:   RedactDSN(dsn),
-		secrets: append(secretsOfDSN(dsn), secretsOfConfig(cfg)...),
+		tables:   tables,
+		database: strings.ToUpper(cfg.Database),
+		schema:   strings.ToUpper(cfg.Schema),
+		db:       sql.OpenDB(newConnector(cfg, RedactDSN(dsn))),
+		opts:     opts,
+		dbClock:  dbClock,
+		q:        q,
+		where:    RedactDSN(dsn),
+		secrets:  append(secretsOfDSN(dsn), secretsOfConfig(cfg)...),
 	}
 	// A connection is a Snowflake session: a login to open, a request to
 	// close. Keep the sessions a process's runs, pulse and services use
@@ -139,8 +190,12 @@ func (s *Store) now() time.Time { return s.opts.Now().UTC() }
 // commits on its own in Snowflake, so the lock cannot be a transaction
 // holding a row lock across the migrations: it is a lease on the row, taken
 // by an UPDATE that only one process's can win (UPDATEs of one table wait
-// for each other), with an expiry so that a migrator that died does not
-// wedge the database.
+// for each other), renewed while migrating and taken over once expired by
+// the database's clock, so that a migrator that died holds everyone up for
+// at most Options.MigrateLeaseTTL. The taker applies again the migration the
+// dead one was in: each is idempotent statement by statement (IF NOT
+// EXISTS, OR REPLACE, inserts guarded by NOT EXISTS, a table emptied before
+// it is filled).
 func (s *Store) migrate(ctx context.Context) error {
 	migs, err := sqlfiles.Migrations(sqlfiles.Snowflake)
 	if err != nil {
@@ -202,47 +257,86 @@ func (s *Store) migrate(ctx context.Context) error {
 	if err := s.acquireMigrateLock(ctx, owner); err != nil {
 		return err
 	}
+	mctx, stop := context.WithCancelCause(ctx)
+	renewed := make(chan struct{})
+	go func() {
+		defer close(renewed)
+		s.renewMigrateLock(mctx, owner, stop)
+	}()
 	defer func() {
+		stop(nil)
+		<-renewed
 		// Released with a fresh context: a cancelled Open must not leave the
-		// lock to its expiry.
+		// lease to its expiry.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
 		s.db.ExecContext(rctx, s.q["release_migrate_lock"], owner)
 	}()
-	// Another process may have migrated while this one waited.
-	if todo, err = pending(); err != nil {
+	lost := func(err error) error {
+		if cause := context.Cause(mctx); mctx.Err() != nil && ctx.Err() == nil && cause != nil {
+			return cause
+		}
 		return err
+	}
+	// Another process may have migrated while this one waited.
+	err = s.withRetry(mctx, func() error {
+		todo, err = pending()
+		return err
+	})
+	if err != nil {
+		return lost(err)
 	}
 	for _, m := range todo {
 		for _, st := range splitStatements(m.SQL) {
-			if _, err := s.db.ExecContext(ctx, st); err != nil {
-				return fmt.Errorf("snowflake: migration %s: %w", m.Name, s.classify("migrate", err))
+			if _, err := s.db.ExecContext(mctx, st); err != nil {
+				return lost(fmt.Errorf("snowflake: migration %s: %w", m.Name, s.classify("migrate", err)))
 			}
 		}
-		if _, err := s.db.ExecContext(ctx, s.q["insert_schema_version"], m.Version, m.Name, tsText(s.now())); err != nil {
-			return s.classify("record migration "+m.Name, err)
+		if _, err := s.db.ExecContext(mctx, s.q["insert_schema_version"], m.Version, m.Name, tsText(s.now())); err != nil {
+			return lost(s.classify("record migration "+m.Name, err))
 		}
 	}
 	return nil
 }
 
+// acquireMigrateLock takes the migration lease, waiting while another
+// process holds it unexpired, with a progress line, at most
+// Options.LockWait.
 func (s *Store) acquireMigrateLock(ctx context.Context, owner string) error {
-	deadline := time.Now().Add(s.opts.MigrateWait)
+	start := time.Now()
+	// Waits for DVT_LOCKS' table lock and for the lease share one budget.
+	tableWait := &lockWaitState{start: start}
 	wait := 50 * time.Millisecond
+	var reported time.Time
 	for {
-		now := s.now()
-		res, err := s.db.ExecContext(ctx, s.q["acquire_migrate_lock"], owner, tsText(now.Add(10*time.Minute)), tsText(now))
-		if err != nil && !retryable(err) {
-			return s.classify("take the migration lock", err)
+		var won bool
+		err := s.withRetryWait(ctx, tableWait, func() error {
+			res, err := s.db.ExecContext(ctx, s.q["acquire_migrate_lock"], owner, s.opts.MigrateLeaseTTL.Milliseconds())
+			if err != nil {
+				return s.classify("take the migration lease", err)
+			}
+			n, _ := res.RowsAffected()
+			won = n > 0
+			return nil
+		})
+		if err != nil || won {
+			return err
 		}
-		if err == nil {
-			if n, _ := res.RowsAffected(); n > 0 {
-				return nil
+		w := engine.LockWait{Resource: "the schema migration lease", Waited: time.Since(start), Budget: s.opts.LockWait}
+		var holder string
+		var until sql.NullTime
+		if s.db.QueryRowContext(ctx, s.q["migrate_lock_holder"]).Scan(&holder, &until) == nil && holder != "" {
+			w.Holder = "process " + holder
+			if until.Valid {
+				w.Holder += " (lease until " + until.Time.UTC().Format(time.RFC3339) + ")"
 			}
 		}
-		if time.Now().After(deadline) {
-			return engine.MarkTransient(engine.Errorf(engine.CodeStoreUnavailable,
-				"Snowflake state store %s: another process has been migrating the schema for over %s; retry later", s.where, s.opts.MigrateWait))
+		if w.Waited >= s.opts.LockWait {
+			return w.Exceeded()
+		}
+		if time.Since(reported) >= s.opts.LockTimeout {
+			s.opts.OnWait.Report(w)
+			reported = time.Now()
 		}
 		t := time.NewTimer(wait)
 		select {
@@ -252,6 +346,38 @@ func (s *Store) acquireMigrateLock(ctx context.Context, owner string) error {
 		case <-t.C:
 		}
 		wait = min(wait*2, time.Second)
+	}
+}
+
+// renewMigrateLock extends the lease every third of its TTL until ctx
+// ends; it cancels the migration (stop) when the lease was taken over or
+// could not be renewed before it expired.
+func (s *Store) renewMigrateLock(ctx context.Context, owner string, stop context.CancelCauseFunc) {
+	ttl := s.opts.MigrateLeaseTTL
+	lastRenewed := time.Now()
+	t := time.NewTicker(ttl / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		res, err := s.db.ExecContext(ctx, s.q["renew_migrate_lock"], ttl.Milliseconds(), owner)
+		if err == nil {
+			if n, _ := res.RowsAffected(); n == 0 {
+				stop(engine.MarkTransient(engine.Errorf(engine.CodeStoreUnavailable,
+					"Snowflake state store %s: another process took over the schema migration lease; retry", s.where)))
+				return
+			}
+			lastRenewed = time.Now()
+			continue
+		}
+		if ctx.Err() == nil && time.Since(lastRenewed) >= ttl {
+			stop(engine.MarkTransient(engine.Errorf(engine.CodeStoreUnavailable,
+				"Snowflake state store %s: the schema migration lease could not be renewed within %s: %v", s.where, ttl, s.classify("renew the migration lease", err))))
+			return
+		}
 	}
 }
 

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
-	"strconv"
 	"strings"
 	"time"
 
@@ -184,22 +183,6 @@ func (lw *lockWaiter) do(ctx context.Context, table, runID string, stmt func() e
 	}
 }
 
-// lockTimedOut reports whether err is Snowflake refusing a statement
-// because another transaction's lock was not released within LOCK_TIMEOUT
-// (000625, as the waiter limit and deadlocks are, told apart by the text).
-func lockTimedOut(err error) bool {
-	var se *gosnowflake.SnowflakeError
-	if err == nil || !errors.As(err, &se) || se.Number != errLockWaiters {
-		return false
-	}
-	msg := strings.ToLower(se.Message)
-	return strings.Contains(msg, "lock_timeout") || strings.Contains(msg, "lock timeout")
-}
-
-// lockedTable finds the table a lock error names: "lock on table X" (the
-// test server) or "has locked table 'X'" (Snowflake).
-var lockedTable = regexp.MustCompile(`(?i)\btable\s+'?([A-Za-z0-9_$."]+)`)
-
 // lockHolderTx finds the holding transaction an error names, when it does.
 var lockHolderTx = regexp.MustCompile(`(?i)in transaction (\d+)`)
 
@@ -219,14 +202,14 @@ func (w *Warehouse) describeWait(ctx context.Context, table, runID string, cause
 		lw.Resource = "a table the step writes"
 		return lw
 	}
-	locks, err := w.showLocks(ctx)
+	locks, err := showLocks(ctx, w.db)
 	if err != nil {
 		return lw
 	}
 	for _, l := range locks {
 		if l.holding() && sameTable(l.resource, table) {
 			lw.Resource = "table " + l.resource
-			lw.Holder = fmt.Sprintf("transaction %s (session %s)", l.transaction, l.session)
+			lw.Holder = l.holder()
 			lw.Since = l.acquiredOn
 			break
 		}
@@ -241,9 +224,7 @@ func lockFromError(err error) (table, holderTx string) {
 	if !errors.As(err, &se) {
 		return "", ""
 	}
-	if m := lockedTable.FindStringSubmatch(se.Message); m != nil {
-		table = strings.Trim(m[1], `".`)
-	}
+	table = lockedTable(err)
 	if m := lockHolderTx.FindStringSubmatch(se.Message); m != nil {
 		holderTx = m[1]
 	}
@@ -255,70 +236,6 @@ func lockFromError(err error) (table, holderTx string) {
 func sameTable(resource, table string) bool {
 	r, t := strings.ToUpper(resource), strings.ToUpper(table)
 	return r == t || strings.HasSuffix(r, "."+t)
-}
-
-// lockRow is a row of SHOW LOCKS.
-type lockRow struct {
-	resource, transaction, session, status string
-	acquiredOn                             time.Time
-}
-
-func (l lockRow) holding() bool { return strings.EqualFold(l.status, "HOLDING") }
-
-// showLocks lists the locks of this user's transactions.
-func (w *Warehouse) showLocks(ctx context.Context) ([]lockRow, error) {
-	rows, err := w.db.QueryContext(ctx, w.q["show_locks"])
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	cols, err := rows.Columns()
-	if err != nil {
-		return nil, err
-	}
-	// By name: SHOW's columns are documented by name, not position.
-	idx := map[string]int{}
-	for i, c := range cols {
-		idx[strings.ToLower(c)] = i
-	}
-	get := func(vals []any, name string) any {
-		if i, ok := idx[name]; ok {
-			return vals[i]
-		}
-		return nil
-	}
-	var out []lockRow
-	for rows.Next() {
-		vals := make([]any, len(cols))
-		ptrs := make([]any, len(cols))
-		for i := range vals {
-			ptrs[i] = &vals[i]
-		}
-		if err := rows.Scan(ptrs...); err != nil {
-			return nil, err
-		}
-		l := lockRow{resource: text(get(vals, "resource")), transaction: text(get(vals, "transaction")),
-			session: text(get(vals, "session")), status: text(get(vals, "status"))}
-		if t, ok := get(vals, "acquired_on").(time.Time); ok {
-			l.acquiredOn = t
-		}
-		out = append(out, l)
-	}
-	return out, rows.Err()
-}
-
-// text is a SHOW column's value as text.
-func text(v any) string {
-	switch v := v.(type) {
-	case nil:
-		return ""
-	case string:
-		return v
-	case []byte:
-		return string(v)
-	default:
-		return fmt.Sprint(v)
-	}
 }
 
 // qualified is DB.SCHEMA.name in the session's database and schema, as
@@ -357,7 +274,7 @@ func (w *Warehouse) EndStaleTransactions(ctx context.Context, runID string) (int
 	if err != nil {
 		return 0, w.classify(ctx, "", err)
 	}
-	locks, err := w.showLocks(ctx)
+	locks, err := showLocks(ctx, w.db)
 	if err != nil {
 		return 0, w.classify(ctx, "", err)
 	}
@@ -370,12 +287,7 @@ func (w *Warehouse) EndStaleTransactions(ctx context.Context, runID string) (int
 			continue
 		}
 		seen[l.transaction] = true
-		var id any = l.transaction
-		if n, err := strconv.ParseInt(l.transaction, 10, 64); err == nil {
-			id = n
-		}
-		var answer sql.NullString
-		if err := w.db.QueryRowContext(ctx, w.q["abort_transaction"], id).Scan(&answer); err != nil {
+		if err := abortTransaction(ctx, w.db, l.transaction); err != nil {
 			if ctx.Err() != nil {
 				return ended, ctx.Err()
 			}

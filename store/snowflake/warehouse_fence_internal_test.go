@@ -70,9 +70,9 @@ func TestFenceTable(t *testing.T) {
 	}
 }
 
-// TestLockErrors: only a LOCK_TIMEOUT refusal is waited for again (the
-// waiter limit and deadlocks are retried as transactions); the table and
-// holder come from the test server's and Snowflake's texts.
+// TestLockErrors: a LOCK_TIMEOUT refusal or the waiter limit is waited for
+// again (deadlocks are retried as transactions); the table and holder come
+// from the test server's and Snowflake's texts.
 func TestLockErrors(t *testing.T) {
 	sfErr := func(msg string) error {
 		return fmt.Errorf("wrapped: %w", &gosnowflake.SnowflakeError{Number: errLockWaiters, SQLState: "57014", Message: msg})
@@ -84,10 +84,10 @@ func TestLockErrors(t *testing.T) {
 		table, txn string
 	}{
 		{"test server", sfErr("Statement aborted because the lock on table ANALYTICS.PUBLIC.DVT_FENCE_0A holder by another transaction was not released within LOCK_TIMEOUT."),
-			true, "ANALYTICS.PUBLIC.DVT_FENCE_0A", ""},
+			true, "DVT_FENCE_0A", ""},
 		{"Snowflake", sfErr("Statement '01b0' has locked table 'ORDERS' in transaction 1700000000123 and this lock has not yet been released. Your statement '01b1' was aborted because the lock timeout was exceeded."),
 			true, "ORDERS", "1700000000123"},
-		{"waiters", sfErr("Statement aborted because the number of waiters for the lock on table T exceeds the 20 statements limit."), false, "T", ""},
+		{"waiters", sfErr("Statement aborted because the number of waiters for the lock on table T exceeds the 20 statements limit."), true, "T", ""},
 		{"deadlock", sfErr("Transaction aborted because of a deadlock on table T; the other transaction holds a lock this one waits for."), false, "T", ""},
 		{"other error", errors.New("lock_timeout"), false, "", ""},
 		{"nil", nil, false, "", ""},

@@ -3,4 +3,6 @@
 -- for the lock of any other UPDATE/MERGE/DELETE on it, so updating the
 -- 'bootstrap' row first serialises run bootstraps: without enforced unique
 -- keys, two processes bootstrapping one run id could otherwise both insert.
-INSERT INTO dvt_locks (lock_name) VALUES ('bootstrap');
+-- Re-run safely by a process that takes over the migration lease of one
+-- killed after this statement, before the version was recorded.
+INSERT INTO dvt_locks (lock_name) SELECT 'bootstrap' WHERE NOT EXISTS (SELECT 1 FROM dvt_locks WHERE lock_name = 'bootstrap');

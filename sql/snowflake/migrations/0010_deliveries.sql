@@ -19,4 +19,6 @@ CREATE TABLE IF NOT EXISTS dvt_deliveries (
     delivered_at     TIMESTAMP_TZ(9),
     dead_at          TIMESTAMP_TZ(9)
 );
-INSERT INTO dvt_locks (lock_name) VALUES ('deliveries');
+-- Re-run safely by a process that takes over the migration lease of one
+-- killed after this statement, before the version was recorded.
+INSERT INTO dvt_locks (lock_name) SELECT 'deliveries' WHERE NOT EXISTS (SELECT 1 FROM dvt_locks WHERE lock_name = 'deliveries');

@@ -50,4 +50,6 @@ CREATE TABLE IF NOT EXISTS dvt_schedule_cursors (
     updated_at      TIMESTAMP_TZ(9) NOT NULL
 );
 
-INSERT INTO dvt_locks (lock_name) VALUES ('queue');
+-- Re-run safely by a process that takes over the migration lease of one
+-- killed after this statement, before the version was recorded.
+INSERT INTO dvt_locks (lock_name) SELECT 'queue' WHERE NOT EXISTS (SELECT 1 FROM dvt_locks WHERE lock_name = 'queue');

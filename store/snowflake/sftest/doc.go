@@ -101,6 +101,8 @@
 //     their values are substituted as literals before translation;
 //   - EXCEPTION WHEN name [OR name] | STATEMENT_ERROR | OTHER THEN … (EXIT
 //     handlers only), with SQLCODE, SQLERRM and SQLSTATE set;
+//   - SQLROWCOUNT: the rows the last DML statement affected, NULL after
+//     any other statement (Snowflake's 2025_01 behaviour);
 //   - the result: RETURN TABLE(res) answers the RESULTSET's rows, RETURN
 //     expr one row in a column "anonymous block", no RETURN a NULL there;
 //   - an uncaught user exception fails the request with its number as the
@@ -227,7 +229,9 @@
 //     column COMMENT '…';
 //   - handled by the server itself: BEGIN/START TRANSACTION, COMMIT,
 //     ROLLBACK, ALTER SESSION SET/UNSET, USE [DATABASE|SCHEMA], USE
-//     WAREHOUSE/ROLE (no-ops), CREATE DATABASE.
+//     WAREHOUSE/ROLE (no-ops), CREATE DATABASE, SHOW TRANSACTIONS, SHOW
+//     LOCKS, SELECT SYSTEM$ABORT_TRANSACTION(…); CURRENT_SESSION() and
+//     CURRENT_TRANSACTION() become the session's values as literals.
 //
 // Results: a query with VARIANT (JSON) columns runs as SELECT … CAST(c AS
 // VARCHAR) … FROM (query) AS sftest_q(…), so the JSON text reaches the

@@ -454,6 +454,7 @@ type scriptRun struct {
 	ctx     context.Context
 	current *scriptError // the exception a handler is running for
 	child   func(sqlText string, err error)
+	root    *scriptScope // holds the global SQLROWCOUNT
 }
 
 // runScript executes a block as one statement and returns its result: the
@@ -495,6 +496,10 @@ func (s *session) runScript(ctx context.Context, text string, child func(string,
 // block runs b; returned reports a RETURN (which ends every enclosing block).
 func (r *scriptRun) block(b *blockNode, parent *scriptScope) (*result, bool, error) {
 	sc := newScope(parent)
+	if parent == nil {
+		r.root = sc
+		sc.vars["SQLROWCOUNT"] = nil
+	}
 	for _, d := range b.decls {
 		switch {
 		case d.exception:
@@ -667,9 +672,36 @@ func (r *scriptRun) assign(n *letNode, sc *scriptScope) error {
 	return nil
 }
 
-// query runs a SQL statement of the block with its :variables substituted.
+// query runs a SQL statement of the block with its :variables substituted
+// and sets SQLROWCOUNT: the rows a DML statement affected, NULL after any
+// other statement (Snowflake's 2025_01 behaviour, enabled by default).
 func (r *scriptRun) query(toks []token, sc *scriptScope) (*result, error) {
-	return r.exec(render(r.substitute(toks, sc, false)))
+	res, err := r.exec(render(r.substitute(toks, sc, false)))
+	if err == nil && r.root != nil {
+		r.root.vars["SQLROWCOUNT"] = rowCount(res)
+	}
+	return res, err
+}
+
+// rowCount is the number of rows a DML result reports (the sum of its count
+// columns: a MERGE's inserted, updated and deleted rows), nil for any other
+// statement.
+func rowCount(res *result) any {
+	if res.stmtType < stmtInsert || res.stmtType > stmtMerge || len(res.rowSet) != 1 {
+		return nil
+	}
+	var n int64
+	for i, v := range res.rowSet[0] {
+		if v == nil || res.rowType[i].Name == "number of multi-joined rows updated" {
+			continue
+		}
+		c, err := strconv.ParseInt(*v, 10, 64)
+		if err != nil {
+			return nil
+		}
+		n += c
+	}
+	return n
 }
 
 // exec runs one SQL statement (variables already substituted) and reports
@@ -738,6 +770,9 @@ func selectInto(toks []token) ([]string, []token) {
 func (r *scriptRun) selectInto(query []token, vars []string, sc *scriptScope) error {
 	if r.child != nil {
 		r.child(strings.TrimSpace(render(query)), nil)
+	}
+	if r.root != nil {
+		r.root.vars["SQLROWCOUNT"] = nil // a SELECT is not DML
 	}
 	vals, err := r.row(render(r.substitute(query, sc, false)), len(vars))
 	if err != nil {

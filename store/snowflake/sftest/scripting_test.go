@@ -40,6 +40,28 @@ $$`,
 			want: []string{"3"},
 		},
 		{
+			name: "SQLROWCOUNT after DML, NULL after any other statement",
+			doc: `Determining the number of rows affected by DML commands: "SQLROWCOUNT: Number of rows affected by the last DML ` +
+				`statement"; "When the bundle [2025_01, enabled by default] is enabled, the variables return NULL when a ` +
+				`non-DML statement is executed after the last DML statement".`,
+			sql: `EXECUTE IMMEDIATE $$
+DECLARE
+  ins INTEGER;
+  upd INTEGER;
+  none INTEGER DEFAULT 7;
+BEGIN
+  INSERT INTO s1 (a) VALUES (1), (2), (3);
+  ins := SQLROWCOUNT;
+  UPDATE s1 SET a = a + 10 WHERE a >= 2;
+  upd := SQLROWCOUNT;
+  SELECT COUNT(*) FROM s1;
+  none := SQLROWCOUNT;
+  RETURN ins || ',' || upd || ',' || COALESCE(CAST(none AS VARCHAR), 'NULL');
+END;
+$$`,
+			want: []string{"3,2,NULL"},
+		},
+		{
 			name: "SELECT … INTO :variables",
 			doc:  `INTO: "Sets Snowflake Scripting variables to the values in a row returned by a SELECT statement." "The SELECT statement must return a single row."`,
 			sql: `EXECUTE IMMEDIATE $$

@@ -44,8 +44,8 @@ func TestSnowflakeStoreLockWait(t *testing.T) {
 	took := time.Since(start)
 	t.Logf("exit %d after %v:\n%s", r.code, took, r.stderr)
 	lines := strings.Split(strings.TrimSpace(r.stderr), "\n")
-	if r.code == 0 || len(lines) < 2 {
-		t.Fatalf("runs behind a held migration lease: exit %d, stderr %q; want a progress line, then a failure", r.code, r.stderr)
+	if r.code != exitUnavailable || len(lines) < 2 {
+		t.Fatalf("runs behind a held migration lease: exit %d, stderr %q; want a progress line, then a failure with exit %d", r.code, r.stderr, exitUnavailable)
 	}
 	if want := "dvtrun: waiting for the lock on the schema migration lease held by process other-process"; !strings.HasPrefix(lines[0], want) {
 		t.Errorf("progress line %q, want it to start %q", lines[0], want)

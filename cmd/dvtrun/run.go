@@ -76,6 +76,17 @@ func (c *cli) secretLookup(file string) (engine.SecretLookup, error) {
 	}, nil
 }
 
+// checkSecrets resolves every secret the run will need — the steps of p
+// as the runner executes them: ephemeral models inlined, sel applied — so
+// that a missing one is refused before anything is written.
+func checkSecrets(p *engine.Plan, sel *engine.Selection, lookup engine.SecretLookup) error {
+	run, err := engine.RunQueuedRequest{Selection: sel}.Selected(p.InlineEphemeral())
+	if err != nil {
+		return err
+	}
+	return engine.CheckSecrets(run, lookup)
+}
+
 // readSecretsFile reads KEY=VALUE lines; blank lines and # comments are
 // skipped. Errors name the line, never a value.
 func readSecretsFile(path string) (map[string]string, error) {
@@ -238,6 +249,9 @@ func (c *cli) startAndExecute(ctx context.Context, f runFlags, planPath string, 
 	if err != nil {
 		return err
 	}
+	if err := checkSecrets(p, req.Selection, lookup); err != nil { // before the run is recorded
+		return err
+	}
 	cfg, err := c.loadConfig()
 	if err != nil {
 		return err
@@ -317,11 +331,15 @@ func cmdResume(ctx context.Context, c *cli, args []string) error {
 	if err != nil {
 		return err
 	}
-	recorded, err := engine.RecordedPlanRef(ctx, st, meta)
+	recorded, err := engine.RecordedRequest(ctx, st, meta)
 	if err != nil {
 		return err
 	}
-	if err := b.Ref.Compare(recorded); err != nil {
+	if err := b.Ref.Compare(recorded.PlanRef); err != nil {
+		return fmt.Errorf("run %s: %w", meta.RunID, err)
+	}
+	// Before the runner takes the lease or writes an event.
+	if err := checkSecrets(p, recorded.Selection, lookup); err != nil {
 		return fmt.Errorf("run %s: %w", meta.RunID, err)
 	}
 	// Terminal runs are immutable: say so instead of printing an empty run.

@@ -508,7 +508,12 @@ func (o *console) Report(p runner.Progress) {
 		o.total = p.Total
 		fmt.Fprintf(o.w, "Concurrency: %d threads (target='%s')\n\n", p.Threads, o.target)
 	case runner.PhaseStepStarted:
-		o.line(prefix+"START "+describe(p.Step), "[RUN]")
+		again := ""
+		if p.EngineAttempt > 1 {
+			// A step an earlier runner left in flight, run again on resume.
+			again = fmt.Sprintf(" (engine attempt %d)", p.EngineAttempt)
+		}
+		o.line(prefix+"START "+describe(p.Step)+again, "[RUN]")
 	case runner.PhaseStepRetry:
 		msg := ""
 		if p.Err != nil {

@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -178,4 +180,78 @@ func TestConsoleSummary(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestResumeTimesTheStepItRunsAgain: a step in flight when its run was
+// interrupted runs again on resume with a START line of its own, and
+// status, the CSV export and run_results.json time it from that attempt,
+// not from the first runner's StepStarted (the interruption and the wait
+// before the resume are not execution); the SQL projection agrees.
+func TestResumeTimesTheStepItRunsAgain(t *testing.T) {
+	h := newHarness(t)
+	plan := fixture("slow", "plan.yaml")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	runCtx, interrupt := context.WithCancel(ctx)
+	defer interrupt()
+	out := &onLine{re: regexp.MustCompile(`START sql table model slow`), fn: func(string) {
+		time.Sleep(100 * time.Millisecond) // let its SQL start
+		interrupt()
+	}}
+	var errb bytes.Buffer
+	code := run(runCtx, []string{"run", "--threads", "1", plan}, out, &errb, func(k string) string { return h.env[k] })
+	wantError(t, result{code, out.String(), errb.String()}, exitInterrupted, "INTERRUPTED")
+	runID := h.onlyRun()
+	if s := stepOf(h.statusOf(runID), "model.slow"); s.Status != engine.StepStatusRunning {
+		t.Fatalf("model.slow is %s after the interrupt, want RUNNING", s.Status)
+	}
+	const gap = 1500 * time.Millisecond
+	time.Sleep(gap) // the interruption lasts a while
+	resumed := time.Now()
+	r := h.runCtx(ctx, "resume", runID, plan)
+	if r.code != 0 {
+		t.Fatalf("resume: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	if !regexp.MustCompile(`(?m)^\d+ of 3 START sql table model slow \(engine attempt 2\) \.+ \[RUN\]$`).MatchString(r.stdout) {
+		t.Errorf("resume printed no START line for model.slow:\n%s", r.stdout)
+	}
+	slow := stepOf(h.statusOf(runID), "model.slow")
+	if slow.EngineAttemptID != 2 || slow.StartedAt.Before(resumed.Add(-time.Second)) {
+		t.Errorf("model.slow: engine attempt %d started at %s, want attempt 2 started by the resume (%s)", slow.EngineAttemptID, slow.StartedAt, resumed)
+	}
+	if took := time.Since(resumed); slow.DurationMs > took.Milliseconds() {
+		t.Errorf("model.slow took %d ms, longer than the resume (%s): the interruption was counted", slow.DurationMs, took)
+	}
+	if v := h.run("verify", runID); v.code != 0 {
+		t.Errorf("verify: exit %d\n%s\n%s", v.code, v.stdout, v.stderr)
+	}
+	csv := h.run("export", runID, "--format", "csv")
+	if want := strconv.FormatInt(slow.DurationMs, 10); csv.code != 0 || !regexp.MustCompile(`(?m),model\.slow,OK,[^,]*,[^,]*,`+want+`,`).MatchString(csv.stdout) {
+		t.Errorf("the CSV export does not give model.slow %s ms: exit %d\n%s\n%s", want, csv.code, csv.stdout, csv.stderr)
+	}
+	rr := h.run("export", runID, "--format", "run-results")
+	var doc struct {
+		Results []struct {
+			UniqueID      string  `json:"unique_id"`
+			ExecutionTime float64 `json:"execution_time"`
+		} `json:"results"`
+	}
+	if err := json.Unmarshal([]byte(rr.stdout), &doc); err != nil || rr.code != 0 {
+		t.Fatalf("export --format run-results: exit %d, %v: %s", rr.code, err, rr.stderr)
+	}
+	for _, res := range doc.Results {
+		if strings.HasSuffix(res.UniqueID, ".slow") && (res.ExecutionTime*1000 > float64(slow.DurationMs)+1 || res.ExecutionTime*1000 < float64(slow.DurationMs)-1) {
+			t.Errorf("run_results.json: model.slow's execution_time is %.3fs, status says %d ms", res.ExecutionTime, slow.DurationMs)
+		}
+	}
+}
+
+// stepOf finds a step of a snapshot decoded from JSON (which has no index).
+func stepOf(s engine.Snapshot, id string) engine.StepSnapshot {
+	for _, st := range s.Steps {
+		if st.StepID == id {
+			return st
+		}
+	}
+	return engine.StepSnapshot{}
 }

@@ -75,3 +75,41 @@ func TestResumedStepDurationIsItsOwnAttempts(t *testing.T) {
 		t.Errorf("the resume reported s2's start %d time(s) (%+v), want once as engine attempt 2", len(reported), reported)
 	}
 }
+
+// TestCancelReportsStepsNotRunAgain: a CANCEL that reaches a resumed run
+// before the steps an earlier runner left in flight ran again fails them
+// STEP_CANCELLED and reports each, so the console counts them as cancelled.
+func TestCancelReportsStepsNotRunAgain(t *testing.T) {
+	h := newHarness(t)
+	p := chain([]string{"s1", "s2"}, nil)
+	started := make(chan string, 2)
+	h.wh.set("s1", blockUntilDone(started))
+	h.wh.set("s2", blockUntilDone(started))
+	runID := h.start(p)
+	ctx, crash := context.WithCancel(h.ctx)
+	done := h.execAsync(ctx, runID, p)
+	recv(t, started)
+	recv(t, started)
+	crash()
+	h.wait(done)
+	h.signal(runID, engine.SignalCancel, "")
+
+	snap, _ := h.finish(runID, p, h.rn.Resume)
+	if snap.Status != engine.StatusCancelled {
+		t.Fatalf("run %s, want CANCELLED", snap.Status)
+	}
+	reported := map[string]bool{}
+	for _, pr := range h.progress.phase(runner.PhaseStepDone) {
+		if pr.Status == engine.StepStatusFailed && engine.CodeOf(pr.Err) == engine.CodeStepCancelled {
+			reported[pr.Step.ID] = true
+		}
+	}
+	for _, id := range []string{"s1", "s2"} {
+		if st := stepOf(snap, id); st.Status != engine.StepStatusFailed || st.Error == nil || st.Error.Code != string(engine.CodeStepCancelled) {
+			t.Errorf("%s: %+v, want FAILED with STEP_CANCELLED", id, st)
+		}
+		if !reported[id] {
+			t.Errorf("%s was cancelled without a report", id)
+		}
+	}
+}

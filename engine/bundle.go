@@ -211,18 +211,25 @@ func (r PlanRef) Compare(recorded PlanRef) error {
 // planRef, with the bundle's files). A run whose RunQueued carries none
 // gets its metadata's sha256 alone.
 func RecordedPlanRef(ctx context.Context, log EventReader, meta RunMetadata) (PlanRef, error) {
+	q, err := RecordedRequest(ctx, log, meta)
+	return q.PlanRef, err
+}
+
+// RecordedRequest returns what a run was queued with (RunQueued's payload:
+// its selection, flags and PlanRef); its PlanRef is RecordedPlanRef's.
+func RecordedRequest(ctx context.Context, log EventReader, meta RunMetadata) (RunQueuedRequest, error) {
 	evs, err := log.ListEvents(ctx, meta.RunID, 0, 1)
 	if err != nil {
-		return PlanRef{}, err
+		return RunQueuedRequest{}, err
 	}
 	q, err := QueuedRequest(evs)
 	if err != nil {
-		return PlanRef{}, err
+		return RunQueuedRequest{}, err
 	}
 	if q.PlanRef.SHA256 == "" {
-		return PlanRef{SHA256: meta.PlanSHA256, PlanID: meta.PlanID, PlanVersion: meta.PlanVersion}, nil
+		q.PlanRef = PlanRef{SHA256: meta.PlanSHA256, PlanID: meta.PlanID, PlanVersion: meta.PlanVersion}
 	}
-	return q.PlanRef, nil
+	return q, nil
 }
 
 // preflight parses every seed from the bytes that were hashed: a missing,

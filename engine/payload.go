@@ -33,6 +33,32 @@ func payloadError(p json.RawMessage) *ErrorInfo {
 	return v.Error
 }
 
+// payloadAttemptStart is when the engine attempt behind a StepCompleted or
+// StepFailed started (payload.attemptStartedAt), else started: the runner
+// records it when the attempt is not the one the logical attempt's
+// StepStarted began — a step run again after a resume, which gets no
+// StepStarted of its own because that would repeat the logical attempt's
+// idempotency key (RunEvents §3.1). So a step is timed by the attempt that
+// did the work, not across a crash and the wait for its lease. Only a
+// string in TimeFormat exactly (a valid instant) counts, as in the SQL
+// projection.
+func payloadAttemptStart(p json.RawMessage, started time.Time) time.Time {
+	if !bytes.Contains(p, []byte(`"attemptStartedAt"`)) {
+		return started
+	}
+	var v struct {
+		At *string `json:"attemptStartedAt"`
+	}
+	if json.Unmarshal(p, &v) != nil || v.At == nil {
+		return started
+	}
+	at, err := time.Parse(TimeFormat, *v.At)
+	if err != nil {
+		return started
+	}
+	return at
+}
+
 func payloadReason(p json.RawMessage) string {
 	if !bytes.Contains(p, []byte(`"reason"`)) {
 		return ""

@@ -303,10 +303,12 @@ func (r *reducer) applyStep(e *RunEventRecord, target string) {
 		st.DurationMs = 0
 		st.Error = nil
 	case StepCompleted:
+		st.StartedAt = payloadAttemptStart(e.Payload, st.StartedAt)
 		st.CompletedAt = e.EmittedAt
 		st.DurationMs = durationMs(st.StartedAt, st.CompletedAt)
 		st.Artifacts = payloadArtifacts(e.Payload)
 	case StepFailed:
+		st.StartedAt = payloadAttemptStart(e.Payload, st.StartedAt)
 		st.CompletedAt = e.EmittedAt
 		st.DurationMs = durationMs(st.StartedAt, st.CompletedAt)
 		st.Error = payloadError(e.Payload)

@@ -39,8 +39,11 @@ type Violation struct {
 }
 
 // StepSnapshot is a step's derived state. Times are the emittedAt of the
-// events that set them; DurationMs is CompletedAt-StartedAt in whole
-// milliseconds (both truncated to the millisecond), 0 when either is unset.
+// events that set them, except that an outcome whose payload says when its
+// engine attempt started (attemptStartedAt: a step run again after a
+// resume, see payloadAttemptStart) moves StartedAt there; DurationMs is
+// CompletedAt-StartedAt in whole milliseconds (both truncated to the
+// millisecond), 0 when either is unset.
 type StepSnapshot struct {
 	StepID           string        `json:"stepId"`
 	Status           StepStatus    `json:"status"`

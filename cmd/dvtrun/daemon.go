@@ -297,6 +297,12 @@ func (x *cliExec) Run(ctx context.Context, r queue.Request, runID string) (engin
 		return "", err
 	}
 	p := b.Plan
+	// A request carries no selection: every step of the plan runs. Checked
+	// before the run is recorded (or continued), so a missing secret
+	// refuses the request with nothing written to the run.
+	if err := checkSecrets(p, nil, x.lookup); err != nil {
+		return "", err
+	}
 	eng := x.engine(r)
 	resume := true
 	switch snap, err := eng.GetRunStatus(ctx, runID); {

@@ -76,6 +76,17 @@ func (c *cli) secretLookup(file string) (engine.SecretLookup, error) {
 	}, nil
 }
 
+// checkSecrets resolves every secret the run will need — the steps of p
+// as the runner executes them: ephemeral models inlined, sel applied — so
+// that a missing one is refused before anything is written.
+func checkSecrets(p *engine.Plan, sel *engine.Selection, lookup engine.SecretLookup) error {
+	run, err := engine.RunQueuedRequest{Selection: sel}.Selected(p.InlineEphemeral())
+	if err != nil {
+		return err
+	}
+	return engine.CheckSecrets(run, lookup)
+}
+
 // readSecretsFile reads KEY=VALUE lines; blank lines and # comments are
 // skipped. Errors name the line, never a value.
 func readSecretsFile(path string) (map[string]string, error) {
@@ -241,6 +252,9 @@ func (c *cli) startAndExecute(ctx context.Context, f runFlags, planPath string, 
 	if err != nil {
 		return err
 	}
+	if err := checkSecrets(p, req.Selection, lookup); err != nil { // before the run is recorded
+		return err
+	}
 	cfg, err := c.loadConfig()
 	if err != nil {
 		return err
@@ -320,11 +334,15 @@ func cmdResume(ctx context.Context, c *cli, args []string) error {
 	if err != nil {
 		return err
 	}
-	recorded, err := engine.RecordedPlanRef(ctx, st, meta)
+	recorded, err := engine.RecordedRequest(ctx, st, meta)
 	if err != nil {
 		return err
 	}
-	if err := b.Ref.Compare(recorded); err != nil {
+	if err := b.Ref.Compare(recorded.PlanRef); err != nil {
+		return fmt.Errorf("run %s: %w", meta.RunID, err)
+	}
+	// Before the runner takes the lease or writes an event.
+	if err := checkSecrets(p, recorded.Selection, lookup); err != nil {
 		return fmt.Errorf("run %s: %w", meta.RunID, err)
 	}
 	// Terminal runs are immutable: say so instead of printing an empty run.
@@ -375,23 +393,39 @@ func (c *cli) previousHolder(ctx context.Context, st stateStore, runID string) f
 
 // finishRun prints the summary and turns the outcome into an exit code.
 func (c *cli) finishRun(ctx context.Context, con *console, runID, planPath string, snap engine.Snapshot, err error) error {
+	resume := fmt.Sprintf("dvtrun resume %s %s", runID, planPath)
 	if ctx.Err() != nil {
-		con.summary()
-		fmt.Fprintf(c.stdout, "Interrupted. Continue with: dvtrun resume %s %s\n", c.clean(runID), c.clean(planPath))
-		return &exitError{code: exitInterrupted, err: engine.Errorf(codeInterrupted, "run %s interrupted; continue it with `dvtrun resume %s %s`", runID, runID, planPath)}
+		finished := countSteps(snap, engine.StepStatusSuccess) + countSteps(snap, engine.StepStatusFailed) + countSteps(snap, engine.StepStatusSkipped)
+		con.summary(runEnd{interrupted: true, resume: resume, inFlight: countSteps(snap, engine.StepStatusRunning), finished: finished})
+		return &exitError{code: exitInterrupted, err: engine.Errorf(codeInterrupted, "run %s interrupted; continue it with `%s`", runID, resume)}
 	}
 	if err != nil {
 		// The exit code follows from err's code (exitCode): a store or
 		// warehouse outage leaves the run resumable (4), a corrupt store
 		// is an operational failure (1).
 		if engine.CodeOf(err) == engine.CodeStoreUnavailable {
-			fmt.Fprintf(c.stdout, "Stopped: the warehouse or state store is unavailable. Once it is back, continue with: dvtrun resume %s %s\n", runID, planPath)
+			fmt.Fprintf(c.stdout, "Stopped: the warehouse or state store is unavailable. Once it is back, continue with: %s\n", resume)
 		}
 		return err
 	}
-	con.summary()
+	end := runEnd{status: snap.Status, resume: resume}
+	if snap.Error != nil {
+		end.reason = snap.Error.Message
+	}
+	con.summary(end)
 	fmt.Fprintf(c.stdout, "Run %s %s\n", c.clean(runID), snap.Status)
 	return runOutcome(runID, planPath, snap)
+}
+
+// countSteps counts the steps of snap in status st.
+func countSteps(snap engine.Snapshot, st engine.StepStatus) int {
+	n := 0
+	for _, s := range snap.Steps {
+		if s.Status == st {
+			n++
+		}
+	}
+	return n
 }
 
 // runOutcome turns a run's final status into the command's result: nil
@@ -437,6 +471,7 @@ type console struct {
 	mu                     sync.Mutex
 	total                  int
 	pass, warn, errs, skip int
+	cancelled              int // steps a CANCEL stopped in flight: not errors
 	failures               []string
 }
 
@@ -491,7 +526,12 @@ func (o *console) Report(p runner.Progress) {
 		o.total = p.Total
 		fmt.Fprintf(o.w, "Concurrency: %d threads (target='%s')\n\n", p.Threads, o.target)
 	case runner.PhaseStepStarted:
-		o.line(prefix+"START "+describe(p.Step), "[RUN]")
+		again := ""
+		if p.EngineAttempt > 1 {
+			// A step an earlier runner left in flight, run again on resume.
+			again = fmt.Sprintf(" (engine attempt %d)", p.EngineAttempt)
+		}
+		o.line(prefix+"START "+describe(p.Step)+again, "[RUN]")
 	case runner.PhaseStepRetry:
 		msg := ""
 		if p.Err != nil {
@@ -560,6 +600,12 @@ func (o *console) stepDone(p runner.Progress, prefix, rel string) {
 			o.line(prefix+"OK executed "+describe(s), "[OK in "+in+"]")
 		}
 	case engine.StepStatusFailed:
+		if engine.CodeOf(p.Err) == engine.CodeStepCancelled {
+			// A CANCEL stopped it: the operator's decision, not an error.
+			o.cancelled++
+			o.line(prefix+"CANCELLED "+describe(s), "[CANCELLED after "+in+"]")
+			return
+		}
 		o.errs++
 		detail := "failed"
 		if p.Err != nil {
@@ -597,22 +643,58 @@ func (o *console) stepDone(p runner.Progress, prefix, rel string) {
 	}
 }
 
-// summary prints dbt's closing lines.
-func (o *console) summary() {
+// runEnd is how the command saw its run end; the closing summary follows
+// it rather than what this process counted.
+type runEnd struct {
+	status      engine.RunStatus // the run's status when the runner returned
+	reason      string           // RunFailed's error message, if any
+	interrupted bool             // SIGINT/SIGTERM: the run stays resumable
+	resume      string           // the command that continues the run
+	// inFlight and finished are the log's counts when interrupted: steps
+	// left RUNNING (they run again on resume) and steps already terminal.
+	inFlight, finished int
+}
+
+// summary prints dbt's closing lines, worded after how the run ended; the
+// counts name each outcome, and TOTAL is their sum.
+func (o *console) summary(end runEnd) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	n := o.pass + o.warn + o.errs + o.skip
+	done := o.pass + o.warn + o.errs + o.skip + o.cancelled
+	n := done
 	if o.total > 0 {
 		n = o.total
 	}
+	counts := fmt.Sprintf("PASS=%d WARN=%d ERROR=%d SKIP=%d", o.pass, o.warn, o.errs, o.skip)
+	if o.cancelled > 0 || end.status == engine.StatusCancelled {
+		counts += fmt.Sprintf(" CANCELLED=%d", o.cancelled)
+	}
+	total := done
+	if end.interrupted {
+		notStarted := max(o.total-end.finished-end.inFlight, 0)
+		fmt.Fprintf(o.w, "\nInterrupted after %s: %d step(s) in flight stopped, %d not started.\n", secs(time.Since(o.start)), end.inFlight, notStarted)
+		fmt.Fprintf(o.w, "\nThe run is resumable: the stopped steps run again, no finished step does. Continue with: %s\n", o.c.clean(end.resume))
+		counts += fmt.Sprintf(" INTERRUPTED=%d NOT_STARTED=%d", end.inFlight, notStarted)
+		total += end.inFlight + notStarted
+		fmt.Fprintf(o.w, "\nDone. %s TOTAL=%d\n", counts, total)
+		return
+	}
 	fmt.Fprintf(o.w, "\nFinished running %d steps in %s.\n", n, secs(time.Since(o.start)))
-	if len(o.failures) > 0 {
+	switch {
+	case end.status == engine.StatusCancelled:
+		fmt.Fprintf(o.w, "\nCancelled: %d step(s) stopped in flight, %d skipped.\n", o.cancelled, o.skip)
+	case len(o.failures) > 0:
 		fmt.Fprintf(o.w, "\nCompleted with %d error(s):\n", len(o.failures))
 		for _, f := range o.failures {
 			fmt.Fprintf(o.w, "  %s\n", o.c.clean(f))
 		}
-	} else {
+	case end.status == engine.StatusFailed:
+		// Failed by an earlier runner of the run, or before any step.
+		fmt.Fprintf(o.w, "\nFailed: %s\n", o.c.clean(oneLine(o.c.redact(cmp.Or(end.reason, "the run failed")))))
+	case end.status == engine.StatusCompleted:
 		fmt.Fprintln(o.w, "\nCompleted successfully")
+	default:
+		fmt.Fprintf(o.w, "\nStopped with the run %s. Continue with: %s\n", end.status, o.c.clean(end.resume))
 	}
-	fmt.Fprintf(o.w, "\nDone. PASS=%d WARN=%d ERROR=%d SKIP=%d TOTAL=%d\n", o.pass, o.warn, o.errs, o.skip, o.pass+o.warn+o.errs+o.skip)
+	fmt.Fprintf(o.w, "\nDone. %s TOTAL=%d\n", counts, total)
 }

@@ -15,13 +15,19 @@ import (
 // runner starts, and returns its id.
 func queueRun(t *testing.T, h *harness) string {
 	t.Helper()
+	return queueRunOf(t, h, fixture("ok", "plan.yaml"))
+}
+
+// queueRunOf records a QUEUED run of plan.
+func queueRunOf(t *testing.T, h *harness, plan string) string {
+	t.Helper()
 	ctx := context.Background()
 	st, err := sqlite.Open(ctx, h.statePath(), sqlite.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	b, err := loadPlan(fixture("ok", "plan.yaml"), "")
+	b, err := loadPlan(plan, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -208,6 +208,13 @@ func (g *gen) finishOne() {
 		g.emit(engine.StepFailed, st.id, st.attempt, errPayload("STEP_FAILED", "syntax error near \"selec\""))
 		return
 	}
+	if g.r.chance(0.2) {
+		// Run again after a resume: timed from this attempt's start.
+		at := g.now.Add(-time.Duration(g.r.intn(1500))*time.Millisecond - time.Duration(g.r.intn(999_999)))
+		b, _ := json.Marshal(map[string]any{"rowsAffected": 3, "attemptStartedAt": at.UTC().Format(engine.TimeFormat)})
+		g.emit(engine.StepCompleted, st.id, st.attempt, b)
+		return
+	}
 	g.emit(engine.StepCompleted, st.id, st.attempt, json.RawMessage(`{"rowsAffected":3,"artifacts":[{"uri":"file:///tmp/a.csv","kind":"csv","sizeBytes":12}]}`))
 }
 
@@ -315,6 +322,11 @@ var oddPayloads = []string{
 	`{"artifacts":[{"uri":"s3://b/k","kind":"parquet","sha256":"ab","sizeBytes":7,"expiresAt":"2027-01-01T00:00:00Z"},null]}`,
 	`[1,2,3]`,
 	`"text"`,
+	`{"attemptStartedAt":"2026-02-30T00:00:00.000000000Z"}`,
+	`{"attemptStartedAt":"2026-01-01T00:00:00Z"}`,
+	`{"attemptStartedAt":1767225600000}`,
+	`{"attemptStartedAt":null,"error":{"code":"E","message":"m"}}`,
+	`{"attemptStartedAt":"2025-12-31T23:59:59.999999999Z","error":{"code":"E","message":"m"}}`,
 }
 
 // oddPayload emits a plausible next event with an odd payload.

@@ -54,6 +54,10 @@ type outcome struct {
 type flight struct {
 	cancel  context.CancelFunc
 	started time.Time
+	// rerun: the log shows the step RUNNING from an earlier runner, so this
+	// engine attempt has no StepStarted of its own (one would repeat the
+	// logical attempt's idempotency key, RunEvents §3.1).
+	rerun bool
 }
 
 // execution is one Execute call's state. The run loop owns every field except
@@ -708,6 +712,9 @@ func (r *execution) schedule(ctx context.Context) error {
 		i := r.rerun[0]
 		r.rerun = r.rerun[1:]
 		r.engineAtt[i]++
+		// Its StepStarted is the earlier runner's: say it starts again here.
+		r.e.report(Progress{Phase: PhaseStepStarted, RunID: r.runID, Index: r.order[i], Total: len(r.steps), Step: r.steps[i],
+			EngineAttempt: r.engineAtt[i], LogicalAttempt: r.logical[i]})
 		r.dispatch(ctx, i, true)
 	}
 	starts, ems := r.pickStarts(nil)
@@ -784,7 +791,7 @@ func materialized(s engine.PlanStep) string {
 // first whether it committed.
 func (r *execution) dispatch(ctx context.Context, i int, rerun bool) {
 	sctx, cancel := context.WithCancel(ctx)
-	r.inflight[i] = &flight{cancel: cancel, started: r.e.Clock.Now()}
+	r.inflight[i] = &flight{cancel: cancel, started: r.e.Clock.Now(), rerun: rerun}
 	logical, engineAttempt := r.logical[i], r.engineAtt[i]
 	go func() {
 		o := r.runStep(ctx, sctx, i, logical, engineAttempt, rerun)
@@ -837,6 +844,13 @@ func (r *execution) completion(outs []outcome, ems []engine.Emission, reports []
 			elapsed = now.Sub(fl.started)
 		}
 		pl := stepPayload{StepResult: o.res, DurationMs: elapsed.Milliseconds(), Warning: o.warning, Error: o.err, Ledger: ledgerOf(o.res)}
+		if fl != nil && fl.rerun && o.res.Ledger == nil {
+			// The step's StepStarted is an earlier runner's: the reducer
+			// times the step from this attempt's start, not across the
+			// crash and the wait for the lease. (A ledger hit did its
+			// work in that earlier attempt: it keeps the StepStarted's.)
+			pl.AttemptStartedAt = fl.started.UTC().Format(engine.TimeFormat)
+		}
 		p := Progress{Phase: PhaseStepDone, RunID: r.runID, Index: r.order[i], Total: len(r.steps), Step: s, Result: o.res,
 			Err: o.progressErr, EngineAttempt: o.engineAttempt, Elapsed: elapsed, Warning: o.warning, LogicalAttempt: r.logical[i]}
 		if o.err == nil {
@@ -894,6 +908,10 @@ type stepPayload struct {
 	Warning    string            `json:"warning,omitempty"`
 	Error      *engine.ErrorInfo `json:"error,omitempty"`
 	Ledger     *ledgerRef        `json:"ledger,omitempty"`
+	// AttemptStartedAt is when the engine attempt that produced this
+	// outcome started, when that is not the logical attempt's StepStarted
+	// (engine.TimeFormat; see engine's reducer).
+	AttemptStartedAt string `json:"attemptStartedAt,omitempty"`
 }
 
 // ledgerRef says, in a StepCompleted, that the step's work had committed

@@ -221,6 +221,9 @@ func (r *execution) cancel(ctx context.Context, sg engine.Signal, cancelled engi
 		ems = append(ems, engine.Emission{Type: engine.StepFailed, Step: r.steps[i].ID, Attempt: r.logical[i], EngineAttempt: r.engineAtt[i], Payload: map[string]any{
 			"error": engine.ErrorInfo{Code: string(engine.CodeStepCancelled), Message: reason},
 		}})
+		reports = append(reports, Progress{Phase: PhaseStepDone, RunID: r.runID, Index: r.order[i], Total: len(r.steps), Step: r.steps[i],
+			Status: engine.StepStatusFailed, Err: engine.Errorf(engine.CodeStepCancelled, "step %s was cancelled before it ran again", r.steps[i].ID),
+			EngineAttempt: r.engineAtt[i], LogicalAttempt: r.logical[i]})
 	}
 	r.rerun = nil
 	clear(r.retry)

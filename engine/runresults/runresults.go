@@ -14,7 +14,9 @@
 //     rows returned) | error (the query failed) | skipped; a step still
 //     RUNNING when the log ends is error;
 //   - timing: one "execute" entry, StepStarted to StepCompleted/StepFailed
-//     (emittedAt); execution_time is that span in seconds;
+//     (emittedAt; a step run again after a resume from its outcome's
+//     attemptStartedAt, as the snapshot); execution_time is that span in
+//     seconds;
 //   - adapter_response: rows_affected, and the warehouse's query ids
 //     (query_id is the last, as dbt-snowflake reports it; query_ids all);
 //   - failures: a test's returned rows, null for other steps;

@@ -15,6 +15,10 @@
 --     the difference of the millisecond-truncated times, as in Go.
 --   * The anchor rows of the recursive CTEs cast every column: Snowflake
 --     types a recursive CTE's columns from its anchor.
+--   * payload.attemptStartedAt is read as Go reads it (time.Parse with
+--     engine.TimeFormat): the shape is checked with LIKE and the clock
+--     fields' ranges (a cast would roll 24:00 over), the 'Z' becomes
+--     '+00:00', and TRY_CAST refuses days a month does not have.
 
 -- name: scope_run
 SELECT * FROM dvt_run_events WHERE run_id = ?
@@ -95,7 +99,17 @@ keyed AS (
            CASE WHEN ev.event_type = 'StepSkipped' AND LEFT(TO_JSON(ev.payload:reason), 1) = '"'
                 THEN ev.payload:reason::string ELSE '' END AS p_reason,
            CASE WHEN ev.event_type = 'StepCompleted' AND LEFT(TO_JSON(ev.payload:artifacts), 1) = '['
-                THEN TO_JSON(ev.payload:artifacts) END AS p_artifacts
+                THEN TO_JSON(ev.payload:artifacts) END AS p_artifacts,
+           -- When the engine attempt behind an outcome started, if not at its
+           -- StepStarted (engine.payloadAttemptStart): a string in
+           -- engine.TimeFormat that is a valid instant, else none.
+           CASE WHEN ev.event_type IN ('StepCompleted', 'StepFailed') AND LEFT(TO_JSON(ev.payload:attemptStartedAt), 1) = '"'
+                 AND ev.payload:attemptStartedAt::string LIKE '____-__-__T__:__:__._________Z'
+                 -- A cast would roll 24:00 over to the next day; Go refuses it.
+                 AND SUBSTR(ev.payload:attemptStartedAt::string, 12, 2) <= '23'
+                 AND SUBSTR(ev.payload:attemptStartedAt::string, 15, 2) <= '59'
+                 AND SUBSTR(ev.payload:attemptStartedAt::string, 18, 2) <= '59'
+                THEN TRY_CAST(REPLACE(ev.payload:attemptStartedAt::string, 'Z', '+00:00') AS TIMESTAMP_TZ(9)) END AS p_attempt_started_at
     FROM ev JOIN kinds k ON k.event_type = ev.event_type
     WHERE k.entity = 'RUN' OR ev.step_id <> ''
 ),
@@ -161,14 +175,16 @@ step_chain (run_id, step_id, n, run_seq, event_id, event_type, persisted_at, tar
            CASE WHEN m.to_status IS NOT NULL AND e.event_type IN ('StepStarted', 'StepSkipped') THEN e.logical_attempt_id ELSE c.logical_attempt_id END,
            CASE WHEN m.to_status IS NOT NULL THEN e.engine_attempt_id ELSE c.engine_attempt_id END,
            CASE WHEN m.to_status IS NOT NULL THEN e.run_seq ELSE c.last_event_seq END,
-           CASE WHEN m.to_status IS NOT NULL AND e.event_type = 'StepStarted' THEN e.emitted_at ELSE c.started_at END,
+           CASE WHEN m.to_status IS NOT NULL AND e.event_type = 'StepStarted' THEN e.emitted_at
+                WHEN m.to_status IS NOT NULL AND e.p_attempt_started_at IS NOT NULL THEN e.p_attempt_started_at
+                ELSE c.started_at END,
            CASE WHEN m.to_status IS NULL THEN c.completed_at
                 WHEN e.event_type = 'StepStarted' THEN NULL
                 WHEN e.event_type IN ('StepCompleted', 'StepFailed') THEN e.emitted_at
                 ELSE c.completed_at END,
            CASE WHEN m.to_status IS NULL THEN c.duration_ms
                 WHEN e.event_type = 'StepStarted' THEN 0
-                WHEN e.event_type IN ('StepCompleted', 'StepFailed') THEN COALESCE(DATEDIFF('millisecond', c.started_at, e.emitted_at), 0)
+                WHEN e.event_type IN ('StepCompleted', 'StepFailed') THEN COALESCE(DATEDIFF('millisecond', COALESCE(e.p_attempt_started_at, c.started_at), e.emitted_at), 0)
                 ELSE c.duration_ms END,
            CASE WHEN m.to_status IS NULL THEN c.has_error
                 WHEN e.event_type = 'StepStarted' THEN FALSE

@@ -19,8 +19,11 @@
 --     it. The state before each event comes from a recursive CTE over
 --     each run's and each step's events in run_seq order; a step event sees
 --     the run status left by the run events before it.
---   * Times are the emittedAt of the events that set them; durations are the
---     difference of the millisecond-truncated times.
+--   * Times are the emittedAt of the events that set them, but a
+--     StepCompleted/StepFailed whose payload.attemptStartedAt is an instant
+--     in engine.TimeFormat (a step run again after a resume) moves the
+--     step's start there; durations are the difference of the
+--     millisecond-truncated times.
 
 -- name: scope_run
 SELECT * FROM dvt_run_events WHERE run_id = ?
@@ -110,7 +113,16 @@ keyed AS (
            -- The artifact list goes out as JSON text; Go decodes it as
            -- engine.payloadArtifacts does (a list that does not decode is none).
            CASE WHEN ev.event_type = 'StepCompleted' AND json_valid(ev.payload) AND json_type(ev.payload, '$.artifacts') = 'array'
-                THEN json_extract(ev.payload, '$.artifacts') END AS p_artifacts
+                THEN json_extract(ev.payload, '$.artifacts') END AS p_artifacts,
+           -- When the engine attempt behind an outcome started, if not at its
+           -- StepStarted (engine.payloadAttemptStart): a string in
+           -- engine.TimeFormat that is a valid instant, else none.
+           CASE WHEN ev.event_type IN ('StepCompleted', 'StepFailed') AND json_valid(ev.payload)
+                 AND json_type(ev.payload, '$.attemptStartedAt') = 'text'
+                 AND json_extract(ev.payload, '$.attemptStartedAt') GLOB '[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]T[0-9][0-9]:[0-9][0-9]:[0-9][0-9].[0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9]Z'
+                 AND strftime('%Y-%m-%dT%H:%M:%S', substr(json_extract(ev.payload, '$.attemptStartedAt'), 1, 19))
+                     = substr(json_extract(ev.payload, '$.attemptStartedAt'), 1, 19)
+                THEN json_extract(ev.payload, '$.attemptStartedAt') END AS p_attempt_started_at
     FROM ev JOIN kinds k ON k.event_type = ev.event_type
     WHERE k.entity = 'RUN' OR ev.step_id <> ''
 ),
@@ -118,6 +130,7 @@ keyed AS (
 -- to each event, so a step event sees run_chain row n = k.
 applied AS MATERIALIZED (
     SELECT keyed.*,
+           unixepoch(substr(p_attempt_started_at, 1, 19)) * 1000 + CAST(substr(p_attempt_started_at, 21, 3) AS INTEGER) AS p_attempt_started_ms,
            ROW_NUMBER() OVER (PARTITION BY run_id, entity, entity_id ORDER BY run_seq) AS n,
            SUM(CASE WHEN entity = 'RUN' THEN 1 ELSE 0 END)
                OVER (PARTITION BY run_id ORDER BY run_seq ROWS UNBOUNDED PRECEDING) AS k
@@ -174,15 +187,19 @@ step_chain (run_id, step_id, n, run_seq, event_id, event_type, persisted_at, tar
            CASE WHEN m.to_status IS NOT NULL AND e.event_type IN ('StepStarted', 'StepSkipped') THEN e.logical_attempt_id ELSE c.logical_attempt_id END,
            CASE WHEN m.to_status IS NOT NULL THEN e.engine_attempt_id ELSE c.engine_attempt_id END,
            CASE WHEN m.to_status IS NOT NULL THEN e.run_seq ELSE c.last_event_seq END,
-           CASE WHEN m.to_status IS NOT NULL AND e.event_type = 'StepStarted' THEN e.emitted_at ELSE c.started_at END,
-           CASE WHEN m.to_status IS NOT NULL AND e.event_type = 'StepStarted' THEN e.emitted_ms ELSE c.started_ms END,
+           CASE WHEN m.to_status IS NOT NULL AND e.event_type = 'StepStarted' THEN e.emitted_at
+                WHEN m.to_status IS NOT NULL AND e.p_attempt_started_at IS NOT NULL THEN e.p_attempt_started_at
+                ELSE c.started_at END,
+           CASE WHEN m.to_status IS NOT NULL AND e.event_type = 'StepStarted' THEN e.emitted_ms
+                WHEN m.to_status IS NOT NULL AND e.p_attempt_started_at IS NOT NULL THEN e.p_attempt_started_ms
+                ELSE c.started_ms END,
            CASE WHEN m.to_status IS NULL THEN c.completed_at
                 WHEN e.event_type = 'StepStarted' THEN NULL
                 WHEN e.event_type IN ('StepCompleted', 'StepFailed') THEN e.emitted_at
                 ELSE c.completed_at END,
            CASE WHEN m.to_status IS NULL THEN c.duration_ms
                 WHEN e.event_type = 'StepStarted' THEN 0
-                WHEN e.event_type IN ('StepCompleted', 'StepFailed') THEN COALESCE(e.emitted_ms - c.started_ms, 0)
+                WHEN e.event_type IN ('StepCompleted', 'StepFailed') THEN COALESCE(e.emitted_ms - COALESCE(e.p_attempt_started_ms, c.started_ms), 0)
                 ELSE c.duration_ms END,
            CASE WHEN m.to_status IS NULL THEN c.has_error
                 WHEN e.event_type = 'StepStarted' THEN 0

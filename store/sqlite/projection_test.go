@@ -279,8 +279,8 @@ func mustTime(t *testing.T, v sql.NullString) time.Time {
 }
 
 // TestAuditViewsRepeatTheProjection keeps the recursive CTEs of the audit
-// view dvt_event_states identical to those of the projection statement, in
-// each dialect: the property tests check both against Go, and this catches
+// view dvt_event_states (its latest migration) identical to those of the
+// projection statement, in each dialect: the property tests check both against Go, and this catches
 // an edit to one that was not made to the other before any stream has to.
 func TestAuditViewsRepeatTheProjection(t *testing.T) {
 	for _, dialect := range []string{sqlfiles.SQLite, sqlfiles.Snowflake} {
@@ -298,17 +298,17 @@ func TestAuditViewsRepeatTheProjection(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		found := false
-		for _, m := range migs {
+		// The latest definition is the one every store has.
+		var last *sqlfiles.Migration
+		for i, m := range migs {
 			if strings.Contains(m.SQL, "VIEW dvt_event_states AS") {
-				found = true
-				if !strings.Contains(m.SQL, cte) {
-					t.Errorf("%s migration %s: dvt_event_states does not repeat the CTEs of projection.sql", dialect, m.Name)
-				}
+				last = &migs[i]
 			}
 		}
-		if !found {
+		if last == nil {
 			t.Errorf("no %s migration creates dvt_event_states", dialect)
+		} else if !strings.Contains(last.SQL, cte) {
+			t.Errorf("%s migration %s: dvt_event_states does not repeat the CTEs of projection.sql", dialect, last.Name)
 		}
 	}
 }
@@ -323,7 +323,11 @@ func requireVariety(t *testing.T, streams map[string][]engine.RunEventRecord) {
 		seen := map[string]bool{}
 		mark := func(c string) { seen[c] = true }
 		keys := map[string]bool{}
+		startedAt := map[time.Time]bool{} // every StepStarted's emittedAt
 		for _, e := range events {
+			if e.EventType == engine.StepStarted {
+				startedAt[e.EmittedAt] = true
+			}
 			if keys[e.IdempotencyKey] {
 				mark("re-delivery")
 			}
@@ -350,6 +354,9 @@ func requireVariety(t *testing.T, streams map[string][]engine.RunEventRecord) {
 		mark("status " + string(snap.Status))
 		for _, st := range snap.Steps {
 			mark("step " + string(st.Status))
+			if !st.StartedAt.IsZero() && !startedAt[st.StartedAt] {
+				mark("step timed from its outcome's attemptStartedAt")
+			}
 			switch {
 			case st.LogicalAttemptID > 1 && st.Status == engine.StepStatusSuccess:
 				mark("retried step succeeded")
@@ -367,7 +374,8 @@ func requireVariety(t *testing.T, streams map[string][]engine.RunEventRecord) {
 	}
 	for _, c := range []string{"re-delivery", "unknown type", "attempt outside 1..64", "run event with a step id", "violation RUN", "violation STEP",
 		"draining", "status COMPLETED", "status FAILED", "status CANCELLED", "status PAUSED", "status RUNNING", "step SKIPPED", "step FAILED",
-		"step RUNNING", "invalid event creating no step", "retried step succeeded", "negative duration", "artifacts", "failure without a decodable error"} {
+		"step RUNNING", "invalid event creating no step", "retried step succeeded", "negative duration", "artifacts", "failure without a decodable error",
+		"step timed from its outcome's attemptStartedAt"} {
 		if count[c] < 20 {
 			t.Errorf("only %d of %d generated runs have %s", count[c], len(streams), c)
 		}

@@ -267,9 +267,8 @@ func (s *Store) ownTable(parts []string) bool {
 // STATEMENT_TIMEOUT_IN_SECONDS, and ABORT_DETACHED_QUERY, so that a
 // statement of a client that died does not run on (and keep its locks).
 // It returns the statement timeout in force: a DSN's positive
-// STATEMENT_TIMEOUT_IN_SECONDS (for stores whose reads are long), which
-// then also sets StaleLockAge's default; its 0 (no timeout) leaves them
-// alone.
+// STATEMENT_TIMEOUT_IN_SECONDS (for stores whose reads are long); its 0
+// (no timeout) leaves the default.
 func setSessionParams(cfg *gosnowflake.Config, opts Options) time.Duration {
 	if cfg.Params == nil {
 		cfg.Params = map[string]*string{}

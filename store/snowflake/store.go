@@ -62,13 +62,15 @@ type Options struct {
 	StatementTimeout time.Duration
 	// StaleLockAge is how long a transaction may hold one of the store's
 	// table locks before a waiter ends it with SYSTEM$ABORT_TRANSACTION as a
-	// dead client's (default 2 × StatementTimeout). A store transaction
-	// never runs step SQL: it holds its lock for one statement (a Scripting
-	// block, a single UPDATE) or for a lock request, a few index reads and
-	// a commit request (pinnedTx), each bounded by StatementTimeout and in
-	// practice milliseconds, so twice that is a margin no live one reaches.
-	// Should a slow live one be ended, its COMMIT fails and it is retried:
-	// the abort rolls all of it back, so nothing is written twice.
+	// dead client's (default 15 s). A store transaction never runs step
+	// SQL: it holds its lock for one statement (a Scripting block, a single
+	// UPDATE) or for a lock request, a few index reads and a commit request
+	// (pinnedTx) — a few round trips of 100–400 ms — so 15 s is a margin no
+	// live one reaches in practice, and short enough that a worker killed
+	// inside a queue transaction is recovered within 30 s of its lease.
+	// Should a slow live one be ended all the same, its COMMIT fails and it
+	// is retried: the abort rolls all of it back, so nothing is written
+	// twice; the cost is a retry, never a duplicate.
 	StaleLockAge time.Duration
 	// MigrateLeaseTTL is the migration lease: renewed every third of it
 	// while migrating, taken over by another process once it has expired
@@ -141,7 +143,7 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	}
 	opts.StatementTimeout = setSessionParams(cfg, opts)
 	if opts.StaleLockAge <= 0 {
-		opts.StaleLockAge = 2 * opts.StatementTimeout
+		opts.StaleLockAge = 15 * time.Second
 	}
 	q, err := sqlfiles.Queries(sqlfiles.Snowflake, "store.sql")
 	if err != nil {

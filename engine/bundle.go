@@ -40,6 +40,9 @@ type BundleFile struct {
 type PlanBundle struct {
 	Plan *Plan
 	Ref  PlanRef
+	// Files holds each file's bytes, as hashed, by its Ref.Files path: what
+	// the state store keeps of the bundle (EncodeBundle).
+	Files map[string][]byte
 }
 
 // LoadBundle reads a plan and every file it references, hashes them as one
@@ -47,30 +50,30 @@ type PlanBundle struct {
 // (Plan.Validate and Preflight): a bundle it returns is one `run` accepts.
 // Seed files are parsed from the bytes that were hashed.
 func LoadBundle(src PlanSource, file string) (*PlanBundle, error) {
-	p, ref, seeds, err := loadPlan(src, file, true)
+	p, ref, files, err := loadPlan(src, file)
 	if err != nil {
 		return nil, err
 	}
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
-	if err := p.preflight(seeds); err != nil {
+	if err := p.preflight(p.Seeds); err != nil {
 		return nil, err
 	}
-	return &PlanBundle{Plan: p, Ref: ref}, nil
+	return &PlanBundle{Plan: p, Ref: ref, Files: files}, nil
 }
 
 // LoadPlan reads and parses a plan file, resolves step `path` SQL files
 // relative to it, and returns its PlanRef with the bundle's sha256 (see
 // LoadBundle). It does not validate the plan.
 func LoadPlan(src PlanSource, file string) (*Plan, PlanRef, error) {
-	p, ref, _, err := loadPlan(src, file, false)
+	p, ref, _, err := loadPlan(src, file)
 	return p, ref, err
 }
 
-// loadPlan is LoadPlan; with keepSeeds it also returns each seed's bytes
-// by its path in the plan.
-func loadPlan(src PlanSource, file string, keepSeeds bool) (*Plan, PlanRef, map[string][]byte, error) {
+// loadPlan is LoadPlan; it also returns every file's bytes by its bundle
+// path (PlanBundle.Files), and keeps each seed's in p.Seeds.
+func loadPlan(src PlanSource, file string) (*Plan, PlanRef, map[string][]byte, error) {
 	data, err := src.ReadFile(file)
 	if err != nil {
 		return nil, PlanRef{}, nil, Errorf(CodePlanInvalid, "cannot read plan %s: %v", file, err)
@@ -81,10 +84,8 @@ func loadPlan(src PlanSource, file string, keepSeeds bool) (*Plan, PlanRef, map[
 	}
 	p.Dir = filepath.Dir(file)
 	files := map[string]string{}
-	var seeds map[string][]byte
-	if keepSeeds {
-		seeds = map[string][]byte{}
-	}
+	contents := map[string][]byte{filepath.Base(file): data}
+	p.Seeds = map[string][]byte{}
 	for i := range p.Steps {
 		st := &p.Steps[i]
 		if st.Path == "" {
@@ -99,10 +100,9 @@ func loadPlan(src PlanSource, file string, keepSeeds bool) (*Plan, PlanRef, map[
 			return nil, PlanRef{}, nil, Errorf(CodePlanInvalid, "step %s: %s %s: %v", ShowText(st.ID), what, ShowText(st.Path), PathErr(err))
 		}
 		files[st.Path] = digest(b)
+		contents[st.Path] = b
 		if st.Kind == KindSeed {
-			if keepSeeds {
-				seeds[st.Path] = b
-			}
+			p.Seeds[st.Path] = b
 			continue
 		}
 		st.SQL = string(b)
@@ -117,7 +117,7 @@ func loadPlan(src PlanSource, file string, keepSeeds bool) (*Plan, PlanRef, map[
 		bundle = append(bundle, BundleFile{Path: path, SHA256: files[path]})
 	}
 	ref := PlanRef{URI: file, SHA256: bundleSHA256(bundle), SchemaVersion: p.SchemaVersion, PlanID: p.PlanID, PlanVersion: p.PlanVersion, Files: bundle}
-	return p, ref, seeds, nil
+	return p, ref, contents, nil
 }
 
 // FilePath resolves a path the plan names against the plan's directory.

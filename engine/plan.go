@@ -58,6 +58,10 @@ type Plan struct {
 	// Dir is the directory the plan was read from; step paths and seed files
 	// resolve against it. Not serialised.
 	Dir string `json:"-" yaml:"-"`
+	// Seeds holds each seed's CSV bytes, as LoadBundle hashed them, by its
+	// path in the plan: the warehouse loads these (StepRequest.SeedData),
+	// so a run needs no file on disk once its bundle is stored.
+	Seeds map[string][]byte `json:"-" yaml:"-"`
 }
 
 // PlanMetadata holds the plan's adapter requirements.

@@ -1,9 +1,12 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
+	"os"
 	"time"
 )
 
@@ -25,7 +28,11 @@ type StepRequest struct {
 	Relation     string // the table or view a seed or model builds
 	Materialized string // table | view | incremental (models; ephemeral ones are inlined, never run)
 	SQL          string // model/test/sql body, secrets already resolved
-	SeedPath     string // CSV file for seeds
+	SeedPath     string // seeds: the CSV file as the plan names it (messages)
+	// SeedData is the seed's CSV as the bundle holds it (Plan.Seeds):
+	// warehouses load these bytes, never SeedPath from disk, so a run from
+	// a stored bundle needs no file (OpenSeed).
+	SeedData []byte
 	Severity     string // tests
 	// Params are bound to the statement's ? placeholders in order (secrets
 	// are bound, never spliced, where the SQL allows it).
@@ -116,4 +123,13 @@ func MarkTransient(err error) error {
 func IsTransient(err error) bool {
 	var t transientError
 	return errors.As(err, &t)
+}
+
+// OpenSeed returns a seed step's CSV: SeedData, or for a request built
+// without it (a caller outside the runner) the file at SeedPath.
+func (r StepRequest) OpenSeed() (io.ReadCloser, error) {
+	if r.SeedData != nil {
+		return io.NopCloser(bytes.NewReader(r.SeedData)), nil
+	}
+	return os.Open(r.SeedPath)
 }

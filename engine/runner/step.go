@@ -52,7 +52,8 @@ func (r *execution) runStep(runCtx, sctx context.Context, i, logical, engineAtte
 		LogicalAttempt: logical, Fence: r.lease.Fence}
 	switch s.Kind {
 	case engine.KindSeed:
-		req.SeedPath = r.p.FilePath(s.Path) // as LoadBundle read and hashed it
+		// The bytes LoadBundle hashed (and the store keeps), not the file.
+		req.SeedPath, req.SeedData = s.Path, r.p.Seeds[s.Path]
 	default:
 		lookup := r.e.Secrets
 		if lookup == nil {

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"regexp"
 	"slices"
 	"strconv"
@@ -257,7 +256,7 @@ func (r *stepRun) seed(req engine.StepRequest) (engine.StepResult, error) {
 	if err != nil {
 		return engine.StepResult{}, err
 	}
-	f, err := os.Open(req.SeedPath)
+	f, err := req.OpenSeed()
 	if err != nil {
 		return engine.StepResult{}, engine.Errorf(engine.CodePlanInvalid, "seed %s: cannot read its CSV file: %w", req.StepID, err)
 	}

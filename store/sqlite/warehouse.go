@@ -165,7 +165,7 @@ func (w *Warehouse) runSeed(ctx context.Context, req engine.StepRequest) (engine
 	if err != nil {
 		return engine.StepResult{}, err
 	}
-	f, err := os.Open(req.SeedPath)
+	f, err := req.OpenSeed()
 	if err != nil {
 		return engine.StepResult{}, engine.Errorf(engine.CodePlanInvalid, "seed %s: cannot read its CSV file: %w", req.StepID, err)
 	}

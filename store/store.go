@@ -101,6 +101,10 @@ type Store interface {
 	// INVALID_ARGUMENT, as is an empty owner.
 	Pulse(ctx context.Context, owner string, ttl time.Duration, runs []engine.PulseRun) (engine.PulseResult, error)
 
+	// PutPlanBundle and GetPlanBundle keep the plan bundles runs and
+	// requests were created with, by sha256 (BundleSQL).
+	engine.BundleStore
+
 	Close() error
 }
 

@@ -73,6 +73,7 @@ func Run(t *testing.T, b Backend) {
 		{"LiveSnapshots", testSnapshots},
 		{"GetLease", testGetLease},
 		{"PulseRenewsHeldLeasesAndFetchesSignals", testPulse},
+		{"PlanBundles", testPlanBundles},
 	}
 	cases = append(append(cases, deliveryCases...), queueCases...)
 	for _, c := range cases {

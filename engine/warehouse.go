@@ -33,7 +33,7 @@ type StepRequest struct {
 	// warehouses load these bytes, never SeedPath from disk, so a run from
 	// a stored bundle needs no file (OpenSeed).
 	SeedData []byte
-	Severity     string // tests
+	Severity string // tests
 	// Params are bound to the statement's ? placeholders in order (secrets
 	// are bound, never spliced, where the SQL allows it).
 	Params []any

@@ -105,7 +105,7 @@ func (c *cli) newScheduler(st queueStore, cfg *config.Config, poll time.Duration
 			return nil, engine.Errorf(engine.CodeConfigInvalid, "schedule %s: %v", s.Name, err)
 		}
 		// A plan that does not load is refused now, not at its first tick.
-		if _, err := planDigest(s.Plan); err != nil {
+		if _, err := planDigest(context.Background(), nil, s.Plan); err != nil {
 			return nil, fmt.Errorf("schedule %s: %w", s.Name, err)
 		}
 		defs = append(defs, schedule.Def{Name: s.Name, Spec: sp, PlanPath: s.Plan, Overlap: string(s.Overlap), CatchupWindow: s.CatchupWindow, Priority: s.Priority})
@@ -114,7 +114,8 @@ func (c *cli) newScheduler(st queueStore, cfg *config.Config, poll time.Duration
 	return &schedule.Scheduler{
 		Store: st, Clock: engine.ClockFunc(time.Now), IDs: engine.IDFunc(newID), Defs: defs,
 		TenantID: c.g.tenant, ProjectID: c.g.project, EnvironmentID: c.g.environment,
-		Resolve:   func(_ context.Context, path string) (schedule.PlanInfo, error) { return planDigest(path) },
+		// Each request's bundle is stored as its tick reads it.
+		Resolve:   func(ctx context.Context, path string) (schedule.PlanInfo, error) { return planDigest(ctx, st, path) },
 		CancelRun: eng.CancelRun,
 		Poll:      poll, Sleep: sleepCtx, Log: log, Metrics: &schedule.Counters{},
 	}, nil
@@ -274,9 +275,16 @@ type cliExec struct {
 	pulse  *pulse.Pulse // the process's: every run's lease is owner's
 }
 
-// plan loads the request's plan bundle, refusing it (PLAN_HASH_MISMATCH)
-// when its sha256 is no longer the one the request recorded.
-func (x *cliExec) plan(r queue.Request) (*engine.PlanBundle, error) {
+// plan reads the request's plan bundle from the state store by the
+// sha256 the request recorded, so the worker runs what was enqueued
+// wherever it was started. A request enqueued before bundles were stored
+// has none: its plan path is read, and refused (PLAN_HASH_MISMATCH) when
+// its sha256 is no longer the recorded one.
+func (x *cliExec) plan(ctx context.Context, r queue.Request) (*engine.PlanBundle, error) {
+	b, ok, err := storedBundle(ctx, x.st, r.PlanSHA256, r.PlanPath)
+	if err != nil || ok {
+		return b, err
+	}
 	return loadPlan(r.PlanPath, r.PlanSHA256)
 }
 
@@ -292,7 +300,7 @@ func (x *cliExec) engine(r queue.Request) *engine.Engine {
 
 // Run implements worker.Executor.
 func (x *cliExec) Run(ctx context.Context, r queue.Request, runID string) (engine.RunStatus, error) {
-	b, err := x.plan(r)
+	b, err := x.plan(ctx, r)
 	if err != nil {
 		return "", err
 	}

@@ -76,7 +76,7 @@ func (c *cli) follow(ctx context.Context, st stateStore, meta engine.RunMetadata
 	if !asJSON {
 		fmt.Fprintf(w, "Run %s %s\n", meta.RunID, snap.Status)
 	}
-	return runOutcome(meta.RunID, "PLAN", snap)
+	return runOutcome(meta.RunID, snap)
 }
 
 // followStart is the first snapshot: the stored live snapshot brought up to

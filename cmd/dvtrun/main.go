@@ -183,7 +183,7 @@ func commands() []command {
 		{"status", "RUN_ID", "show a run and its steps (Go reducer)", cmdStatus},
 		{"events", "RUN_ID", "list a run's events in runSeq order", cmdEvents},
 		{"export", "RUN_ID", "write a run's audit export (JSON bundle or CSV)", cmdExport},
-		{"plan", "validate|import-dbt", "validate a plan, import a dbt manifest", cmdPlan},
+		{"plan", "validate|show|import-dbt", "validate a plan, print what a run ran, import a dbt manifest", cmdPlan},
 		{"verify", "[RUN_ID | --all]", "compare the SQL projection with the Go reducer", cmdVerify},
 		{"project", "[--once]", "keep the live snapshot table current", cmdProject},
 		{"outbox", "deliver|list|dead|retry", "deliver outbox events to sinks, inspect and replay", cmdOutbox},

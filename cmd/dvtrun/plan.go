@@ -18,7 +18,7 @@ func cmdPlan(ctx context.Context, c *cli, args []string) error {
 		if len(args) == 0 {
 			w = c.stderr // a usage error
 		}
-		fmt.Fprintln(w, "Usage: dvtrun plan validate PLAN\n       dvtrun plan import-dbt MANIFEST --project-dir DIR [-o plan.yaml]\n\nRun `dvtrun plan SUBCOMMAND --help` for its flags.")
+		fmt.Fprintln(w, "Usage: dvtrun plan validate PLAN\n       dvtrun plan show RUN_ID [--file F | --list]\n       dvtrun plan import-dbt MANIFEST --project-dir DIR [-o plan.yaml]\n\nRun `dvtrun plan SUBCOMMAND --help` for its flags.")
 		if len(args) == 0 {
 			return &exitError{code: exitUsage}
 		}
@@ -27,10 +27,12 @@ func cmdPlan(ctx context.Context, c *cli, args []string) error {
 	switch args[0] {
 	case "validate":
 		return cmdPlanValidate(ctx, c, args[1:])
+	case "show":
+		return cmdPlanShow(ctx, c, args[1:])
 	case "import-dbt":
 		return cmdPlanImportDBT(ctx, c, args[1:])
 	}
-	return engine.Errorf(engine.CodeInvalidArgument, "unknown plan subcommand %q (want validate or import-dbt)", args[0])
+	return engine.Errorf(engine.CodeInvalidArgument, "unknown plan subcommand %q (want validate, show or import-dbt)", args[0])
 }
 
 func cmdPlanValidate(_ context.Context, c *cli, args []string) error {

@@ -65,13 +65,23 @@ func relativeTo(file, p string) string {
 
 // planDigest is what a run request records of its plan: id, version and
 // the plan bundle's sha256 (the plan and every file it references, as
-// engine.LoadBundle hashes them; the worker checks it with loadPlan).
-func planDigest(path string) (schedule.PlanInfo, error) {
+// engine.LoadBundle hashes them). With st, the bundle is stored first: the
+// worker runs it from the store by that sha256, wherever it was started.
+func planDigest(ctx context.Context, st engine.BundleStore, path string) (schedule.PlanInfo, error) {
 	b, err := loadPlan(path, "")
 	if err != nil {
 		return schedule.PlanInfo{}, err
 	}
-	return schedule.PlanInfo{PlanID: b.Plan.PlanID, PlanVersion: b.Plan.PlanVersion, SHA256: b.Ref.SHA256}, nil
+	if st != nil {
+		if err := storeBundle(ctx, st, b); err != nil {
+			return schedule.PlanInfo{}, err
+		}
+	}
+	return planInfo(b), nil
+}
+
+func planInfo(b *engine.PlanBundle) schedule.PlanInfo {
+	return schedule.PlanInfo{PlanID: b.Plan.PlanID, PlanVersion: b.Plan.PlanVersion, SHA256: b.Ref.SHA256}
 }
 
 func queueLimits(l config.Limits) queue.Limits {
@@ -118,7 +128,7 @@ func cmdEnqueue(ctx context.Context, c *cli, args []string) error {
 	if err != nil {
 		return err
 	}
-	info, err := planDigest(pos[0])
+	b, err := loadPlan(pos[0], "") // refused before a store is made
 	if err != nil {
 		return err
 	}
@@ -127,6 +137,10 @@ func cmdEnqueue(ctx context.Context, c *cli, args []string) error {
 		return err
 	}
 	defer st.Close()
+	if err := storeBundle(ctx, st, b); err != nil { // before the request names it
+		return err
+	}
+	info := planInfo(b)
 	q := &queue.Queue{Store: st, IDs: engine.IDFunc(newID), Limits: queueLimits(cfg.Limits)}
 	r, created, err := q.Enqueue(ctx, queue.Request{
 		TenantID: c.g.tenant, ProjectID: c.g.project, EnvironmentID: c.g.environment,

@@ -11,7 +11,7 @@ import (
 )
 
 func cmdRetry(ctx context.Context, c *cli, args []string) error {
-	fs := c.newFlagSet("retry", "RUN_ID [PLAN]", "Start a new run that executes only the steps that failed, were skipped or never ran in RUN_ID\n(dbt retry). PLAN defaults to the plan file RUN_ID ran; a plan changed since is allowed (the point is\nto run the fix) and said. The new run records parentRunId. Nothing to retry: exit 0.")
+	fs := c.newFlagSet("retry", "RUN_ID [PLAN]", "Start a new run that executes only the steps that failed, were skipped or never ran in RUN_ID\n(dbt retry). Without PLAN it runs the plan bundle the state store kept for RUN_ID; given PLAN, that\nplan runs: a plan changed since is allowed (the point is to run the fix) and what changed is said.\nThe new run records parentRunId. Nothing to retry: exit 0.")
 	var f runFlags
 	f.register(fs)
 	pos, err := c.parse(fs, args, 1, 2)
@@ -21,21 +21,17 @@ func cmdRetry(ctx context.Context, c *cli, args []string) error {
 	if err := f.check(); err != nil {
 		return err
 	}
-	parent, err := c.readParent(ctx, pos[0])
+	parent, err := c.readParent(ctx, pos[0], len(pos) == 1)
 	if err != nil {
 		return err
 	}
-	planPath := parent.queued.PlanRef.URI
+	b := parent.bundle
 	if len(pos) == 2 {
-		planPath = pos[1]
+		if b, err = loadPlan(pos[1], ""); err != nil {
+			return err
+		}
 	}
-	if planPath == "" {
-		return engine.Errorf(engine.CodeInvalidArgument, "run %s recorded no plan file; pass it: dvtrun retry %s PLAN", parent.meta.RunID, parent.meta.RunID)
-	}
-	b, err := loadPlan(planPath, "")
-	if err != nil {
-		return err
-	}
+	planPath := b.Ref.URI
 	p, ref := b.Plan, b.Ref
 	if p.PlanID != parent.meta.PlanID || p.PlanVersion != parent.meta.PlanVersion {
 		return engine.Errorf(engine.CodePlanHashMismatch, "run %s ran plan %s@%s, not %s@%s (%s)", parent.meta.RunID, parent.meta.PlanID, parent.meta.PlanVersion, p.PlanID, p.PlanVersion, planPath)
@@ -53,7 +49,7 @@ func cmdRetry(ctx context.Context, c *cli, args []string) error {
 	}
 	sel := &engine.Selection{Steps: steps}
 	intro := fmt.Sprintf("Retrying %d step(s) of run %s: %s", len(steps), parent.meta.RunID, strings.Join(steps, ", "))
-	return c.startAndExecute(ctx, f, planPath, p, engine.StartRequest{Plan: p, Ref: ref, Selection: sel, ParentRunID: parent.meta.RunID,
+	return c.startAndExecute(ctx, f, b, engine.StartRequest{Plan: p, Ref: ref, Selection: sel, ParentRunID: parent.meta.RunID,
 		FullRefresh: parent.queued.FullRefresh}, intro) // dbt retry reuses the run's flags
 }
 
@@ -62,11 +58,13 @@ type parentRun struct {
 	meta   engine.RunMetadata
 	queued engine.RunQueuedRequest
 	snap   engine.Snapshot
+	bundle *engine.PlanBundle // withBundle: the plan bundle the run ran
 }
 
 // readParent reads a finished run: a run still in progress (or
-// interrupted) is resumed, not retried.
-func (c *cli) readParent(ctx context.Context, runID string) (parentRun, error) {
+// interrupted) is resumed, not retried. withBundle also reads the plan
+// bundle it ran from the state store.
+func (c *cli) readParent(ctx context.Context, runID string, withBundle bool) (parentRun, error) {
 	st, err := c.openStore(ctx, true)
 	if err != nil {
 		return parentRun{}, err
@@ -82,13 +80,23 @@ func (c *cli) readParent(ctx context.Context, runID string) (parentRun, error) {
 	}
 	snap := engine.Project(meta.RunID, events)
 	if !snap.Status.Terminal() {
-		return parentRun{}, engine.Errorf(engine.CodeInvalidArgument, "run %s is %s, not finished: continue it with `dvtrun resume %s PLAN` instead", meta.RunID, snap.Status, meta.RunID)
+		return parentRun{}, engine.Errorf(engine.CodeInvalidArgument, "run %s is %s, not finished: continue it with `dvtrun resume %s` instead", meta.RunID, snap.Status, meta.RunID)
 	}
 	q, err := engine.QueuedRequest(events)
 	if err != nil {
 		return parentRun{}, err
 	}
-	return parentRun{meta: meta, queued: q, snap: snap}, nil
+	parent := parentRun{meta: meta, queued: q, snap: snap}
+	if withBundle {
+		ref := q.PlanRef
+		if ref.SHA256 == "" {
+			ref.SHA256 = meta.PlanSHA256
+		}
+		if parent.bundle, err = c.runBundle(ctx, st, meta, ref, "retry"); err != nil {
+			return parentRun{}, err
+		}
+	}
+	return parent, nil
 }
 
 // retrySteps are the steps of the parent run (its selection, or the whole

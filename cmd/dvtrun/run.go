@@ -242,12 +242,14 @@ func cmdRun(ctx context.Context, c *cli, args []string) error {
 	if err != nil {
 		return err
 	}
-	return c.startAndExecute(ctx, f, pos[0], p, engine.StartRequest{Plan: p, Ref: b.Ref, RunRequestID: *reqID, Selection: sel, FullRefresh: *fullRefresh}, "")
+	return c.startAndExecute(ctx, f, b, engine.StartRequest{Plan: p, Ref: b.Ref, RunRequestID: *reqID, Selection: sel, FullRefresh: *fullRefresh}, "")
 }
 
-// startAndExecute records a new run of p (selected or not) and executes
-// it; intro, when set, is printed once the run id is known.
-func (c *cli) startAndExecute(ctx context.Context, f runFlags, planPath string, p *engine.Plan, req engine.StartRequest, intro string) error {
+// startAndExecute stores the bundle b, records a new run of its plan
+// (selected or not) and executes it; intro, when set, is printed once the
+// run id is known.
+func (c *cli) startAndExecute(ctx context.Context, f runFlags, b *engine.PlanBundle, req engine.StartRequest, intro string) error {
+	p := b.Plan
 	lookup, err := c.secretLookup(f.secretsFile)
 	if err != nil {
 		return err
@@ -270,6 +272,11 @@ func (c *cli) startAndExecute(ctx context.Context, f runFlags, planPath string, 
 	defer wh.Close()
 	// After the store, whose errors say more (the default spool is beside it).
 	if f, err = c.withStateStore(f, cfg.StateStore); err != nil {
+		return err
+	}
+	// Before the run is recorded: a run's bundle is always there to resume
+	// or retry it from any directory or machine.
+	if err := storeBundle(ctx, st, b); err != nil {
 		return err
 	}
 	con := newConsole(c, targetName)
@@ -295,25 +302,26 @@ func (c *cli) startAndExecute(ctx context.Context, f runFlags, planPath string, 
 	}
 	defer stopPulse()
 	snap, err := rn.Execute(ctx, runID, p, wh)
-	return c.finishRun(ctx, con, runID, planPath, snap, err)
+	return c.finishRun(ctx, con, runID, snap, err)
 }
 
 func cmdResume(ctx context.Context, c *cli, args []string) error {
-	fs := c.newFlagSet("resume", "RUN_ID PLAN", "Continue an interrupted run from its event log: no SUCCESS step runs again.\nPLAN must be the plan the run started with (same sha256).")
+	fs := c.newFlagSet("resume", "RUN_ID [PLAN]", "Continue an interrupted run from its event log: no SUCCESS step runs again. It runs the plan bundle\nthe state store kept for the run; given PLAN, it first checks that PLAN is that bundle (same sha256,\nelse PLAN_HASH_MISMATCH naming what changed). A run recorded before bundles were stored needs PLAN.")
 	var f runFlags
 	f.register(fs)
-	pos, err := c.parse(fs, args, 2, 2)
+	pos, err := c.parse(fs, args, 1, 2)
 	if err != nil {
 		return err
 	}
 	if err := f.check(); err != nil {
 		return err
 	}
-	b, err := loadPlan(pos[1], "")
-	if err != nil {
-		return err
+	var b *engine.PlanBundle
+	if len(pos) == 2 {
+		if b, err = loadPlan(pos[1], ""); err != nil {
+			return err
+		}
 	}
-	p := b.Plan
 	lookup, err := c.secretLookup(f.secretsFile)
 	if err != nil {
 		return err
@@ -338,9 +346,16 @@ func cmdResume(ctx context.Context, c *cli, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := b.Ref.Compare(recorded.PlanRef); err != nil {
+	if b == nil {
+		if b, err = c.runBundle(ctx, st, meta, recorded.PlanRef, "resume"); err != nil {
+			return err
+		}
+	} else if err := b.Ref.Compare(recorded.PlanRef); err != nil {
 		return fmt.Errorf("run %s: %w", meta.RunID, err)
+	} else if err := storeBundle(ctx, st, b); err != nil { // a run from before bundles gets its own
+		return err
 	}
+	p := b.Plan
 	// Before the runner takes the lease or writes an event.
 	if err := checkSecrets(p, recorded.Selection, lookup); err != nil {
 		return fmt.Errorf("run %s: %w", meta.RunID, err)
@@ -373,7 +388,7 @@ func cmdResume(ctx context.Context, c *cli, args []string) error {
 	fmt.Fprintf(c.stdout, "Resuming run %s of plan %s@%s\n", c.clean(meta.RunID), c.clean(p.PlanID), c.clean(p.PlanVersion))
 	con.start = time.Now()
 	snap, err = rn.Resume(ctx, meta.RunID, p, wh)
-	return c.finishRun(ctx, con, meta.RunID, pos[1], snap, err)
+	return c.finishRun(ctx, con, meta.RunID, snap, err)
 }
 
 // previousHolder names, in a wait for the warehouse's lock, the runner
@@ -392,8 +407,9 @@ func (c *cli) previousHolder(ctx context.Context, st stateStore, runID string) f
 }
 
 // finishRun prints the summary and turns the outcome into an exit code.
-func (c *cli) finishRun(ctx context.Context, con *console, runID, planPath string, snap engine.Snapshot, err error) error {
-	resume := fmt.Sprintf("dvtrun resume %s %s", runID, planPath)
+// The run's bundle is stored: resuming it needs no plan path.
+func (c *cli) finishRun(ctx context.Context, con *console, runID string, snap engine.Snapshot, err error) error {
+	resume := "dvtrun resume " + runID
 	if ctx.Err() != nil {
 		finished := countSteps(snap, engine.StepStatusSuccess) + countSteps(snap, engine.StepStatusFailed) + countSteps(snap, engine.StepStatusSkipped)
 		con.summary(runEnd{interrupted: true, resume: resume, inFlight: countSteps(snap, engine.StepStatusRunning), finished: finished})
@@ -414,7 +430,7 @@ func (c *cli) finishRun(ctx context.Context, con *console, runID, planPath strin
 	}
 	con.summary(end)
 	fmt.Fprintf(c.stdout, "Run %s %s\n", c.clean(runID), snap.Status)
-	return runOutcome(runID, planPath, snap)
+	return runOutcome(runID, snap)
 }
 
 // countSteps counts the steps of snap in status st.
@@ -431,7 +447,7 @@ func countSteps(snap engine.Snapshot, st engine.StepStatus) int {
 // runOutcome turns a run's final status into the command's result: nil
 // for COMPLETED, an exit-1 error naming what went wrong otherwise. `run`,
 // `resume` and `status --follow` end alike.
-func runOutcome(runID, planPath string, snap engine.Snapshot) error {
+func runOutcome(runID string, snap engine.Snapshot) error {
 	switch snap.Status {
 	case engine.StatusCompleted:
 		return nil
@@ -456,7 +472,7 @@ func runOutcome(runID, planPath string, snap engine.Snapshot) error {
 	case engine.StatusCancelled:
 		return &exitError{code: exitFailed, err: engine.Errorf(engine.CodeStepCancelled, "run %s was cancelled", runID)}
 	default:
-		return &exitError{code: exitFailed, err: engine.Errorf(engine.CodeStepFailed, "run %s stopped in status %s; continue it with `dvtrun resume %s %s`", runID, snap.Status, runID, planPath)}
+		return &exitError{code: exitFailed, err: engine.Errorf(engine.CodeStepFailed, "run %s stopped in status %s; continue it with `dvtrun resume %s`", runID, snap.Status, runID)}
 	}
 }
 

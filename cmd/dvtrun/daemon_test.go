@@ -91,46 +91,79 @@ func TestServeRunsTheQueueAndServesMetrics(t *testing.T) {
 	}
 }
 
-// A request records its plan bundle's sha256; a worker refuses to run the
-// plan once a file of the bundle changed, and says why in the outcome.
-func TestWorkerRefusesAChangedPlanBundle(t *testing.T) {
-	h := newHarness(t)
-	dir := filepath.Join(h.dir, "plan")
-	if err := os.CopyFS(dir, os.DirFS(fixture("ok"))); err != nil {
-		t.Fatal(err)
+// A request records its plan bundle's sha256 and the store keeps the
+// bundle: a worker runs what was enqueued even once a file of it changed on
+// disk. A request whose bundle is not stored (enqueued before bundles were)
+// is run from its plan path, and refused when a file of it changed, with
+// the reason in the outcome.
+func TestWorkerRunsTheEnqueuedPlanBundle(t *testing.T) {
+	cases := []struct {
+		name        string
+		forget      bool // drop the stored bundle, as a request from before bundles has none
+		wantOutcome string
+		wantRows    int // customers loaded by the seed
+	}{
+		{"stored bundle", false, "COMPLETED", 3},
+		{"no stored bundle", true, "REFUSED:PLAN_HASH_MISMATCH", 0},
 	}
-	if r := h.run("enqueue", filepath.Join(dir, "plan.yaml"), "--request-id", "before-edit"); r.code != 0 {
-		t.Fatalf("enqueue: %+v", r)
-	}
-	// A seed file of the bundle changes after the request was made.
-	f, err := os.OpenFile(filepath.Join(dir, "customers.csv"), os.O_APPEND|os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.WriteString("99,Zed,NZ\n")
-	f.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan result, 1)
-	go func() { done <- h.runCtx(ctx, "worker", "--poll", "100ms") }()
-	var rows []struct {
-		State   string `json:"state"`
-		Outcome string `json:"outcome"`
-		RunID   string `json:"runId"`
-	}
-	waitUntil(t, "the refusal", func() bool {
-		r := h.run("queue", "--all", "--json")
-		return json.Unmarshal([]byte(r.stdout), &rows) == nil && len(rows) == 1 && rows[0].State == "DONE"
-	})
-	cancel()
-	if r := <-done; r.code != 0 {
-		t.Fatalf("worker exit %d: %s", r.code, r.stderr)
-	}
-	if rows[0].Outcome != "REFUSED:PLAN_HASH_MISMATCH" {
-		t.Fatalf("outcome %q", rows[0].Outcome)
-	}
-	if r := h.run("runs", "--json"); strings.Contains(r.stdout, rows[0].RunID) && rows[0].RunID != "" {
-		t.Fatalf("a run was recorded for the refused request: %s", r.stdout)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			dir := filepath.Join(h.dir, "plan")
+			if err := os.CopyFS(dir, os.DirFS(fixture("ok"))); err != nil {
+				t.Fatal(err)
+			}
+			if r := h.run("enqueue", filepath.Join(dir, "plan.yaml"), "--request-id", "before-edit"); r.code != 0 {
+				t.Fatalf("enqueue: %+v", r)
+			}
+			if tc.forget {
+				db, err := sql.Open("sqlite", h.statePath())
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := db.Exec("DELETE FROM dvt_plan_bundles"); err != nil {
+					t.Fatal(err)
+				}
+				db.Close()
+			}
+			// A seed file of the bundle changes after the request was made.
+			f, err := os.OpenFile(filepath.Join(dir, "customers.csv"), os.O_APPEND|os.O_WRONLY, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.WriteString("99,Zed,NZ\n")
+			f.Close()
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			done := make(chan result, 1)
+			go func() { done <- h.runCtx(ctx, "worker", "--poll", "100ms") }()
+			var rows []struct {
+				State   string `json:"state"`
+				Outcome string `json:"outcome"`
+				RunID   string `json:"runId"`
+			}
+			waitUntil(t, "the request to finish", func() bool {
+				r := h.run("queue", "--all", "--json")
+				return json.Unmarshal([]byte(r.stdout), &rows) == nil && len(rows) == 1 && rows[0].State == "DONE"
+			})
+			cancel()
+			if r := <-done; r.code != 0 {
+				t.Fatalf("worker exit %d: %s", r.code, r.stderr)
+			}
+			if rows[0].Outcome != tc.wantOutcome {
+				t.Fatalf("outcome %q, want %q", rows[0].Outcome, tc.wantOutcome)
+			}
+			recorded := strings.Contains(h.run("runs", "--json").stdout, rows[0].RunID) && rows[0].RunID != ""
+			if recorded != (tc.wantRows > 0) {
+				t.Fatalf("run %s recorded: %v", rows[0].RunID, recorded)
+			}
+			if tc.wantRows > 0 {
+				// The seed as enqueued: the row added on disk since is not loaded.
+				if n := h.rowsPerStep("SELECT 'n', count(*) FROM customers")["n"]; n != tc.wantRows {
+					t.Fatalf("the seed loaded %d rows, want the %d enqueued", n, tc.wantRows)
+				}
+			}
+		})
 	}
 }
 

@@ -64,8 +64,9 @@ func TestRetry(t *testing.T) {
 	// Retrying before the fix fails the same way, in a run of its own.
 	wantError(t, h.run("retry", parent), exitFailed, "STEP_FAILED", "model.flaky")
 
+	// Without PLAN, retry runs the stored bundle: the fix is passed as PLAN.
 	fixRetryFixture(t, plan)
-	r = h.run("retry", parent)
+	r = h.run("retry", parent, plan)
 	if r.code != 0 {
 		t.Fatalf("retry: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
@@ -172,7 +173,7 @@ func TestRetryKeepsFullRefresh(t *testing.T) {
 		wantError(t, r, exitFailed, "STEP_FAILED", "model.flaky")
 		parent := runIDFrom(t, r.stdout)
 		fixRetryFixture(t, plan)
-		r = h.run("retry", parent)
+		r = h.run("retry", parent, plan)
 		if r.code != 0 {
 			t.Fatalf("retry: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 		}

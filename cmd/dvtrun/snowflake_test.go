@@ -97,7 +97,7 @@ func TestRetryOnSnowflake(t *testing.T) {
 	wantError(t, r, exitFailed, "STEP_FAILED", "model.flaky")
 	parent := runIDFrom(t, r.stdout)
 	fixRetryFixture(t, plan)
-	r = h.run("retry", parent)
+	r = h.run("retry", parent, plan)
 	if r.code != 0 {
 		t.Fatalf("retry on snowflake: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}

@@ -1,0 +1,1 @@
+select c.id, c.name from customers c join gate g on g.open = 1

@@ -12,9 +12,9 @@ var bundleQueries = sync.OnceValues(func() (map[string]string, error) {
 	return sqlfiles.Queries(sqlfiles.Snowflake, "bundles.sql")
 })
 
-// bundles is the store's plan bundle table (store.BundleSQL): single
+// newBundles is the store's plan bundle table (store.BundleSQL): single
 // statements with bound values, each retried as the store's writes are.
-func (s *Store) bundles() (store.BundleSQL, error) {
+func (s *Store) newBundles() (store.BundleSQL, error) {
 	q, err := bundleQueries()
 	return store.BundleSQL{
 		Queries: q,
@@ -28,22 +28,4 @@ func (s *Store) bundles() (store.BundleSQL, error) {
 		Classify: s.classify,
 		Now:      func() any { return tsText(s.now()) },
 	}, err
-}
-
-// PutPlanBundle implements engine.BundleStore.
-func (s *Store) PutPlanBundle(ctx context.Context, sha256 string, data []byte) error {
-	b, err := s.bundles()
-	if err != nil {
-		return err
-	}
-	return b.PutPlanBundle(ctx, sha256, data)
-}
-
-// GetPlanBundle implements engine.BundleStore.
-func (s *Store) GetPlanBundle(ctx context.Context, sha256 string) ([]byte, bool, error) {
-	b, err := s.bundles()
-	if err != nil {
-		return nil, false, err
-	}
-	return b.GetPlanBundle(ctx, sha256)
 }

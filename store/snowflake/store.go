@@ -106,6 +106,8 @@ type Store struct {
 
 	// QueueSQL is the run queue and the schedule cursors.
 	*store.QueueSQL
+	// BundleSQL keeps the plan bundles of runs and requests.
+	store.BundleSQL
 }
 
 // Open connects to the database and schema a gosnowflake DSN names and
@@ -170,6 +172,10 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	// after each burst and log in again at the next.
 	s.db.SetMaxIdleConns(maxIdleSessions)
 	if err := s.migrate(ctx); err != nil {
+		s.db.Close()
+		return nil, err
+	}
+	if s.BundleSQL, err = s.newBundles(); err != nil {
 		s.db.Close()
 		return nil, err
 	}

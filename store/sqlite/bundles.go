@@ -13,8 +13,8 @@ var bundleQueries = sync.OnceValues(func() (map[string]string, error) {
 	return sqlfiles.Queries(sqlfiles.SQLite, "bundles.sql")
 })
 
-// bundles is the store's plan bundle table (store.BundleSQL).
-func (s *Store) bundles() (store.BundleSQL, error) {
+// newBundles is the store's plan bundle table (store.BundleSQL).
+func (s *Store) newBundles() (store.BundleSQL, error) {
 	q, err := bundleQueries()
 	return store.BundleSQL{
 		Queries: q,
@@ -28,22 +28,4 @@ func (s *Store) bundles() (store.BundleSQL, error) {
 		Classify: func(_ string, err error) error { return classify(s.path, err) },
 		Now:      func() any { return s.now() },
 	}, err
-}
-
-// PutPlanBundle implements engine.BundleStore.
-func (s *Store) PutPlanBundle(ctx context.Context, sha256 string, data []byte) error {
-	b, err := s.bundles()
-	if err != nil {
-		return err
-	}
-	return b.PutPlanBundle(ctx, sha256, data)
-}
-
-// GetPlanBundle implements engine.BundleStore.
-func (s *Store) GetPlanBundle(ctx context.Context, sha256 string) ([]byte, bool, error) {
-	b, err := s.bundles()
-	if err != nil {
-		return nil, false, err
-	}
-	return b.GetPlanBundle(ctx, sha256)
 }

@@ -55,6 +55,8 @@ type Store struct {
 
 	// QueueSQL is the run queue and the schedule cursors.
 	*store.QueueSQL
+	// BundleSQL keeps the plan bundles of runs and requests.
+	store.BundleSQL
 
 	// writeMu serialises this process's write transactions: SQLite allows one
 	// writer at a time, and waiting on a mutex is cheaper and fairer than
@@ -105,6 +107,10 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	}
 	s := &Store{db: db, path: path, opts: opts, q: q, stmts: map[string]*sql.Stmt{}, lock: lock}
 	if err := s.migrate(ctx); err != nil {
+		db.Close()
+		return nil, err
+	}
+	if s.BundleSQL, err = s.newBundles(); err != nil {
 		db.Close()
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -66,14 +67,22 @@ func (a artifactFiles) WriteArtifact(_ context.Context, runID, kind, name string
 }
 
 // runResultsExport rebuilds a run's run_results.json from its log. The plan
-// (for compiled_code) is the file planPath, or the one the run recorded in
-// RunQueued, when its sha256 is the run's; otherwise compiled_code is null
-// and a note says why.
-func (c *cli) runResultsExport(meta engine.RunMetadata, evs []engine.RunEventRecord, planPath string) ([]byte, error) {
+// (for compiled_code) is the file planPath; else the bundle the state store
+// keeps for the run; else (a run from before bundles) the file the run
+// recorded in RunQueued, when its sha256 is the run's. Otherwise
+// compiled_code is null and a note says why.
+func (c *cli) runResultsExport(ctx context.Context, st engine.BundleStore, meta engine.RunMetadata, evs []engine.RunEventRecord, planPath string) ([]byte, error) {
 	if planPath == "" {
 		q, err := engine.QueuedRequest(evs)
 		if err != nil {
 			return nil, err
+		}
+		b, ok, err := storedBundle(ctx, st, cmp.Or(q.PlanRef.SHA256, meta.PlanSHA256), q.PlanRef.URI)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			return runresults.Build(meta.RunID, evs, b.Plan).JSON()
 		}
 		planPath = q.PlanRef.URI
 	}

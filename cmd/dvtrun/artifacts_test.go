@@ -151,8 +151,10 @@ func TestRunResultsFile(t *testing.T) {
 }
 
 // TestRunResultsTargetPathAndChangedPlan: --target-path puts the file in
-// DIR; once the plan file changes, export rebuilds the document from the
-// log without compiled_code and says why.
+// DIR; once the plan file changes, export still takes compiled_code from
+// the bundle the store keeps for the run, and given the changed file as
+// --plan it rebuilds the document from the log without compiled_code and
+// says why.
 func TestRunResultsTargetPathAndChangedPlan(t *testing.T) {
 	h := newHarness(t)
 	dir := t.TempDir()
@@ -186,8 +188,12 @@ func TestRunResultsTargetPathAndChangedPlan(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := h.run("export", runID, "--format", "run-results")
+	if r.code != 0 || r.stderr != "" || !strings.Contains(r.stdout, `"compiled_code": "select id, name, country from customers"`) {
+		t.Fatalf("export from the stored bundle after the plan file changed: %d %q\n%s", r.code, r.stderr, r.stdout)
+	}
+	r = h.run("export", runID, "--format", "run-results", "--plan", plan)
 	if r.code != 0 || !strings.Contains(r.stderr, "has changed since run "+runID) {
-		t.Fatalf("export after the plan changed: %d %q", r.code, r.stderr)
+		t.Fatalf("export with the changed plan: %d %q", r.code, r.stderr)
 	}
 	runresultstest.Validate(t, []byte(r.stdout))
 	if strings.Contains(r.stdout, `"compiled_code": "`) {

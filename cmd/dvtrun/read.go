@@ -418,7 +418,7 @@ func cmdExport(ctx context.Context, c *cli, args []string) error {
 	fs := c.newFlagSet("export", "RUN_ID", "Write a run's audit export: a JSON bundle {run, steps} or a CSV with one row per step\n(columns of EngineExecutionContract.gw.md, in its order). Default output is stdout.")
 	format := fs.String("format", "json", "`json`, csv or run-results (dbt's run_results.json, schema v6, rebuilt from the log)")
 	out := fs.String("o", "", "write to `FILE` (written whole or not at all) instead of stdout")
-	planPath := fs.String("plan", "", "run-results: read compiled_code from plan `FILE` (default: the plan the run recorded, if unchanged)")
+	planPath := fs.String("plan", "", "run-results: read compiled_code from plan `FILE` (default: the plan bundle the state store keeps for the run)")
 	pos, err := c.parse(fs, args, 1, 1)
 	if err != nil {
 		return err
@@ -444,7 +444,7 @@ func cmdExport(ctx context.Context, c *cli, args []string) error {
 	switch *format {
 	case "run-results":
 		var data []byte
-		data, err = c.runResultsExport(meta, evs, *planPath)
+		data, err = c.runResultsExport(ctx, st, meta, evs, *planPath)
 		buf.Write(data)
 	case "csv":
 		err = writeCSV(&buf, buildAudit(meta, engine.Project(meta.RunID, evs), evs))

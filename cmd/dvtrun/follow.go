@@ -65,7 +65,7 @@ func (c *cli) follow(ctx context.Context, st stateStore, meta engine.RunMetadata
 			if gone := !held || !l.Live; gone != runnerGone && !asJSON {
 				runnerGone = gone
 				if gone {
-					out.line("run", fmt.Sprintf("%s, and no runner holds it: it continues when resumed (`dvtrun resume %s PLAN`) or taken over by a worker", next.Status, meta.RunID))
+					out.line("run", fmt.Sprintf("%s, and no runner holds it: it continues when resumed (`dvtrun resume %s`) or taken over by a worker", next.Status, meta.RunID))
 				} else {
 					out.line("run", fmt.Sprintf("%s, owned by %s", next.Status, engine.EscapeControl(l.Owner)))
 				}

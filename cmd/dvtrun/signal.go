@@ -150,9 +150,9 @@ func noRunner(runID string, t engine.SignalType, l store.Lease, held bool) strin
 	if held {
 		who = fmt.Sprintf("No runner holds run %s: the lease of %s expired at %s (the runner is gone)", runID, engine.EscapeControl(l.Owner), fmtTime(l.ExpiresAt))
 	}
-	effect := "it is decided when the run is resumed (`dvtrun resume " + runID + " PLAN`) or taken over by a worker"
+	effect := "it is decided when the run is resumed (`dvtrun resume " + runID + "`) or taken over by a worker"
 	if t == engine.SignalCancel {
-		effect = "the run is cancelled when it is resumed (`dvtrun resume " + runID + " PLAN`) or taken over by a worker, before any step runs again"
+		effect = "the run is cancelled when it is resumed (`dvtrun resume " + runID + "`) or taken over by a worker, before any step runs again"
 	}
 	return who + ". The signal waits in the state store; " + effect + "."
 }

@@ -37,7 +37,7 @@ func TestSignalWithoutRunner(t *testing.T) {
 		want  []string
 	}{
 		{"never started", func() {}, []string{"cancel", runID, "--actor", "bob"},
-			[]string{"CANCEL sent to run " + runID + " by bob", "No runner holds run " + runID, "cancelled when it is resumed (`dvtrun resume " + runID + " PLAN`)", "before any step runs again"}},
+			[]string{"CANCEL sent to run " + runID + " by bob", "No runner holds run " + runID, "cancelled when it is resumed (`dvtrun resume " + runID + "`)", "before any step runs again"}},
 		{"runner gone", func() { lease("dvtrun@gone:1", time.Millisecond); time.Sleep(20 * time.Millisecond) },
 			[]string{"signal", runID, "pause", "--actor", "bob"},
 			[]string{"the lease of dvtrun@gone:1 expired at", "decided when the run is resumed"}},

@@ -127,6 +127,22 @@ func TestRetryOnSnowflake(t *testing.T) {
 	if r := h.run("verify", "--all"); r.code != 0 {
 		t.Errorf("verify --all on snowflake: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
+	// Both bundles are kept in the Snowflake store: the parent's as it
+	// failed, the child's with the fix; a PLAN-less retry of the child
+	// (from its stored bundle) finds nothing to do.
+	fixed, err := os.ReadFile(plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := h.run("plan", "show", child); r.code != 0 || r.stdout != string(fixed) {
+		t.Errorf("plan show %s on snowflake: %+v", child, r)
+	}
+	if r := h.run("plan", "show", parent); r.code != 0 || r.stdout == string(fixed) || !strings.Contains(r.stdout, "not_built_yet") {
+		t.Errorf("plan show %s on snowflake is not the plan it ran: %+v", parent, r)
+	}
+	if r := h.run("retry", child); r.code != 0 || !strings.Contains(r.stdout, "Nothing to retry") {
+		t.Errorf("retry %s without PLAN on snowflake: %+v", child, r)
+	}
 }
 
 // TestIncrementalPlanOnSnowflake runs testdata/incremental on the

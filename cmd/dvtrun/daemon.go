@@ -105,7 +105,7 @@ func (c *cli) newScheduler(st queueStore, cfg *config.Config, poll time.Duration
 			return nil, engine.Errorf(engine.CodeConfigInvalid, "schedule %s: %v", s.Name, err)
 		}
 		// A plan that does not load is refused now, not at its first tick.
-		if _, err := planDigest(context.Background(), nil, s.Plan); err != nil {
+		if _, err := loadPlan(s.Plan, ""); err != nil {
 			return nil, fmt.Errorf("schedule %s: %w", s.Name, err)
 		}
 		defs = append(defs, schedule.Def{Name: s.Name, Spec: sp, PlanPath: s.Plan, Overlap: string(s.Overlap), CatchupWindow: s.CatchupWindow, Priority: s.Priority})

@@ -65,17 +65,15 @@ func relativeTo(file, p string) string {
 
 // planDigest is what a run request records of its plan: id, version and
 // the plan bundle's sha256 (the plan and every file it references, as
-// engine.LoadBundle hashes them). With st, the bundle is stored first: the
-// worker runs it from the store by that sha256, wherever it was started.
+// engine.LoadBundle hashes them). The bundle is stored first: the worker
+// runs it from the store by that sha256, wherever it was started.
 func planDigest(ctx context.Context, st engine.BundleStore, path string) (schedule.PlanInfo, error) {
 	b, err := loadPlan(path, "")
 	if err != nil {
 		return schedule.PlanInfo{}, err
 	}
-	if st != nil {
-		if err := storeBundle(ctx, st, b); err != nil {
-			return schedule.PlanInfo{}, err
-		}
+	if err := storeBundle(ctx, st, b); err != nil {
+		return schedule.PlanInfo{}, err
 	}
 	return planInfo(b), nil
 }

@@ -18,6 +18,12 @@ func TestWarehouseIncremental(t *testing.T) {
 	storetest.RunWarehouseIncremental(t, w)
 }
 
+// TestWarehouseSeedData: a seed loads its request's bytes, not a file.
+func TestWarehouseSeedData(t *testing.T) {
+	w, _ := openWarehouse(t)
+	storetest.RunWarehouseSeedData(t, w)
+}
+
 // TestRelationTypeAsDocumented pins what the incremental build relies on
 // and the test server can only imitate: Snowflake's
 // INFORMATION_SCHEMA.TABLES has a row per table and view of the current

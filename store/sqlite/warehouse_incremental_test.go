@@ -9,3 +9,7 @@ import (
 func TestWarehouseIncremental(t *testing.T) {
 	storetest.RunWarehouseIncremental(t, openWarehouseT(t))
 }
+
+func TestWarehouseSeedData(t *testing.T) {
+	storetest.RunWarehouseSeedData(t, openWarehouseT(t))
+}

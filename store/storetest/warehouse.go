@@ -147,3 +147,28 @@ func RunWarehouseIncremental(t *testing.T, wh Warehouse) {
 		t.Errorf("appended table %q", got)
 	}
 }
+
+// RunWarehouseSeedData: a seed loads the CSV bytes of its request
+// (StepRequest.SeedData, from the stored plan bundle), never the file
+// SeedPath names, which may be gone or hold other rows.
+func RunWarehouseSeedData(t *testing.T, wh Warehouse) {
+	ctx := context.Background()
+	onDisk := filepath.Join(t.TempDir(), "people.csv")
+	if err := os.WriteFile(onDisk, []byte("id\n7\n8\n9\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{onDisk, filepath.Join(t.TempDir(), "gone.csv")} {
+		res, err := wh.RunStep(ctx, engine.StepRequest{StepID: "seed.people", Kind: engine.KindSeed, Relation: "people",
+			SeedPath: path, SeedData: []byte("id\n1\n2\n")})
+		if err != nil {
+			t.Fatalf("seed with SeedPath %s: %v", path, err)
+		}
+		var n, sum int
+		if err := wh.DB().QueryRowContext(ctx, "select count(*), sum(id) from people").Scan(&n, &sum); err != nil {
+			t.Fatal(err)
+		}
+		if res.RowCount != 2 || n != 2 || sum != 3 {
+			t.Fatalf("SeedPath %s: loaded %d rows (table: %d, sum %d), want the 2 rows of SeedData", path, res.RowCount, n, sum)
+		}
+	}
+}

@@ -45,8 +45,11 @@ type Request struct {
 	PlanID        string `json:"planId"`
 	PlanVersion   string `json:"planVersion"`
 	RunRequestID  string `json:"runRequestId"`
-	// PlanPath and PlanSHA256 name the plan bundle the worker must run; it
-	// refuses a plan whose sha256 changed since the request.
+	// PlanSHA256 names the plan bundle the worker must run, stored in the
+	// state store by it before the request (engine.BundleStore); PlanPath
+	// is where it was read, for people, and for a request enqueued before
+	// bundles were stored the file the worker reads, refusing it if its
+	// sha256 changed since.
 	PlanPath   string `json:"planPath"`
 	PlanSHA256 string `json:"planSha256"`
 	Priority   int    `json:"priority"`

@@ -22,7 +22,7 @@ func TestStoreSQLHasNoQuotedIdentifiers(t *testing.T) {
 		}
 	}
 	texts := map[string]string{}
-	for _, f := range []string{"store.sql", "projection.sql"} {
+	for _, f := range []string{"store.sql", "projection.sql", "bundles.sql"} {
 		q, err := sqlfiles.Queries(sqlfiles.Snowflake, f)
 		if err != nil {
 			t.Fatal(err)

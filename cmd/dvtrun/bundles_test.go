@@ -1,12 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/dvtrun/dvtrun/engine"
 	"github.com/dvtrun/dvtrun/store/sqlite"
 )
 
@@ -117,5 +119,34 @@ func TestPlanShow(t *testing.T) {
 		if r.code != 0 || !strings.Contains(r.stdout, f+" ") {
 			t.Errorf("--list lacks %s: %+v", f, r)
 		}
+	}
+}
+
+// TestOversizedBundleIsRefused: a bundle over engine.MaxBundleBytes is
+// PLAN_INVALID (exit 2) for `run` and `enqueue`, before a run or request
+// is recorded.
+func TestOversizedBundleIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	plan := filepath.Join(dir, "plan.yaml")
+	if err := os.WriteFile(plan, []byte("planId: big\nplanVersion: \"1\"\nsteps:\n  - {id: sql.a, kind: sql, path: a.sql}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	big := append([]byte("select 1 -- "), bytes.Repeat([]byte("x"), engine.MaxBundleBytes)...)
+	if err := os.WriteFile(filepath.Join(dir, "a.sql"), big, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"run", plan}, {"enqueue", plan}} {
+		t.Run(args[0], func(t *testing.T) {
+			h := newHarness(t)
+			wantError(t, h.run(args...), exitUsage, "PLAN_INVALID", "up to 16777216 bytes")
+			if _, err := os.Stat(h.statePath()); err == nil {
+				if n := countRuns(t, h.statePath()); n != 0 {
+					t.Errorf("%d run(s) recorded", n)
+				}
+				if r := h.run("queue", "--all", "--json"); r.code != 0 || strings.TrimSpace(r.stdout) != "[]" {
+					t.Errorf("requests recorded: %+v", r)
+				}
+			}
+		})
 	}
 }

@@ -174,7 +174,7 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"run", "PLAN", "run a plan", cmdRun},
-		{"resume", "RUN_ID PLAN", "continue an interrupted run", cmdResume},
+		{"resume", "RUN_ID [PLAN]", "continue an interrupted run (of its stored plan bundle)", cmdResume},
 		{"retry", "RUN_ID [PLAN]", "run again what failed or was skipped in a finished run", cmdRetry},
 		{"ls", "PLAN", "list the steps a selection picks, in execution order", cmdLs},
 		{"cancel", "RUN_ID", "ask a run's runner to cancel it", cmdCancel},

@@ -28,7 +28,7 @@ type StepRequest struct {
 	Relation     string // the table or view a seed or model builds
 	Materialized string // table | view | incremental (models; ephemeral ones are inlined, never run)
 	SQL          string // model/test/sql body, secrets already resolved
-	SeedPath     string // seeds: the CSV file as the plan names it (messages)
+	SeedPath     string // seeds: the CSV file, resolved against the plan's directory (messages)
 	// SeedData is the seed's CSV as the bundle holds it (Plan.Seeds):
 	// warehouses load these bytes, never SeedPath from disk, so a run from
 	// a stored bundle needs no file (OpenSeed).

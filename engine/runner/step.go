@@ -52,8 +52,10 @@ func (r *execution) runStep(runCtx, sctx context.Context, i, logical, engineAtte
 		LogicalAttempt: logical, Fence: r.lease.Fence}
 	switch s.Kind {
 	case engine.KindSeed:
-		// The bytes LoadBundle hashed (and the store keeps), not the file.
-		req.SeedPath, req.SeedData = s.Path, r.p.Seeds[s.Path]
+		// The bytes LoadBundle hashed (and the store keeps), not the file;
+		// the path names it in messages (and is read for a plan built
+		// without LoadBundle).
+		req.SeedPath, req.SeedData = r.p.FilePath(s.Path), r.p.Seeds[s.Path]
 	default:
 		lookup := r.e.Secrets
 		if lookup == nil {

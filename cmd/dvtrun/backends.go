@@ -27,9 +27,12 @@ func openSnowflakeStore(ctx context.Context, dsn string, _ bool) (stateStore, er
 	return snowflake.Open(ctx, dsn, snowflake.Options{})
 }
 
-func openSnowflakeWarehouse(ctx context.Context, dsn string) (warehouse, error) {
+// openSnowflakeWarehouse opens the Snowflake warehouse: a step waits for
+// other transactions' locks (its run's fence, a table it updates) at most
+// --lock-wait in all, with a progress line now and then.
+func (c *cli) openSnowflakeWarehouse(ctx context.Context, dsn string) (warehouse, error) {
 	quietDriver()
-	return snowflake.OpenWarehouse(ctx, dsn)
+	return snowflake.OpenWarehouse(ctx, dsn, snowflake.WarehouseOptions{LockWait: c.g.lockWait, OnWait: c.reportWait})
 }
 
 // quietDriver silences gosnowflake's own logger: it writes to stderr, where

@@ -122,7 +122,7 @@ func (c *cli) openWarehouse(ctx context.Context) (warehouse, string, error) {
 	}
 	switch t.kind {
 	case "snowflake":
-		wh, err := openSnowflakeWarehouse(ctx, t.dsn)
+		wh, err := c.openSnowflakeWarehouse(ctx, t.dsn)
 		return wh, "snowflake", err
 	default:
 		wh, err := openSQLiteWarehouse(ctx, t.path)

@@ -21,6 +21,17 @@ type Pinger interface {
 	Ping(ctx context.Context) error
 }
 
+// StaleTxEnder is what a warehouse implements when a transaction that a
+// dead runner of a run left open would block the run's steps until the
+// warehouse itself gives up on it (Snowflake: its table locks outlive the
+// client by 5 minutes or more). A runner that continues a run it did not
+// start ends them before its first step: it holds the run's lease with a
+// higher fence, so their owner is fenced off anyway. It returns how many
+// it ended.
+type StaleTxEnder interface {
+	EndStaleTransactions(ctx context.Context, runID string) (int, error)
+}
+
 // EngineType is RunStarted's payload.engineType for the local adapter.
 const EngineType = "local"
 
@@ -389,6 +400,14 @@ func (r *execution) start(ctx context.Context) error {
 	case engine.StatusRunning, engine.StatusPaused:
 		if err := ping(); err != nil {
 			return engine.Errorf(engine.CodeStoreUnavailable, "run %s: the warehouse is unusable, the run stays %s (resume it later): %w", r.runID, r.run, err)
+		}
+		// Best effort: when it fails (the role may not abort), a step that
+		// meets the dead runner's lock waits for it within its bounded
+		// lock wait, saying who holds it.
+		if ender, ok := r.wh.(StaleTxEnder); ok {
+			if _, err := ender.EndStaleTransactions(ctx, r.runID); err != nil && ctx.Err() != nil {
+				return ctx.Err()
+			}
 		}
 	}
 	ems := make([]engine.Emission, 0, 2*len(r.steps)+3)

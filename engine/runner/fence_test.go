@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -199,6 +200,86 @@ func TestLeaseReleasedOnlyWhenTheRunGoesOn(t *testing.T) {
 			}
 			if held != tc.wantHeld || (held && l.Owner != "runner-a") {
 				t.Errorf("after the runner returned the lease is %+v (held %v), want held %v", l, held, tc.wantHeld)
+			}
+		})
+	}
+}
+
+// enderWarehouse is a fake warehouse that implements runner.StaleTxEnder
+// and records, in order, its calls and the steps it ran.
+type enderWarehouse struct {
+	*fakeWarehouse
+	err   error
+	mu    sync.Mutex
+	trace []string
+}
+
+func (w *enderWarehouse) EndStaleTransactions(_ context.Context, runID string) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.trace = append(w.trace, "end "+runID)
+	return 1, w.err
+}
+
+func (w *enderWarehouse) RunStep(ctx context.Context, req engine.StepRequest) (engine.StepResult, error) {
+	w.mu.Lock()
+	w.trace = append(w.trace, "step "+req.StepID)
+	w.mu.Unlock()
+	return w.fakeWarehouse.RunStep(ctx, req)
+}
+
+// TestResumeEndsStaleTransactions: a runner that continues a run it did not
+// start ends the transactions the run's dead runner left open before its
+// first step, once; a runner that starts a queued run does not; and a
+// warehouse that cannot end them does not stop the run (a step meeting the
+// lock waits for it, bounded).
+func TestResumeEndsStaleTransactions(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+	}{
+		{"ended", nil},
+		{"refused", engine.Errorf(engine.CodeStoreUnavailable, "SHOW LOCKS: insufficient privileges")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			wh := &enderWarehouse{fakeWarehouse: h.wh, err: tc.err}
+			p := chain([]string{"a", "b"}, map[string][]string{"b": {"a"}})
+			started := make(chan string, 1)
+			h.wh.set("a", func(ctx context.Context, req engine.StepRequest, call int) (engine.StepResult, error) {
+				if call == 1 {
+					return blockUntilDone(started)(ctx, req, call)
+				}
+				return engine.StepResult{RowsAffected: 1}, nil
+			})
+			runID := h.start(p)
+			ctx, crash := context.WithCancel(h.ctx)
+			done := make(chan execResult, 1)
+			go func() {
+				s, err := h.rn.Execute(ctx, runID, p, wh)
+				done <- execResult{s, err}
+			}()
+			recv(t, started)
+			crash()
+			h.wait(done)
+			wh.mu.Lock()
+			first := slices.Clone(wh.trace)
+			wh.trace = nil
+			wh.mu.Unlock()
+			if !slices.Equal(first, []string{"step a"}) {
+				t.Fatalf("the runner that started the run: %v, want only step a (nothing to end)", first)
+			}
+
+			snap, _ := h.finish(runID, p, func(ctx context.Context, id string, p *engine.Plan, _ engine.Warehouse) (engine.Snapshot, error) {
+				return h.rn.Resume(ctx, id, p, wh)
+			})
+			if snap.Status != engine.StatusCompleted {
+				t.Fatalf("resumed run %s", snap.Status)
+			}
+			wh.mu.Lock()
+			defer wh.mu.Unlock()
+			if want := []string{"end " + runID, "step a", "step b"}; !slices.Equal(wh.trace, want) {
+				t.Fatalf("resume: %v, want %v", wh.trace, want)
 			}
 		})
 	}

@@ -14,14 +14,27 @@ JOIN INFORMATION_SCHEMA.COLUMNS AS c
 WHERE t.TABLE_CATALOG = CURRENT_DATABASE() AND t.TABLE_SCHEMA = CURRENT_SCHEMA() AND t.TABLE_NAME = ?
 ORDER BY c.ORDINAL_POSITION;
 
--- The step ledger (issue 8). A sql step whose statements are all DML runs in one explicit transaction:
+-- The step ledger (issue 8). A sql step whose statements are all DML runs in
+-- one explicit transaction:
 --   BEGIN; claim_fence; ledger_entry; <the step's DML>; insert_ledger; COMMIT
--- claim_fence is an UPDATE, and Snowflake holds an UPDATE's table lock until
--- COMMIT, so the ledgered steps of a warehouse run one at a time from there
--- on; every later statement starts after the previous holder committed and,
--- under READ COMMITTED, sees its ledger row. Snowflake enforces no PRIMARY
--- KEY, so insert_ledger is a conditional MERGE: zero rows inserted means the
--- attempt committed already and the transaction is rolled back.
+-- claim_fence is an UPDATE of the run's own fence table (issue 16): Snowflake
+-- holds an UPDATE's table lock until COMMIT, so the ledgered steps of one run
+-- run one at a time from there on, and every later statement starts after the
+-- previous holder committed and, under READ COMMITTED, sees its ledger row.
+-- The lock is per run: a transaction a dead runner left open blocks its own
+-- run only (until the taker aborts it), never the steps of other runs.
+-- Snowflake enforces no PRIMARY KEY, so insert_ledger inserts only when no
+-- row of the attempt exists: zero rows inserted means the attempt committed
+-- already and the transaction is rolled back. It is an INSERT … SELECT, not
+-- a MERGE, because a MERGE would lock dvt_step_ledger, which all runs share;
+-- INSERTs do not lock each other, and the run's fence lock already
+-- serialises the only writers of the run's rows.
+--
+-- A run's fence table is named DVT_FENCE_<hex of sha256(run id), 16 digits>
+-- (in Go, where the statements below get it quoted): two runs that met on one name would share
+-- a lock, never a fence, since each row is a run's. Its row is created
+-- outside the transaction once per run and process; its first fence is the
+-- run's in the shared dvt_run_fences of earlier versions, when it has one.
 
 -- name: create_step_ledger
 CREATE TABLE IF NOT EXISTS dvt_step_ledger (
@@ -34,8 +47,8 @@ CREATE TABLE IF NOT EXISTS dvt_step_ledger (
     committed_at    TIMESTAMP_TZ(9) NOT NULL
 );
 
--- name: create_run_fences
-CREATE TABLE IF NOT EXISTS dvt_run_fences (
+-- name: create_run_fence
+CREATE TABLE IF NOT EXISTS {{ this }} (
     run_id VARCHAR NOT NULL,
     fence  BIGINT NOT NULL
 );
@@ -44,24 +57,48 @@ CREATE TABLE IF NOT EXISTS dvt_run_fences (
 -- Outside the transaction (autocommit): the run's fence row exists before
 -- claim_fence locks it. Two first-time runners may both insert one; the
 -- rows of a run are always updated together, so a duplicate is harmless.
-INSERT INTO dvt_run_fences (run_id, fence)
-SELECT ?, 0 WHERE NOT EXISTS (SELECT 1 FROM dvt_run_fences WHERE run_id = ?);
+-- Binds: run id, first fence, run id.
+INSERT INTO {{ this }} (run_id, fence)
+SELECT ?, ? WHERE NOT EXISTS (SELECT 1 FROM {{ this }} WHERE run_id = ?);
 
 -- name: claim_fence
 -- Zero rows updated: a runner with a higher fence committed work for the
 -- run (LEASE_LOST).
-UPDATE dvt_run_fences SET fence = ? WHERE run_id = ? AND fence <= ?;
+UPDATE {{ this }} SET fence = ? WHERE run_id = ? AND fence <= ?;
+
+-- name: legacy_fence
+-- The run's fence in the table all runs shared before issue 16 (a run in
+-- flight across the upgrade); NULL: none. The table may not exist.
+SELECT MAX(fence) FROM dvt_run_fences WHERE run_id = ?;
+
+-- name: raise_legacy_fence
+-- Fences off a runner of an earlier version of the same run, which still
+-- claims the shared table: autocommit, once per run and process, only for
+-- a run that has a row there.
+UPDATE dvt_run_fences SET fence = ? WHERE run_id = ? AND fence < ?;
 
 -- name: ledger_entry
 SELECT engine_attempt, fence, result, committed_at FROM dvt_step_ledger
 WHERE run_id = ? AND step_id = ? AND logical_attempt = ?;
 
 -- name: insert_ledger
-MERGE INTO dvt_step_ledger t
-USING (
-    SELECT CAST(? AS VARCHAR) AS run_id, CAST(? AS VARCHAR) AS step_id, CAST(? AS BIGINT) AS logical_attempt,
-           CAST(? AS BIGINT) AS engine_attempt, CAST(? AS BIGINT) AS fence, CAST(? AS VARCHAR) AS result
-) s
-ON t.run_id = s.run_id AND t.step_id = s.step_id AND t.logical_attempt = s.logical_attempt
-WHEN NOT MATCHED THEN INSERT (run_id, step_id, logical_attempt, engine_attempt, fence, result, committed_at)
-    VALUES (s.run_id, s.step_id, s.logical_attempt, s.engine_attempt, s.fence, s.result, CURRENT_TIMESTAMP());
+INSERT INTO dvt_step_ledger (run_id, step_id, logical_attempt, engine_attempt, fence, result, committed_at)
+SELECT CAST(? AS VARCHAR), CAST(? AS VARCHAR), CAST(? AS BIGINT), CAST(? AS BIGINT), CAST(? AS BIGINT), CAST(? AS VARCHAR), CURRENT_TIMESTAMP()
+WHERE NOT EXISTS (
+    SELECT 1 FROM dvt_step_ledger WHERE run_id = ? AND step_id = ? AND logical_attempt = ?
+);
+
+-- name: current_schema
+-- Where the fence tables are: SHOW LOCKS names a table DB.SCHEMA.TABLE.
+SELECT CURRENT_DATABASE(), CURRENT_SCHEMA();
+
+-- name: show_locks
+-- The locks of this user's transactions (resource, type, transaction,
+-- session, status HOLDING or WAITING, acquired_on …); IN ACCOUNT would need
+-- ACCOUNTADMIN.
+SHOW LOCKS;
+
+-- name: abort_transaction
+-- Ends a transaction of this user (or any, for an administrator) and frees
+-- its locks; its session's later statements fail.
+SELECT SYSTEM$ABORT_TRANSACTION(?);

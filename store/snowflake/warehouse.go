@@ -9,7 +9,11 @@ import (
 	"os"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
 	"unicode"
 
 	"github.com/snowflakedb/gosnowflake"
@@ -38,10 +42,43 @@ type Warehouse struct {
 	where   string
 	secrets []string
 	q       map[string]string // sql/snowflake/warehouse.sql
+	opts    WarehouseOptions
+
+	fenceMu  sync.Mutex
+	fences   map[string]*runFence // by run id: the fence tables made sure of (warehouse_fence.go)
+	schema   string               // DB.SCHEMA of the sessions, once asked
+	noLegacy atomic.Bool          // the shared dvt_run_fences of earlier versions does not exist
+}
+
+// WarehouseOptions configures OpenWarehouse.
+type WarehouseOptions struct {
+	// LockWait bounds how long a step waits, in all, for locks other
+	// transactions hold (its run's fence, a table it updates): default
+	// engine.DefaultLockWait. Then the step fails with STORE_UNAVAILABLE
+	// (engine.LockWait.Exceeded), not transient: the run stops, resumable.
+	// Sessions get LOCK_TIMEOUT = a slice of it (1–5 s) unless the DSN sets
+	// LOCK_TIMEOUT.
+	LockWait time.Duration
+	// OnWait receives a progress report after each slice waited: the
+	// table, the run, the holder's transaction and session and since when
+	// (SHOW LOCKS). nil reports nothing.
+	OnWait engine.WaitFunc
+}
+
+// sessionParams are set on every warehouse session unless the DSN sets
+// them: no statement waits Snowflake's default 12 hours for a lock
+// (LOCK_TIMEOUT, seconds: lockSlice), and a query whose client is gone
+// (killed, or its network lost) is aborted instead of running on for up to
+// 5 minutes (ABORT_DETACHED_QUERY).
+func sessionParams(opts WarehouseOptions) map[string]string {
+	return map[string]string{
+		"LOCK_TIMEOUT":         strconv.Itoa(int(lockSlice(opts.LockWait) / time.Second)),
+		"ABORT_DETACHED_QUERY": "TRUE",
+	}
 }
 
 // OpenWarehouse connects with a gosnowflake DSN (see ConfigFromDSN).
-func OpenWarehouse(ctx context.Context, dsn string) (*Warehouse, error) {
+func OpenWarehouse(ctx context.Context, dsn string, opts WarehouseOptions) (*Warehouse, error) {
 	cfg, err := ConfigFromDSN(dsn)
 	if err != nil {
 		return nil, err
@@ -50,23 +87,44 @@ func OpenWarehouse(ctx context.Context, dsn string) (*Warehouse, error) {
 	if err != nil {
 		return nil, err
 	}
+	if opts.LockWait <= 0 {
+		opts.LockWait = engine.DefaultLockWait
+	}
+	if cfg.Params == nil {
+		cfg.Params = map[string]*string{}
+	}
+	for k, v := range sessionParams(opts) {
+		if !hasParam(cfg.Params, k) {
+			cfg.Params[k] = &v
+		}
+	}
 	w := &Warehouse{
 		db:      sql.OpenDB(gosnowflake.NewConnector(gosnowflake.SnowflakeDriver{}, *cfg)),
 		where:   RedactDSN(dsn),
 		secrets: append(secretsOfDSN(dsn), secretsOfConfig(cfg)...),
 		q:       q,
+		opts:    opts,
+		fences:  map[string]*runFence{},
 	}
 	if err := w.Ping(ctx); err != nil {
 		w.db.Close()
 		return nil, err
 	}
-	for _, name := range []string{"create_step_ledger", "create_run_fences"} {
-		if _, err := w.db.ExecContext(ctx, q[name]); err != nil {
-			w.db.Close()
-			return nil, w.classify(ctx, "", err)
-		}
+	if _, err := w.db.ExecContext(ctx, q["create_step_ledger"]); err != nil {
+		w.db.Close()
+		return nil, w.classify(ctx, "", err)
 	}
 	return w, nil
+}
+
+// hasParam: the driver keeps a DSN's session parameters as spelled.
+func hasParam(params map[string]*string, name string) bool {
+	for k := range params {
+		if strings.EqualFold(k, name) {
+			return true
+		}
+	}
+	return false
 }
 
 // Ping logs in (if no session is open) and runs a trivial query.
@@ -90,6 +148,7 @@ type stepRun struct {
 	ctx  context.Context
 	ids  []string
 	conn sqlConn // the step's session, or its transaction
+	lw   lockWaiter
 }
 
 // sqlConn is what a step's statements run on: *sql.Conn or *sql.Tx.
@@ -116,18 +175,28 @@ func (r *stepRun) collect(ch chan string) {
 	}
 }
 
+// exec runs a statement of the step, waiting for other transactions'
+// locks within the step's budget (lockWaiter).
 func (r *stepRun) exec(q string, args ...any) (sql.Result, error) {
-	ctx, ch := r.stmtCtx()
-	res, err := r.conn.ExecContext(ctx, q, args...)
-	r.collect(ch)
+	var res sql.Result
+	err := r.lw.do(r.ctx, "", "", func() error {
+		ctx, ch := r.stmtCtx()
+		var err error
+		res, err = r.conn.ExecContext(ctx, q, args...)
+		r.collect(ch)
+		return err
+	})
 	return res, err
 }
 
 func (r *stepRun) count(q string, args ...any) (int64, error) {
-	ctx, ch := r.stmtCtx()
 	var n int64
-	err := r.conn.QueryRowContext(ctx, q, args...).Scan(&n)
-	r.collect(ch)
+	err := r.lw.do(r.ctx, "", "", func() error {
+		ctx, ch := r.stmtCtx()
+		err := r.conn.QueryRowContext(ctx, q, args...).Scan(&n)
+		r.collect(ch)
+		return err
+	})
 	return n, err
 }
 
@@ -144,7 +213,7 @@ func (w *Warehouse) RunStep(ctx context.Context, req engine.StepRequest) (engine
 		return engine.StepResult{}, w.classify(ctx, req.StepID, err)
 	}
 	defer conn.Close()
-	r := &stepRun{w: w, ctx: ctx, conn: conn}
+	r := &stepRun{w: w, ctx: ctx, conn: conn, lw: lockWaiter{w: w}}
 	var res engine.StepResult
 	switch req.Kind {
 	case engine.KindSeed:
@@ -371,26 +440,25 @@ func (r *stepRun) sql(req engine.StepRequest, conn *sql.Conn) (engine.StepResult
 }
 
 // ledgered runs DML work (run's statements go through r) in the step
-// ledger's transaction on conn (Warehouse.ledgered), or on its own when
-// req names no logical attempt.
+// ledger's transaction on conn, or on its own when req names no logical
+// attempt.
+//
+// The transaction holds the step's ledger row (see
+// sql/snowflake/warehouse.sql): the run's fence is claimed first, which also
+// serialises the run's ledgered steps; an attempt whose row exists comes
+// back with its recorded result and is not run again; otherwise the work
+// and a conditional insert of the row commit together.
 func (r *stepRun) ledgered(req engine.StepRequest, conn *sql.Conn, run func() (engine.StepResult, error)) (engine.StepResult, error) {
 	if req.RunID == "" || req.LogicalAttempt <= 0 {
 		return run()
 	}
-	return r.w.ledgered(r.ctx, conn, req, func(tx *sql.Tx) (engine.StepResult, error) {
-		r.conn = tx
-		defer func() { r.conn = conn }()
-		return run()
-	})
-}
-
-// ledgered runs work in one explicit transaction with the step's ledger
-// row (see sql/snowflake/warehouse.sql): the run's fence is claimed first,
-// which also serialises the ledgered steps; an attempt whose row exists
-// comes back with its recorded result and is not run again; otherwise the
-// work and a conditional insert of the row commit together.
-func (w *Warehouse) ledgered(ctx context.Context, conn *sql.Conn, req engine.StepRequest, work func(tx *sql.Tx) (engine.StepResult, error)) (engine.StepResult, error) {
-	if _, err := conn.ExecContext(ctx, w.q["ensure_fence_row"], req.RunID, req.RunID); err != nil {
+	w, ctx := r.w, r.ctx
+	f, err := r.ensureFence(conn, req.RunID, req.Fence)
+	if err != nil {
+		return engine.StepResult{}, err
+	}
+	claimText, err := w.fenceStmt("claim_fence", f.table)
+	if err != nil {
 		return engine.StepResult{}, err
 	}
 	tx, err := conn.BeginTx(ctx, nil)
@@ -398,8 +466,11 @@ func (w *Warehouse) ledgered(ctx context.Context, conn *sql.Conn, req engine.Ste
 		return engine.StepResult{}, err
 	}
 	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
-	claim, err := tx.ExecContext(ctx, w.q["claim_fence"], req.Fence, req.RunID, req.Fence)
-	if err != nil {
+	var claim sql.Result
+	if err := r.lw.do(ctx, f.name, req.RunID, func() error {
+		claim, err = tx.ExecContext(ctx, claimText, req.Fence, req.RunID, req.Fence)
+		return err
+	}); err != nil {
 		return engine.StepResult{}, err
 	}
 	if n, _ := claim.RowsAffected(); n == 0 {
@@ -408,7 +479,9 @@ func (w *Warehouse) ledgered(ctx context.Context, conn *sql.Conn, req engine.Ste
 	if e, ok, err := w.lookup(ctx, tx, req.RunID, req.StepID, req.LogicalAttempt); err != nil || ok {
 		return e.Result, err
 	}
-	res, err := work(tx)
+	r.conn = tx
+	res, err := run()
+	r.conn = conn
 	if err != nil {
 		return res, err
 	}
@@ -416,7 +489,8 @@ func (w *Warehouse) ledgered(ctx context.Context, conn *sql.Conn, req engine.Ste
 	if err != nil {
 		return engine.StepResult{}, err
 	}
-	ins, err := tx.ExecContext(ctx, w.q["insert_ledger"], req.RunID, req.StepID, req.LogicalAttempt, req.EngineAttempt, req.Fence, string(b))
+	ins, err := tx.ExecContext(ctx, w.q["insert_ledger"], req.RunID, req.StepID, req.LogicalAttempt, req.EngineAttempt, req.Fence, string(b),
+		req.RunID, req.StepID, req.LogicalAttempt)
 	if err != nil {
 		return engine.StepResult{}, err
 	}

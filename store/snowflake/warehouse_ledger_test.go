@@ -109,7 +109,7 @@ func TestWarehouseLedgerFence(t *testing.T) {
 // would need both the lock and a missing row.
 func TestWarehouseLedgerSerialisedAsDocumented(t *testing.T) {
 	w1, srv := openWarehouse(t)
-	w2, err := snowflake.OpenWarehouse(ctx, srv.DSN("analytics", "public"))
+	w2, err := snowflake.OpenWarehouse(ctx, srv.DSN("analytics", "public"), snowflake.WarehouseOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,7 @@ import (
 func openWarehouse(t *testing.T) (*snowflake.Warehouse, *sftest.Server) {
 	t.Helper()
 	srv := sftest.Start(t)
-	w, err := snowflake.OpenWarehouse(ctx, srv.DSN("analytics", "public"))
+	w, err := snowflake.OpenWarehouse(ctx, srv.DSN("analytics", "public"), snowflake.WarehouseOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -144,6 +144,39 @@
 //   - a lock wait beyond the timeout, or one that would deadlock;
 //   - a 21st waiter on one lock.
 //
+// Transactions are visible to other sessions as in Snowflake, each pinned
+// to its documentation in txinfo_test.go:
+//   - CURRENT_SESSION() is the session id and CURRENT_TRANSACTION() the open
+//     transaction's id, both VARCHAR of digits (NULL outside a
+//     transaction). Transaction ids are unique on the server and increase;
+//     BEGIN takes one, and an autocommit UPDATE/DELETE/MERGE has one while
+//     it waits for or holds its lock.
+//   - SHOW TRANSACTIONS [IN ACCOUNT]: id, user, session, name, started_on,
+//     state ("running"), scope (0), lower-case column names; the running
+//     transactions of the caller's user (the login name; IN ACCOUNT: all).
+//   - SHOW LOCKS [IN ACCOUNT]: resource (DB.SCHEMA.TABLE as stored), type
+//     ("PARTITIONS", Snowflake's value for a standard table), transaction,
+//     transaction_started_on, status (HOLDING, or WAITING for a statement
+//     queued on the lock, with acquired_on NULL), acquired_on, query_id,
+//     session — the columns of Snowflake's documentation, in its order.
+//   - SELECT SYSTEM$ABORT_TRANSACTION(id) (a number or a bind) from any
+//     session of the same user: a running statement of the owner is
+//     canceled, the transaction rolled back and its locks freed before the
+//     call returns, so waiters proceed; the owner's statements and COMMIT
+//     then fail with 000603 until ROLLBACK, as after the idle abort. An id
+//     that is not running fails (100000, "… is not running"), as does an
+//     autocommit statement's id; the success value "Aborted transaction
+//     <id>." is a guess.
+//   - STATEMENT_TIMEOUT_IN_SECONDS (ALTER SESSION or the DSN's session
+//     parameters, which gosnowflake sends in the login request): a request
+//     running longer, lock waits included, is canceled with 000630
+//     "Statement reached its statement or warehouse timeout of N second(s)
+//     and was canceled." (sqlState 57014).
+//   - ABORT_DETACHED_QUERY is accepted both ways; the server aborts a query
+//     as soon as its client goes away (its HTTP request closes) whatever
+//     its value: no 5-minute grace, and FALSE's "the query completes" is
+//     not emulated.
+//
 // # Names
 //
 // Database and schema names from the DSN and USE are upper-cased; each
@@ -256,8 +289,8 @@
 //
 // No arrow results, result chunks, stage binds (the
 // driver only uses them above client_stage_array_binding_threshold, which
-// the server never sets), PUT/GET, SHOW/DESCRIBE or INFORMATION_SCHEMA in
-// Snowflake's shape. TIMESTAMP_TZ keeps the instant, not the offset.
+// the server never sets), PUT/GET, SHOW (but SHOW TRANSACTIONS and SHOW
+// LOCKS), DESCRIBE or INFORMATION_SCHEMA in Snowflake's shape. TIMESTAMP_TZ keeps the instant, not the offset.
 // DATEADD computes in DuckDB intervals, to the microsecond: a TIMESTAMP_TZ(9)
 // value loses its nanoseconds there (dvtrun adds only TTLs and delays). Quoted
 // identifiers are matched case-insensitively. A

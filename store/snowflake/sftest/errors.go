@@ -16,6 +16,7 @@ const (
 	CodeCanceled         = "000604" // SQL execution canceled
 	CodeNotExecuting     = "000605" // abort-request for a query that is not running
 	CodeLockConflict     = "000625" // transaction conflict, see the package doc
+	CodeStatementTimeout = "000630" // STATEMENT_TIMEOUT_IN_SECONDS reached
 	CodeCompilation      = "001003" // SQL compilation error
 	CodeObjectNotFound   = "002003" // object does not exist
 	CodeConversion       = "100038" // numeric/string conversion failed

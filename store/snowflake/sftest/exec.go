@@ -16,11 +16,18 @@ import (
 
 // execStmt runs one statement of a request on the session.
 func (s *session) execStmt(ctx context.Context, st *stmt, binds map[string]bindParam) (*result, error) {
+	s.applyAbort()
+	if res, ok, err := s.execIntrospection(ctx, st, binds); ok {
+		return res, err
+	}
 	w0, w1 := st.word(0), st.word(1)
 	switch {
 	case w0 == "BEGIN" || w0 == "START" && w1 == "TRANSACTION":
 		// Snowflake ignores a BEGIN inside a transaction. DuckDB's own
 		// transaction starts with the first statement (see begin).
+		if !s.inTx {
+			s.startTxInfo(false)
+		}
 		s.inTx = true
 		return statusResult(stmtTCL, "Statement executed successfully."), nil
 	case w0 == "COMMIT" || w0 == "ROLLBACK" || w0 == "ABORT":
@@ -46,7 +53,14 @@ func (s *session) execStmt(ctx context.Context, st *stmt, binds map[string]bindP
 	if err != nil {
 		return nil, err
 	}
+	st = s.withContextFunctions(st)
 	if table := lockTarget(st, s.db, s.sc); table != "" {
+		if !s.inTx {
+			// An autocommit write is a transaction of its own while it
+			// waits for and holds the lock (SHOW LOCKS lists it).
+			s.startTxInfo(true)
+			defer s.endTxInfo()
+		}
 		if err := s.locks.acquire(ctx, s, table, s.lockTimeout()); err != nil {
 			return nil, err
 		}

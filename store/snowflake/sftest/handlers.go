@@ -42,7 +42,11 @@ func (s *Server) handleLogin(w http.ResponseWriter, r *http.Request) {
 	// transaction (DuckDB aborted it while the session went away) must not
 	// reach this one. Outside a transaction ROLLBACK fails, harmlessly.
 	_, _ = conn.ExecContext(context.WithoutCancel(r.Context()), "ROLLBACK")
-	sess := &session{conn: conn, locks: s.locks, defaultLockTimeout: s.opts.LockTimeout, params: map[string]string{}, lastActive: time.Now()}
+	user := d.LoginName
+	if user == "" { // SNOWFLAKE_JWT names the user inside the token
+		user = s.opts.User
+	}
+	sess := &session{srv: s, user: strings.ToUpper(user), conn: conn, locks: s.locks, defaultLockTimeout: s.opts.LockTimeout, params: map[string]string{}, lastActive: time.Now()}
 	for k, v := range d.SessionParams {
 		sess.params[strings.ToUpper(k)] = fmt.Sprint(v)
 	}

@@ -17,16 +17,35 @@ const maxLockWaiters = 20
 // second writer with a conflict.
 type lockManager struct {
 	mu      sync.Mutex
-	holders map[string]*session // table → holding session
-	waiting map[*session]string // session → table it waits for
-	changed chan struct{}       // closed and replaced on every release
+	holders map[string]*lockHold   // table → its holder
+	waiting map[*session]*lockWait // session → the lock it waits for
+	changed chan struct{}          // closed and replaced on every release
 	// idleAbort is how long a transaction that blocks a lock wait may be
 	// idle before it is aborted (Options.IdleTxAbort).
 	idleAbort time.Duration
 }
 
+// lockHold is a granted table lock, as SHOW LOCKS lists it (HOLDING).
+type lockHold struct {
+	sess     *session
+	since    time.Time // acquired_on
+	queryID  string    // the statement that acquired it
+	tx       int64     // the holder's transaction
+	txStart  time.Time
+	txName   string
+	sessUser string
+}
+
+// lockWait is a statement queued on a table lock (WAITING).
+type lockWait struct {
+	table   string
+	queryID string
+	tx      int64
+	txStart time.Time
+}
+
 func newLockManager(idleAbort time.Duration) *lockManager {
-	return &lockManager{holders: map[string]*session{}, waiting: map[*session]string{}, changed: make(chan struct{}), idleAbort: idleAbort}
+	return &lockManager{holders: map[string]*lockHold{}, waiting: map[*session]*lockWait{}, changed: make(chan struct{}), idleAbort: idleAbort}
 }
 
 // acquire takes table's lock for sess, waiting while another session holds
@@ -37,15 +56,20 @@ func newLockManager(idleAbort time.Duration) *lockManager {
 func (m *lockManager) acquire(ctx context.Context, sess *session, table string, timeout time.Duration) error {
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
+	info := sess.txInfo()
 	m.mu.Lock()
 	for {
-		h := m.holders[table]
-		if h == nil || h == sess {
-			m.holders[table] = sess
+		hold := m.holders[table]
+		if hold == nil || hold.sess == sess {
+			if hold == nil {
+				m.holders[table] = &lockHold{sess: sess, since: time.Now(), queryID: info.queryID,
+					tx: info.id, txStart: info.started, txName: info.name, sessUser: sess.user}
+			}
 			delete(m.waiting, sess)
 			m.mu.Unlock()
 			return nil
 		}
+		h := hold.sess
 		if err := m.checkWait(sess, table, h); err != nil {
 			delete(m.waiting, sess)
 			m.mu.Unlock()
@@ -55,7 +79,7 @@ func (m *lockManager) acquire(ctx context.Context, sess *session, table string, 
 			m.mu.Unlock()
 			return lockTimeoutError(table)
 		}
-		m.waiting[sess] = table
+		m.waiting[sess] = &lockWait{table: table, queryID: info.queryID, tx: info.id, txStart: info.started}
 		ch := m.changed
 		m.mu.Unlock()
 		// An aborted holder releases its locks, which closes ch.
@@ -92,7 +116,7 @@ func (m *lockManager) abortIdle(h *session, table string) {
 	}
 	defer h.mu.Unlock()
 	m.mu.Lock()
-	holds := m.holders[table] == h
+	holds := m.holders[table] != nil && m.holders[table].sess == h
 	m.mu.Unlock()
 	if !holds || !h.inTx || time.Since(h.lastActive) < m.idleAbort {
 		return
@@ -110,8 +134,8 @@ func lockTimeoutError(table string) error {
 // cycle in the waits-for graph. Callers hold m.mu.
 func (m *lockManager) checkWait(sess *session, table string, holder *session) error {
 	n := 0
-	for s, t := range m.waiting {
-		if t == table && s != sess {
+	for s, w := range m.waiting {
+		if w.table == table && s != sess {
 			n++
 		}
 	}
@@ -120,11 +144,14 @@ func (m *lockManager) checkWait(sess *session, table string, holder *session) er
 			"Statement aborted because the number of waiters for the lock on table %s exceeds the %d statements limit.", table, maxLockWaiters)
 	}
 	for h, steps := holder, 0; h != nil && steps <= len(m.waiting); steps++ {
-		t, waits := m.waiting[h]
+		w, waits := m.waiting[h]
 		if !waits {
 			break
 		}
-		h = m.holders[t]
+		h = nil
+		if hold := m.holders[w.table]; hold != nil {
+			h = hold.sess
+		}
 		if h == sess {
 			return newSFError(CodeLockConflict, "57014",
 				"Transaction aborted because of a deadlock on table %s; the other transaction holds a lock this one waits for.", table)
@@ -139,7 +166,7 @@ func (m *lockManager) releaseAll(sess *session) {
 	defer m.mu.Unlock()
 	freed := false
 	for t, h := range m.holders {
-		if h == sess {
+		if h.sess == sess {
 			delete(m.holders, t)
 			freed = true
 		}

@@ -41,6 +41,19 @@ func (s *Server) execute(ctx context.Context, sess *session, req *queryRequest, 
 	sess.mu.Lock()
 	defer sess.mu.Unlock()
 	defer func() { sess.lastActive = time.Now() }()
+	// SYSTEM$ABORT_TRANSACTION from another session and the statement
+	// timeout end the request through its context, with their error as
+	// the cause (mapErrorCtx).
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	if n := sess.statementTimeout(); n > 0 {
+		var stop context.CancelFunc
+		ctx, stop = context.WithTimeoutCause(ctx, time.Duration(n)*time.Second, statementTimeoutError(n))
+		defer stop()
+	}
+	sess.setQueryID(qid)
+	sess.setRunning(cancel)
+	defer sess.setRunning(nil)
 	tag := sess.params["QUERY_TAG"]
 	if v, ok := req.Parameters["QUERY_TAG"]; ok {
 		tag = fmt.Sprint(v)
@@ -79,7 +92,7 @@ func (s *Server) execute(ctx context.Context, sess *session, req *queryRequest, 
 	if want == 1 {
 		res, err := sess.execStmt(ctx, stmts[0], req.Bindings)
 		if err != nil {
-			return fail(mapError(err), qid)
+			return fail(mapErrorCtx(ctx, err), qid)
 		}
 		entry.QueryID = qid
 		s.appendLog(entry)
@@ -98,13 +111,13 @@ func (s *Server) executeScript(ctx context.Context, sess *session, body string, 
 		child := entry
 		child.QueryID, child.ParentQueryID, child.SQLText = newQueryID(), qid, text
 		if err != nil {
-			child.Err = mapError(err).code
+			child.Err = mapErrorCtx(ctx, err).code
 		}
 		s.appendLog(child)
 	})
 	entry.QueryID = qid
 	if err != nil {
-		e := mapError(err)
+		e := mapErrorCtx(ctx, err)
 		entry.Err = e.code
 		s.appendLog(entry)
 		return mustJSON(errResponse(e, qid))
@@ -124,9 +137,10 @@ func (s *Server) executeMulti(ctx context.Context, sess *session, stmts []*stmt,
 		qid := newQueryID()
 		child := entry
 		child.QueryID, child.ParentQueryID, child.SQLText = qid, parent, st.orig
+		sess.setQueryID(qid)
 		res, err := sess.execStmt(ctx, st, nil)
 		if err != nil {
-			e := mapError(err)
+			e := mapErrorCtx(ctx, err)
 			if sess.inTx && !wasInTx {
 				_, _ = sess.endTx(ctx, false)
 			}

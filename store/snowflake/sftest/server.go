@@ -76,6 +76,7 @@ type Server struct {
 	masters   map[string]*session // by master token
 	byID      map[int64]*session
 	nextID    int64
+	txSeq     atomic.Int64                  // the last transaction id given out
 	running   map[string]context.CancelFunc // by requestId
 	done      map[string]*dedupEntry        // by requestId
 	doneLRU   []string
@@ -115,7 +116,7 @@ func New(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open duckdb: %w", err)
 	}
-	return &Server{
+	s := &Server{
 		opts:     opts,
 		db:       db,
 		locks:    newLockManager(opts.IdleTxAbort),
@@ -127,7 +128,11 @@ func New(opts Options) (*Server, error) {
 		done:     map[string]*dedupEntry{},
 		results:  map[string][]byte{},
 		pending:  map[string]chan struct{}{},
-	}, nil
+	}
+	// Transaction ids look like Snowflake's (1661899308790000000 in the
+	// CURRENT_TRANSACTION example: the start in ms times 10^6) and increase.
+	s.txSeq.Store(time.Now().UnixMilli() * 1_000_000)
+	return s, nil
 }
 
 // NewTemp is New with a DuckDB file in a fresh temporary directory, removed

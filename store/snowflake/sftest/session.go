@@ -17,6 +17,8 @@ import (
 // transaction is isolated from every other session's.
 type session struct {
 	id    int64
+	user  string // the login name, upper case
+	srv   *Server
 	conn  *sql.Conn
 	locks *lockManager
 	// defaultLockTimeout applies without a LOCK_TIMEOUT session parameter.
@@ -28,6 +30,13 @@ type session struct {
 	params             map[string]string
 	db, sc             string
 	lastActive         time.Time // when the session last ended a request, under mu
+
+	// What other sessions see of this one (SHOW TRANSACTIONS, SHOW LOCKS,
+	// SYSTEM$ABORT_TRANSACTION) while it may be busy: under infoMu, not mu.
+	infoMu    sync.Mutex
+	tx        txInfo                  // the running transaction; id 0 when none
+	cancelRun context.CancelCauseFunc // ends the running request; nil when idle
+	abortReq  *abortRequest           // SYSTEM$ABORT_TRANSACTION on tx, not yet applied
 }
 
 // abortTx rolls back the open transaction from outside the session (the
@@ -40,6 +49,7 @@ func (s *session) abortTx(why *sfError) {
 		s.duckTx = false
 	}
 	s.doomed = why
+	s.endTxInfo() // no longer running: SHOW TRANSACTIONS drops it
 	s.locks.releaseAll(s)
 }
 
@@ -105,6 +115,7 @@ func (s *session) rawExec(ctx context.Context, q string) error {
 func (s *session) endTx(ctx context.Context, commit bool) (*result, error) {
 	ok := statusResult(stmtTCL, "Statement executed successfully.")
 	defer s.locks.releaseAll(s)
+	s.endTxInfo()
 	doomed, open := s.doomed, s.duckTx
 	s.inTx, s.duckTx, s.doomed = false, false, nil
 	if doomed != nil && commit {

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -60,6 +62,9 @@ type killTrial struct {
 	at, runFor  time.Duration // kill point after the run's start, the measured run duration
 	endedBefore bool          // the run ended before the kill point
 	openTx      string        // the dead runner's open warehouse transaction: its last statement
+	held        []string      // the tables whose locks it held (SHOW LOCKS)
+	storeTx     string        // the same on the store's server (Snowflake store)
+	storeHeld   []string
 	bystander   string        // the other run's outcome
 	taker       string        // the taker's outcome
 	recovered   time.Duration // kill → run completed
@@ -73,6 +78,15 @@ func (r *killTrial) String() string {
 	}
 	if r.openTx != "" {
 		s += ", died inside a warehouse transaction after " + r.openTx
+	}
+	if len(r.held) > 0 {
+		s += " holding " + strings.Join(r.held, ", ")
+	}
+	if r.storeTx != "" {
+		s += ", died inside a store transaction after " + r.storeTx
+	}
+	if len(r.storeHeld) > 0 {
+		s += " holding " + strings.Join(r.storeHeld, ", ")
 	}
 	s += "; other run: " + r.bystander
 	if r.taker != "" {
@@ -148,18 +162,19 @@ func TestSnowflakeKillRecovery(t *testing.T) {
 // Snowflake store) with a round trip per request and the default 5-minute
 // abort of idle blocking transactions, and points a harness and a child
 // process environment at them.
-func killSetup(t *testing.T, store string) (*harness, *sftest.Server, []string) {
+func killSetup(t *testing.T, store string) (h *harness, storeSrv, whSrv *sftest.Server, env []string) {
 	t.Helper()
 	opts := sftest.Options{RTT: killRTT}
-	h := newHarness(t)
+	h = newHarness(t)
 	if store == "snowflake" {
-		h.env["DVT_STORE"] = "snowflake://" + sftest.StartWith(t, opts).DSN("DVT", "PUBLIC")
+		storeSrv = sftest.StartWith(t, opts)
+		h.env["DVT_STORE"] = "snowflake://" + storeSrv.DSN("DVT", "PUBLIC")
 	}
-	whSrv := sftest.StartWith(t, opts)
+	whSrv = sftest.StartWith(t, opts)
 	h.env["DVT_WAREHOUSE"] = "snowflake://" + whSrv.DSN("ANALYTICS", "PUBLIC")
 	h.env["DVT_TARGET_PATH"] = filepath.Join(h.dir, "target")
-	env := append(os.Environ(), "DVT_STORE="+h.env["DVT_STORE"], "DVT_WAREHOUSE="+h.env["DVT_WAREHOUSE"], "DVT_TARGET_PATH="+h.env["DVT_TARGET_PATH"])
-	return h, whSrv, env
+	env = append(os.Environ(), "DVT_STORE="+h.env["DVT_STORE"], "DVT_WAREHOUSE="+h.env["DVT_WAREHOUSE"], "DVT_TARGET_PATH="+h.env["DVT_TARGET_PATH"])
+	return h, storeSrv, whSrv, env
 }
 
 var runIDRE = regexp.MustCompile(`Running plan \S+ \(.*\) as run (\S+)`)
@@ -234,7 +249,7 @@ func stopWorker(t *testing.T, p *proc, name string) {
 // and returns its wall time from the run's start to its end.
 func measureKillRun(t *testing.T, bin, plan string, v killVariant) time.Duration {
 	t.Helper()
-	h, _, env := killSetup(t, v.store)
+	h, _, _, env := killSetup(t, v.store)
 	p, _ := startKillRun(t, h, bin, env, plan, v, "measure")
 	start := time.Now()
 	if v.taker == "resume" {
@@ -255,7 +270,7 @@ func measureKillRun(t *testing.T, bin, plan string, v killVariant) time.Duration
 // killTrialRun is one trial: kill at r.at, the other run, the takeover,
 // the checks.
 func killTrialRun(t *testing.T, bin, plan, other string, v killVariant, r *killTrial) {
-	h, whSrv, env := killSetup(t, v.store)
+	h, storeSrv, whSrv, env := killSetup(t, v.store)
 	a, runID := startKillRun(t, h, bin, env, plan, v, fmt.Sprint("kill-", r.n))
 	started := time.Now()
 	select {
@@ -278,6 +293,11 @@ func killTrialRun(t *testing.T, bin, plan, other string, v killVariant, r *killT
 	// look at the warehouse's sessions a few round trips later.
 	time.Sleep(3 * killRTT)
 	r.openTx = openTransaction(whSrv.QueryLog())
+	r.held = heldLocks(t, whSrv, "ANALYTICS")
+	if storeSrv != nil {
+		r.storeTx = openTransaction(storeSrv.QueryLog())
+		r.storeHeld = heldLocks(t, storeSrv, "DVT")
+	}
 	if runID == "" {
 		if ids, err := h.listRuns(); err == nil && len(ids) == 1 {
 			runID = ids[0] // the worker had created the run
@@ -426,6 +446,45 @@ var (
 	beginRE = regexp.MustCompile(`(?i)^\s*(begin|start\s+transaction)\b`)
 	endRE   = regexp.MustCompile(`(?i)^\s*(commit|rollback)\b`)
 )
+
+// heldLocks lists the tables whose locks a transaction holds on a
+// server, through SHOW LOCKS on a session of the test's own.
+func heldLocks(t *testing.T, srv *sftest.Server, database string) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rows, err := srv.OpenDB(t, database, "PUBLIC").QueryContext(ctx, "SHOW LOCKS")
+	if err != nil {
+		t.Fatalf("SHOW LOCKS on %s: %v", database, err)
+	}
+	defer rows.Close()
+	cols, err := rows.Columns()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for rows.Next() {
+		vals := make([]sql.NullString, len(cols))
+		ptrs := make([]any, len(cols))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			t.Fatal(err)
+		}
+		row := map[string]string{}
+		for i, c := range cols {
+			row[strings.ToLower(c)] = vals[i].String
+		}
+		if strings.EqualFold(row["status"], "HOLDING") {
+			out = append(out, row["resource"])
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
 
 // openTransaction returns the last statement of a session whose
 // transaction the log shows open (BEGIN without COMMIT or ROLLBACK after

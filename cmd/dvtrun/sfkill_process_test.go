@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/queue"
 	"github.com/dvtrun/dvtrun/store/snowflake/sftest"
 )
 
@@ -273,21 +274,25 @@ func killTrialRun(t *testing.T, bin, plan, other string, v killVariant, r *killT
 	h, storeSrv, whSrv, env := killSetup(t, v.store)
 	a, runID := startKillRun(t, h, bin, env, plan, v, fmt.Sprint("kill-", r.n))
 	started := time.Now()
+	exited := false
 	select {
 	case <-a.done:
-		r.endedBefore = true
+		exited = true
 	case <-time.After(r.at):
 	}
-	if err := a.cmd.Process.Kill(); err != nil && !r.endedBefore {
+	if err := a.cmd.Process.Kill(); err != nil && !exited {
 		t.Fatal(err)
 	}
 	code := a.wait(t)
 	killed := time.Now()
-	if r.endedBefore {
-		r.at = killed.Sub(started)
-		if v.taker == "resume" && code != 0 {
+	if exited {
+		r.endedBefore, r.at = true, killed.Sub(started)
+		if code != 0 {
 			t.Fatalf("the run ended on its own before the kill with exit %d\n%s", code, a.output())
 		}
+	}
+	if id, _, ok := workerFinished(a); ok {
+		r.endedBefore, runID = true, id // a worker logs the run's end before it records the request's
 	}
 	// A request the process sent before it died may still be executing:
 	// look at the warehouse's sessions a few round trips later.
@@ -342,9 +347,10 @@ func killTrialRun(t *testing.T, bin, plan, other string, v killVariant, r *killT
 				r.recovered = time.Since(killed)
 				break
 			}
-			if r.endedBefore && strings.Contains(a.output(), `"msg":"run finished"`) {
+			// The dead worker had finished the run: if it recorded the
+			// request's outcome too, there is nothing to take over.
+			if r.endedBefore && requestDone(t, h) {
 				r.taker = "nothing to take over"
-				runID, _, _ = workerFinished(a)
 				break
 			}
 			select {
@@ -377,6 +383,24 @@ func killTrialRun(t *testing.T, bin, plan, other string, v killVariant, r *killT
 		t.Fatalf("the other run printed no run id\n%s", b.output())
 	}
 	r.ledger = checkKillRecovery(t, h, runID, otherID[1])
+}
+
+// requestDone: the harness's store has one request, DONE with the outcome
+// COMPLETED (`dvtrun queue --all --json`).
+func requestDone(t *testing.T, h *harness) bool {
+	t.Helper()
+	r := h.run("queue", "--all", "--json")
+	if r.code != 0 {
+		t.Fatalf("queue --all --json: exit %d\n%s", r.code, r.stderr)
+	}
+	var reqs []struct{ State, Outcome string }
+	if err := json.Unmarshal([]byte(r.stdout), &reqs); err != nil || len(reqs) != 1 {
+		t.Fatalf("queue --all --json: %v, %d requests, want 1:\n%s", err, len(reqs), r.stdout)
+	}
+	if reqs[0].State == string(queue.StateDone) && reqs[0].Outcome != string(engine.StatusCompleted) {
+		t.Fatalf("the request is DONE with outcome %s, want COMPLETED", reqs[0].Outcome)
+	}
+	return reqs[0].State == string(queue.StateDone)
 }
 
 // resumeWithin resumes the run until it completes, retrying while the dead

@@ -79,24 +79,16 @@ func sessionParams(opts WarehouseOptions) map[string]string {
 
 // OpenWarehouse connects with a gosnowflake DSN (see ConfigFromDSN).
 func OpenWarehouse(ctx context.Context, dsn string, opts WarehouseOptions) (*Warehouse, error) {
-	cfg, err := ConfigFromDSN(dsn)
+	if opts.LockWait <= 0 {
+		opts.LockWait = engine.DefaultLockWait
+	}
+	cfg, err := warehouseConfig(dsn, opts)
 	if err != nil {
 		return nil, err
 	}
 	q, err := warehouseQueries()
 	if err != nil {
 		return nil, err
-	}
-	if opts.LockWait <= 0 {
-		opts.LockWait = engine.DefaultLockWait
-	}
-	if cfg.Params == nil {
-		cfg.Params = map[string]*string{}
-	}
-	for k, v := range sessionParams(opts) {
-		if !hasParam(cfg.Params, k) {
-			cfg.Params[k] = &v
-		}
 	}
 	w := &Warehouse{
 		db:      sql.OpenDB(gosnowflake.NewConnector(gosnowflake.SnowflakeDriver{}, *cfg)),
@@ -115,6 +107,24 @@ func OpenWarehouse(ctx context.Context, dsn string, opts WarehouseOptions) (*War
 		return nil, w.classify(ctx, "", err)
 	}
 	return w, nil
+}
+
+// warehouseConfig is the DSN's configuration with sessionParams added
+// where the DSN does not set them.
+func warehouseConfig(dsn string, opts WarehouseOptions) (*gosnowflake.Config, error) {
+	cfg, err := ConfigFromDSN(dsn)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Params == nil {
+		cfg.Params = map[string]*string{}
+	}
+	for k, v := range sessionParams(opts) {
+		if !hasParam(cfg.Params, k) {
+			cfg.Params[k] = &v
+		}
+	}
+	return cfg, nil
 }
 
 // hasParam: the driver keeps a DSN's session parameters as spelled.

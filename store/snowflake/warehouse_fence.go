@@ -76,7 +76,15 @@ func (r *stepRun) ensureFence(conn *sql.Conn, runID string, fence int64) (*runFe
 			if err != nil {
 				return nil, err
 			}
-			if _, err := conn.ExecContext(ctx, text, st.args...); err != nil {
+			// Two runners creating the same run's table at once may
+			// conflict (000625): the table is there for the second try.
+			for try := 1; ; try++ {
+				_, err = conn.ExecContext(ctx, text, st.args...)
+				if err == nil || !retryable(err) || try == 3 {
+					break
+				}
+			}
+			if err != nil {
 				return nil, err
 			}
 		}
@@ -170,7 +178,7 @@ func lockTimedOut(err error) bool {
 
 // lockedTable finds the table a lock error names: "lock on table X" (the
 // test server) or "has locked table 'X'" (Snowflake).
-var lockedTable = regexp.MustCompile(`(?i)\btable\s+'?([^\s']+)`)
+var lockedTable = regexp.MustCompile(`(?i)\btable\s+'?([A-Za-z0-9_$."]+)`)
 
 // lockHolderTx finds the holding transaction an error names, when it does.
 var lockHolderTx = regexp.MustCompile(`(?i)in transaction (\d+)`)
@@ -179,25 +187,20 @@ var lockHolderTx = regexp.MustCompile(`(?i)in transaction (\d+)`)
 // since when from SHOW LOCKS, on another session (the waiting one may be in
 // a transaction a failed statement must not disturb), when it answers.
 func (w *Warehouse) describeWait(ctx context.Context, table, runID string, cause error) engine.LockWait {
-	var se *gosnowflake.SnowflakeError
-	msg := ""
-	if errors.As(cause, &se) {
-		msg = se.Message
-	}
+	named, holder := lockFromError(cause)
 	if table == "" {
-		if m := lockedTable.FindStringSubmatch(msg); m != nil {
-			table = strings.Trim(m[1], `"'.,`)
-		}
+		table = named
 	}
 	lw := engine.LockWait{Resource: "table " + table, RunID: runID}
+	if holder != "" {
+		lw.Holder = "transaction " + holder
+	}
 	if table == "" {
 		lw.Resource = "a table the step writes"
-	}
-	if m := lockHolderTx.FindStringSubmatch(msg); m != nil {
-		lw.Holder = "transaction " + m[1]
+		return lw
 	}
 	locks, err := w.showLocks(ctx)
-	if err != nil || table == "" {
+	if err != nil {
 		return lw
 	}
 	for _, l := range locks {
@@ -209,6 +212,22 @@ func (w *Warehouse) describeWait(ctx context.Context, table, runID string, cause
 		}
 	}
 	return lw
+}
+
+// lockFromError is the table a lock error names and the holding
+// transaction, when it names them.
+func lockFromError(err error) (table, holderTx string) {
+	var se *gosnowflake.SnowflakeError
+	if !errors.As(err, &se) {
+		return "", ""
+	}
+	if m := lockedTable.FindStringSubmatch(se.Message); m != nil {
+		table = strings.Trim(m[1], `".`)
+	}
+	if m := lockHolderTx.FindStringSubmatch(se.Message); m != nil {
+		holderTx = m[1]
+	}
+	return table, holderTx
 }
 
 // sameTable: SHOW LOCKS names DB.SCHEMA.TABLE; a name from an error may
@@ -322,7 +341,10 @@ func (w *Warehouse) EndStaleTransactions(ctx context.Context, runID string) (int
 	if err != nil {
 		return 0, w.classify(ctx, "", err)
 	}
+	// Waiting transactions too: a dead runner's claim that was queued on
+	// the lock would take it once the holder is gone.
 	seen, ended := map[string]bool{}, 0
+	var first error
 	for _, l := range locks {
 		if !strings.EqualFold(l.resource, table) || l.transaction == "" || seen[l.transaction] {
 			continue
@@ -334,9 +356,16 @@ func (w *Warehouse) EndStaleTransactions(ctx context.Context, runID string) (int
 		}
 		var answer sql.NullString
 		if err := w.db.QueryRowContext(ctx, w.q["abort_transaction"], id).Scan(&answer); err != nil {
-			return ended, w.classify(ctx, "", fmt.Errorf("ending transaction %s, which holds the fence of run %s: %w", l.transaction, runID, err))
+			if ctx.Err() != nil {
+				return ended, ctx.Err()
+			}
+			// It may have ended meanwhile; try the others.
+			if first == nil {
+				first = w.classify(ctx, "", fmt.Errorf("ending transaction %s on the fence of run %s: %w", l.transaction, runID, err))
+			}
+			continue
 		}
 		ended++
 	}
-	return ended, nil
+	return ended, first
 }

@@ -48,6 +48,15 @@ func TestWarehouseLedgerOnce(t *testing.T) {
 	if err != nil || !ok || e.Result.RowsAffected != 2 || e.CommittedAt.IsZero() {
 		t.Fatalf("LookupStep: %+v %v %v", e, ok, err)
 	}
+	// The fence is the run's own table's (issue 16), not a table all runs
+	// share.
+	var fence int64
+	if err := w.DB().QueryRowContext(ctx, `SELECT MAX(fence) FROM "`+snowflake.FenceTable("r-1")+`" WHERE run_id = 'r-1'`).Scan(&fence); err != nil || fence != 3 {
+		t.Fatalf("run r-1's fence table: %d %v, want fence 3", fence, err)
+	}
+	if _, err := w.DB().ExecContext(ctx, "SELECT 1 FROM dvt_run_fences"); err == nil {
+		t.Fatal("dvt_run_fences exists: the warehouse still creates the shared fence table")
+	}
 	req.LogicalAttempt = 2
 	if _, err := w.RunStep(ctx, req); err != nil {
 		t.Fatal(err)
@@ -98,15 +107,17 @@ func TestWarehouseLedgerFence(t *testing.T) {
 //     prevent them from running in parallel with other UPDATE, DELETE, and
 //     MERGE statements" and a transaction's locks are held until it commits
 //     or rolls back (https://docs.snowflake.com/en/sql-reference/transactions,
-//     "Resource locking"): claim_fence, an UPDATE, makes the second
-//     transaction wait for the first to end;
+//     "Resource locking"): claim_fence, an UPDATE of the run's own fence
+//     table, makes the second transaction of the run wait for the first to
+//     end;
 //   - Snowflake's isolation is READ COMMITTED: a statement sees the data
 //     committed before it began (same page, "Isolation level"), so the
 //     ledger read after the wait sees the first runner's row.
 //
-// Snowflake enforces no PRIMARY KEY, so the row is inserted with a MERGE
-// that inserts only when no row matches (insert_ledger): a second commit
-// would need both the lock and a missing row.
+// Snowflake enforces no PRIMARY KEY, so the row is inserted with an
+// INSERT … SELECT … WHERE NOT EXISTS (insert_ledger; a MERGE would lock the
+// ledger all runs share): a second commit would need both the run's fence
+// lock and a missing row.
 func TestWarehouseLedgerSerialisedAsDocumented(t *testing.T) {
 	w1, srv := openWarehouse(t)
 	w2, err := snowflake.OpenWarehouse(ctx, srv.DSN("analytics", "public"), snowflake.WarehouseOptions{})

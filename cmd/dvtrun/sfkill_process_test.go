@@ -120,7 +120,7 @@ func TestSnowflakeKillRecovery(t *testing.T) {
 	for _, v := range []killVariant{{"snowflake", "resume"}, {"sqlite", "resume"}, {"snowflake", "worker"}, {"sqlite", "worker"}} {
 		t.Run(v.String(), func(t *testing.T) {
 			if v == (killVariant{"snowflake", "worker"}) && !namedByRun(v.String()) {
-				t.Skip("waits for the Snowflake store to end a dead worker's transaction within the lease: a worker killed inside its heartbeat or claim (BEGIN; UPDATE dvt_locks; …) holds DVT_LOCKS, and every process of the store (another run's start, the heir) waits until the transaction is StaleLockAge (40s) old, past lease TTL + 30s; -run 'TestSnowflakeKillRecovery/snowflake-store/worker' runs it")
+				t.Skip("waits for the Snowflake store to end a dead worker's transaction within the lease (issue 16, the worker's locks): a worker killed inside its heartbeat or claim transaction (BEGIN; UPDATE dvt_locks; …) holds DVT_LOCKS, and every process of the store (another run's start, the heir worker) waits for it: until the server's 5-minute abort, or StaleLockAge (40s) with sf-server's stale-lock breaking; either is past lease TTL + 30s. -run 'TestSnowflakeKillRecovery/snowflake-store/worker' runs it")
 			}
 			// The kill is uniform over the run's wall time, measured once
 			// per variant on a run that nothing disturbs.

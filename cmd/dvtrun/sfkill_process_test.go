@@ -43,8 +43,8 @@ const (
 	killRTT   = 75 * time.Millisecond    // per request, within the issue's 50–100 ms
 	killBound = killTTL + 30*time.Second // the run completes this long after the kill at the latest
 	// bystanderBound is how long the other run may take after the kill. It
-	// takes ~2 s alone; a run blocked by the dead transaction would wait for
-	// the 5-minute abort.
+	// takes ~3 s; one blocked by the dead transaction waits until its
+	// lock-wait budget (1m) runs out or the server's 5-minute abort.
 	bystanderBound = 20 * time.Second
 )
 
@@ -110,7 +110,7 @@ func TestSnowflakeKillRecovery(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	perVariant := 8 // 24 trials in the variants that run by default
+	perVariant := 8 // 24 trials in the variants that run by default; DVT_KILL_TRIALS sets it
 	if s := os.Getenv("DVT_KILL_TRIALS"); s != "" {
 		fmt.Sscan(s, &perVariant)
 	}
@@ -248,9 +248,11 @@ func waitFor(t *testing.T, p *proc, what string, within time.Duration, cond func
 	}
 }
 
-// stopWorker sends SIGTERM and wants exit 0.
+// stopWorker sends SIGTERM once the worker has installed its signal
+// handling (it logs "started") and wants exit 0.
 func stopWorker(t *testing.T, p *proc, name string) {
 	t.Helper()
+	waitFor(t, p, name+"'s start", 30*time.Second, func() bool { return strings.Contains(p.output(), `"msg":"started"`) })
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatalf("%s: %v", name, err)
 	}

@@ -191,7 +191,10 @@ func killSetup(t *testing.T, store string) (h *harness, storeSrv, whSrv *sftest.
 	return h, storeSrv, whSrv, env
 }
 
-var runIDRE = regexp.MustCompile(`Running plan \S+ \(.*\) as run (\S+)`)
+var (
+	runIDRE = regexp.MustCompile(`Running plan \S+ \(.*\) as run (\S+)`)
+	uuidRE  = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+)
 
 // startKillRun starts the run to kill: `dvtrun run`, or a worker with the
 // run's request enqueued. It returns once the run has started (the run
@@ -470,6 +473,16 @@ func checkKillRecovery(t *testing.T, h *harness, runID, otherID string) int {
 	for _, s := range groupcommitEffects {
 		if got[s] != 1 {
 			t.Errorf("step %s of the killed run took effect %d times, want once (effects %v)", s, got[s], got)
+		}
+	}
+	// The step ledger holds one row per committed attempt: one per DML step.
+	if !uuidRE.MatchString(runID) {
+		t.Fatalf("run id %q is not a UUID", runID) // it goes into the query below
+	}
+	ledger := h.rowsPerStep("SELECT step_id, count(*) FROM dvt_step_ledger WHERE run_id = '" + runID + "' GROUP BY step_id")
+	for _, s := range groupcommitEffects {
+		if n := ledger["sql."+s]; n != 1 {
+			t.Errorf("the step ledger holds %d row(s) of sql.%s, want 1 (ledger %v)", n, s, ledger)
 		}
 	}
 	gotOther := h.rowsPerStep("SELECT step, count(*) FROM bystander GROUP BY step")

@@ -66,9 +66,16 @@ SELECT ?, ? WHERE NOT EXISTS (SELECT 1 FROM {{ this }} WHERE run_id = ?);
 -- run (LEASE_LOST).
 UPDATE {{ this }} SET fence = ? WHERE run_id = ? AND fence <= ?;
 
+-- name: legacy_fences_exist
+-- Whether the table all runs shared before issue 16 is there (asked once
+-- per process; a warehouse set up since never has it). UPPER: the test
+-- server stores an unquoted name as written, Snowflake upper-cased.
+SELECT COUNT(*) FROM INFORMATION_SCHEMA.TABLES
+WHERE TABLE_CATALOG = CURRENT_DATABASE() AND TABLE_SCHEMA = CURRENT_SCHEMA() AND UPPER(TABLE_NAME) = 'DVT_RUN_FENCES';
+
 -- name: legacy_fence
--- The run's fence in the table all runs shared before issue 16 (a run in
--- flight across the upgrade); NULL: none. The table may not exist.
+-- The run's fence in that table (a run in flight across the upgrade);
+-- NULL: none.
 SELECT MAX(fence) FROM dvt_run_fences WHERE run_id = ?;
 
 -- name: raise_legacy_fence

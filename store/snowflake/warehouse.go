@@ -44,10 +44,10 @@ type Warehouse struct {
 	q       map[string]string // sql/snowflake/warehouse.sql
 	opts    WarehouseOptions
 
-	fenceMu  sync.Mutex
-	fences   map[string]*runFence // by run id: the fence tables made sure of (warehouse_fence.go)
-	schema   string               // DB.SCHEMA of the sessions, once asked
-	noLegacy atomic.Bool          // the shared dvt_run_fences of earlier versions does not exist
+	fenceMu sync.Mutex
+	fences  map[string]*runFence // by run id: the fence tables made sure of (warehouse_fence.go)
+	schema  string               // DB.SCHEMA of the sessions, once asked
+	legacy  atomic.Int32         // the shared dvt_run_fences of earlier versions: legacyUnknown, legacyAbsent or legacyPresent
 }
 
 // WarehouseOptions configures OpenWarehouse.

@@ -30,6 +30,17 @@ func fenceTable(runID string) string {
 	return "DVT_FENCE_" + strings.ToUpper(hex.EncodeToString(sum[:8]))
 }
 
+// Warehouse.legacy: whether the shared dvt_run_fences of earlier versions
+// exists, asked once.
+const (
+	legacyUnknown int32 = iota
+	legacyAbsent
+	legacyPresent
+)
+
+// maxCachedFences bounds Warehouse.fences.
+const maxCachedFences = 10000
+
 // runFence is what a Warehouse made sure of for one run's fence.
 type runFence struct {
 	table  string // quoted
@@ -56,15 +67,19 @@ func (r *stepRun) ensureFence(conn *sql.Conn, runID string, fence int64) (*runFe
 		name := fenceTable(runID)
 		f = &runFence{name: name, table: ident(name)}
 		first := int64(0)
-		if !w.noLegacy.Load() {
-			var legacy sql.NullInt64
-			err := conn.QueryRowContext(ctx, w.q["legacy_fence"], runID).Scan(&legacy)
-			switch {
-			case objectMissing(err):
-				w.noLegacy.Store(true) // a warehouse that never had the shared table
-			case err != nil:
+		if w.legacy.Load() == legacyUnknown {
+			var n int
+			if err := conn.QueryRowContext(ctx, w.q["legacy_fences_exist"]).Scan(&n); err != nil {
 				return nil, err
-			case legacy.Valid:
+			}
+			w.legacy.Store(map[bool]int32{false: legacyAbsent, true: legacyPresent}[n > 0])
+		}
+		if w.legacy.Load() == legacyPresent {
+			var legacy sql.NullInt64
+			if err := conn.QueryRowContext(ctx, w.q["legacy_fence"], runID).Scan(&legacy); err != nil {
+				return nil, err
+			}
+			if legacy.Valid {
 				f.legacy, first = true, legacy.Int64
 			}
 		}
@@ -92,6 +107,11 @@ func (r *stepRun) ensureFence(conn *sql.Conn, runID string, fence int64) (*runFe
 		if had := w.fences[runID]; had != nil {
 			f = had
 		} else {
+			if len(w.fences) >= maxCachedFences {
+				// A long-lived worker forgets old runs; making sure again
+				// is idempotent and costs two round trips.
+				clear(w.fences)
+			}
 			w.fences[runID] = f
 		}
 		w.fenceMu.Unlock()

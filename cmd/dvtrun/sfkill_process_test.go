@@ -218,6 +218,8 @@ func startKillRun(t *testing.T, h *harness, bin string, env []string, plan strin
 	return p, ""
 }
 
+// startWorker starts a worker with the trials' lease TTL (also its
+// heartbeat's): a dead worker's request is claimed again once it expired.
 func startWorker(t *testing.T, bin string, env []string) *proc {
 	t.Helper()
 	return startProc(t, bin, env, "worker", "--poll", "200ms", "--lease-ttl", killTTLFlag, "--grace", "1s")
@@ -236,7 +238,8 @@ func workerFinished(p *proc) (runID, status string, ok bool) {
 }
 
 // waitFor polls cond while p runs, at most within, and fails with p's
-// output when p ends first or the time is up.
+// output when p ends first or the time is up (waitWhileRunning with a bound
+// of its own and the process's output, which a worker's failure needs).
 func waitFor(t *testing.T, p *proc, what string, within time.Duration, cond func() bool) {
 	t.Helper()
 	for deadline := time.Now().Add(within); !cond(); time.Sleep(20 * time.Millisecond) {

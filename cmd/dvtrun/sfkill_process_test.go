@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -119,9 +118,6 @@ func TestSnowflakeKillRecovery(t *testing.T) {
 	t.Logf("seed %d, %d trials per variant", seed, perVariant)
 	for _, v := range []killVariant{{"snowflake", "resume"}, {"sqlite", "resume"}, {"snowflake", "worker"}, {"sqlite", "worker"}} {
 		t.Run(v.String(), func(t *testing.T) {
-			if v == (killVariant{"snowflake", "worker"}) && !namedByRun(v.String()) {
-				t.Skip("waits for the Snowflake store to end a dead worker's transaction within the lease (issue 16, the worker's locks): a worker killed inside its heartbeat or claim transaction (BEGIN; UPDATE dvt_locks; …) holds DVT_LOCKS, and every process of the store (another run's start, the heir worker) waits for it: until the server's 5-minute abort, or StaleLockAge (40s) with sf-server's stale-lock breaking; either is past lease TTL + 30s. -run 'TestSnowflakeKillRecovery/snowflake-store/worker' runs it")
-			}
 			// The kill is uniform over the run's wall time, measured per
 			// variant.
 			runFor := measureKillRun(t, bin, plan, v)
@@ -163,13 +159,6 @@ func TestSnowflakeKillRecovery(t *testing.T) {
 			}
 		})
 	}
-}
-
-// namedByRun: the -run pattern names sub (a subtest skipped unless asked
-// for by name).
-func namedByRun(sub string) bool {
-	f := flag.Lookup("test.run")
-	return f != nil && strings.Contains(f.Value.String(), sub)
 }
 
 // killSetup starts the warehouse's test server (and the store's, for the

@@ -101,6 +101,8 @@ type cli struct {
 	red engine.Redactor // secret values: never printed, in any form it knows
 
 	waitLog *slog.Logger // a daemon's log, for lock-wait progress (nil: plain lines)
+
+	lastPlan string // --plan with RUN_ID last (lastPlanFlag)
 }
 
 // globals are accepted before the command and by every command.

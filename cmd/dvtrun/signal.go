@@ -34,6 +34,7 @@ func cmdCancel(ctx context.Context, c *cli, args []string) error {
 	reason := fs.String("reason", "cancelled from the CLI", "why, recorded with the signal")
 	var sf signalFlags
 	sf.register(fs)
+	c.lastPlanFlag(fs)
 	pos, err := c.parse(fs, args, 1, 1)
 	if err != nil {
 		return err
@@ -47,6 +48,7 @@ func cmdSignal(ctx context.Context, c *cli, args []string) error {
 	reason := fs.String("reason", "", "why, recorded with the signal")
 	var sf signalFlags
 	sf.register(fs)
+	c.lastPlanFlag(fs)
 	pos, err := c.parse(fs, args, 2, 2)
 	if err != nil {
 		return err

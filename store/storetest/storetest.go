@@ -74,7 +74,7 @@ func Run(t *testing.T, b Backend) {
 		{"GetLease", testGetLease},
 		{"PulseRenewsHeldLeasesAndFetchesSignals", testPulse},
 	}
-	cases = append(append(cases, deliveryCases...), queueCases...)
+	cases = append(append(append(cases, deliveryCases...), queueCases...), historyCases...)
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, b) })
 	}

@@ -1,0 +1,220 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/store/sqlite"
+	"github.com/dvtrun/dvtrun/store/storetest"
+)
+
+// seedHistory writes runs of two plans with different triggers and
+// outcomes, oldest first, in the harness's default scope, and one in
+// another tenant. It returns the default scope's run ids, oldest first.
+func seedHistory(t *testing.T, h *harness) []string {
+	t.Helper()
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, h.statePath(), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	runs := []struct {
+		id, tenant, plan string
+		queued           map[string]any
+		then             []engine.EventType
+	}{
+		{"abc00000-0000-4000-8000-000000000001", "default", "p1", map[string]any{"triggerSource": "cli", "triggeredBy": "ann"},
+			[]engine.EventType{engine.RunStarted, engine.RunCompleted}},
+		{"abc00000-0000-4000-8000-000000000002", "default", "p2", map[string]any{"triggerSource": "schedule", "triggeredBy": "schedule:nightly"},
+			[]engine.EventType{engine.RunStarted, engine.StepStarted, engine.StepFailed, engine.RunFailed}},
+		{"abd00000-0000-4000-8000-000000000003", "default", "p2", map[string]any{"triggerSource": "cli", "parentRunId": "abc00000-0000-4000-8000-000000000002"},
+			[]engine.EventType{engine.RunStarted}},
+		{"fff00000-0000-4000-8000-000000000004", "default", "p1", map[string]any{"triggerSource": "queue", "target": "prod",
+			"dataInterval": map[string]any{"start": "2026-04-01T00:00:00Z", "end": "2026-04-02T00:00:00Z"}}, nil},
+		{"abe00000-0000-4000-8000-000000000005", "other", "p1", map[string]any{"triggerSource": "cli"}, nil},
+	}
+	var ids []string
+	for _, r := range runs {
+		f := storetest.NewFixture()
+		f.Meta.RunID, f.Meta.TenantID, f.Meta.ProjectID, f.Meta.EnvironmentID, f.Meta.PlanID = r.id, r.tenant, "default", "dev", r.plan
+		q := f.Event(engine.RunQueued, "", 1)
+		q.Payload, _ = json.Marshal(r.queued)
+		if _, err := st.BootstrapRun(ctx, f.Meta, []engine.RunEventWrite{q}); err != nil {
+			t.Fatal(err)
+		}
+		for _, typ := range r.then {
+			step := ""
+			if typ.StepLevel() {
+				step = "model.broken"
+			}
+			if _, err := st.AppendAndEnqueue(ctx, r.id, []engine.RunEventWrite{f.Event(typ, step, 1)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if r.tenant == "default" {
+			ids = append(ids, r.id)
+		}
+	}
+	return ids
+}
+
+// listed is the run ids of a `runs --json` answer.
+func listed(t *testing.T, r result) []string {
+	t.Helper()
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	var rows []struct {
+		RunID string `json:"runId"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &rows); err != nil {
+		t.Fatalf("%v: %s", err, r.stdout)
+	}
+	var out []string
+	for _, x := range rows {
+		out = append(out, x.RunID)
+	}
+	return out
+}
+
+func TestRunsFilters(t *testing.T) {
+	h := newHarness(t)
+	ids := seedHistory(t, h)
+	newest := slices.Clone(ids)
+	slices.Reverse(newest)
+	cases := []struct {
+		args []string
+		want []string
+	}{
+		{nil, newest},
+		{[]string{"--status", "FAILED"}, []string{ids[1]}},
+		{[]string{"--status", "failed"}, []string{ids[1]}},
+		{[]string{"--plan", "p1"}, []string{ids[3], ids[0]}},
+		{[]string{"--schedule", "nightly"}, []string{ids[1]}},
+		{[]string{"--trigger", "retry"}, []string{ids[2]}},
+		{[]string{"--target", "prod"}, []string{ids[3]}},
+		{[]string{"--plan", "p2", "--status", "RUNNING"}, []string{ids[2]}},
+		{[]string{"--since", "2000-01-01"}, newest},
+		{[]string{"--until", "2000-01-01"}, nil},
+		{[]string{"--since", "1000h"}, newest},
+	}
+	for _, c := range cases {
+		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
+			got := listed(t, h.run(append([]string{"runs", "--json"}, c.args...)...))
+			if !slices.Equal(got, c.want) {
+				t.Errorf("runs %v: %v, want %v", c.args, got, c.want)
+			}
+		})
+	}
+
+	// The table: trigger, wait, the first failure, target and interval.
+	r := h.run("runs")
+	for _, want := range []*regexp.Regexp{
+		regexp.MustCompile(`(?m)^` + ids[1] + ` +p2@7 +FAILED +0/1 +\d+\.\d{3}s +\d+\.\d{3}s +schedule:nightly +\S+ +model\.broken: STEP_FAILED: it's "broken" line 2$`),
+		regexp.MustCompile(`(?m)^` + ids[2] + ` +p2@7 +RUNNING .* retry of ` + ids[1]),
+		regexp.MustCompile(`(?m)^` + ids[3] + ` +p1@7 +QUEUED .* queue +prod +2026-04-01T00:00:00Z\.\.2026-04-02T00:00:00Z `),
+		regexp.MustCompile(`(?m)^RUN_ID +PLAN +STATUS +STEPS OK +DURATION +WAIT +TRIGGER +TARGET +INTERVAL +CREATED +FIRST FAILURE$`),
+	} {
+		if !want.MatchString(r.stdout) {
+			t.Errorf("runs table does not match %s:\n%s", want, r.stdout)
+		}
+	}
+
+	// Bad filters are refused before the store is read.
+	for _, args := range [][]string{
+		{"--status", "BOGUS"}, {"--trigger", "cron"}, {"--since", "yesterday"}, {"--until", "3000-01-01"},
+		{"--after", "not-a-cursor"}, {"--limit", "0"},
+	} {
+		wantError(t, h.run(append([]string{"runs"}, args...)...), exitUsage, "INVALID_ARGUMENT")
+	}
+}
+
+// TestRunsPaging: --limit pages, the page says how to get the next one,
+// and --after gets it; the pages hold every run once, newest first.
+func TestRunsPaging(t *testing.T) {
+	h := newHarness(t)
+	ids := seedHistory(t, h)
+	slices.Reverse(ids)
+	cursorRE := regexp.MustCompile(`More runs: dvtrun runs --after (\S+) `)
+	var paged []string
+	args := []string{"runs", "--limit", "3"}
+	for range 3 {
+		r := h.run(args...)
+		if r.code != 0 {
+			t.Fatalf("%v: exit %d %s", args, r.code, r.stderr)
+		}
+		for _, line := range strings.Split(strings.TrimSpace(r.stdout), "\n")[1:] {
+			if f := strings.Fields(line); len(f) > 0 && strings.Count(f[0], "-") == 4 {
+				paged = append(paged, f[0])
+			}
+		}
+		m := cursorRE.FindStringSubmatch(r.stdout)
+		if m == nil {
+			break
+		}
+		args = []string{"runs", "--limit", "3", "--after", m[1]}
+	}
+	if !slices.Equal(paged, ids) {
+		t.Fatalf("pages %v, want %v", paged, ids)
+	}
+	// JSON: the cursor goes to stderr, the document stays an array.
+	r := h.run("runs", "--json", "--limit", "2")
+	if got := listed(t, r); !slices.Equal(got, ids[:2]) || !strings.Contains(r.stderr, "more runs: --after ") {
+		t.Errorf("runs --json --limit 2: %v, stderr %q", got, r.stderr)
+	}
+}
+
+// TestRunIDResolution: every RUN_ID argument takes a unique prefix, or
+// last (with --plan, of that plan); an ambiguous prefix names the runs.
+func TestRunIDResolution(t *testing.T) {
+	h := newHarness(t)
+	ids := seedHistory(t, h)
+	runOf := func(r result) string {
+		t.Helper()
+		var v struct {
+			Run struct {
+				RunID string `json:"runId"`
+			} `json:"run"`
+		}
+		if r.code != 0 || json.Unmarshal([]byte(r.stdout), &v) != nil {
+			t.Fatalf("exit %d: %s%s", r.code, r.stdout, r.stderr)
+		}
+		return v.Run.RunID
+	}
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{ids[1]}, ids[1]},
+		{[]string{"abd"}, ids[2]},
+		{[]string{"fff00000"}, ids[3]},
+		{[]string{"last"}, ids[3]},
+		{[]string{"last", "--plan", "p2"}, ids[2]},
+		{[]string{"--plan", "p1", "last"}, ids[3]},
+	}
+	for _, c := range cases {
+		if got := runOf(h.run(append([]string{"status", "--json"}, c.args...)...)); got != c.want {
+			t.Errorf("status %v: run %s, want %s", c.args, got, c.want)
+		}
+	}
+	if r := h.run("events", "abd"); r.code != 0 || !strings.Contains(r.stdout, "RunQueued") {
+		t.Errorf("events abd: exit %d %s", r.code, r.stderr)
+	}
+	// Ambiguous: both abc runs are named.
+	r := h.run("status", "abc")
+	wantError(t, r, exitUsage, "INVALID_ARGUMENT", "ambiguous", ids[0], ids[1])
+	// Another tenant's run is not found by its prefix, nor by its id.
+	wantError(t, h.run("status", "abe"), exitUsage, "RUN_NOT_FOUND")
+	wantError(t, h.run("status", "abe00000-0000-4000-8000-000000000005"), exitUsage, "RUN_NOT_FOUND")
+	wantError(t, h.run("status", "last", "--plan", "nope"), exitUsage, "RUN_NOT_FOUND", "nope")
+	wantError(t, h.run("--tenant", "empty", "status", "last"), exitUsage, "RUN_NOT_FOUND")
+	// A prefix is data, never a pattern.
+	wantError(t, h.run("status", "%"), exitUsage, "RUN_NOT_FOUND")
+	wantError(t, h.run("status", "ab_"), exitUsage, "RUN_NOT_FOUND")
+}

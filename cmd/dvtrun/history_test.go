@@ -218,3 +218,91 @@ func TestRunIDResolution(t *testing.T) {
 	wantError(t, h.run("status", "%"), exitUsage, "RUN_NOT_FOUND")
 	wantError(t, h.run("status", "ab_"), exitUsage, "RUN_NOT_FOUND")
 }
+
+// TestStatusStep: status RUN --step ID shows the step's SQL as sent to the
+// warehouse, its attempts with errors, rows, the ledger entry, and a
+// failing test's first rows (bounded, secrets redacted), as text and JSON.
+func TestStatusStep(t *testing.T) {
+	h := newHarness(t)
+	const token = "s3cr3t-T0ken-value"
+	if r := h.run("run", "--secrets-file", fixture("secret", "secrets.env"), fixture("stepview", "plan.yaml")); r.code != exitFailed {
+		t.Fatalf("run: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	step := func(id string) (result, stepView) {
+		t.Helper()
+		r := h.run("status", "last", "--step", id, "--json")
+		var v stepView
+		if r.code != 0 || json.Unmarshal([]byte(r.stdout), &v) != nil {
+			t.Fatalf("status --step %s --json: exit %d %s%s", id, r.code, r.stdout, r.stderr)
+		}
+		return r, v
+	}
+
+	r, v := step("test.token_leaks")
+	if strings.Contains(r.stdout, token) {
+		t.Fatalf("the secret's value is in the step's JSON:\n%s", r.stdout)
+	}
+	if v.SQL != "select n, ? as token from nums where n < 3" || v.Step.Status != engine.StepStatusFailed || v.Failures != 2 {
+		t.Errorf("step view: sql %q status %s failures %d", v.SQL, v.Step.Status, v.Failures)
+	}
+	fr := v.FailingRows
+	if fr == nil || !slices.Equal(fr.Columns, []string{"n", "token"}) || len(fr.Rows) != 2 || fr.Rows[0][1] != engine.Redacted {
+		t.Errorf("failing rows %+v, want n and token, 2 rows, the token %s", fr, engine.Redacted)
+	}
+	if len(v.Attempts) != 2 || v.Attempts[0].EventType != engine.StepStarted || v.Attempts[1].EventType != engine.StepFailed ||
+		v.Attempts[1].Error == nil || v.Attempts[1].Error.Code != "STEP_FAILED" {
+		t.Errorf("attempts %+v, want StepStarted then StepFailed with STEP_FAILED", v.Attempts)
+	}
+	if v.Ledger == nil || !v.Ledger.Checked || v.Ledger.Committed {
+		t.Errorf("a failed test's ledger %+v, want checked and nothing committed", v.Ledger)
+	}
+
+	_, v = step("test.all_rows")
+	if v.Failures != 7 || v.FailingRows == nil || len(v.FailingRows.Rows) != engine.FailingRowsSample {
+		t.Errorf("test.all_rows: %d failures, failing rows %+v: want 7 and the first %d", v.Failures, v.FailingRows, engine.FailingRowsSample)
+	}
+
+	_, v = step("model.nums")
+	if v.Step.Status != engine.StepStatusSuccess || v.RowCount != 7 || v.Relation != "nums" || !strings.Contains(v.SQL, "union all select 7") ||
+		v.Ledger == nil || !v.Ledger.Committed || v.Ledger.LogicalAttempt != 1 || v.FailingRows != nil {
+		t.Errorf("model.nums: %+v", v)
+	}
+
+	// The text form.
+	r = h.run("status", "last", "--step", "test.token_leaks")
+	for _, want := range []string{"Step:", "test.token_leaks (test)", "STEP_FAILED", "select n, ? as token from nums where n < 3",
+		"First rows the test returned (2 of 2, redacted)", engine.Redacted, "StepFailed", "Ledger:", "nothing committed"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("status --step does not show %q:\n%s", want, r.stdout)
+		}
+	}
+	if r.code != 0 || strings.Contains(r.stdout, token) {
+		t.Errorf("status --step: exit %d, or the secret shows:\n%s", r.code, r.stdout)
+	}
+
+	// Bad input: an unknown step names the run's steps; hostile text is escaped.
+	wantError(t, h.run("status", "last", "--step", "model.nope"), exitUsage, "INVALID_ARGUMENT", "model.nope", "model.nums")
+	r = h.run("status", "last", "--step", "x\x1b[31m")
+	wantError(t, r, exitUsage, "INVALID_ARGUMENT")
+	if strings.Contains(r.stderr, "\x1b") {
+		t.Errorf("a control character reached the terminal: %q", r.stderr)
+	}
+	wantError(t, h.run("status", "last", "--step", "model.nums", "--follow"), exitUsage, "INVALID_ARGUMENT")
+}
+
+func TestQueryHistorySQL(t *testing.T) {
+	cases := []struct {
+		ids  []string
+		want string
+	}{
+		{nil, ""},
+		{[]string{"01a-1", "01a-2"}, "WHERE query_id IN ('01a-1', '01a-2')"},
+		{[]string{"it's"}, "WHERE query_id IN ('it''s')"},
+	}
+	for _, c := range cases {
+		got := queryHistorySQL(c.ids)
+		if !strings.Contains(got, c.want) || (c.want == "") != (got == "") {
+			t.Errorf("queryHistorySQL(%q) = %q, want it to hold %q", c.ids, got, c.want)
+		}
+	}
+}

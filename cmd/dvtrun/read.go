@@ -298,12 +298,16 @@ func cmdStatus(ctx context.Context, c *cli, args []string) error {
 	follow := fs.Bool("follow", false, "show the run live: steps as they change, PAUSED/DRAINING, until the run ends")
 	interval := fs.Duration("interval", 500*time.Millisecond, "with --follow, how often to read the log (each read is one query; see README for Snowflake)")
 	c.lastPlanFlag(fs)
+	step := fs.String("step", "", "show step `ID`: its SQL as sent to the warehouse, attempts and errors, rows, query ids,\nledger entry, and a failing test's first rows")
 	pos, err := c.parse(fs, args, 1, 1)
 	if err != nil {
 		return err
 	}
 	if err := checkInterval(*interval); err != nil {
 		return err
+	}
+	if *step != "" && *follow {
+		return engine.Errorf(engine.CodeInvalidArgument, "--step and --follow do not go together")
 	}
 	st, err := c.openStore(ctx, true)
 	if err != nil {
@@ -319,9 +323,22 @@ func cmdStatus(ctx context.Context, c *cli, args []string) error {
 	}
 	// A read command never writes: the Go reducer over the log, without
 	// recording INVALID_TRANSITION alerts (the runner and resume do).
-	snap, err := goSnapshot(ctx, st, meta.RunID)
+	evs, err := st.ListEvents(ctx, meta.RunID, 0, 0)
 	if err != nil {
 		return err
+	}
+	snap := engine.Project(meta.RunID, evs)
+	if *step != "" {
+		v, err := c.buildStepView(meta, snap, evs, *step)
+		if err != nil {
+			return err
+		}
+		c.readLedger(ctx, &v)
+		if *asJSON {
+			return c.printJSON(v)
+		}
+		c.printStepView(v)
+		return nil
 	}
 	if *asJSON {
 		return c.printJSON(struct {

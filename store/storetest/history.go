@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/queue"
 	"github.com/dvtrun/dvtrun/store"
 	"github.com/google/uuid"
 )
@@ -22,6 +23,7 @@ var historyCases = []struct {
 }{
 	{"HistoryFiltersAndColumns", testHistoryFilters},
 	{"HistoryKeysetPagingUnderConcurrentInserts", testHistoryPaging},
+	{"HistoryQueuedRunShowsItsRequest", testHistoryRequest},
 }
 
 // historyRun creates a run in tenant with the given RunQueued payload and
@@ -245,5 +247,47 @@ func testHistoryPaging(t *testing.T, b Backend) {
 	now, err := s1.ListRuns(ctx, store.RunFilter{TenantID: tenant})
 	if err != nil || len(now) != 11 {
 		t.Fatalf("runs after: %d %v, want 11", len(now), err)
+	}
+}
+
+// testHistoryRequest: a run started from a queue request is listed with
+// the request's schedule and is queued from the request's enqueue time
+// (the queue wait includes the time before a worker claimed it).
+func testHistoryRequest(t *testing.T, b Backend) {
+	if b.Fresh == nil {
+		t.Fatal("storetest.Backend.Fresh is nil")
+	}
+	st := b.Fresh(t)(t)
+	t.Cleanup(func() { st.Close() })
+	qs, ok := st.(QueueStore)
+	if !ok {
+		t.Fatalf("%T does not implement storetest.QueueStore", st)
+	}
+	r := request("p", "hourly-1", 0)
+	r.Schedule = "hourly"
+	r = enqueue(t, qs, r)
+	claimed, ok := claimRequest(t, qs, "w1", queue.ClaimLimits{})
+	if !ok || claimed.RequestID != r.RequestID {
+		t.Fatalf("claim: %v %+v", ok, claimed)
+	}
+	f := NewFixture()
+	f.Meta.TenantID, f.Meta.ProjectID, f.Meta.EnvironmentID = r.TenantID, r.ProjectID, r.EnvironmentID
+	f.Meta.PlanID, f.Meta.PlanVersion, f.Meta.RunRequestID = r.PlanID, r.PlanVersion, r.RunRequestID
+	if err := qs.SetRequestRun(ctx, r.RequestID, "w1", f.Meta.RunID); err != nil {
+		t.Fatal(err)
+	}
+	// The worker records who claimed it, not the schedule: the schedule's
+	// name comes from the request.
+	q := f.Event(engine.RunQueued, "", 1)
+	q.Payload = json.RawMessage(`{"triggerSource":"queue","triggeredBy":"w1"}`)
+	if _, err := st.BootstrapRun(ctx, f.Meta, []engine.RunEventWrite{q}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := st.ListRuns(ctx, store.RunFilter{TenantID: r.TenantID, Schedule: "hourly"})
+	if err != nil || len(got) != 1 {
+		t.Fatalf("runs of schedule hourly: %+v %v", got, err)
+	}
+	if g := got[0]; g.RunID != f.Meta.RunID || g.Trigger != store.TriggerQueue || g.Schedule != "hourly" || !g.QueuedAt.Equal(r.EnqueuedAt) {
+		t.Fatalf("run %+v, want schedule hourly, queued at the request's %v", g, r.EnqueuedAt)
 	}
 }

@@ -121,7 +121,9 @@ times AS (
            MIN(CASE WHEN e.event_type = 'RunStarted' THEN e.emitted_at END) AS started_at,
            MIN(CASE WHEN e.event_type IN ('RunCompleted', 'RunFailed', 'RunCancelled') THEN e.emitted_at END) AS ended_at,
            MIN(CASE WHEN e.event_type = 'StepFailed' THEN e.run_seq END) AS failed_seq
-    FROM dvt_run_events e JOIN page p ON p.run_id = e.run_id
+    -- CROSS JOIN keeps the page outermost: each of its runs' events through
+    -- the primary key, never a scan of the whole log.
+    FROM page p CROSS JOIN dvt_run_events e INDEXED BY dvt_run_events_outcomes ON e.run_id = p.run_id
     WHERE e.step_id IS NULL OR e.event_type = 'StepFailed'
     GROUP BY e.run_id
 )

@@ -225,7 +225,7 @@ func (c *cli) printStepView(v stepView) {
 	if v.Failures != 0 {
 		fmt.Fprintf(tw, "Failing rows:\t%d\n", v.Failures)
 	}
-	fmt.Fprintf(tw, "Ledger:\t%s\n", c.ledgerLine(v.Ledger))
+	fmt.Fprintf(tw, "Ledger:\t%s\n", c.ledgerLine(v.Ledger, v.Step.Status == engine.StepStatusSuccess))
 	tw.Flush()
 
 	fmt.Fprintln(w, "\nSQL (as sent to the warehouse, secrets redacted):")
@@ -288,12 +288,14 @@ func (c *cli) printStepView(v stepView) {
 	}
 }
 
-func (c *cli) ledgerLine(l *ledgerView) string {
+func (c *cli) ledgerLine(l *ledgerView, succeeded bool) string {
 	switch {
 	case l == nil:
 		return "not checked"
 	case !l.Checked:
 		return "not checked: " + l.NotCheckedWhy
+	case !l.Committed && succeeded:
+		return fmt.Sprintf("no entry for logical attempt %d: its work did not commit through the ledger (a step that cannot join a transaction, such as Snowflake DDL, is idempotent instead)", l.LogicalAttempt)
 	case !l.Committed:
 		return fmt.Sprintf("no entry for logical attempt %d (nothing committed)", l.LogicalAttempt)
 	case l.FromPayload:

@@ -206,6 +206,13 @@ func TestRunIDResolution(t *testing.T) {
 	if r := h.run("events", "abd"); r.code != 0 || !strings.Contains(r.stdout, "RunQueued") {
 		t.Errorf("events abd: exit %d %s", r.code, r.stderr)
 	}
+	// Other commands taking a RUN_ID: the signal names the whole id.
+	if r := h.run("cancel", "abd", "--wait", "0"); r.code != 0 || !strings.Contains(r.stdout, "sent to run "+ids[2]) {
+		t.Errorf("cancel abd: exit %d %s%s", r.code, r.stdout, r.stderr)
+	}
+	if r := h.run("export", "abc00000-0000-4000-8000-00000000000"); r.code != exitUsage {
+		t.Errorf("export of an ambiguous prefix: exit %d", r.code)
+	}
 	// Ambiguous: both abc runs are named.
 	r := h.run("status", "abc")
 	wantError(t, r, exitUsage, "INVALID_ARGUMENT", "ambiguous", ids[0], ids[1])

@@ -96,11 +96,11 @@ func (c *cli) sendSignal(ctx context.Context, runID string, t engine.SignalType,
 	}
 	// Terminal runs are immutable: a signal would wait forever for a runner.
 	if snap.Status.Terminal() {
-		return engine.Errorf(engine.CodeInvalidArgument, "run %s is already %s; signals reach live runs only", runID, snap.Status)
+		return engine.Errorf(engine.CodeInvalidArgument, "run %s is already %s; signals reach live runs only", meta.RunID, snap.Status)
 	}
 	if stepID != "" {
 		if _, found := snap.Step(stepID); !found {
-			return engine.Errorf(engine.CodeInvalidArgument, "run %s has no step %s in its log", runID, stepID)
+			return engine.Errorf(engine.CodeInvalidArgument, "run %s has no step %s in its log", meta.RunID, stepID)
 		}
 	}
 	sig, err := eng.Signal(ctx, meta.RunID, t, stepID, reason)

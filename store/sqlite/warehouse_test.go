@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/store"
 )
 
 func openWarehouseT(t *testing.T) *Warehouse {
@@ -270,6 +271,7 @@ func TestWarehouseFailingRows(t *testing.T) {
 		{"two failing rows", "select id, status from p where status = 'bad' order by id", 2, []string{"id", "status"}, []any{int64(2), "bad"}, 2},
 		{"a null value", "select status from p where status is null or status = ''", 1, []string{"status"}, nil, 1},
 		{"bounded", "select a.id from p a, p b order by a.id", 16, []string{"id"}, []any{int64(1)}, engine.FailingRowsSample},
+		{"long text cut", "select replace(hex(zeroblob(1500)), '0', 'é') as v", 1, []string{"v"}, []any{strings.Repeat("é", store.SampleValueMax/2) + "…"}, 1},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -293,7 +293,8 @@ func parseWhen(flagName, v string, now time.Time) (time.Time, error) {
 }
 
 func cmdStatus(ctx context.Context, c *cli, args []string) error {
-	fs := c.newFlagSet("status", "RUN_ID", "Show a run and its steps as the Go reducer derives them from the event log.\nWith --follow, show the run live until it ends; exit as `run` would (0 COMPLETED, 1 FAILED or CANCELLED).")
+	fs := c.newFlagSet("status", "RUN_ID", "Show a run and its steps as the Go reducer derives them from the event log.\nWith --follow, show the run live until it ends; exit as `run` would (0 COMPLETED, 1 FAILED or CANCELLED)."+
+		"\nRUN_ID is a run id, a unique prefix of one, or last (with --plan P: the newest run of P).")
 	asJSON := fs.Bool("json", false, "print JSON (with --follow: one snapshot per line, per change)")
 	follow := fs.Bool("follow", false, "show the run live: steps as they change, PAUSED/DRAINING, until the run ends")
 	interval := fs.Duration("interval", 500*time.Millisecond, "with --follow, how often to read the log (each read is one query; see README for Snowflake)")

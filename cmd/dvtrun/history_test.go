@@ -313,3 +313,30 @@ func TestQueryHistorySQL(t *testing.T) {
 		}
 	}
 }
+
+// TestRunsOfRealRuns: the history reads what the engine writes — a run
+// started by hand is manual, its retry is "retry of" it, and the failed
+// run's first failure is the step that failed.
+func TestRunsOfRealRuns(t *testing.T) {
+	h := newHarness(t)
+	h.env["DVT_TARGET_PATH"] = h.dir
+	plan := retryFixture(t)
+	parent := runIDFrom(t, h.run("run", "--threads", "1", plan).stdout)
+	fixRetryFixture(t, plan)
+	r := h.run("retry", parent[:10])
+	if r.code != 0 {
+		t.Fatalf("retry: exit %d %s%s", r.code, r.stdout, r.stderr)
+	}
+	child := runIDFrom(t, r.stdout)
+	if got := listed(t, h.run("runs", "--json", "--trigger", "retry")); !slices.Equal(got, []string{child}) {
+		t.Errorf("runs --trigger retry: %v, want [%s]", got, child)
+	}
+	if got := listed(t, h.run("runs", "--json", "--trigger", "manual", "--status", "FAILED")); !slices.Equal(got, []string{parent}) {
+		t.Errorf("runs --trigger manual --status FAILED: %v, want [%s]", got, parent)
+	}
+	r = h.run("runs")
+	if !regexp.MustCompile(`(?m)^` + parent + ` .* FAILED .* manual by \S+ .* model\.flaky: `).MatchString(r.stdout) ||
+		!regexp.MustCompile(`(?m)^` + child + ` .* COMPLETED .* retry of ` + parent).MatchString(r.stdout) {
+		t.Errorf("runs:\n%s", r.stdout)
+	}
+}

@@ -335,8 +335,8 @@ func TestRunsOfRealRuns(t *testing.T) {
 		t.Errorf("runs --trigger manual --status FAILED: %v, want [%s]", got, parent)
 	}
 	r = h.run("runs")
-	if !regexp.MustCompile(`(?m)^` + parent + ` .* FAILED .* manual by \S+ .* model\.flaky: `).MatchString(r.stdout) ||
-		!regexp.MustCompile(`(?m)^` + child + ` .* COMPLETED .* retry of ` + parent).MatchString(r.stdout) {
+	if !regexp.MustCompile(`(?m)^`+parent+` .* FAILED .* manual by \S+ .* model\.flaky: `).MatchString(r.stdout) ||
+		!regexp.MustCompile(`(?m)^`+child+` .* COMPLETED .* retry of `+parent).MatchString(r.stdout) {
 		t.Errorf("runs:\n%s", r.stdout)
 	}
 }

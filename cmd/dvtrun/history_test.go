@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/stepview"
 	"github.com/dvtrun/dvtrun/store/sqlite"
 	"github.com/dvtrun/dvtrun/store/storetest"
 )
@@ -235,10 +236,10 @@ func TestStatusStep(t *testing.T) {
 	if r := h.run("run", "--secrets-file", fixture("secret", "secrets.env"), fixture("stepview", "plan.yaml")); r.code != exitFailed {
 		t.Fatalf("run: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
-	step := func(id string) (result, stepView) {
+	step := func(id string) (result, stepview.View) {
 		t.Helper()
 		r := h.run("status", "last", "--step", id, "--json")
-		var v stepView
+		var v stepview.View
 		if r.code != 0 || json.Unmarshal([]byte(r.stdout), &v) != nil {
 			t.Fatalf("status --step %s --json: exit %d %s%s", id, r.code, r.stdout, r.stderr)
 		}
@@ -295,23 +296,6 @@ func TestStatusStep(t *testing.T) {
 		t.Errorf("a control character reached the terminal: %q", r.stderr)
 	}
 	wantError(t, h.run("status", "last", "--step", "model.nums", "--follow"), exitUsage, "INVALID_ARGUMENT")
-}
-
-func TestQueryHistorySQL(t *testing.T) {
-	cases := []struct {
-		ids  []string
-		want string
-	}{
-		{nil, ""},
-		{[]string{"01a-1", "01a-2"}, "WHERE query_id IN ('01a-1', '01a-2')"},
-		{[]string{"it's"}, "WHERE query_id IN ('it''s')"},
-	}
-	for _, c := range cases {
-		got := queryHistorySQL(c.ids)
-		if !strings.Contains(got, c.want) || (c.want == "") != (got == "") {
-			t.Errorf("queryHistorySQL(%q) = %q, want it to hold %q", c.ids, got, c.want)
-		}
-	}
 }
 
 // TestRunsOfRealRuns: the history reads what the engine writes — a run

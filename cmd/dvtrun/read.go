@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/stepview"
 	"github.com/dvtrun/dvtrun/store"
 )
 
@@ -330,7 +331,7 @@ func cmdStatus(ctx context.Context, c *cli, args []string) error {
 	}
 	snap := engine.Project(meta.RunID, evs)
 	if *step != "" {
-		v, err := c.buildStepView(meta, snap, evs, *step)
+		v, err := stepview.Build(meta.RunID, snap, evs, *step)
 		if err != nil {
 			return err
 		}

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/stepview"
 	"github.com/dvtrun/dvtrun/store"
 	"github.com/dvtrun/dvtrun/store/snowflake"
 	"github.com/dvtrun/dvtrun/store/snowflake/sftest"
@@ -185,10 +186,10 @@ func TestStatusStepOnSnowflake(t *testing.T) {
 	if got := listed(t, h.run("runs", "--json", "--status", "FAILED", "--plan", "cli_stepview", "--trigger", "manual")); !slices.Equal(got, []string{runID}) {
 		t.Fatalf("runs --status FAILED on snowflake: %v, want [%s]", got, runID)
 	}
-	view := func(step string) (string, stepView) {
+	view := func(step string) (string, stepview.View) {
 		t.Helper()
 		r := h.run("status", runID[:8], "--step", step, "--json")
-		var v stepView
+		var v stepview.View
 		if r.code != 0 || json.Unmarshal([]byte(r.stdout), &v) != nil {
 			t.Fatalf("status --step %s: exit %d %s%s", step, r.code, r.stdout, r.stderr)
 		}

@@ -99,6 +99,7 @@ func TestRunsFilters(t *testing.T) {
 		{[]string{"--plan", "p1"}, []string{ids[3], ids[0]}},
 		{[]string{"--schedule", "nightly"}, []string{ids[1]}},
 		{[]string{"--trigger", "retry"}, []string{ids[2]}},
+		{[]string{"--trigger", "retry-of"}, []string{ids[2]}},
 		{[]string{"--target", "prod"}, []string{ids[3]}},
 		{[]string{"--plan", "p2", "--status", "RUNNING"}, []string{ids[2]}},
 		{[]string{"--since", "2000-01-01"}, newest},

@@ -138,7 +138,7 @@ func cmdRuns(ctx context.Context, c *cli, args []string) error {
 	status := fs.String("status", "", "only runs in `STATUS` (QUEUED, RUNNING, PAUSED, COMPLETED, FAILED, CANCELLED)")
 	plan := fs.String("plan", "", "only runs of plan `ID`")
 	schedule := fs.String("schedule", "", "only runs of schedule `NAME`")
-	trigger := fs.String("trigger", "", "only runs triggered by `KIND`: manual, schedule, queue or retry")
+	trigger := fs.String("trigger", "", "only runs triggered by `KIND`: manual, schedule, queue or retry (retry-of)")
 	target := fs.String("target", "", "only runs recorded with target `NAME`")
 	since := fs.String("since", "", "only runs created at or after `TIME` (RFC 3339, YYYY-MM-DD, or a duration ago such as 24h)")
 	until := fs.String("until", "", "only runs created before `TIME` (as --since)")
@@ -154,6 +154,9 @@ func cmdRuns(ctx context.Context, c *cli, args []string) error {
 		Target: *target, Limit: *limit + 1}
 	if f.Status != "" && !slices.Contains(runStatuses, f.Status) {
 		return engine.Errorf(engine.CodeInvalidArgument, "--status %s: want one of %v", c.clean(*status), runStatuses)
+	}
+	if f.Trigger == "retry-of" { // the issue's name for it
+		f.Trigger = store.TriggerRetry
 	}
 	if f.Trigger != "" && !slices.Contains(store.Triggers, f.Trigger) {
 		return engine.Errorf(engine.CodeInvalidArgument, "--trigger %s: want one of %v", c.clean(*trigger), store.Triggers)

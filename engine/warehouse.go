@@ -67,10 +67,24 @@ type StepResult struct {
 	QueryIDs     []string       `json:"queryIds,omitempty"` // warehouse query ids (Snowflake QUERY_HISTORY)
 	Artifacts    []ArtifactRef  `json:"artifacts,omitempty"`
 	Outputs      map[string]any `json:"outputs,omitempty"`
+	// FailingRows are the first rows a failing test returned (at most
+	// FailingRowsSample), for the operator to see why it failed.
+	FailingRows *RowSample `json:"failingRows,omitempty"`
 	// Ledger is set when the step's logical attempt had committed already
 	// (by this runner before a crash, or by another runner): the result is
 	// the recorded one and nothing was executed again.
 	Ledger *LedgerEntry `json:"-"`
+}
+
+// FailingRowsSample bounds the rows of a failing test kept in its
+// StepFailed payload: enough to see why, never a copy of the data.
+const FailingRowsSample = 5
+
+// RowSample is a few rows of a query's result, values as the driver gave
+// them (text, numbers, null).
+type RowSample struct {
+	Columns []string `json:"columns"`
+	Rows    [][]any  `json:"rows"`
 }
 
 // LedgerEntry is a step attempt's row in a warehouse's step ledger: the

@@ -41,8 +41,10 @@ type Store interface {
 	// GetRun returns a run's metadata or RUN_NOT_FOUND.
 	GetRun(ctx context.Context, runID string) (engine.RunMetadata, error)
 
-	// ListRuns returns runs newest first.
-	ListRuns(ctx context.Context, f RunFilter) ([]engine.RunMetadata, error)
+	// ListRuns is the run history: the runs f selects, newest first
+	// (created_at, then run id, descending), at most f.Limit, after
+	// f.After; each with its status, trigger, times and first failure.
+	ListRuns(ctx context.Context, f RunFilter) ([]RunSummary, error)
 
 	// SetProviderRunRef records the adapter's reference once it has started.
 	SetProviderRunRef(ctx context.Context, runID, ref string) error
@@ -106,12 +108,4 @@ type Store interface {
 	engine.BundleStore
 
 	Close() error
-}
-
-// RunFilter narrows ListRuns. Empty fields match everything.
-type RunFilter struct {
-	TenantID      string
-	ProjectID     string
-	EnvironmentID string
-	Limit         int // <= 0: 100
 }

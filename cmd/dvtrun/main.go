@@ -101,6 +101,8 @@ type cli struct {
 	red engine.Redactor // secret values: never printed, in any form it knows
 
 	waitLog *slog.Logger // a daemon's log, for lock-wait progress (nil: plain lines)
+
+	lastPlan string // --plan with RUN_ID last (lastPlanFlag)
 }
 
 // globals are accepted before the command and by every command.
@@ -179,8 +181,8 @@ func commands() []command {
 		{"ls", "PLAN", "list the steps a selection picks, in execution order", cmdLs},
 		{"cancel", "RUN_ID", "ask a run's runner to cancel it", cmdCancel},
 		{"signal", "RUN_ID pause|resume|cancel|retry-step", "send a signal to a run's runner", cmdSignal},
-		{"runs", "", "list runs, newest first", cmdRuns},
-		{"status", "RUN_ID", "show a run and its steps (Go reducer)", cmdStatus},
+		{"runs", "[--status S --plan P --since T …]", "list runs, newest first: filters, keyset pages", cmdRuns},
+		{"status", "RUN_ID [--step ID]", "show a run and its steps (Go reducer), or one step", cmdStatus},
 		{"events", "RUN_ID", "list a run's events in runSeq order", cmdEvents},
 		{"export", "RUN_ID", "write a run's audit export (JSON bundle or CSV)", cmdExport},
 		{"plan", "validate|show|import-dbt", "validate a plan, print what a run ran, import a dbt manifest", cmdPlan},

@@ -5,15 +5,19 @@ import (
 	"context"
 	"encoding/csv"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/stepview"
 	"github.com/dvtrun/dvtrun/store"
 )
 
@@ -37,17 +41,69 @@ func (c *cli) config() engine.Config {
 	}
 }
 
-// loadRun returns the run's metadata, or RUN_NOT_FOUND when it does not
-// exist in this tenant/project/environment: every read is scoped.
-func (c *cli) loadRun(ctx context.Context, st stateStore, runID string) (engine.RunMetadata, error) {
-	meta, err := st.GetRun(ctx, runID)
+// loadRun returns the metadata of the run arg names, or RUN_NOT_FOUND when
+// none exists in this tenant/project/environment: every read is scoped. arg
+// is a run id, a unique prefix of one (as git resolves a short hash; an
+// ambiguous one is INVALID_ARGUMENT naming the candidates), or "last", the
+// newest run (of the plan --plan names, where the command has that flag).
+func (c *cli) loadRun(ctx context.Context, st stateStore, arg string) (engine.RunMetadata, error) {
+	scope := store.RunFilter{TenantID: c.g.tenant, ProjectID: c.g.project, EnvironmentID: c.g.environment}
+	if arg == "last" {
+		f := scope
+		f.PlanID, f.Limit = c.lastPlan, 1
+		runs, err := st.ListRuns(ctx, f)
+		if err != nil {
+			return engine.RunMetadata{}, err
+		}
+		if len(runs) == 0 {
+			if c.lastPlan != "" {
+				return engine.RunMetadata{}, engine.Errorf(engine.CodeRunNotFound, "no run of plan %s in tenant %s, project %s, environment %s", c.clean(c.lastPlan), c.g.tenant, c.g.project, c.g.environment)
+			}
+			return engine.RunMetadata{}, engine.Errorf(engine.CodeRunNotFound, "no run in tenant %s, project %s, environment %s", c.g.tenant, c.g.project, c.g.environment)
+		}
+		return runs[0].RunMetadata, nil
+	}
+	meta, err := st.GetRun(ctx, arg)
+	if err == nil && meta.TenantID == c.g.tenant && meta.ProjectID == c.g.project && meta.EnvironmentID == c.g.environment {
+		return meta, nil
+	}
+	if err != nil && engine.CodeOf(err) != engine.CodeRunNotFound {
+		return engine.RunMetadata{}, err
+	}
+	notFound := engine.Errorf(engine.CodeRunNotFound, "run %s not found in tenant %s, project %s, environment %s", c.clean(arg), c.g.tenant, c.g.project, c.g.environment)
+	if arg == "" {
+		return engine.RunMetadata{}, notFound
+	}
+	// Not a whole id of this scope: a prefix of one? At most maxCandidates
+	// are named when several match.
+	const maxCandidates = 10
+	f := scope
+	f.RunIDPrefix, f.Limit = arg, maxCandidates+1
+	runs, err := st.ListRuns(ctx, f)
 	if err != nil {
-		return meta, err
+		return engine.RunMetadata{}, err
 	}
-	if meta.TenantID != c.g.tenant || meta.ProjectID != c.g.project || meta.EnvironmentID != c.g.environment {
-		return engine.RunMetadata{}, engine.Errorf(engine.CodeRunNotFound, "run %s not found in tenant %s, project %s, environment %s", runID, c.g.tenant, c.g.project, c.g.environment)
+	switch len(runs) {
+	case 0:
+		return engine.RunMetadata{}, notFound
+	case 1:
+		return runs[0].RunMetadata, nil
 	}
-	return meta, nil
+	var names []string
+	for i, r := range runs {
+		if i == maxCandidates {
+			names = append(names, "…")
+			break
+		}
+		names = append(names, c.clean(r.RunID)+" ("+c.clean(r.PlanID)+", "+fmtTime(r.CreatedAt)+")")
+	}
+	return engine.RunMetadata{}, engine.Errorf(engine.CodeInvalidArgument, "run id prefix %s is ambiguous: it starts %s", c.clean(arg), strings.Join(names, ", "))
+}
+
+// lastPlanFlag registers --plan on a command that takes a RUN_ID: with
+// RUN_ID last, the newest run of that plan.
+func (c *cli) lastPlanFlag(fs *flag.FlagSet) {
+	fs.StringVar(&c.lastPlan, "plan", "", "with RUN_ID `last`: the newest run of plan ID")
 }
 
 // newTable is the one layout of every table the CLI prints: columns two
@@ -75,74 +131,188 @@ func fmtTime(t time.Time) string {
 }
 
 func cmdRuns(ctx context.Context, c *cli, args []string) error {
-	fs := c.newFlagSet("runs", "", "List runs, newest first, with their status from the Go reducer.")
+	fs := c.newFlagSet("runs", "", "List runs, newest first, filtered by the store (keyset paging: --after the cursor a page prints).\n"+
+		"WAIT is the time queued before the start, DURATION the execution; FIRST FAILURE the first step that failed.")
 	limit := fs.Int("limit", 20, "at most `N` runs")
-	asJSON := fs.Bool("json", false, "print JSON")
+	asJSON := fs.Bool("json", false, "print JSON (the next page's cursor goes to stderr)")
+	status := fs.String("status", "", "only runs in `STATUS` (QUEUED, RUNNING, PAUSED, COMPLETED, FAILED, CANCELLED)")
+	plan := fs.String("plan", "", "only runs of plan `ID`")
+	schedule := fs.String("schedule", "", "only runs of schedule `NAME`")
+	trigger := fs.String("trigger", "", "only runs triggered by `KIND`: manual, schedule, queue or retry (retry-of)")
+	target := fs.String("target", "", "only runs recorded with target `NAME`")
+	since := fs.String("since", "", "only runs created at or after `TIME` (RFC 3339, YYYY-MM-DD, or a duration ago such as 24h)")
+	until := fs.String("until", "", "only runs created before `TIME` (as --since)")
+	after := fs.String("after", "", "the page after `CURSOR` (printed below a page that has more)")
 	if _, err := c.parse(fs, args, 0, 0); err != nil {
 		return err
 	}
-	if *limit <= 0 {
-		return engine.Errorf(engine.CodeInvalidArgument, "--limit must be positive")
+	if *limit <= 0 || *limit > 10000 {
+		return engine.Errorf(engine.CodeInvalidArgument, "--limit must be between 1 and 10000")
+	}
+	f := store.RunFilter{TenantID: c.g.tenant, ProjectID: c.g.project, EnvironmentID: c.g.environment,
+		Status: engine.RunStatus(strings.ToUpper(*status)), PlanID: *plan, Schedule: *schedule, Trigger: store.Trigger(strings.ToLower(*trigger)),
+		Target: *target, Limit: *limit + 1}
+	if f.Status != "" && !slices.Contains(runStatuses, f.Status) {
+		return engine.Errorf(engine.CodeInvalidArgument, "--status %s: want one of %v", c.clean(*status), runStatuses)
+	}
+	if f.Trigger == "retry-of" { // the issue's name for it
+		f.Trigger = store.TriggerRetry
+	}
+	if f.Trigger != "" && !slices.Contains(store.Triggers, f.Trigger) {
+		return engine.Errorf(engine.CodeInvalidArgument, "--trigger %s: want one of %v", c.clean(*trigger), store.Triggers)
+	}
+	var err error
+	now := time.Now()
+	if f.Since, err = parseWhen("--since", *since, now); err != nil {
+		return err
+	}
+	if f.Until, err = parseWhen("--until", *until, now); err != nil {
+		return err
+	}
+	if *after != "" {
+		cur, err := store.ParseCursor(*after)
+		if err != nil {
+			return err
+		}
+		f.After = &cur
 	}
 	st, err := c.openStore(ctx, true)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	runs, err := st.ListRuns(ctx, store.RunFilter{TenantID: c.g.tenant, ProjectID: c.g.project, EnvironmentID: c.g.environment, Limit: *limit})
+	runs, err := st.ListRuns(ctx, f)
 	if err != nil {
 		return err
 	}
+	var next string
+	if len(runs) > *limit {
+		runs = runs[:*limit]
+		next = runs[len(runs)-1].Cursor().String()
+	}
 	type row struct {
-		engine.RunMetadata
-		Status       engine.RunStatus `json:"status"`
-		Inconsistent bool             `json:"inconsistent,omitempty"`
-		Steps        int              `json:"steps"`          // steps the log mentions
-		Succeeded    int              `json:"stepsSucceeded"` // of those, SUCCESS
-		DurationMs   int64            `json:"durationMs,omitempty"`
-		completed    bool
+		store.RunSummary
+		Inconsistent bool  `json:"inconsistent,omitempty"`
+		Steps        int   `json:"steps"`          // steps the log mentions
+		Succeeded    int   `json:"stepsSucceeded"` // of those, SUCCESS
+		DurationMs   int64 `json:"durationMs,omitempty"`
+		QueueWaitMs  int64 `json:"queueWaitMs,omitempty"`
 	}
 	rows := make([]row, 0, len(runs))
+	extra := false // a target or an interval to show
 	for _, m := range runs {
-		evs, err := st.ListEvents(ctx, m.RunID, 0, 0)
+		// The page's runs only: the step counts and Policy A's mark come
+		// from the Go reducer over each run's log.
+		snap, err := goSnapshot(ctx, st, m.RunID)
 		if err != nil {
 			return err
 		}
-		snap := engine.Project(m.RunID, evs)
-		r := row{RunMetadata: m, Status: snap.Status, Inconsistent: snap.Inconsistent, Steps: len(snap.Steps), DurationMs: snap.DurationMs, completed: !snap.CompletedAt.IsZero()}
+		r := row{RunSummary: m, Inconsistent: snap.Inconsistent, Steps: len(snap.Steps), DurationMs: m.Duration().Milliseconds(), QueueWaitMs: m.QueueWait().Milliseconds()}
 		for _, s := range snap.Steps {
 			if s.Status == engine.StepStatusSuccess {
 				r.Succeeded++
 			}
 		}
+		extra = extra || m.Target != "" || m.IntervalStart != ""
 		rows = append(rows, r)
 	}
 	if *asJSON {
+		if next != "" {
+			fmt.Fprintln(c.stderr, "dvtrun: more runs: --after "+next)
+		}
 		return c.printJSON(rows)
 	}
 	tw := newTable(c.stdout)
-	fmt.Fprintln(tw, "RUN_ID\tPLAN\tSTATUS\tSTEPS OK\tDURATION\tCREATED")
+	head := "RUN_ID\tPLAN\tSTATUS\tSTEPS OK\tDURATION\tWAIT\tTRIGGER\tCREATED\tFIRST FAILURE"
+	if extra {
+		head = "RUN_ID\tPLAN\tSTATUS\tSTEPS OK\tDURATION\tWAIT\tTRIGGER\tTARGET\tINTERVAL\tCREATED\tFIRST FAILURE"
+	}
+	fmt.Fprintln(tw, head)
 	for _, r := range rows {
 		status := string(r.Status)
 		if r.Inconsistent {
 			status += " (INCONSISTENT)"
 		}
-		fmt.Fprintf(tw, "%s\t%s@%s\t%s\t%d/%d\t%s\t%s\n", c.clean(r.RunID), c.clean(r.PlanID), c.clean(r.PlanVersion), status, r.Succeeded, r.Steps, fmtMs(r.DurationMs, r.completed), fmtTime(r.CreatedAt))
+		failure := ""
+		if ff := r.FirstFailure; ff != nil {
+			failure = ff.StepID + ": " + ff.Code + ": " + ff.Message
+		}
+		cols := []string{c.clean(r.RunID), c.clean(r.PlanID) + "@" + c.clean(r.PlanVersion), status, fmt.Sprintf("%d/%d", r.Succeeded, r.Steps),
+			fmtMs(r.DurationMs, !r.EndedAt.IsZero()), fmtMs(r.QueueWaitMs, !r.StartedAt.IsZero()), c.clean(triggerText(r.RunSummary))}
+		if extra {
+			interval := ""
+			if r.IntervalStart != "" || r.IntervalEnd != "" {
+				interval = r.IntervalStart + ".." + r.IntervalEnd
+			}
+			cols = append(cols, c.clean(r.Target), c.clean(interval))
+		}
+		cols = append(cols, fmtTime(r.CreatedAt), c.cleanLine(failure))
+		fmt.Fprintln(tw, strings.Join(cols, "\t"))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if next != "" {
+		fmt.Fprintf(c.stdout, "\nMore runs: dvtrun runs --after %s (with the same filters)\n", next)
+	}
+	return nil
+}
+
+// runStatuses are the statuses a run can be listed in.
+var runStatuses = []engine.RunStatus{engine.StatusQueued, engine.StatusApproved, engine.StatusRunning, engine.StatusPaused,
+	engine.StatusCompleted, engine.StatusFailed, engine.StatusCancelled}
+
+// triggerText is the TRIGGER column: the kind, and what it names.
+func triggerText(r store.RunSummary) string {
+	switch {
+	case r.Trigger == store.TriggerRetry:
+		return "retry of " + r.ParentRunID
+	case r.Schedule != "":
+		return string(r.Trigger) + ":" + r.Schedule
+	case r.TriggeredBy != "":
+		return string(r.Trigger) + " by " + r.TriggeredBy
+	}
+	return string(r.Trigger)
+}
+
+// parseWhen reads a --since/--until value: an RFC 3339 time, a date (UTC
+// midnight) or a duration before now. "" is no bound.
+func parseWhen(flagName, v string, now time.Time) (time.Time, error) {
+	if v == "" {
+		return time.Time{}, nil
+	}
+	var t time.Time
+	var err error
+	if d, derr := time.ParseDuration(v); derr == nil && d >= 0 {
+		t = now.Add(-d)
+	} else if t, err = time.Parse(time.RFC3339Nano, v); err != nil {
+		if t, err = time.Parse("2006-01-02", v); err != nil {
+			return time.Time{}, engine.Errorf(engine.CodeInvalidArgument, "%s %s: want an RFC 3339 time, a date YYYY-MM-DD or a duration such as 24h", flagName, engine.QuoteText(v))
+		}
+	}
+	if t.Year() < 1970 || t.Year() > 2199 {
+		return time.Time{}, engine.Errorf(engine.CodeInvalidArgument, "%s %s is outside the years 1970 to 2199", flagName, engine.QuoteText(v))
+	}
+	return t.UTC(), nil
 }
 
 func cmdStatus(ctx context.Context, c *cli, args []string) error {
-	fs := c.newFlagSet("status", "RUN_ID", "Show a run and its steps as the Go reducer derives them from the event log.\nWith --follow, show the run live until it ends; exit as `run` would (0 COMPLETED, 1 FAILED or CANCELLED).")
+	fs := c.newFlagSet("status", "RUN_ID", "Show a run and its steps as the Go reducer derives them from the event log.\nWith --follow, show the run live until it ends; exit as `run` would (0 COMPLETED, 1 FAILED or CANCELLED)."+
+		"\nRUN_ID is a run id, a unique prefix of one, or last (with --plan P: the newest run of P).")
 	asJSON := fs.Bool("json", false, "print JSON (with --follow: one snapshot per line, per change)")
 	follow := fs.Bool("follow", false, "show the run live: steps as they change, PAUSED/DRAINING, until the run ends")
 	interval := fs.Duration("interval", 500*time.Millisecond, "with --follow, how often to read the log (each read is one query; see README for Snowflake)")
+	c.lastPlanFlag(fs)
+	step := fs.String("step", "", "show step `ID`: its SQL as sent to the warehouse, attempts and errors, rows, query ids,\nledger entry, and a failing test's first rows")
 	pos, err := c.parse(fs, args, 1, 1)
 	if err != nil {
 		return err
 	}
 	if err := checkInterval(*interval); err != nil {
 		return err
+	}
+	if *step != "" && *follow {
+		return engine.Errorf(engine.CodeInvalidArgument, "--step and --follow do not go together")
 	}
 	st, err := c.openStore(ctx, true)
 	if err != nil {
@@ -158,9 +328,22 @@ func cmdStatus(ctx context.Context, c *cli, args []string) error {
 	}
 	// A read command never writes: the Go reducer over the log, without
 	// recording INVALID_TRANSITION alerts (the runner and resume do).
-	snap, err := goSnapshot(ctx, st, meta.RunID)
+	evs, err := st.ListEvents(ctx, meta.RunID, 0, 0)
 	if err != nil {
 		return err
+	}
+	snap := engine.Project(meta.RunID, evs)
+	if *step != "" {
+		v, err := stepview.Build(meta.RunID, snap, evs, *step)
+		if err != nil {
+			return err
+		}
+		c.readLedger(ctx, &v)
+		if *asJSON {
+			return c.printJSON(v)
+		}
+		c.printStepView(v)
+		return nil
 	}
 	if *asJSON {
 		return c.printJSON(struct {
@@ -252,6 +435,7 @@ func cmdEvents(ctx context.Context, c *cli, args []string) error {
 	asJSON := fs.Bool("json", false, "print JSON")
 	after := fs.Int64("after", 0, "only events with runSeq > `SEQ`")
 	limit := fs.Int("limit", 0, "at most `N` events (0: all)")
+	c.lastPlanFlag(fs)
 	pos, err := c.parse(fs, args, 1, 1)
 	if err != nil {
 		return err

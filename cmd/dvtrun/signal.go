@@ -34,6 +34,7 @@ func cmdCancel(ctx context.Context, c *cli, args []string) error {
 	reason := fs.String("reason", "cancelled from the CLI", "why, recorded with the signal")
 	var sf signalFlags
 	sf.register(fs)
+	c.lastPlanFlag(fs)
 	pos, err := c.parse(fs, args, 1, 1)
 	if err != nil {
 		return err
@@ -47,6 +48,7 @@ func cmdSignal(ctx context.Context, c *cli, args []string) error {
 	reason := fs.String("reason", "", "why, recorded with the signal")
 	var sf signalFlags
 	sf.register(fs)
+	c.lastPlanFlag(fs)
 	pos, err := c.parse(fs, args, 2, 2)
 	if err != nil {
 		return err
@@ -94,11 +96,11 @@ func (c *cli) sendSignal(ctx context.Context, runID string, t engine.SignalType,
 	}
 	// Terminal runs are immutable: a signal would wait forever for a runner.
 	if snap.Status.Terminal() {
-		return engine.Errorf(engine.CodeInvalidArgument, "run %s is already %s; signals reach live runs only", runID, snap.Status)
+		return engine.Errorf(engine.CodeInvalidArgument, "run %s is already %s; signals reach live runs only", meta.RunID, snap.Status)
 	}
 	if stepID != "" {
 		if _, found := snap.Step(stepID); !found {
-			return engine.Errorf(engine.CodeInvalidArgument, "run %s has no step %s in its log", runID, stepID)
+			return engine.Errorf(engine.CodeInvalidArgument, "run %s has no step %s in its log", meta.RunID, stepID)
 		}
 	}
 	sig, err := eng.Signal(ctx, meta.RunID, t, stepID, reason)

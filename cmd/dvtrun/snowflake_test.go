@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"slices"
@@ -9,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/stepview"
 	"github.com/dvtrun/dvtrun/store"
 	"github.com/dvtrun/dvtrun/store/snowflake"
 	"github.com/dvtrun/dvtrun/store/snowflake/sftest"
@@ -176,5 +178,59 @@ func TestIncrementalPlanOnSnowflake(t *testing.T) {
 	var n int
 	if err := db.QueryRow(`select count(*) from information_schema.tables where table_name ilike '%stg_events%'`).Scan(&n); err != nil || n != 0 {
 		t.Errorf("the ephemeral model left %d relation(s) (%v)", n, err)
+	}
+}
+
+// TestStatusStepOnSnowflake: the run history and status --step through the
+// CLI with the store and the warehouse on the Snowflake-protocol test
+// server: a failing test's first rows are kept (the token redacted), the
+// step's query ids come with a QUERY_HISTORY query naming them, and the
+// ledger entry of a model is read from the warehouse.
+func TestStatusStepOnSnowflake(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a Snowflake-protocol test server")
+	}
+	srv := sftest.Start(t)
+	h := newHarness(t)
+	h.env["DVT_STORE"] = "snowflake://" + srv.DSN("DVT", "PUBLIC")
+	h.env["DVT_TARGET_PATH"] = filepath.Join(h.dir, "target")
+	h.env["DVT_WAREHOUSE"] = "snowflake://" + srv.DSN("ANALYTICS", "PUBLIC")
+	if r := h.run("run", "--secrets-file", fixture("secret", "secrets.env"), fixture("stepview", "plan.yaml")); r.code != exitFailed {
+		t.Fatalf("run: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	runID := h.onlyRun()
+	if got := listed(t, h.run("runs", "--json", "--status", "FAILED", "--plan", "cli_stepview", "--trigger", "manual")); !slices.Equal(got, []string{runID}) {
+		t.Fatalf("runs --status FAILED on snowflake: %v, want [%s]", got, runID)
+	}
+	view := func(step string) (string, stepview.View) {
+		t.Helper()
+		r := h.run("status", runID[:8], "--step", step, "--json")
+		var v stepview.View
+		if r.code != 0 || json.Unmarshal([]byte(r.stdout), &v) != nil {
+			t.Fatalf("status --step %s: exit %d %s%s", step, r.code, r.stdout, r.stderr)
+		}
+		return r.stdout, v
+	}
+	out, v := view("test.token_leaks")
+	if strings.Contains(out, "s3cr3t-T0ken-value") || v.FailingRows == nil || len(v.FailingRows.Rows) != 2 || v.FailingRows.Rows[0][1] != engine.Redacted {
+		t.Errorf("test.token_leaks on snowflake: failing rows %+v (or the token shows)", v.FailingRows)
+	}
+	_, v = view("test.all_rows")
+	if v.Failures != 7 || v.FailingRows == nil || len(v.FailingRows.Rows) != engine.FailingRowsSample || len(v.QueryIDs) == 0 {
+		t.Fatalf("test.all_rows on snowflake: %+v", v)
+	}
+	for _, id := range v.QueryIDs {
+		if !strings.Contains(v.QueryHistory, "'"+id+"'") {
+			t.Errorf("the QUERY_HISTORY query does not name %s:\n%s", id, v.QueryHistory)
+		}
+	}
+	// A table model is Snowflake DDL: idempotent, with no ledger entry, and
+	// the warehouse was asked.
+	_, v = view("model.nums")
+	if v.RowCount != 7 || v.Ledger == nil || !v.Ledger.Checked || v.Ledger.Committed || v.Ledger.LogicalAttempt != 1 {
+		t.Errorf("model.nums on snowflake: row count %d, ledger %+v", v.RowCount, v.Ledger)
+	}
+	if r := h.run("status", runID, "--step", "test.all_rows"); r.code != 0 || !strings.Contains(r.stdout, "INFORMATION_SCHEMA.QUERY_HISTORY") {
+		t.Errorf("status --step on snowflake prints no QUERY_HISTORY query:\n%s%s", r.stdout, r.stderr)
 	}
 }

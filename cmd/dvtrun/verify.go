@@ -110,7 +110,7 @@ type verifiedScope struct {
 }
 
 // countScopes groups runs by scope, in a stable order.
-func countScopes(runs []engine.RunMetadata) []verifiedScope {
+func countScopes(runs []store.RunSummary) []verifiedScope {
 	idx := map[[3]string]int{}
 	var out []verifiedScope
 	for _, m := range runs {
@@ -173,7 +173,7 @@ func (c *cli) verifyOne(ctx context.Context, st stateStore, proj sqlProjector, r
 	if err != nil {
 		return nil, nil, err
 	}
-	return countScopes([]engine.RunMetadata{meta}), engine.DiffSnapshots(sqlSnap, goSnap), nil
+	return countScopes([]store.RunSummary{{RunMetadata: meta}}), engine.DiffSnapshots(sqlSnap, goSnap), nil
 }
 
 func (c *cli) verifyAll(ctx context.Context, st stateStore, proj sqlProjector) ([]verifiedScope, []engine.SnapshotDiff, error) {

@@ -43,7 +43,8 @@ type outcome struct {
 	progressErr   error             // err as an error, secrets redacted
 	warning       string
 	engineAttempt int
-	aborted       bool // the run itself stopped (crash, store failure, lease lost): record nothing
+	sql           string // the step's SQL as sent to the warehouse (secrets resolved)
+	aborted       bool   // the run itself stopped (crash, store failure, lease lost): record nothing
 	// stop, on an aborted outcome, is why the whole run must stop now and
 	// stay resumable: the lease is lost (LEASE_LOST) or the warehouse is
 	// unavailable (STORE_UNAVAILABLE). The step stays RUNNING in the log.
@@ -843,7 +844,7 @@ func (r *execution) completion(outs []outcome, ems []engine.Emission, reports []
 		if fl != nil {
 			elapsed = now.Sub(fl.started)
 		}
-		pl := stepPayload{StepResult: o.res, DurationMs: elapsed.Milliseconds(), Warning: o.warning, Error: o.err, Ledger: ledgerOf(o.res)}
+		pl := stepPayload{StepResult: o.res, DurationMs: elapsed.Milliseconds(), Warning: o.warning, Error: o.err, Ledger: ledgerOf(o.res), SQL: o.sql}
 		if fl != nil && fl.rerun && o.res.Ledger == nil {
 			// The step's StepStarted is an earlier runner's: the reducer
 			// times the step from this attempt's start, not across the
@@ -908,6 +909,10 @@ type stepPayload struct {
 	Warning    string            `json:"warning,omitempty"`
 	Error      *engine.ErrorInfo `json:"error,omitempty"`
 	Ledger     *ledgerRef        `json:"ledger,omitempty"`
+	// SQL is the step's SQL as rendered and sent to the warehouse, which
+	// wraps it in the statement its kind needs (CREATE … AS, a count for a
+	// test); the payload is redacted, so a secret spliced in never shows.
+	SQL string `json:"sql,omitempty"`
 	// AttemptStartedAt is when the engine attempt that produced this
 	// outcome started, when that is not the logical attempt's StepStarted
 	// (engine.TimeFormat; see engine's reducer).

@@ -66,6 +66,7 @@ func (r *execution) runStep(runCtx, sctx context.Context, i, logical, engineAtte
 			return fail(engine.CodeOf(err), errMessage(err), false, err)
 		}
 		req.SQL, req.Params = sql, params
+		o.sql = sql
 	}
 	if s.Kind == engine.KindTest {
 		req.Severity = s.Severity

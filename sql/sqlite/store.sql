@@ -72,13 +72,73 @@ SELECT run_id, tenant_id, project_id, environment_id, plan_id, plan_version, pla
 FROM dvt_runs WHERE run_id = ?;
 
 -- name: list_runs
-SELECT run_id, tenant_id, project_id, environment_id, plan_id, plan_version, plan_sha256,
-       target_adapter, COALESCE(provider_run_ref, '') AS provider_run_ref,
-       COALESCE(run_request_id, '') AS run_request_id, created_at
-FROM dvt_runs
-WHERE (? = '' OR tenant_id = ?) AND (? = '' OR project_id = ?) AND (? = '' OR environment_id = ?)
-ORDER BY created_at DESC, run_id
-LIMIT ?;
+-- The run history (store.RunFilter): every filter is a bound value, '' for
+-- "any"; the time window and the keyset cursor are always bound (the store
+-- binds the ends of time when a filter sets none), never OFFSET. The trigger
+-- comes from the RunQueued payload (run_seq 1, through the primary key) and
+-- the run's queue request (its unique key); status from dvt_run_seq, which
+-- the append path keeps. Times and the first StepFailed are read for the
+-- page's runs only.
+WITH base AS (
+    SELECT r.run_id, r.tenant_id, r.project_id, r.environment_id, r.plan_id, r.plan_version, r.plan_sha256,
+           r.target_adapter, COALESCE(r.provider_run_ref, '') AS provider_run_ref,
+           COALESCE(r.run_request_id, '') AS run_request_id, r.created_at, s.status,
+           CASE WHEN COALESCE(json_extract(qe.payload, '$.parentRunId'), '') <> '' THEN 'retry'
+                WHEN json_extract(qe.payload, '$.triggerSource') IN ('schedule', 'queue')
+                THEN json_extract(qe.payload, '$.triggerSource')
+                ELSE 'manual' END AS trigger_kind,
+           COALESCE(json_extract(qe.payload, '$.triggeredBy'), '') AS triggered_by,
+           COALESCE(json_extract(qe.payload, '$.parentRunId'), '') AS parent_run_id,
+           COALESCE(rq.schedule_name,
+                    CASE WHEN json_extract(qe.payload, '$.triggeredBy') LIKE 'schedule:%'
+                         THEN substr(json_extract(qe.payload, '$.triggeredBy'), 10) END, '') AS schedule_name,
+           COALESCE(json_extract(qe.payload, '$.target'), '') AS target,
+           COALESCE(json_extract(qe.payload, '$.dataInterval.start'), '') AS interval_start,
+           COALESCE(json_extract(qe.payload, '$.dataInterval.end'), '') AS interval_end,
+           COALESCE(rq.enqueued_at, qe.emitted_at, r.created_at) AS queued_at
+    FROM dvt_runs r
+    JOIN dvt_run_seq s ON s.run_id = r.run_id
+    LEFT JOIN dvt_run_events qe ON qe.run_id = r.run_id AND qe.run_seq = 1 AND qe.event_type = 'RunQueued'
+    LEFT JOIN dvt_run_requests rq
+      ON rq.tenant_id = r.tenant_id AND rq.project_id = r.project_id AND rq.environment_id = r.environment_id
+     AND rq.plan_id = r.plan_id AND rq.plan_version = r.plan_version AND rq.run_request_id = r.run_request_id
+     AND rq.run_id = r.run_id
+    WHERE (? = '' OR r.tenant_id = ?) AND (? = '' OR r.project_id = ?) AND (? = '' OR r.environment_id = ?)
+      AND (? = '' OR substr(r.run_id, 1, length(?)) = ?)
+      AND (? = '' OR r.plan_id = ?)
+      AND r.created_at >= ? AND r.created_at < ?
+      AND (r.created_at < ? OR (r.created_at = ? AND r.run_id < ?))
+),
+page AS (
+    SELECT * FROM base
+    WHERE (? = '' OR status = ?) AND (? = '' OR trigger_kind = ?) AND (? = '' OR schedule_name = ?)
+      AND (? = '' OR target = ?)
+    ORDER BY created_at DESC, run_id DESC
+    LIMIT ?
+),
+times AS (
+    SELECT e.run_id,
+           MIN(CASE WHEN e.event_type = 'RunStarted' THEN e.emitted_at END) AS started_at,
+           MIN(CASE WHEN e.event_type IN ('RunCompleted', 'RunFailed', 'RunCancelled') THEN e.emitted_at END) AS ended_at,
+           MIN(CASE WHEN e.event_type = 'StepFailed' THEN e.run_seq END) AS failed_seq
+    -- CROSS JOIN keeps the page outermost: each of its runs' events through
+    -- the primary key, never a scan of the whole log.
+    FROM page p CROSS JOIN dvt_run_events e INDEXED BY dvt_run_events_outcomes ON e.run_id = p.run_id
+    WHERE e.step_id IS NULL OR e.event_type = 'StepFailed'
+    GROUP BY e.run_id
+)
+SELECT p.run_id, p.tenant_id, p.project_id, p.environment_id, p.plan_id, p.plan_version, p.plan_sha256,
+       p.target_adapter, p.provider_run_ref, p.run_request_id, p.created_at,
+       p.status, p.trigger_kind, p.triggered_by, p.parent_run_id, p.schedule_name, p.target,
+       p.interval_start, p.interval_end, p.queued_at,
+       COALESCE(t.started_at, ''), COALESCE(t.ended_at, ''),
+       COALESCE(f.step_id, ''),
+       COALESCE(CASE WHEN json_valid(f.payload) THEN json_extract(f.payload, '$.error.code') END, ''),
+       COALESCE(CASE WHEN json_valid(f.payload) THEN json_extract(f.payload, '$.error.message') END, '')
+FROM page p
+LEFT JOIN times t ON t.run_id = p.run_id
+LEFT JOIN dvt_run_events f ON f.run_id = p.run_id AND f.run_seq = t.failed_seq
+ORDER BY p.created_at DESC, p.run_id DESC;
 
 -- name: set_provider_ref
 UPDATE dvt_runs SET provider_run_ref = ? WHERE run_id = ?;

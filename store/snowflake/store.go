@@ -482,12 +482,26 @@ func (s *Store) GetRun(ctx context.Context, runID string) (engine.RunMetadata, e
 }
 
 // ListRuns implements store.Store.
-func (s *Store) ListRuns(ctx context.Context, f store.RunFilter) ([]engine.RunMetadata, error) {
-	limit := f.Limit
-	if limit <= 0 {
-		limit = 100
+func (s *Store) ListRuns(ctx context.Context, f store.RunFilter) ([]store.RunSummary, error) {
+	rows, err := s.db.QueryContext(ctx, s.q["list_runs"], f.HistoryArgs(func(t time.Time) any { return tsText(t) })...)
+	if err != nil {
+		return nil, s.classify("read run history", err)
 	}
-	return s.queryRuns(ctx, s.q["list_runs"], f.TenantID, f.TenantID, f.ProjectID, f.ProjectID, f.EnvironmentID, f.EnvironmentID, limit)
+	defer rows.Close()
+	var out []store.RunSummary
+	for rows.Next() {
+		r, err := store.ScanRunSummary(rows, func() any { return new(sql.NullTime) }, func(dest any) (time.Time, error) {
+			if t := dest.(*sql.NullTime); t.Valid {
+				return t.Time.UTC(), nil
+			}
+			return time.Time{}, nil
+		})
+		if err != nil {
+			return nil, s.classify("read run history", err)
+		}
+		out = append(out, r)
+	}
+	return out, s.classify("read run history", rows.Err())
 }
 
 func (s *Store) queryRuns(ctx context.Context, q string, args ...any) ([]engine.RunMetadata, error) {

@@ -18,6 +18,7 @@ import (
 	"github.com/snowflakedb/gosnowflake"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/store"
 )
 
 // Warehouse runs plan steps in Snowflake. It implements engine.Warehouse
@@ -207,6 +208,23 @@ func (r *stepRun) count(q string, args ...any) (int64, error) {
 		return err
 	})
 	return n, err
+}
+
+// sample reads the first engine.FailingRowsSample rows of q.
+func (r *stepRun) sample(q string, args ...any) (*engine.RowSample, error) {
+	var out *engine.RowSample
+	err := r.lw.do(r.ctx, "", "", func() error {
+		ctx, ch := r.stmtCtx()
+		defer r.collect(ch)
+		rows, err := r.conn.QueryContext(ctx, q, args...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		out, err = store.ScanSample(rows, engine.FailingRowsSample)
+		return err
+	})
+	return out, err
 }
 
 // RunStep implements engine.Warehouse.
@@ -412,10 +430,16 @@ func (r *stepRun) test(req engine.StepRequest) (engine.StepResult, error) {
 	}
 	// The newlines keep a trailing -- comment from swallowing the ')'.
 	n, err := r.count("SELECT COUNT(*) FROM (\n"+body+"\n)", req.Params...)
+	if err != nil || n == 0 {
+		return engine.StepResult{Failures: n}, err
+	}
+	// A failing test's first rows, for its StepFailed: the same query,
+	// bounded (its query id joins the step's).
+	sample, err := r.sample("SELECT * FROM (\n"+body+"\n) LIMIT "+strconv.Itoa(engine.FailingRowsSample), req.Params...)
 	if err != nil {
 		return engine.StepResult{}, err
 	}
-	return engine.StepResult{Failures: n}, nil
+	return engine.StepResult{Failures: n, FailingRows: sample}, nil
 }
 
 func (r *stepRun) sql(req engine.StepRequest, conn *sql.Conn) (engine.StepResult, error) {

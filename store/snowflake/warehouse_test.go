@@ -115,6 +115,11 @@ func TestWarehouseSteps(t *testing.T) {
 			if got.RowCount != c.want.RowCount || got.Failures != c.want.Failures || got.RowsAffected != c.want.RowsAffected {
 				t.Fatalf("result %+v, want %+v", got, c.want)
 			}
+			// A failing test keeps its first rows (the customers' columns).
+			if fr := got.FailingRows; (c.want.Failures > 0) != (fr != nil) ||
+				fr != nil && (len(fr.Rows) != int(min(c.want.Failures, engine.FailingRowsSample)) || len(fr.Columns) == 0 || !strings.EqualFold(fr.Columns[0], "id")) {
+				t.Fatalf("failing rows %+v for %d failures", fr, c.want.Failures)
+			}
 			// Every statement's query id is returned and carries the tag.
 			stmts := logged(srv, got.QueryIDs)
 			if len(got.QueryIDs) == 0 || len(stmts) != len(got.QueryIDs) {

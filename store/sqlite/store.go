@@ -682,29 +682,31 @@ func scanMeta(rows *sqlx.Rows, m *metaRow) error {
 }
 
 // ListRuns implements store.Store.
-func (s *Store) ListRuns(ctx context.Context, f store.RunFilter) ([]engine.RunMetadata, error) {
-	limit := f.Limit
-	if limit <= 0 {
-		limit = 100
-	}
-	rows, err := s.db.QueryxContext(ctx, s.q["list_runs"], f.TenantID, f.TenantID, f.ProjectID, f.ProjectID, f.EnvironmentID, f.EnvironmentID, limit)
+func (s *Store) ListRuns(ctx context.Context, f store.RunFilter) ([]store.RunSummary, error) {
+	args := f.HistoryArgs(func(t time.Time) any { return t.UTC().Format(engine.TimeFormat) })
+	rows, err := s.db.QueryContext(ctx, s.q["list_runs"], args...)
 	if err != nil {
 		return nil, classify(s.path, err)
 	}
 	defer rows.Close()
-	var out []engine.RunMetadata
+	var out []store.RunSummary
 	for rows.Next() {
-		var m metaRow
-		if err := scanMeta(rows, &m); err != nil {
+		r, err := store.ScanRunSummary(rows, func() any { return new(string) }, textTime)
+		if err != nil {
 			return nil, classify(s.path, err)
 		}
-		md, err := m.metadata()
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, md)
+		out = append(out, r)
 	}
 	return out, classify(s.path, rows.Err())
+}
+
+// textTime reads a timestamp column stored as text ("" for none).
+func textTime(dest any) (time.Time, error) {
+	v := *dest.(*string)
+	if v == "" {
+		return time.Time{}, nil
+	}
+	return time.Parse(time.RFC3339Nano, v)
 }
 
 // SetProviderRunRef implements store.Store.

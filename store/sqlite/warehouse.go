@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 
 	"github.com/dvtrun/dvtrun/engine"
 	sqlfiles "github.com/dvtrun/dvtrun/sql"
+	"github.com/dvtrun/dvtrun/store"
 )
 
 // Warehouse runs plan steps in an SQLite database of its own (not the state
@@ -315,16 +317,27 @@ func (w *Warehouse) runTest(ctx context.Context, req engine.StepRequest) (engine
 	if err != nil {
 		return engine.StepResult{}, engine.Errorf(engine.CodePlanInvalid, "test %s: %w", req.StepID, err)
 	}
-	var n int64
+	var res engine.StepResult
 	// The newlines keep a trailing -- comment in the test's SQL from
-	// swallowing the closing parenthesis.
+	// swallowing the closing parenthesis. A failing test's first rows are
+	// read too, for its StepFailed (the same query, bounded).
 	err = w.lock.wait(ctx, func() error {
-		return w.db.QueryRowContext(ctx, "SELECT count(*) FROM (\n"+body+"\n)", req.Params...).Scan(&n)
+		res = engine.StepResult{}
+		if err := w.db.QueryRowContext(ctx, "SELECT count(*) FROM (\n"+body+"\n)", req.Params...).Scan(&res.Failures); err != nil || res.Failures == 0 {
+			return err
+		}
+		rows, err := w.db.QueryContext(ctx, "SELECT * FROM (\n"+body+"\n) LIMIT "+strconv.Itoa(engine.FailingRowsSample), req.Params...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		res.FailingRows, err = store.ScanSample(rows, engine.FailingRowsSample)
+		return err
 	})
 	if err != nil {
 		return engine.StepResult{}, err
 	}
-	return engine.StepResult{Failures: n}, nil
+	return res, nil
 }
 
 func (w *Warehouse) runSQL(ctx context.Context, req engine.StepRequest) (engine.StepResult, error) {

@@ -6,12 +6,14 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/store"
 )
 
 func openWarehouseT(t *testing.T) *Warehouse {
@@ -249,6 +251,48 @@ func TestWarehouseTestsAndSQL(t *testing.T) {
 	}
 	if got := whQueryStrings(t, w, `SELECT count(*) FROM p WHERE status = 'fixed'`); got[0] != "2" {
 		t.Errorf("update not applied: %v", got)
+	}
+}
+
+// TestWarehouseFailingRows: a failing test's result keeps its first rows
+// (at most engine.FailingRowsSample), with its columns; a passing one none.
+func TestWarehouseFailingRows(t *testing.T) {
+	w := openWarehouseT(t)
+	whRun(t, w, engine.StepRequest{StepID: "seed.p", Kind: engine.KindSeed, Relation: "p", SeedPath: whWriteCSV(t, "p.csv", "id,status\n1,ok\n2,bad\n3,\n4,bad\n")})
+	tests := []struct {
+		name     string
+		sql      string
+		failures int64
+		columns  []string
+		first    []any
+		rows     int
+	}{
+		{"passing", "select * from p where id > 10", 0, nil, nil, 0},
+		{"two failing rows", "select id, status from p where status = 'bad' order by id", 2, []string{"id", "status"}, []any{int64(2), "bad"}, 2},
+		{"a null value", "select status from p where status is null or status = ''", 1, []string{"status"}, nil, 1},
+		{"bounded", "select a.id from p a, p b order by a.id", 16, []string{"id"}, []any{int64(1)}, engine.FailingRowsSample},
+		{"long text cut", "select replace(hex(zeroblob(1500)), '0', 'é') as v", 1, []string{"v"}, []any{strings.Repeat("é", store.SampleValueMax/2) + "…"}, 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			res := whRun(t, w, engine.StepRequest{StepID: "test.x", Kind: engine.KindTest, SQL: tc.sql})
+			if res.Failures != tc.failures {
+				t.Fatalf("Failures %d, want %d", res.Failures, tc.failures)
+			}
+			if tc.failures == 0 {
+				if res.FailingRows != nil {
+					t.Fatalf("a passing test has failing rows %+v", res.FailingRows)
+				}
+				return
+			}
+			fr := res.FailingRows
+			if fr == nil || !slices.Equal(fr.Columns, tc.columns) || len(fr.Rows) != tc.rows {
+				t.Fatalf("failing rows %+v, want columns %v and %d rows", fr, tc.columns, tc.rows)
+			}
+			if tc.first != nil && !slices.Equal(fr.Rows[0], tc.first) {
+				t.Fatalf("first row %#v, want %#v", fr.Rows[0], tc.first)
+			}
+		})
 	}
 }
 

@@ -75,7 +75,7 @@ func Run(t *testing.T, b Backend) {
 		{"PulseRenewsHeldLeasesAndFetchesSignals", testPulse},
 		{"PlanBundles", testPlanBundles},
 	}
-	cases = append(append(cases, deliveryCases...), queueCases...)
+	cases = append(append(append(cases, deliveryCases...), queueCases...), historyCases...)
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, b) })
 	}

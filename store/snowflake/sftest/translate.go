@@ -258,7 +258,7 @@ func typePosition(toks []token, i int) bool {
 
 func isKeyword(t token) bool {
 	switch t.upper() {
-	case "SELECT", "FROM", "WHERE", "AND", "OR", "NOT", "ON", "BY", "THEN", "ELSE", "WHEN", "AS", "SET", "VALUES", "TABLE", "INTO", "RETURNS", "IS", "IN", "CASE", "END", "DISTINCT", "LIKE":
+	case "SELECT", "FROM", "WHERE", "AND", "OR", "NOT", "ON", "BY", "THEN", "ELSE", "WHEN", "AS", "SET", "VALUES", "TABLE", "INTO", "RETURNS", "IS", "IN", "CASE", "END", "DISTINCT", "LIKE", "LIMIT", "OFFSET":
 		return true
 	}
 	return false

@@ -1,5 +1,5 @@
 // Package sqlfiles embeds dvtrun's SQL: one migration sequence per dialect
-// (sqlite, snowflake), projection queries and audit views. Go code never
+// (sqlite, snowflake, postgres), projection queries and audit views. Go code never
 // assembles SQL from user input; it loads the statements from here.
 package sqlfiles
 
@@ -14,13 +14,14 @@ import (
 	"sync"
 )
 
-//go:embed sqlite snowflake
+//go:embed sqlite snowflake postgres
 var files embed.FS
 
 // Dialects with a migration sequence.
 const (
 	SQLite    = "sqlite"
 	Snowflake = "snowflake"
+	Postgres  = "postgres"
 )
 
 // Migration is one numbered file of a dialect's sequence.

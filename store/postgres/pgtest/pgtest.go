@@ -33,8 +33,8 @@ const StartTimeout = 30 * time.Second
 
 // Server is a running test server.
 type Server struct {
-	Dir  string // the temporary directory: data/, the socket, server.log
-	Port int
+	Dir    string // the temporary directory: data/, the socket, server.log
+	Port   int
 	cmd    *exec.Cmd
 	exited chan error // receives the server's exit
 	dbs    atomic.Int64

@@ -1,0 +1,69 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/dvtrun/dvtrun/engine"
+)
+
+// pgxConfig is the connection configuration of dsn: the session's
+// lock_timeout is the lock-wait budget, so a statement that waits on a row
+// lock another session holds fails with lock_not_available after it
+// instead of waiting forever.
+func pgxConfig(dsn string, lockWait time.Duration) (*pgx.ConnConfig, error) {
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return nil, err
+	}
+	cfg.RuntimeParams["lock_timeout"] = strconv.FormatInt(lockWait.Milliseconds(), 10)
+	if cfg.RuntimeParams["application_name"] == "" {
+		cfg.RuntimeParams["application_name"] = "dvtrun"
+	}
+	return cfg, nil
+}
+
+// classify maps Postgres failures onto contract codes: a lock wait that ran
+// out, a serialisation failure, a deadlock or a lost connection are a
+// transient STORE_UNAVAILABLE (the runner retries; a run stays
+// resumable); refused credentials or a missing database STORE_UNAVAILABLE
+// for good.
+func (s *Store) classify(err error) error {
+	if err == nil {
+		return nil
+	}
+	var ee *engine.Error
+	if errors.As(err, &ee) {
+		return err
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch {
+		case pe.Code == "55P03": // lock_not_available: lock_timeout ran out
+			w := engine.LockWait{Resource: "a row of the " + s.name, Budget: s.opts.LockWait}
+			return engine.MarkTransient(&engine.Error{Code: engine.CodeStoreUnavailable, Msg: w.Exceeded().Error(), Err: err})
+		case pe.Code == "40001" || pe.Code == "40P01" || pe.Code == "57P01" || pe.Code == "57P03" || pe.Code == "53300" || strings.HasPrefix(pe.Code, "08"):
+			return engine.MarkTransient(&engine.Error{Code: engine.CodeStoreUnavailable, Msg: fmt.Sprintf("the %s is unavailable for now: %s (SQLSTATE %s)", s.name, pe.Message, pe.Code), Err: err})
+		case strings.HasPrefix(pe.Code, "28") || pe.Code == "3D000" || pe.Code == "42501":
+			return &engine.Error{Code: engine.CodeStoreUnavailable, Msg: fmt.Sprintf("cannot use the %s: %s (SQLSTATE %s)", s.name, pe.Message, pe.Code), Err: err}
+		}
+		return fmt.Errorf("postgres state store (%s): %w", s.name, err)
+	}
+	var ce *pgconn.ConnectError
+	var ne net.Error
+	if errors.As(err, &ce) || errors.As(err, &ne) || pgconn.SafeToRetry(err) {
+		return engine.MarkTransient(&engine.Error{Code: engine.CodeStoreUnavailable, Msg: fmt.Sprintf("cannot reach the %s: %v", s.name, err), Err: err})
+	}
+	return fmt.Errorf("postgres state store (%s): %w", s.name, err)
+}

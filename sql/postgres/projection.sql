@@ -6,10 +6,13 @@
 -- first rows, booleans are booleans, and millisecond clocks come from
 -- dvt_ms / dvt_instant_ms (migration 0100).
 --
--- `project` reads its events from a scope: Go replaces the /*scope*/ marker
--- with scope_run (one run, through the primary key) or scope_all (every
--- run, one pass). Both are fixed text from this file; nothing user-supplied
--- is ever spliced in.
+-- The projection text exists once: `states` is the recursive CTEs (each
+-- event with the state before and after it), which the audit view
+-- dvt_event_states includes verbatim (its migration says /*include
+-- projection.sql states*/, expanded by sqlfiles.Migrations), and `project`
+-- is the snapshot query that follows them (store/postgres prefixes WITH
+-- RECURSIVE and `states`). Over every run, /*scope*/ stays a comment; one
+-- run's projection replaces it with scope_run, fixed text from this file.
 --
 -- Rules mirrored from engine/reducer.go:
 --   * The transition table is dvt_transitions (shipped by the migrations, kept
@@ -30,18 +33,14 @@
 --     millisecond-truncated times.
 
 -- name: scope_run
-SELECT * FROM dvt_run_events WHERE run_id = $1
+WHERE run_id = $1
 
--- name: scope_all
-SELECT * FROM dvt_run_events
-
--- name: project
-WITH RECURSIVE
+-- name: states
 ev AS (
     SELECT run_id, run_seq, tenant_id, project_id, environment_id, event_id, event_type,
            COALESCE(step_id, '') AS step_id, logical_attempt_id, engine_attempt_id,
            emitted_at, persisted_at, payload
-    FROM (/*scope*/)
+    FROM dvt_run_events /*scope*/
 ),
 -- The state each state-changing type moves its entity to (engine.TargetOf).
 kinds AS (
@@ -227,7 +226,9 @@ step_chain (run_id, step_id, n, run_seq, event_id, event_type, persisted_at, tar
     JOIN step_moves m ON m.from_status = c.status AND m.event_type = e.event_type AND m.run_status = e.run_status
      AND m.rel = CASE WHEN e.logical_attempt_id > c.logical_attempt_id THEN 'HIGHER'
                       WHEN e.logical_attempt_id = c.logical_attempt_id THEN 'SAME' ELSE 'LOWER' END
-),
+)
+
+-- name: project
 run_last AS (
     SELECT * FROM (SELECT run_chain.*, ROW_NUMBER() OVER (PARTITION BY run_id ORDER BY n DESC) AS r FROM run_chain) x WHERE r = 1
 ),

@@ -181,6 +181,10 @@ func TestParseTarget(t *testing.T) {
 		{raw: "state.db", kind: "sqlite", path: "state.db"},
 		{raw: "snowflake://alice:pw123@acct/db/schema?warehouse=wh", kind: "snowflake", dsn: "alice:pw123@acct/db/schema?warehouse=wh", secret: "pw123"},
 		{raw: "snowflake://", kind: "snowflake", dsn: "bob:envpass@acct/db/sch", secret: "envpass"},
+		{raw: "postgres://ann:pgpw9@db.example:5432/dvt?sslmode=require", kind: "postgres", dsn: "postgres://ann:pgpw9@db.example:5432/dvt?sslmode=require", secret: "pgpw9"},
+		{raw: "postgresql://ann@/dvt?host=/run/pg", kind: "postgres", dsn: "postgresql://ann@/dvt?host=/run/pg"},
+		{raw: "postgres:host=/run/pg dbname=dvt password=kvpw7", kind: "postgres", dsn: "host=/run/pg dbname=dvt password=kvpw7", secret: "kvpw7"},
+		{raw: "postgres:", bad: true},
 		{raw: "sqlite:", bad: true},
 		{raw: "mysql://x", bad: true},
 	}

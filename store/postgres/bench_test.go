@@ -1,0 +1,104 @@
+package postgres_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+
+	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/store/postgres"
+	"github.com/dvtrun/dvtrun/store/postgres/pgtest"
+	"github.com/dvtrun/dvtrun/store/storetest"
+)
+
+// payload230 is a StepCompleted payload of about 230 bytes, as in the
+// SQLite benchmarks.
+var payload230 = json.RawMessage(`{"rowsAffected":1200,"rowCount":1200,"durationMs":153,"queryIds":["01b2c3d4-0000-1111-0000-000000000001"],"outputs":{"relation":"main.orders","materialized":"table","warnings":0,"note":"built from stg_orders"}}`)
+
+// benchEvents makes n distinct valid events of one run: StepStarted and
+// StepCompleted of n/2 steps, so the append does its transition
+// bookkeeping.
+func benchEvents(f *storetest.Fixture, n int) []engine.RunEventWrite {
+	out := make([]engine.RunEventWrite, n)
+	for i := range out {
+		typ := engine.StepStarted
+		if i%2 == 1 {
+			typ = engine.StepCompleted
+		}
+		e := f.Event(typ, fmt.Sprintf("model.m%07d", i/2), 1)
+		e.Payload = payload230
+		out[i] = e
+	}
+	return out
+}
+
+// BenchmarkAppend measures AppendAndEnqueue of 1 and 100 events per
+// transaction beside its ceiling, measured in the same run on the same
+// server: a transaction that only INSERTs the same rows (one statement of
+// arrays) into a copy of dvt_run_events with its indexes. What the append
+// adds over it is its authority: the run's row lock, the dedup read, the
+// Layer 2 state, the outbox rows.
+func BenchmarkAppend(b *testing.B) {
+	for _, batch := range []int{1, 100} {
+		b.Run(fmt.Sprintf("append/events=%d", batch), func(b *testing.B) {
+			ctx := context.Background()
+			s, err := postgres.Open(ctx, pgtest.DSN(b), postgres.Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			f := storetest.NewFixture()
+			f.Bootstrap(b, s)
+			events := benchEvents(f, b.N*batch)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if _, err := s.AppendAndEnqueue(ctx, f.Meta.RunID, events[i*batch:(i+1)*batch]); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "events/s")
+		})
+		b.Run(fmt.Sprintf("ceiling-insert/events=%d", batch), func(b *testing.B) {
+			ctx := context.Background()
+			s, err := postgres.Open(ctx, pgtest.DSN(b), postgres.Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			db := s.DB()
+			if _, err := db.ExecContext(ctx, `CREATE TABLE plain_events (LIKE dvt_run_events INCLUDING ALL)`); err != nil {
+				b.Fatal(err)
+			}
+			f := storetest.NewFixture()
+			events := benchEvents(f, b.N*batch)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				var seq []int64
+				var id, typ, step, key, at []string
+				for j, e := range events[i*batch : (i+1)*batch] {
+					seq = append(seq, int64(i*batch+j+1))
+					id, typ, step, key = append(id, e.EventID), append(typ, string(e.EventType)), append(step, e.StepID), append(key, e.IdempotencyKey)
+					at = append(at, e.EmittedAt.UTC().Format(engine.TimeFormat))
+				}
+				tx, err := db.BeginTx(ctx, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := tx.ExecContext(ctx, `INSERT INTO plain_events (run_id, run_seq, tenant_id, project_id, environment_id, event_id, event_type, step_id,
+					plan_id, plan_version, logical_attempt_id, engine_attempt_id, idempotency_key, emitted_at, persisted_at, payload)
+					SELECT 'r', e.seq, 't', 'p', 'e', e.id, e.typ, e.step, 'plan', '1', 1, 1, e.key, e.at, e.at, $7::json
+					FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[]) AS e (seq, id, typ, step, key, at)`,
+					seq, id, typ, step, key, at, string(payload230)); err != nil {
+					b.Fatal(err)
+				}
+				if err := tx.Commit(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "events/s")
+		})
+	}
+}

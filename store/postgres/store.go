@@ -287,7 +287,11 @@ func (s *Store) BootstrapRun(ctx context.Context, meta engine.RunMetadata, first
 				}
 			}
 		}
-		res, err = s.appendTx(ctx, tx, meta.RunID, row, batch, now)
+		// A new run has no stored keys and no step state to read.
+		res, err = s.appendTx(meta.RunID, row, batch, now, nil, nil, func(q string, args ...any) error {
+			_, err := tx.ExecContext(ctx, q, args...)
+			return err
+		})
 		return err
 	})
 	if err != nil {
@@ -323,82 +327,26 @@ func (s *Store) AppendFenced(ctx context.Context, lease engine.Lease, events []e
 	return s.append(ctx, lease.RunID, &lease, events)
 }
 
-func (s *Store) append(ctx context.Context, runID string, lease *engine.Lease, events []engine.RunEventWrite) (engine.AppendResult, error) {
-	if len(events) == 0 {
-		return engine.AppendResult{}, nil
-	}
-	// Envelope checks first, outside the transaction: nothing is written
-	// for an invalid batch. The checks against the run's row run under its
-	// lock.
-	for _, e := range events {
-		if err := engine.Validate(e); err != nil {
-			return engine.AppendResult{}, err
-		}
-	}
-	var res engine.AppendResult
-	err := s.tx(ctx, func(tx *sqlx.Tx) error {
-		var row runRow
-		err := tx.QueryRowContext(ctx, s.q["lock_seq"], runID).Scan(&row.nextSeq, &row.status, &row.tenant, &row.project, &row.env, &row.planID, &row.planVersion)
-		if errors.Is(err, sql.ErrNoRows) {
-			return engine.Errorf(engine.CodeRunNotFound, "run %s does not exist (bootstrap it first); nothing was written", runID)
-		}
-		if err != nil {
-			return err
-		}
-		if lease != nil {
-			var holder string
-			var fence int64
-			err := tx.QueryRowContext(ctx, s.q["lease_fence"], runID).Scan(&holder, &fence)
-			if err != nil && !errors.Is(err, sql.ErrNoRows) {
-				return err
-			}
-			if err := store.CheckFence(*lease, holder, fence); err != nil {
-				return err
-			}
-		}
-		batch, err := store.FoldBatch(row.metadata(runID), events)
-		if err != nil {
-			return err
-		}
-		res, err = s.appendTx(ctx, tx, runID, row, batch, s.now())
-		return err
-	})
-	if err != nil {
-		return engine.AppendResult{}, err
-	}
-	return res, nil
-}
-
-// appendTx does the append inside tx, which holds the run's dvt_run_seq
-// row lock (or created the row): no other transaction appends to the run
-// until it ends, so the keys read as stored are all there are, and the new
-// events get consecutive runSeqs from row.nextSeq. The transition check
-// runs over the new events; a rejection rolls everything back.
-func (s *Store) appendTx(ctx context.Context, tx *sqlx.Tx, runID string, row runRow, b store.Batch, now string) (engine.AppendResult, error) {
+// appendTx decides an append inside a transaction that holds the run's
+// dvt_run_seq row lock (or created the row): no other transaction appends
+// to the run until it ends, so stored (the batch's keys already in the
+// log) is all there is, and the new events get consecutive runSeqs from
+// row.nextSeq. steps is the stored state of the batch's steps. The
+// transition check runs over the new events; a rejection writes nothing.
+// The writes go through exec, in order.
+func (s *Store) appendTx(runID string, row runRow, b store.Batch, now string, stored map[string]engine.RunEventRecord,
+	steps map[string]engine.StepState, exec func(query string, args ...any) error) (engine.AppendResult, error) {
 	persisted, err := time.Parse(time.RFC3339Nano, now)
 	if err != nil {
 		return engine.AppendResult{}, err
 	}
-	var res engine.AppendResult
-	stored := map[string]engine.RunEventRecord{}
-	if row.nextSeq > 1 { // a new run has no stored keys
-		keys := make([]string, len(b.Events))
-		for i, e := range b.Events {
-			keys[i] = e.IdempotencyKey
-		}
-		rows, err := tx.QueryContext(ctx, s.q["existing_events"], runID, keys)
-		if err != nil {
-			return engine.AppendResult{}, err
-		}
-		for r, err := range s.scanEvents(rows) {
-			if err != nil {
-				rows.Close()
-				return engine.AppendResult{}, err
-			}
-			stored[r.IdempotencyKey] = r
-		}
-		rows.Close()
+	if stored == nil {
+		stored = map[string]engine.RunEventRecord{}
 	}
+	if steps == nil {
+		steps = map[string]engine.StepState{}
+	}
+	var res engine.AppendResult
 	var fresh []engine.RunEventWrite
 	cols := eventColumns{}
 	seq := row.nextSeq
@@ -415,10 +363,6 @@ func (s *Store) appendTx(ctx context.Context, tx *sqlx.Tx, runID string, row run
 		seq++
 	}
 	if len(fresh) > 0 {
-		steps, err := s.stepStates(ctx, tx, runID, fresh)
-		if err != nil {
-			return engine.AppendResult{}, err
-		}
 		status, after, err := engine.CheckTransitions(row.status, steps, fresh)
 		if err != nil {
 			if !s.opts.DisableTransitionChecks {
@@ -427,12 +371,12 @@ func (s *Store) appendTx(ctx context.Context, tx *sqlx.Tx, runID string, row run
 			status, after = engine.SkipInvalidTransitions(row.status, steps, fresh)
 		}
 		first := fresh[0]
-		if _, err := tx.ExecContext(ctx, s.q["insert_events"], runID, first.TenantID, first.ProjectID, first.EnvironmentID,
+		if err := exec(s.q["insert_events"], runID, first.TenantID, first.ProjectID, first.EnvironmentID,
 			first.PlanID, first.PlanVersion, now, cols.seq, cols.eventID, cols.eventType, cols.stepID, cols.logical,
 			cols.engine, cols.key, cols.emitted, cols.payload); err != nil {
 			return engine.AppendResult{}, err
 		}
-		if _, err := tx.ExecContext(ctx, s.q["update_seq"], seq, string(status), runID); err != nil {
+		if err := exec(s.q["update_seq"], seq, string(status), runID); err != nil {
 			return engine.AppendResult{}, err
 		}
 		var ids, statuses []string
@@ -444,14 +388,14 @@ func (s *Store) appendTx(ctx context.Context, tx *sqlx.Tx, runID string, row run
 			ids, statuses, attempts = append(ids, id), append(statuses, string(st.Status)), append(attempts, int64(st.LogicalAttemptID))
 		}
 		if len(ids) > 0 {
-			if _, err := tx.ExecContext(ctx, s.q["upsert_step_states"], runID, ids, statuses, attempts); err != nil {
+			if err := exec(s.q["upsert_step_states"], runID, ids, statuses, attempts); err != nil {
 				return engine.AppendResult{}, err
 			}
 		}
 		if status.Terminal() {
 			// Reservations matter while events can still be retried; a
 			// finished run's are dropped here, once.
-			if _, err := tx.ExecContext(ctx, s.q["forget_run_reservations"], runID); err != nil {
+			if err := exec(s.q["forget_run_reservations"], runID); err != nil {
 				return engine.AppendResult{}, err
 			}
 		}
@@ -492,38 +436,16 @@ func (c *eventColumns) add(seq int64, e engine.RunEventWrite) {
 	c.payload = append(c.payload, payload)
 }
 
-func (s *Store) stepStates(ctx context.Context, tx *sqlx.Tx, runID string, events []engine.RunEventWrite) (map[string]engine.StepState, error) {
-	var ids []string
-	seen := map[string]bool{}
-	for _, e := range events {
-		if _, changes := engine.TargetOf(e.EventType); changes && e.EventType.StepLevel() && !seen[e.StepID] {
-			seen[e.StepID] = true
-			ids = append(ids, e.StepID)
-		}
-	}
-	out := make(map[string]engine.StepState, len(ids))
-	if len(ids) == 0 {
-		return out, nil
-	}
-	rows, err := tx.QueryContext(ctx, s.q["step_states"], runID, ids)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var id, status string
-		var attempt int
-		if err := rows.Scan(&id, &status, &attempt); err != nil {
-			return nil, err
-		}
-		out[id] = engine.StepState{Status: engine.StepStatus(status), LogicalAttemptID: attempt}
-	}
-	return out, rows.Err()
+// rowScanner is *sql.Rows or pgx.Rows.
+type rowScanner interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
 }
 
 // scanEvents yields the events of rows (the columns of list_events) and
 // then rows.Err, if any.
-func (s *Store) scanEvents(rows *sql.Rows) iter.Seq2[engine.RunEventRecord, error] {
+func (s *Store) scanEvents(rows rowScanner) iter.Seq2[engine.RunEventRecord, error] {
 	return func(yield func(engine.RunEventRecord, error) bool) {
 		for rows.Next() {
 			var r engine.RunEventRecord

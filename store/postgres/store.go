@@ -6,8 +6,8 @@
 // The append authority is the run's dvt_run_seq row, locked with SELECT
 // ... FOR UPDATE for the length of the append: writers of one run queue
 // there, writers of different runs never wait for each other. A batch's
-// new events and their outbox rows are one INSERT of arrays (unnest), so an
-// append costs a fixed number of round trips whatever its size.
+// new events and their outbox rows are one INSERT of arrays (unnest), and
+// an append is two pipelined round trips whatever its size (append.go).
 package postgres
 
 import (

@@ -18,6 +18,8 @@ import (
 	"fmt"
 	"iter"
 	"net/url"
+	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -103,21 +105,40 @@ func describe(cfg *pgconn.Config) string {
 }
 
 // DSNSecrets lists the credential values a DSN carries (the password, raw
-// and URL-escaped): what the CLI must never print.
+// and URL-escaped, also of a DSN that does not parse): what the CLI must
+// never print.
 func DSNSecrets(dsn string) []string {
-	cfg, err := pgconn.ParseConfig(dsn)
-	if err != nil || cfg.Password == "" {
-		return nil
+	var out []string
+	add := func(p string) {
+		if p != "" && !slices.Contains(out, p) {
+			out = append(out, p)
+		}
 	}
-	out := []string{cfg.Password}
-	if e := url.QueryEscape(cfg.Password); e != cfg.Password {
-		out = append(out, e)
+	if cfg, err := pgconn.ParseConfig(dsn); err == nil {
+		add(cfg.Password)
 	}
-	if e := url.PathEscape(cfg.Password); e != cfg.Password && e != out[len(out)-1] {
-		out = append(out, e)
+	if m := urlPassword.FindStringSubmatch(dsn); m != nil {
+		add(m[1])
 	}
+	for _, m := range kvPassword.FindAllStringSubmatch(dsn, -1) {
+		add(strings.Trim(m[1], "'"))
+	}
+	for _, p := range slices.Clone(out) {
+		if u, err := url.PathUnescape(p); err == nil {
+			add(u)
+		}
+		add(url.QueryEscape(p))
+		add(url.PathEscape(p))
+	}
+	// Longest first, so that no replacement leaves part of another.
+	slices.SortFunc(out, func(a, b string) int { return len(b) - len(a) })
 	return out
 }
+
+var (
+	urlPassword = regexp.MustCompile(`^postgres(?:ql)?://[^:/@?]*:([^@/?]*)@`)
+	kvPassword  = regexp.MustCompile(`(?:^|[\s?&])password=('(?:[^'\\]|\\.)*'|[^\s&]*)`)
+)
 
 // Redact is dsn fit to print: its password replaced with ***.
 func Redact(dsn string) string {

@@ -1,0 +1,131 @@
+package postgres_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/store"
+	"github.com/dvtrun/dvtrun/store/postgres"
+	"github.com/dvtrun/dvtrun/store/postgres/pgtest"
+	"github.com/dvtrun/dvtrun/store/storetest"
+)
+
+// TestLockWaitRunsOut: an append behind another session's lock on the run
+// (a transaction holding its dvt_run_seq row) waits --lock-wait, then fails
+// with a transient STORE_UNAVAILABLE that names the wait, and writes
+// nothing; once the holder is gone the same append succeeds.
+func TestLockWaitRunsOut(t *testing.T) {
+	ctx := context.Background()
+	dsn := pgtest.DSN(t)
+	const wait = 300 * time.Millisecond
+	s, err := postgres.Open(ctx, dsn, postgres.Options{LockWait: wait})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	f := storetest.NewFixture()
+	f.Bootstrap(t, s)
+	holder, err := s.DB().BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Rollback()
+	if _, err := holder.ExecContext(ctx, `SELECT 1 FROM dvt_run_seq WHERE run_id = $1 FOR UPDATE`, f.Meta.RunID); err != nil {
+		t.Fatal(err)
+	}
+	ev := f.Event(engine.StepStarted, "model.a", 1)
+	start := time.Now()
+	_, err = s.AppendAndEnqueue(ctx, f.Meta.RunID, []engine.RunEventWrite{ev})
+	waited := time.Since(start)
+	if engine.CodeOf(err) != engine.CodeStoreUnavailable || !engine.IsTransient(err) || !strings.Contains(err.Error(), "--lock-wait") {
+		t.Fatalf("append behind a held lock: %v, want a transient STORE_UNAVAILABLE naming --lock-wait", err)
+	}
+	if waited < wait || waited > wait+5*time.Second {
+		t.Errorf("waited %s, want about the lock-wait budget %s", waited, wait)
+	}
+	if err := holder.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.AppendAndEnqueue(ctx, f.Meta.RunID, []engine.RunEventWrite{ev})
+	if err != nil || len(res.Appended) != 1 {
+		t.Fatalf("the append after the holder left: %+v, %v (the failed one must have written nothing)", res, err)
+	}
+}
+
+// TestOpenErrors: a server that is not there is a transient
+// STORE_UNAVAILABLE, a DSN that does not parse INVALID_ARGUMENT, and
+// neither error shows the password.
+func TestOpenErrors(t *testing.T) {
+	const password = "N0t-Sh0wn"
+	cases := []struct {
+		name, dsn string
+		code      engine.Code
+		transient bool
+	}{
+		{"no server", "postgres://dvt:" + password + "@/dvt?host=" + t.TempDir() + "&connect_timeout=5", engine.CodeStoreUnavailable, true},
+		{"bad DSN", "postgres://dvt:" + password + "@host:notaport/dvt", engine.CodeInvalidArgument, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := postgres.Open(context.Background(), c.dsn, postgres.Options{})
+			if engine.CodeOf(err) != c.code || engine.IsTransient(err) != c.transient {
+				t.Fatalf("Open: %v, want %s (transient %v)", err, c.code, c.transient)
+			}
+			if strings.Contains(err.Error(), password) {
+				t.Errorf("the error shows the password: %v", err)
+			}
+		})
+	}
+}
+
+// TestConcurrentFirstOpens: processes that start together on an empty
+// database migrate it once; every one of them opens a usable store.
+func TestConcurrentFirstOpens(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	var wg sync.WaitGroup
+	errs := make(chan error, 6)
+	for range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s, err := postgres.Open(context.Background(), dsn, postgres.Options{})
+			if err == nil {
+				_, err = s.ListRuns(context.Background(), storeFilter())
+				s.Close()
+			}
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Errorf("concurrent first open: %v", err)
+		}
+	}
+}
+
+func storeFilter() store.RunFilter { return store.RunFilter{} }
+
+// TestRedact: every DSN form loses its password, also one that does not
+// parse, and keeps the rest.
+func TestRedact(t *testing.T) {
+	cases := []struct{ dsn, want string }{
+		{"postgres://ann:s3cret@db:5432/dvt", "postgres://ann:***@db:5432/dvt"},
+		{"postgresql://ann:p%40ss@db/dvt?sslmode=require", "postgresql://ann:***@db/dvt?sslmode=require"},
+		{"postgres://ann:s3cret@db:notaport/dvt", "postgres://ann:***@db:notaport/dvt"},
+		{"host=db dbname=dvt password=s3cret user=ann", "host=db dbname=dvt password=*** user=ann"},
+		{"host=db password='two words' dbname=dvt", "host=db password='***' dbname=dvt"},
+		{"postgres://db/dvt?password=s3cret&sslmode=disable", "postgres://db/dvt?password=***&sslmode=disable"},
+		{"postgres://ann@db/dvt", "postgres://ann@db/dvt"},
+	}
+	for _, c := range cases {
+		if got := postgres.Redact(c.dsn); got != c.want {
+			t.Errorf("Redact(%q) = %q, want %q", c.dsn, got, c.want)
+		}
+	}
+}

@@ -91,7 +91,7 @@ func (c *cli) openStore(ctx context.Context, mustExist bool) (stateStore, error)
 	case "snowflake":
 		return c.openSnowflakeStore(ctx, t.dsn, mustExist)
 	case "postgres":
-		return postgres.Open(ctx, t.dsn, postgres.Options{MustExist: mustExist, LockWait: c.g.lockWait})
+		return postgres.Open(ctx, t.dsn, postgres.Options{MustExist: mustExist, LockWait: c.g.lockWait, OnWait: c.reportWait})
 	default:
 		return sqlite.Open(ctx, t.path, sqlite.Options{MustExist: mustExist, LockWait: c.g.lockWait, OnWait: c.reportWait})
 	}

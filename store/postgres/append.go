@@ -39,7 +39,10 @@ func (s *Store) append(ctx context.Context, runID string, lease *engine.Lease, e
 	var appendErr error
 	err = conn.Raw(func(dc any) error {
 		c := dc.(*stdlib.Conn).Conn()
-		res, appendErr = s.appendOn(ctx, c, runID, lease, events)
+		appendErr = s.watchLocks(ctx, "the run's row in the "+s.name, runID, c.PgConn().PID, func() (err error) {
+			res, err = s.appendOn(ctx, c, runID, lease, events)
+			return err
+		})
 		// Whatever failed, the connection goes back to the pool idle, or
 		// not at all (driver.ErrBadConn makes database/sql drop it).
 		if appendErr != nil && c.PgConn().TxStatus() != 'I' {

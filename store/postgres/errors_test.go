@@ -15,14 +15,21 @@ import (
 )
 
 // TestLockWaitRunsOut: an append behind another session's lock on the run
-// (a transaction holding its dvt_run_seq row) waits --lock-wait, then fails
-// with a transient STORE_UNAVAILABLE that names the wait, and writes
-// nothing; once the holder is gone the same append succeeds.
+// (a transaction holding its dvt_run_seq row) waits --lock-wait, saying so
+// after a second with the holder's session, then fails with a transient
+// STORE_UNAVAILABLE that names the wait, and writes nothing; once the
+// holder is gone the same append succeeds.
 func TestLockWaitRunsOut(t *testing.T) {
 	ctx := context.Background()
 	dsn := pgtest.DSN(t)
-	const wait = 300 * time.Millisecond
-	s, err := postgres.Open(ctx, dsn, postgres.Options{LockWait: wait})
+	const wait = 1500 * time.Millisecond
+	var mu sync.Mutex
+	var reports []engine.LockWait
+	s, err := postgres.Open(ctx, dsn, postgres.Options{LockWait: wait, OnWait: func(w engine.LockWait) {
+		mu.Lock()
+		reports = append(reports, w)
+		mu.Unlock()
+	}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,6 +54,15 @@ func TestLockWaitRunsOut(t *testing.T) {
 	if waited < wait || waited > wait+5*time.Second {
 		t.Errorf("waited %s, want about the lock-wait budget %s", waited, wait)
 	}
+	// One progress line after a second of waiting, naming the run and the
+	// session that holds its row.
+	mu.Lock()
+	if len(reports) != 1 || reports[0].RunID != f.Meta.RunID || !strings.Contains(reports[0].Holder, "Postgres session") || reports[0].Since.IsZero() {
+		t.Errorf("progress reports %+v, want one naming run %s and the holding session", reports, f.Meta.RunID)
+	} else {
+		t.Logf("progress line: %s", reports[0])
+	}
+	mu.Unlock()
 	if err := holder.Rollback(); err != nil {
 		t.Fatal(err)
 	}

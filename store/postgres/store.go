@@ -49,6 +49,8 @@ type Options struct {
 	// engine.DefaultLockWait); then it fails with STORE_UNAVAILABLE,
 	// transient.
 	LockWait time.Duration
+	// OnWait receives a progress report every few seconds of such a wait.
+	OnWait engine.WaitFunc
 }
 
 // Store is the Postgres state store. It is safe for concurrent use, by any
@@ -163,13 +165,27 @@ func (s *Store) now() string { return s.opts.Now().UTC().Format(engine.TimeForma
 // tx runs fn in one transaction (READ COMMITTED: the locks each statement
 // takes, not the isolation level, serialise writers) and classifies its
 // errors.
+//
+// A wait for another session's lock in it is reported through
+// Options.OnWait, naming the holder.
 func (s *Store) tx(ctx context.Context, fn func(tx *sqlx.Tx) error) error {
-	tx, err := s.db.BeginTxx(ctx, nil)
+	conn, err := s.db.Connx(ctx)
+	if err != nil {
+		return s.classify(err)
+	}
+	defer conn.Close()
+	var pid uint32
+	_ = conn.Raw(func(dc any) error {
+		pid = dc.(*stdlib.Conn).Conn().PgConn().PID()
+		return nil
+	})
+	tx, err := conn.BeginTxx(ctx, nil)
 	if err != nil {
 		return s.classify(err)
 	}
 	defer tx.Rollback()
-	if err := fn(tx); err != nil {
+	err = s.watchLocks(ctx, "a row or lock of the "+s.name, "", func() uint32 { return pid }, func() error { return fn(tx) })
+	if err != nil {
 		return s.classify(err)
 	}
 	return s.classify(tx.Commit())

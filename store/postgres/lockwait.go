@@ -12,7 +12,7 @@ import (
 // = Options.LockWait); what the Go side adds is the progress line: the
 // first after firstReport of waiting (a lock held a moment by a
 // neighbouring run is not news), then one every reportEvery.
-var (
+const (
 	firstReport = time.Second
 	reportEvery = 5 * time.Second
 )

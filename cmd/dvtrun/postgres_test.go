@@ -1,10 +1,12 @@
 package main
 
 import (
+	"context"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/dvtrun/dvtrun/store/postgres"
 	"github.com/dvtrun/dvtrun/store/postgres/pgtest"
 )
 
@@ -87,3 +89,21 @@ func urlParam(url, name string) string {
 }
 
 func pgtestRedacted(s, secret string) string { return strings.ReplaceAll(s, secret, "***") }
+
+// TestProcessSchedulersAndWorkersPostgres is TestProcessSchedulersAndWorkers
+// on the Postgres state store: two scheduler and two worker processes, a
+// schedule every second for 20+ ticks, one request and one run per tick,
+// every run COMPLETED (the warehouse is SQLite: a Postgres warehouse is not
+// built yet).
+func TestProcessSchedulersAndWorkersPostgres(t *testing.T) {
+	dsn := pgtest.URL(t)
+	bin := buildBinary(t)
+	st, err := postgres.Open(context.Background(), dsn, postgres.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	h := newHarness(t)
+	h.env["DVT_STORE"] = dsn
+	schedulersAndWorkers(t, bin, h, st)
+}

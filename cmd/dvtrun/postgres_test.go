@@ -107,3 +107,12 @@ func TestProcessSchedulersAndWorkersPostgres(t *testing.T) {
 	h.env["DVT_STORE"] = dsn
 	schedulersAndWorkers(t, bin, h, st)
 }
+
+// TestProcessWorkerCrashTakeoverPostgres is TestProcessWorkerCrashTakeover
+// on the Postgres state store: a worker SIGKILLed mid-run 20 times, another
+// takes the run over once its heartbeat and lease expire; every run
+// completes, every key is stored once, no step takes effect twice, and
+// verify --all passes.
+func TestProcessWorkerCrashTakeoverPostgres(t *testing.T) {
+	crashTakeover(t, func(t *testing.T) string { return pgtest.URL(t) })
+}

@@ -96,8 +96,8 @@ func pgtestRedacted(s, secret string) string { return strings.ReplaceAll(s, secr
 // every run COMPLETED (the warehouse is SQLite: a Postgres warehouse is not
 // built yet).
 func TestProcessSchedulersAndWorkersPostgres(t *testing.T) {
-	dsn := pgtest.URL(t)
 	bin := buildBinary(t)
+	dsn := pgtest.URL(t)
 	st, err := postgres.Open(context.Background(), dsn, postgres.Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/dvtrun/dvtrun/store/postgres"
 	"github.com/dvtrun/dvtrun/store/postgres/pgtest"
+	"github.com/dvtrun/dvtrun/store/sqlite"
 )
 
 // TestMain stops the package's Postgres test server (pgtest), if a test
@@ -115,4 +116,44 @@ func TestProcessSchedulersAndWorkersPostgres(t *testing.T) {
 // verify --all passes.
 func TestProcessWorkerCrashTakeoverPostgres(t *testing.T) {
 	crashTakeover(t, func(t *testing.T) string { return pgtest.URL(t) })
+}
+
+// BenchmarkShopPostgresStore is the runner on the Postgres state store
+// beside the SQLite store, measured in the same run: README's example plan
+// (19 steps) on a SQLite warehouse, once with each store. Reported: the
+// runner's steps per second with each (medians over b.N) and their ratio.
+//
+// Run it with: go test -run '^$' -bench ShopPostgresStore -benchtime 5x ./cmd/dvtrun/
+func BenchmarkShopPostgresStore(b *testing.B) {
+	plan := filepath.Join(repoRoot(b), "plans", "shop", "plan.yaml")
+	b.Chdir(b.TempDir()) // the CLI writes run artifacts under .dvt/ of its directory
+	ctx := context.Background()
+	const steps = 19
+	var pgRate, liteRate, ratio []float64
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		// Both stores exist and are migrated before the clock runs: what is
+		// measured is the run's appends, leases and claims.
+		dir := b.TempDir()
+		url, litePath := pgtest.URL(b), filepath.Join(dir, "state.db")
+		for _, open := range []func() (interface{ Close() error }, error){
+			func() (interface{ Close() error }, error) { return postgres.Open(ctx, url, postgres.Options{}) },
+			func() (interface{ Close() error }, error) { return sqlite.Open(ctx, litePath, sqlite.Options{}) },
+		} {
+			st, err := open()
+			if err != nil {
+				b.Fatal(err)
+			}
+			st.Close()
+		}
+		b.StartTimer()
+		pg := timeRun(b, ctx, plan, map[string]string{"DVT_STORE": url, "DVT_WAREHOUSE": "sqlite:" + filepath.Join(dir, "wh-pg.db")})
+		lite := timeRun(b, ctx, plan, map[string]string{"DVT_STORE": "sqlite:" + litePath, "DVT_WAREHOUSE": "sqlite:" + filepath.Join(dir, "wh-lite.db")})
+		pgRate = append(pgRate, steps/pg.Seconds())
+		liteRate = append(liteRate, steps/lite.Seconds())
+		ratio = append(ratio, float64(pg)/float64(lite))
+	}
+	b.ReportMetric(median(pgRate), "pg-steps/s")
+	b.ReportMetric(median(liteRate), "sqlite-steps/s")
+	b.ReportMetric(median(ratio), "time-ratio")
 }

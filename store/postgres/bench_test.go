@@ -4,10 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/dvtrun/dvtrun/engine"
 	"github.com/dvtrun/dvtrun/engine/eventgen"
+	"github.com/dvtrun/dvtrun/engine/queue"
 	"github.com/dvtrun/dvtrun/store/postgres"
 	"github.com/dvtrun/dvtrun/store/postgres/pgtest"
 	"github.com/dvtrun/dvtrun/store/storetest"
@@ -133,4 +139,62 @@ func BenchmarkProjectOneRun(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkClaims measures run-queue claims per second with 2 workers (two
+// store handles, as two processes have): b.N requests are enqueued, then
+// both claim until none is left. A claim is the shared conditional UPDATE
+// under the queue's transaction lock, so the workers take turns; the
+// figure is what one queue serves, whatever the number of workers.
+func BenchmarkClaims(b *testing.B) {
+	ctx := context.Background()
+	dsn := pgtest.DSN(b)
+	var workers []*postgres.Store
+	for range 2 {
+		s, err := postgres.Open(ctx, dsn, postgres.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer s.Close()
+		workers = append(workers, s)
+	}
+	for i := 0; i < b.N; i++ {
+		r := queue.Request{RequestID: uuid.NewString(), TenantID: "acme", ProjectID: "shop", EnvironmentID: "dev",
+			PlanID: "shop", PlanVersion: "1", RunRequestID: fmt.Sprint("bench-", i), PlanPath: "plan.yaml", PlanSHA256: "ab12", State: queue.StatePending}
+		r.Key = queue.Key(r.TenantID, r.ProjectID, r.EnvironmentID, r.PlanID, r.PlanVersion, r.RunRequestID)
+		if _, _, err := workers[0].EnqueueRequest(ctx, r, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	var claimed atomic.Int64
+	for i, s := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			owner := fmt.Sprint("worker-", i)
+			if err := s.Heartbeat(ctx, owner, time.Minute); err != nil {
+				b.Error(err)
+				return
+			}
+			for {
+				_, ok, err := s.ClaimRequest(ctx, owner, time.Minute, queue.ClaimLimits{})
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				if !ok {
+					return
+				}
+				claimed.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	b.StopTimer()
+	if int(claimed.Load()) != b.N {
+		b.Fatalf("%d claims of %d requests", claimed.Load(), b.N)
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "claims/s")
 }

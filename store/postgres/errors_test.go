@@ -145,3 +145,33 @@ func TestRedact(t *testing.T) {
 		}
 	}
 }
+
+// TestTakeoverQueuesBehindAppend: AcquireFencedLease takes the run's
+// dvt_run_seq row lock, the one an append holds, so a takeover can never
+// land between an append's fence check and its commit: with the row held,
+// the takeover waits (here until the lock-wait budget runs out).
+func TestTakeoverQueuesBehindAppend(t *testing.T) {
+	ctx := context.Background()
+	s, err := postgres.Open(ctx, pgtest.DSN(t), postgres.Options{LockWait: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	f := storetest.NewFixture()
+	f.Bootstrap(t, s)
+	holder, err := s.DB().BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Rollback()
+	if _, err := holder.ExecContext(ctx, `SELECT 1 FROM dvt_run_seq WHERE run_id = $1 FOR UPDATE`, f.Meta.RunID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AcquireFencedLease(ctx, f.Meta.RunID, "heir", time.Minute); engine.CodeOf(err) != engine.CodeStoreUnavailable {
+		t.Fatalf("takeover while an append holds the run's row: %v, want it to wait (then STORE_UNAVAILABLE)", err)
+	}
+	holder.Rollback()
+	if _, err := s.AcquireFencedLease(ctx, f.Meta.RunID, "heir", time.Minute); err != nil {
+		t.Fatalf("takeover once the row is free: %v", err)
+	}
+}

@@ -2,7 +2,6 @@ package postgres_test
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -159,8 +158,7 @@ func TestProjectionSQLEqualsGo(t *testing.T) {
 // views to the Go reducer too.
 func viewSnapshots(t *testing.T, s *postgres.Store) map[string]engine.Snapshot {
 	t.Helper()
-	var asm engine.SnapshotAssembler
-	rows, err := s.DB().QueryContext(context.Background(), `
+	snaps, err := s.ProjectRows(context.Background(), `
 		SELECT 'RUN' AS kind, run_id, '' AS step_id, 0::bigint AS ord, status, substatus, last_event_seq, inconsistent,
 		       tenant_id, project_id, environment_id, 0::bigint AS logical_attempt_id, 0::bigint AS engine_attempt_id,
 		       started_at, completed_at, duration_ms, has_error, error_code, error_message, error_retryable,
@@ -182,43 +180,7 @@ func viewSnapshots(t *testing.T, s *postgres.Store) map[string]engine.Snapshot {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rows.Close()
-	parse := func(v sql.NullString) time.Time {
-		if !v.Valid {
-			return time.Time{}
-		}
-		at, err := time.Parse(time.RFC3339Nano, v.String)
-		if err != nil {
-			t.Fatalf("time %q: %v", v.String, err)
-		}
-		return at
-	}
-	for rows.Next() {
-		var r engine.ProjectionRow
-		var started, completed, persisted sql.NullString
-		var errCode, errMessage, skip, artifacts, eventID, eventType, entity, prior, attempted sql.NullString
-		var hasError int
-		var retryable sql.NullBool
-		if err := rows.Scan(&r.Kind, &r.RunID, &r.StepID, &r.Ord, &r.Status, &r.Substatus, &r.LastEventSeq, &r.Inconsistent,
-			&r.TenantID, &r.ProjectID, &r.EnvironmentID, &r.LogicalAttemptID, &r.EngineAttemptID, &started, &completed, &r.DurationMs,
-			&hasError, &errCode, &errMessage, &retryable, &skip, &artifacts,
-			&eventID, &eventType, &persisted, &entity, &prior, &attempted); err != nil {
-			t.Fatal(err)
-		}
-		r.StartedAt, r.CompletedAt, r.PersistedAt = parse(started), parse(completed), parse(persisted)
-		if hasError == 1 {
-			r.Error = &engine.ErrorInfo{Code: errCode.String, Message: errMessage.String, Retryable: retryable.Bool}
-		}
-		r.SkipReason, r.Artifacts = skip.String, artifacts.String
-		r.EventID, r.EventType, r.Entity, r.PriorState, r.AttemptedState = eventID.String, eventType.String, entity.String, prior.String, attempted.String
-		if err := asm.Add(r); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return asm.Snapshots()
+	return snaps
 }
 
 // TestAuditViewIncludesTheProjection: the projection's CTEs exist once in

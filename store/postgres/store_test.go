@@ -2,9 +2,7 @@ package postgres_test
 
 import (
 	"context"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/dvtrun/dvtrun/store"
 	"github.com/dvtrun/dvtrun/store/postgres"
@@ -13,25 +11,6 @@ import (
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
-
-// fakeClock is the store clock of a test, advanced by hand.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(time.Microsecond) // strictly increasing, like a real clock
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
 
 func openStore(t *testing.T, dsn string, opts postgres.Options) store.Store {
 	t.Helper()
@@ -44,7 +23,7 @@ func openStore(t *testing.T, dsn string, opts postgres.Options) store.Store {
 
 func TestConformance(t *testing.T) {
 	dsn := pgtest.DSN(t)
-	clock := &fakeClock{t: time.Date(2026, 4, 1, 9, 0, 0, 0, time.UTC)}
+	clock := storetest.NewClock()
 	storetest.Run(t, storetest.Backend{
 		Open:    func(t *testing.T) store.Store { return openStore(t, dsn, postgres.Options{Now: clock.Now}) },
 		Advance: clock.Advance,

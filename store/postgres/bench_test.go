@@ -143,10 +143,39 @@ func BenchmarkProjectOneRun(b *testing.B) {
 
 // BenchmarkClaims measures run-queue claims per second with 2 workers (two
 // store handles, as two processes have): b.N requests are enqueued, then
-// both claim until none is left. A claim is the shared conditional UPDATE
-// under the queue's transaction lock, so the workers take turns; the
-// figure is what one queue serves, whatever the number of workers.
+// both claim until none is left.
+//
+//   - conditional-update: the store's claim, the conditional UPDATE the
+//     SQLite and Snowflake stores share, with its limits, serial schedules
+//     and takeovers, under the queue's transaction lock (the workers take
+//     turns);
+//   - skip-locked: the bare skeleton of the alternative, one UPDATE of the
+//     first PENDING row FOR UPDATE SKIP LOCKED, none of those rules: an
+//     upper bound of what it could give.
 func BenchmarkClaims(b *testing.B) {
+	claimers := map[string]func(ctx context.Context, s *postgres.Store, owner string) (bool, error){
+		"conditional-update": func(ctx context.Context, s *postgres.Store, owner string) (bool, error) {
+			_, ok, err := s.ClaimRequest(ctx, owner, time.Minute, queue.ClaimLimits{})
+			return ok, err
+		},
+		"skip-locked": func(ctx context.Context, s *postgres.Store, owner string) (bool, error) {
+			res, err := s.DB().ExecContext(ctx, `UPDATE dvt_run_requests SET state = 'CLAIMED', owner = $1, version = version + 1,
+				attempts = attempts + 1, claimed_at = dvt_now()
+				WHERE request_id = (SELECT request_id FROM dvt_run_requests WHERE state = 'PENDING' AND not_before <= dvt_now()
+				                    ORDER BY priority DESC, enqueue_seq LIMIT 1 FOR UPDATE SKIP LOCKED)`, owner)
+			if err != nil {
+				return false, err
+			}
+			n, _ := res.RowsAffected()
+			return n == 1, nil
+		},
+	}
+	for _, name := range []string{"conditional-update", "skip-locked"} {
+		b.Run(name, func(b *testing.B) { benchClaims(b, claimers[name]) })
+	}
+}
+
+func benchClaims(b *testing.B, claim func(ctx context.Context, s *postgres.Store, owner string) (bool, error)) {
 	ctx := context.Background()
 	dsn := pgtest.DSN(b)
 	var workers []*postgres.Store
@@ -179,7 +208,7 @@ func BenchmarkClaims(b *testing.B) {
 				return
 			}
 			for {
-				_, ok, err := s.ClaimRequest(ctx, owner, time.Minute, queue.ClaimLimits{})
+				ok, err := claim(ctx, s, owner)
 				if err != nil {
 					b.Error(err)
 					return

@@ -30,9 +30,25 @@ func (s *Store) append(ctx context.Context, runID string, lease *engine.Lease, e
 			return engine.AppendResult{}, err
 		}
 	}
-	conn, err := s.db.Conn(ctx)
+	// An append may run again after its connection was lost, even past
+	// its COMMIT: a committed batch comes back the second time as Deduped.
+	var res engine.AppendResult
+	err := s.reconnect(ctx, func() (bool, error) {
+		var err error
+		res, err = s.appendOnce(ctx, runID, lease, events)
+		return true, err
+	})
 	if err != nil {
 		return engine.AppendResult{}, s.classify(err)
+	}
+	return res, nil
+}
+
+// appendOnce is one attempt of an append, on a connection of the pool.
+func (s *Store) appendOnce(ctx context.Context, runID string, lease *engine.Lease, events []engine.RunEventWrite) (engine.AppendResult, error) {
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return engine.AppendResult{}, err
 	}
 	defer conn.Close()
 	var res engine.AppendResult
@@ -53,12 +69,9 @@ func (s *Store) append(ctx context.Context, runID string, lease *engine.Lease, e
 		return nil
 	})
 	if appendErr != nil {
-		return engine.AppendResult{}, s.classify(appendErr)
+		return engine.AppendResult{}, appendErr
 	}
-	if err != nil {
-		return engine.AppendResult{}, s.classify(err)
-	}
-	return res, nil
+	return res, err
 }
 
 func (s *Store) appendOn(ctx context.Context, c *pgx.Conn, runID string, lease *engine.Lease, events []engine.RunEventWrite) (engine.AppendResult, error) {

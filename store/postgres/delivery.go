@@ -68,7 +68,7 @@ func (s *Store) ClaimDeliveries(ctx context.Context, sink, claimID string, limit
 	if err != nil {
 		return nil, err
 	}
-	ds, err := s.scanDeliveries(s.db.QueryContext(ctx, q, sink, claimID))
+	ds, err := s.scanDeliveries(s.query(ctx, q, sink, claimID))
 	if err != nil {
 		return nil, err
 	}
@@ -122,7 +122,7 @@ func (s *Store) ListDeliveries(ctx context.Context, f delivery.Filter) ([]delive
 	if err != nil {
 		return nil, err
 	}
-	return s.scanDeliveries(s.db.QueryContext(ctx, q, f.Sink, f.Sink, string(f.State), string(f.State), f.EventID, f.EventID, limit))
+	return s.scanDeliveries(s.query(ctx, q, f.Sink, f.Sink, string(f.State), string(f.State), f.EventID, f.EventID, limit))
 }
 
 func (s *Store) scanDeliveries(rows *sql.Rows, err error) ([]delivery.Delivery, error) {

@@ -2,8 +2,10 @@ package postgres
 
 import (
 	"context"
+	"database/sql/driver"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strconv"
 	"strings"
@@ -66,4 +68,56 @@ func (s *Store) classify(err error) error {
 		return engine.MarkTransient(&engine.Error{Code: engine.CodeStoreUnavailable, Msg: fmt.Sprintf("cannot reach the %s: %v", s.name, err), Err: err})
 	}
 	return fmt.Errorf("postgres state store (%s): %w", s.name, err)
+}
+
+// lostConn reports whether err is the loss of a live connection (the
+// server ended the session: a restart, a failover, an administrator, a
+// network cut), not a failure of the statement, nor a server that cannot
+// be reached at all (a connect error).
+func lostConn(err error) bool {
+	var ce *pgconn.ConnectError
+	if err == nil || errors.As(err, &ce) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code == "57P01" || pe.Code == "57P02" || pe.Code == "57P03" || strings.HasPrefix(pe.Code, "08")
+	}
+	var ne net.Error
+	return errors.Is(err, driver.ErrBadConn) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, net.ErrClosed) || errors.As(err, &ne) || pgconn.SafeToRetry(err)
+}
+
+// reconnect runs try again, on a new connection, while it fails because its
+// connection was lost where a new attempt cannot repeat a committed effect
+// (try says so: again), for at most the lock-wait budget: a server that
+// restarts or fails over is the store busy, not broken, so once a live
+// connection was lost, refused connections are waited out too. A server
+// that refuses the first attempt fails at once. Then the last error
+// stands (a transient STORE_UNAVAILABLE once classified).
+func (s *Store) reconnect(ctx context.Context, try func() (again bool, err error)) error {
+	start := time.Now() // real time: this waits for a server, not the store's clock
+	pause := 20 * time.Millisecond
+	lost := false
+	for {
+		again, err := try()
+		var ce *pgconn.ConnectError
+		switch {
+		case err == nil || !again:
+			return err
+		case lostConn(err):
+			lost = true
+		case !lost || !errors.As(err, &ce):
+			return err
+		}
+		if time.Since(start)+pause > s.opts.LockWait {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, time.Second)
+	}
 }

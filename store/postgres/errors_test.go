@@ -175,3 +175,66 @@ func TestTakeoverQueuesBehindAppend(t *testing.T) {
 		t.Fatalf("takeover once the row is free: %v", err)
 	}
 }
+
+// TestSessionsEndedByTheServer: the server ends every session of the store
+// (pg_terminate_backend, as a restart or a failover does) between
+// operations; each operation then meets a lost connection and runs again
+// on a new one instead of failing the run with STORE_UNAVAILABLE.
+func TestSessionsEndedByTheServer(t *testing.T) {
+	ctx := context.Background()
+	dsn := pgtest.DSN(t)
+	s, err := postgres.Open(ctx, dsn, postgres.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	admin, err := postgres.Open(ctx, dsn, postgres.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	f := storetest.NewFixture()
+	f.Bootstrap(t, s)
+	run := f.Meta.RunID
+	var lease engine.Lease
+	ops := []struct {
+		name string
+		op   func() error
+	}{
+		{"append", func() error {
+			_, err := s.AppendAndEnqueue(ctx, run, []engine.RunEventWrite{f.Event(engine.StepStarted, "model.a", 1)})
+			return err
+		}},
+		{"acquire lease", func() (err error) { lease, err = s.AcquireFencedLease(ctx, run, "w1", time.Minute); return err }},
+		{"fenced append", func() error {
+			_, err := s.AppendFenced(ctx, lease, []engine.RunEventWrite{f.Event(engine.StepCompleted, "model.a", 1)})
+			return err
+		}},
+		{"list events", func() error { _, err := s.ListEvents(ctx, run, 0, 0); return err }},
+		{"get run", func() error { _, err := s.GetRun(ctx, run); return err }},
+		{"send signal", func() error {
+			_, err := s.SendSignal(ctx, engine.Signal{SignalID: "sig-1", RunID: run, Type: engine.SignalPause})
+			return err
+		}},
+		{"pulse", func() error {
+			_, err := s.Pulse(ctx, "w1", time.Minute, []engine.PulseRun{{RunID: run, Fence: lease.Fence}})
+			return err
+		}},
+		{"get lease", func() error { _, _, err := s.GetLease(ctx, run); return err }},
+		{"project", func() error { _, err := s.ProjectSQL(ctx, run); return err }},
+	}
+	for _, o := range ops {
+		var n int
+		if err := admin.DB().QueryRowContext(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+			WHERE datname = current_database() AND pid <> pg_backend_pid()`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			t.Fatalf("%s: no session of the store to end", o.name)
+		}
+		time.Sleep(50 * time.Millisecond) // the sessions are gone before the next statement
+		if err := o.op(); err != nil {
+			t.Errorf("%s after the server ended %d sessions: %v", o.name, n, err)
+		}
+	}
+}

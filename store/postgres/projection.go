@@ -79,7 +79,7 @@ func (s *Store) ProjectAllGo(ctx context.Context) (map[string]engine.Snapshot, e
 	if err != nil {
 		return nil, err
 	}
-	rows, err := s.db.QueryContext(ctx, q.events)
+	rows, err := s.query(ctx, q.events)
 	if err != nil {
 		return nil, s.classify(err)
 	}
@@ -90,7 +90,7 @@ func (s *Store) ProjectAllGo(ctx context.Context) (map[string]engine.Snapshot, e
 // projectRows runs a projection statement and hands its rows — already
 // decided by SQL — to engine.SnapshotAssembler.
 func (s *Store) projectRows(ctx context.Context, query string, args ...any) (map[string]engine.Snapshot, error) {
-	rows, err := s.db.QueryContext(ctx, query, args...)
+	rows, err := s.query(ctx, query, args...)
 	if err != nil {
 		return nil, s.classify(err)
 	}

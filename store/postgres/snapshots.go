@@ -21,7 +21,7 @@ func (s *Store) PendingSnapshots(ctx context.Context, limit int) ([]string, erro
 		return nil, err
 	}
 	var ids []string
-	err = s.db.SelectContext(ctx, &ids, q, max(limit, 1))
+	err = s.read(ctx, func() error { return s.db.SelectContext(ctx, &ids, q, max(limit, 1)) })
 	return ids, s.classify(err)
 }
 
@@ -33,7 +33,7 @@ func (s *Store) LoadSnapshot(ctx context.Context, runID string) ([]byte, int64, 
 	}
 	var state string
 	var version int64
-	err = s.db.QueryRowContext(ctx, q, runID).Scan(&state, &version)
+	err = s.read(ctx, func() error { return s.db.QueryRowContext(ctx, q, runID).Scan(&state, &version) })
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, 0, nil
 	}
@@ -66,7 +66,7 @@ func (s *Store) SaveSnapshot(ctx context.Context, snap engine.Snapshot, version 
 	} else {
 		args = append(cols, s.now(), snap.RunID, version)
 	}
-	res, err := s.db.ExecContext(ctx, q, args...)
+	res, err := s.exec(ctx, q, args...)
 	if err != nil {
 		return false, s.classify(err)
 	}

@@ -169,26 +169,57 @@ func (s *Store) now() string { return s.opts.Now().UTC().Format(engine.TimeForma
 // A wait for another session's lock in it is reported through
 // Options.OnWait, naming the holder.
 func (s *Store) tx(ctx context.Context, fn func(tx *sqlx.Tx) error) error {
-	conn, err := s.db.Connx(ctx)
-	if err != nil {
-		return s.classify(err)
-	}
-	defer conn.Close()
-	var pid uint32
-	_ = conn.Raw(func(dc any) error {
-		pid = dc.(*stdlib.Conn).Conn().PgConn().PID()
-		return nil
+	return s.classify(s.reconnect(ctx, func() (bool, error) {
+		conn, err := s.db.Connx(ctx)
+		if err != nil {
+			return true, err
+		}
+		defer conn.Close()
+		var pid uint32
+		_ = conn.Raw(func(dc any) error {
+			pid = dc.(*stdlib.Conn).Conn().PgConn().PID()
+			return nil
+		})
+		tx, err := conn.BeginTxx(ctx, nil)
+		if err != nil {
+			return true, err
+		}
+		defer tx.Rollback()
+		err = s.watchLocks(ctx, "a row or lock of the "+s.name, "", func() uint32 { return pid }, func() error { return fn(tx) })
+		if err != nil {
+			return true, err // not committed: a lost connection rolled it back
+		}
+		// A COMMIT whose answer is lost may have committed: not again.
+		return false, tx.Commit()
+	}))
+}
+
+// read runs a read (or an idempotent write) again on a new connection
+// while its connection is lost, within the lock-wait budget.
+func (s *Store) read(ctx context.Context, fn func() error) error {
+	return s.classify(s.reconnect(ctx, func() (bool, error) { return true, fn() }))
+}
+
+// query is QueryContext on the pool, sent again while the connection it
+// got is found lost (an idle session the server ended).
+func (s *Store) query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	var rows *sql.Rows
+	err := s.read(ctx, func() (err error) {
+		rows, err = s.db.QueryContext(ctx, query, args...)
+		return err
 	})
-	tx, err := conn.BeginTxx(ctx, nil)
-	if err != nil {
-		return s.classify(err)
-	}
-	defer tx.Rollback()
-	err = s.watchLocks(ctx, "a row or lock of the "+s.name, "", func() uint32 { return pid }, func() error { return fn(tx) })
-	if err != nil {
-		return s.classify(err)
-	}
-	return s.classify(tx.Commit())
+	return rows, err
+}
+
+// exec is ExecContext of a statement that may run twice (idempotent),
+// sent again while its connection is found lost.
+func (s *Store) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	var res sql.Result
+	err := s.read(ctx, func() (err error) {
+		res, err = s.db.ExecContext(ctx, query, args...)
+		return err
+	})
+	return res, err
 }
 
 // migrate applies the pending migrations in one transaction (Postgres DDL
@@ -199,7 +230,8 @@ func (s *Store) migrate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if applied, err := s.applied(ctx, s.db); err != nil || (applied != nil && !pending(migs, applied)) {
+	var applied map[int]bool
+	if err := s.read(ctx, func() (err error) { applied, err = s.applied(ctx, s.db); return err }); err != nil || (applied != nil && !pending(migs, applied)) {
 		return err
 	} else if applied == nil && s.opts.MustExist {
 		return engine.Errorf(engine.CodeInvalidArgument, "no state store in the %s (run a plan first, or pass --store)", s.name)
@@ -484,7 +516,7 @@ func (s *Store) ListEvents(ctx context.Context, runID string, afterSeq int64, li
 	if limit <= 0 {
 		lim = nil // LIMIT NULL: no limit
 	}
-	rows, err := s.db.QueryContext(ctx, s.q["list_events"], runID, afterSeq, lim)
+	rows, err := s.query(ctx, s.q["list_events"], runID, afterSeq, lim)
 	if err != nil {
 		return nil, s.classify(err)
 	}
@@ -521,7 +553,7 @@ func scanMeta(rows *sql.Rows, m *metaRow) error {
 
 // GetRun implements store.Store.
 func (s *Store) GetRun(ctx context.Context, runID string) (engine.RunMetadata, error) {
-	runs, err := s.runs(s.db.QueryContext(ctx, s.q["get_run"], runID))
+	runs, err := s.runs(s.query(ctx, s.q["get_run"], runID))
 	if err != nil {
 		return engine.RunMetadata{}, err
 	}
@@ -537,7 +569,7 @@ func (s *Store) ListRuns(ctx context.Context, f store.RunFilter) ([]engine.RunMe
 	if limit <= 0 {
 		limit = 100
 	}
-	return s.runs(s.db.QueryContext(ctx, s.q["list_runs"], f.TenantID, f.ProjectID, f.EnvironmentID, limit))
+	return s.runs(s.query(ctx, s.q["list_runs"], f.TenantID, f.ProjectID, f.EnvironmentID, limit))
 }
 
 func (s *Store) runs(rows *sql.Rows, err error) ([]engine.RunMetadata, error) {
@@ -562,7 +594,7 @@ func (s *Store) runs(rows *sql.Rows, err error) ([]engine.RunMetadata, error) {
 
 // SetProviderRunRef implements store.Store.
 func (s *Store) SetProviderRunRef(ctx context.Context, runID, ref string) error {
-	res, err := s.db.ExecContext(ctx, s.q["set_provider_ref"], ref, runID)
+	res, err := s.exec(ctx, s.q["set_provider_ref"], ref, runID)
 	if err != nil {
 		return s.classify(err)
 	}
@@ -612,7 +644,7 @@ func (s *Store) RecordAlert(ctx context.Context, a engine.Alert) (bool, error) {
 	if a.Key == "" || a.Code == "" {
 		return false, engine.Errorf(engine.CodeInvalidArgument, "an alert needs a key and a code")
 	}
-	res, err := s.db.ExecContext(ctx, s.q["insert_alert"], a.Key, string(a.Code), a.Severity, nullable(a.RunID), nullable(a.TenantID),
+	res, err := s.exec(ctx, s.q["insert_alert"], a.Key, string(a.Code), a.Severity, nullable(a.RunID), nullable(a.TenantID),
 		nullable(a.ProjectID), nullable(a.EnvironmentID), a.Message, nullableJSON(a.Payload), s.now())
 	if err != nil {
 		return false, s.classify(err)
@@ -623,7 +655,7 @@ func (s *Store) RecordAlert(ctx context.Context, a engine.Alert) (bool, error) {
 
 // ListAlerts implements store.Store.
 func (s *Store) ListAlerts(ctx context.Context, runID string) ([]engine.Alert, error) {
-	rows, err := s.db.QueryContext(ctx, s.q["list_alerts"], runID)
+	rows, err := s.query(ctx, s.q["list_alerts"], runID)
 	if err != nil {
 		return nil, s.classify(err)
 	}
@@ -687,7 +719,7 @@ func (s *Store) SendSignal(ctx context.Context, sig engine.Signal) (engine.Signa
 
 // ListSignals implements store.Store.
 func (s *Store) ListSignals(ctx context.Context, runID string, afterSeq int64) ([]engine.Signal, error) {
-	out, err := store.ScanTextSignals(s.db.QueryContext(ctx, s.q["list_signals"], runID, afterSeq))
+	out, err := store.ScanTextSignals(s.query(ctx, s.q["list_signals"], runID, afterSeq))
 	return out, s.classify(err)
 }
 
@@ -774,7 +806,7 @@ func (s *Store) Pulse(ctx context.Context, owner string, ttl time.Duration, runs
 
 // ReleaseLease implements store.Store.
 func (s *Store) ReleaseLease(ctx context.Context, runID, owner string) error {
-	_, err := s.db.ExecContext(ctx, s.q["release_lease"], runID, owner)
+	_, err := s.exec(ctx, s.q["release_lease"], runID, owner)
 	return s.classify(err)
 }
 
@@ -782,7 +814,7 @@ func (s *Store) ReleaseLease(ctx context.Context, runID, owner string) error {
 // clock, as AcquireLease judges expiry.
 func (s *Store) GetLease(ctx context.Context, runID string) (store.Lease, bool, error) {
 	var owner, expires string
-	err := s.db.QueryRowContext(ctx, s.q["get_lease"], runID).Scan(&owner, &expires)
+	err := s.read(ctx, func() error { return s.db.QueryRowContext(ctx, s.q["get_lease"], runID).Scan(&owner, &expires) })
 	if errors.Is(err, sql.ErrNoRows) {
 		return store.Lease{}, false, nil
 	}
@@ -799,7 +831,7 @@ func (s *Store) GetLease(ctx context.Context, runID string) (store.Lease, bool, 
 // CountOutbox returns the number of outbox rows of a run (conformance).
 func (s *Store) CountOutbox(ctx context.Context, runID string) (int, error) {
 	var n int
-	err := s.db.GetContext(ctx, &n, s.q["count_outbox"], runID)
+	err := s.read(ctx, func() error { return s.db.GetContext(ctx, &n, s.q["count_outbox"], runID) })
 	return n, s.classify(err)
 }
 

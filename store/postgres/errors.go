@@ -17,16 +17,21 @@ import (
 	"github.com/dvtrun/dvtrun/engine"
 )
 
-// pgxConfig is the connection configuration of dsn: the session's
+// pgxConfig is the connection configuration of dsn. The session's
 // lock_timeout is the lock-wait budget, so a statement that waits on a row
 // lock another session holds fails with lock_not_available after it
-// instead of waiting forever.
-func pgxConfig(dsn string, lockWait time.Duration) (*pgx.ConnConfig, error) {
+// instead of waiting forever. Its idle_in_transaction_session_timeout ends
+// a session that sits in a transaction, holding a run's row, while its
+// process is stopped (SIGSTOP, a paused VM, a debugger): no store
+// transaction waits on its client for more than the Go decision between
+// two round trips, so idleInTx of doing nothing is a client gone.
+func pgxConfig(dsn string, lockWait, idleInTx time.Duration) (*pgx.ConnConfig, error) {
 	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
 		return nil, err
 	}
 	cfg.RuntimeParams["lock_timeout"] = strconv.FormatInt(lockWait.Milliseconds(), 10)
+	cfg.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt(idleInTx.Milliseconds(), 10)
 	if cfg.RuntimeParams["application_name"] == "" {
 		cfg.RuntimeParams["application_name"] = "dvtrun"
 	}

@@ -238,3 +238,39 @@ func TestSessionsEndedByTheServer(t *testing.T) {
 		}
 	}
 }
+
+// TestStoppedHolderIsEnded: a session that sits idle in a transaction
+// holding a run's row (its process stopped) is ended by the server after
+// IdleInTransaction, and the run's next append goes through instead of
+// waiting out the lock-wait budget.
+func TestStoppedHolderIsEnded(t *testing.T) {
+	ctx := context.Background()
+	dsn := pgtest.DSN(t)
+	stopped, err := postgres.Open(ctx, dsn, postgres.Options{IdleInTransaction: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stopped.Close()
+	s, err := postgres.Open(ctx, dsn, postgres.Options{LockWait: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	f := storetest.NewFixture()
+	f.Bootstrap(t, s)
+	holder, err := stopped.DB().BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Rollback()
+	if _, err := holder.ExecContext(ctx, `SELECT 1 FROM dvt_run_seq WHERE run_id = $1 FOR UPDATE`, f.Meta.RunID); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if _, err := s.AppendAndEnqueue(ctx, f.Meta.RunID, []engine.RunEventWrite{f.Event(engine.StepStarted, "model.a", 1)}); err != nil {
+		t.Fatalf("append behind a stopped holder: %v", err)
+	}
+	if waited := time.Since(start); waited > 5*time.Second {
+		t.Errorf("the append waited %s for a holder idle in its transaction for 300ms", waited)
+	}
+}

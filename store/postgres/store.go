@@ -51,7 +51,16 @@ type Options struct {
 	LockWait time.Duration
 	// OnWait receives a progress report every few seconds of such a wait.
 	OnWait engine.WaitFunc
+	// IdleInTransaction ends a session of this store that sits idle inside
+	// a transaction this long (its process stopped), releasing its locks;
+	// default DefaultIdleInTransaction.
+	IdleInTransaction time.Duration
 }
+
+// DefaultIdleInTransaction is Options.IdleInTransaction's default: far
+// beyond any pause of a live process between two statements of a store
+// transaction, well within the lock-wait budget others wait with.
+const DefaultIdleInTransaction = 15 * time.Second
 
 // Store is the Postgres state store. It is safe for concurrent use, by any
 // number of processes.
@@ -74,13 +83,16 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	if opts.LockWait <= 0 {
 		opts.LockWait = engine.DefaultLockWait
 	}
+	if opts.IdleInTransaction <= 0 {
+		opts.IdleInTransaction = DefaultIdleInTransaction
+	}
 	cfg, err := pgconn.ParseConfig(dsn)
 	if err != nil {
 		// pgconn's parse errors quote the DSN, password included.
 		return nil, engine.Errorf(engine.CodeInvalidArgument, "the Postgres DSN %s does not parse", Redact(dsn))
 	}
 	name := describe(cfg)
-	connCfg, err := pgxConfig(dsn, opts.LockWait)
+	connCfg, err := pgxConfig(dsn, opts.LockWait, opts.IdleInTransaction)
 	if err != nil {
 		return nil, engine.Errorf(engine.CodeInvalidArgument, "the Postgres DSN %s does not parse", Redact(dsn))
 	}

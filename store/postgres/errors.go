@@ -58,8 +58,12 @@ func (s *Store) classify(err error) error {
 	if errors.As(err, &pe) {
 		switch {
 		case pe.Code == "55P03": // lock_not_available: lock_timeout ran out
-			w := engine.LockWait{Resource: "a row of the " + s.name, Budget: s.opts.LockWait}
-			return engine.MarkTransient(&engine.Error{Code: engine.CodeStoreUnavailable, Msg: w.Exceeded().Error(), Err: err})
+			ex := engine.LockWait{Resource: "a row of the " + s.name, Budget: s.opts.LockWait}.Exceeded()
+			var e *engine.Error
+			if errors.As(ex, &e) {
+				e.Err = err // the server's error, for errors.As
+			}
+			return engine.MarkTransient(ex)
 		case pe.Code == "40001" || pe.Code == "40P01" || pe.Code == "57P01" || pe.Code == "57P03" || pe.Code == "53300" || strings.HasPrefix(pe.Code, "08"):
 			return engine.MarkTransient(&engine.Error{Code: engine.CodeStoreUnavailable, Msg: fmt.Sprintf("the %s is unavailable for now: %s (SQLSTATE %s)", s.name, pe.Message, pe.Code), Err: err})
 		case strings.HasPrefix(pe.Code, "28") || pe.Code == "3D000" || pe.Code == "42501":

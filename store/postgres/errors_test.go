@@ -48,7 +48,8 @@ func TestLockWaitRunsOut(t *testing.T) {
 	start := time.Now()
 	_, err = s.AppendAndEnqueue(ctx, f.Meta.RunID, []engine.RunEventWrite{ev})
 	waited := time.Since(start)
-	if engine.CodeOf(err) != engine.CodeStoreUnavailable || !engine.IsTransient(err) || !strings.Contains(err.Error(), "--lock-wait") {
+	if engine.CodeOf(err) != engine.CodeStoreUnavailable || !engine.IsTransient(err) || !strings.Contains(err.Error(), "--lock-wait") ||
+		strings.Count(err.Error(), "STORE_UNAVAILABLE") != 1 {
 		t.Fatalf("append behind a held lock: %v, want a transient STORE_UNAVAILABLE naming --lock-wait", err)
 	}
 	if waited < wait || waited > wait+5*time.Second {

@@ -139,7 +139,7 @@ func TestUsageErrors(t *testing.T) {
 		{"retry-step without step", []string{"signal", "r1", "retry-step"}, "--step"},
 		{"export format", []string{"export", "r1", "--format", "xml"}, `"xml"`},
 		{"verify needs a target", []string{"verify"}, "--all"},
-		{"unknown store scheme", []string{"--store", "postgres://x/y", "runs"}, `"postgres"`},
+		{"unknown store scheme", []string{"--store", "mysql://x/y", "runs"}, `"mysql"`},
 		{"plan subcommand", []string{"plan", "frob"}, `"frob"`},
 		{"bad sha256", []string{"run", "--plan-sha256", "xyz", fixture("ok", "plan.yaml")}, "64 hex digits"},
 		{"missing secrets file", []string{"run", "--secrets-file", "testdata/nope.env", fixture("ok", "plan.yaml")}, "nope.env"},

@@ -15,8 +15,8 @@ import (
 
 // TestProcessWorkerKilledHoldingQueueLock (issue 16, item 1): a worker
 // process SIGKILLed inside a queue transaction on a Snowflake store — its
-// BEGIN and the DVT_LOCKS 'queue' row's UPDATE executed, the answer never
-// read — leaves that transaction holding DVT_LOCKS' table lock. Its
+// BEGIN and the DVT_QUEUE_LOCK 'queue' row's UPDATE executed, the answer never
+// read — leaves that transaction holding DVT_QUEUE_LOCK's table lock. Its
 // replacement used to exit at start-up and drain the queue only after
 // Snowflake's 5-minute abort of the detached transaction (the test server
 // keeps that 5 minutes). Now it waits with progress lines, ends the dead
@@ -68,8 +68,8 @@ func TestProcessWorkerKilledHoldingQueueLock(t *testing.T) {
 	log := heir.logText()
 	t.Logf("the heir finished the run %v after the kill", took.Round(time.Millisecond))
 	// A daemon's progress lines are records of its JSON log.
-	if !strings.Contains(log, `"msg":"waiting for the lock on table DVT.PUBLIC.DVT_LOCKS held by transaction`) {
-		t.Errorf("the heir logged no progress record naming DVT_LOCKS and its holder:\n%s", log)
+	if !strings.Contains(log, `"msg":"waiting for the lock on table DVT.PUBLIC.DVT_QUEUE_LOCK held by transaction`) {
+		t.Errorf("the heir logged no progress record naming DVT_QUEUE_LOCK and its holder:\n%s", log)
 	}
 	// 15 s StaleLockAge, a 5 s LOCK_TIMEOUT attempt, the run itself: within
 	// the 30 s the issue allows past a lease, where the server's own abort

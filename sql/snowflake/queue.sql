@@ -1,14 +1,14 @@
 -- Statements of the run queue and schedule cursors (store/snowflake/queue.go),
 -- the SQLite dialect's with the database's clock, CURRENT_TIMESTAMP() cast to
 -- the columns' TIMESTAMP_TZ(9).
--- Every write transaction first updates the 'queue' row of dvt_locks, which
--- serialises them (Snowflake has no row locks and no enforced UNIQUE).
+-- Every write transaction first updates the 'queue' row of dvt_queue_lock
+-- (a table of its own: migration 0320), which serialises them (Snowflake has no row locks and no enforced UNIQUE).
 
 -- name: db_now
 SELECT CAST(CURRENT_TIMESTAMP() AS TIMESTAMP_TZ(9));
 
 -- name: lock_queue
-UPDATE dvt_locks SET owner = owner WHERE lock_name = 'queue';
+UPDATE dvt_queue_lock SET owner = owner WHERE lock_name = 'queue';
 
 -- name: queue_stats
 SELECT CAST(CURRENT_TIMESTAMP() AS TIMESTAMP_TZ(9)),

@@ -13,7 +13,8 @@ import (
 // this database, with the SQLite store's statements and the database's
 // clock (CURRENT_TIMESTAMP()). Snowflake has no row locks and enforces no
 // UNIQUE key: every write transaction first updates the 'queue' row of
-// dvt_locks, which serialises them (UPDATEs of a table wait for each other
+// dvt_queue_lock (its own table, so that a worker that died inside a queue
+// transaction holds off the queue only, not bootstraps), which serialises them (UPDATEs of a table wait for each other
 // until COMMIT), so the dedup read and the limits read hold until the
 // transaction commits. A claim is still decided by its conditional
 // UPDATE's affected-row count, as on SQLite.

@@ -1,5 +1,5 @@
 // Package sqlfiles embeds dvtrun's SQL: one migration sequence per dialect
-// (sqlite, snowflake), projection queries and audit views. Go code never
+// (sqlite, snowflake, postgres), projection queries and audit views. Go code never
 // assembles SQL from user input; it loads the statements from here.
 package sqlfiles
 
@@ -8,19 +8,21 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
 )
 
-//go:embed sqlite snowflake
+//go:embed sqlite snowflake postgres
 var files embed.FS
 
 // Dialects with a migration sequence.
 const (
 	SQLite    = "sqlite"
 	Snowflake = "snowflake"
+	Postgres  = "postgres"
 )
 
 // Migration is one numbered file of a dialect's sequence.
@@ -54,7 +56,11 @@ func Migrations(dialect string) ([]Migration, error) {
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, Migration{Version: v, Name: name, SQL: string(b)})
+		text, err := expandIncludes(dialect, string(b))
+		if err != nil {
+			return nil, fmt.Errorf("sqlfiles: migration %s/%s: %w", dir, e.Name(), err)
+		}
+		out = append(out, Migration{Version: v, Name: name, SQL: text})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
 	for i := 1; i < len(out); i++ {
@@ -63,6 +69,26 @@ func Migrations(dialect string) ([]Migration, error) {
 		}
 	}
 	return out, nil
+}
+
+// includeRE marks where a migration includes a named query of its
+// dialect: /*include FILE NAME*/.
+var includeRE = regexp.MustCompile(`/\*include (\S+) (\S+)\*/`)
+
+// expandIncludes replaces each /*include FILE NAME*/ of a migration with
+// the query NAME of dialect/FILE, so that SQL a migration shares with a
+// query file (a view over the projection's CTEs) is written once.
+func expandIncludes(dialect, text string) (string, error) {
+	var err error
+	out := includeRE.ReplaceAllStringFunc(text, func(m string) string {
+		sub := includeRE.FindStringSubmatch(m)
+		q, qerr := Query(dialect, sub[1], sub[2])
+		if qerr != nil && err == nil {
+			err = qerr
+		}
+		return strings.TrimSuffix(q, ";")
+	})
+	return out, err
 }
 
 // File returns the text of dialect/name, e.g. File("sqlite", "projection.sql").

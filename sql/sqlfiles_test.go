@@ -16,7 +16,7 @@ import (
 // reads that table, the Go reducer reads the Go one, and they must not drift.
 func TestTransitionTableMatchesEngine(t *testing.T) {
 	row := regexp.MustCompile(`\(\s*'([^']*)'\s*,\s*'([^']*)'\s*,\s*'([^']*)'\s*,\s*'([^']*)'\s*,\s*'([^']*)'\s*,\s*'([^']*)'\s*\)`)
-	for _, dialect := range []string{sqlfiles.SQLite, sqlfiles.Snowflake} {
+	for _, dialect := range []string{sqlfiles.SQLite, sqlfiles.Snowflake, sqlfiles.Postgres} {
 		t.Run(dialect, func(t *testing.T) {
 			migs, err := sqlfiles.Migrations(dialect)
 			if errors.Is(err, fs.ErrNotExist) {
@@ -74,7 +74,7 @@ func TestQueriesParsesNamedStatements(t *testing.T) {
 }
 
 func TestQuery(t *testing.T) {
-	for _, d := range []string{sqlfiles.SQLite, sqlfiles.Snowflake} {
+	for _, d := range []string{sqlfiles.SQLite, sqlfiles.Snowflake, sqlfiles.Postgres} {
 		q, err := sqlfiles.Query(d, "snapshots.sql", "load_snapshot")
 		if err != nil || !strings.Contains(q, "dvt_live_snapshots") {
 			t.Errorf("%s: %q, %v", d, q, err)

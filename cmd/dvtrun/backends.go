@@ -7,6 +7,7 @@ import (
 
 	"github.com/snowflakedb/gosnowflake"
 
+	"github.com/dvtrun/dvtrun/store/postgres"
 	"github.com/dvtrun/dvtrun/store/snowflake"
 	"github.com/dvtrun/dvtrun/store/sqlite"
 )
@@ -15,6 +16,7 @@ import (
 var (
 	_ stateStore = (*sqlite.Store)(nil)
 	_ stateStore = (*snowflake.Store)(nil)
+	_ stateStore = (*postgres.Store)(nil)
 	_ warehouse  = (*sqlite.Warehouse)(nil)
 	_ warehouse  = (*snowflake.Warehouse)(nil)
 )

@@ -16,6 +16,7 @@ import (
 	"github.com/dvtrun/dvtrun/engine"
 	"github.com/dvtrun/dvtrun/engine/queue"
 	"github.com/dvtrun/dvtrun/store"
+	"github.com/dvtrun/dvtrun/store/postgres"
 	"github.com/dvtrun/dvtrun/store/snowflake"
 	"github.com/dvtrun/dvtrun/store/snowflake/sftest"
 	"github.com/dvtrun/dvtrun/store/sqlite"
@@ -80,6 +81,21 @@ func (p *daemonProc) stop(t *testing.T) int {
 func (p *daemonProc) logText() string {
 	b, _ := os.ReadFile(p.log)
 	return string(b)
+}
+
+// openAnyStore opens the harness's state store, SQLite or Postgres, with
+// its run queue.
+func openAnyStore(t *testing.T, h *harness) queueStore {
+	t.Helper()
+	if url := h.env["DVT_STORE"]; strings.HasPrefix(url, "postgres") {
+		st, err := postgres.Open(context.Background(), url, postgres.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		return st
+	}
+	return openTestStore(t, h)
 }
 
 func openTestStore(t *testing.T, h *harness) *sqlite.Store {
@@ -209,7 +225,12 @@ func storeFilterAll() store.RunFilter { return store.RunFilter{Limit: 100000} }
 // even one whose effect committed without its StepCompleted event, took
 // effect once: the warehouse's step ledger completes it from the recorded
 // result instead of running it again. Every step has exactly one effect row.
-func TestProcessWorkerCrashTakeover(t *testing.T) {
+func TestProcessWorkerCrashTakeover(t *testing.T) { crashTakeover(t, nil) }
+
+// crashTakeover runs the trials of TestProcessWorkerCrashTakeover, each on
+// a new state store: an SQLite file beside the warehouse, or the database
+// storeURL returns.
+func crashTakeover(t *testing.T, storeURL func(t *testing.T) string) {
 	bin := buildBinary(t)
 	trials := 20
 	if s := os.Getenv("DVT_CRASH_TRIALS"); s != "" {
@@ -222,11 +243,14 @@ func TestProcessWorkerCrashTakeover(t *testing.T) {
 	takeovers := 0
 	for trial := range trials {
 		h := newHarness(t)
+		if storeURL != nil {
+			h.env["DVT_STORE"] = storeURL(t)
+		}
 		env := append(os.Environ(), "DVT_STORE="+h.env["DVT_STORE"], "DVT_WAREHOUSE="+h.env["DVT_WAREHOUSE"])
-		st := openTestStore(t, h)
 		if r := h.run("enqueue", plan, "--request-id", fmt.Sprint("crash-", trial)); r.code != 0 {
 			t.Fatalf("enqueue: %+v", r)
 		}
+		st := openAnyStore(t, h)
 		wargs := []string{"worker", "--poll", "200ms", "--lease-ttl", "2s", "--grace", "1s"}
 		victim := startDaemon(t, bin, env, h.dir, "victim", wargs...)
 		// Kill on a condition, not after a fixed delay (which on a loaded

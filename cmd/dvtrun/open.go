@@ -6,21 +6,36 @@ import (
 
 	"github.com/dvtrun/dvtrun/engine"
 	"github.com/dvtrun/dvtrun/store"
+	"github.com/dvtrun/dvtrun/store/postgres"
 	"github.com/dvtrun/dvtrun/store/snowflake"
 	"github.com/dvtrun/dvtrun/store/sqlite"
 )
 
 // target is a parsed --store or --warehouse URL.
 type target struct {
-	kind string // "sqlite" or "snowflake"
+	kind string // "sqlite", "snowflake" or "postgres"
 	path string // sqlite: the database file
-	dsn  string // snowflake: a gosnowflake DSN (may hold a password: never print it)
+	dsn  string // snowflake: a gosnowflake DSN; postgres: a libpq URL or key=value DSN (may hold a password: never print it)
 }
 
-// parseTarget reads sqlite:PATH, sqlite://PATH, a bare file path, or
-// snowflake://DSN (snowflake:// alone: the DSN is in DVT_SNOWFLAKE_DSN).
+// parseTarget reads sqlite:PATH, sqlite://PATH, a bare file path,
+// snowflake://DSN (snowflake:// alone: the DSN is in DVT_SNOWFLAKE_DSN), a
+// libpq URL postgres://… or postgresql://…, or postgres:KEY=VALUE… (a
+// libpq key=value DSN).
 func (c *cli) parseTarget(flagName, raw string) (target, error) {
 	switch {
+	case strings.HasPrefix(raw, "postgres://") || strings.HasPrefix(raw, "postgresql://") || strings.HasPrefix(raw, "postgres:"):
+		dsn := raw
+		if !strings.Contains(raw, "://") {
+			dsn = strings.TrimPrefix(raw, "postgres:")
+		}
+		if strings.TrimSpace(dsn) == "" {
+			return target{}, engine.Errorf(engine.CodeInvalidArgument, "--%s postgres: needs a key=value DSN after the scheme", flagName)
+		}
+		for _, s := range postgres.DSNSecrets(dsn) {
+			c.addSecret(s)
+		}
+		return target{kind: "postgres", dsn: dsn}, nil
 	case strings.HasPrefix(raw, "snowflake://"):
 		dsn := strings.TrimPrefix(raw, "snowflake://")
 		if dsn == "" {
@@ -41,7 +56,7 @@ func (c *cli) parseTarget(flagName, raw string) (target, error) {
 		raw = strings.TrimPrefix(raw, "sqlite:")
 	case strings.Contains(raw, "://"):
 		scheme, _, _ := strings.Cut(raw, "://")
-		return target{}, engine.Errorf(engine.CodeInvalidArgument, "--%s: unknown scheme %q (want sqlite: or snowflake://)", flagName, scheme)
+		return target{}, engine.Errorf(engine.CodeInvalidArgument, "--%s: unknown scheme %q (want sqlite:, snowflake:// or postgres://)", flagName, scheme)
 	}
 	if raw == "" {
 		return target{}, engine.Errorf(engine.CodeInvalidArgument, "--%s: the SQLite path is empty", flagName)
@@ -54,6 +69,9 @@ func (c *cli) parseTarget(flagName, raw string) (target, error) {
 func redactTarget(raw string) string {
 	if dsn, ok := strings.CutPrefix(raw, "snowflake://"); ok {
 		return "snowflake://" + snowflake.RedactDSN(dsn)
+	}
+	if strings.HasPrefix(raw, "postgres") {
+		return postgres.Redact(raw)
 	}
 	return raw
 }
@@ -72,6 +90,8 @@ func (c *cli) openStore(ctx context.Context, mustExist bool) (stateStore, error)
 	switch t.kind {
 	case "snowflake":
 		return c.openSnowflakeStore(ctx, t.dsn, mustExist)
+	case "postgres":
+		return postgres.Open(ctx, t.dsn, postgres.Options{MustExist: mustExist, LockWait: c.g.lockWait, OnWait: c.reportWait})
 	default:
 		return sqlite.Open(ctx, t.path, sqlite.Options{MustExist: mustExist, LockWait: c.g.lockWait, OnWait: c.reportWait})
 	}
@@ -130,6 +150,8 @@ func (c *cli) openWarehouseHeldBy(ctx context.Context, holder func(*engine.LockW
 	case "snowflake":
 		wh, err := c.openSnowflakeWarehouse(ctx, t.dsn)
 		return wh, "snowflake", err
+	case "postgres":
+		return nil, "", engine.Errorf(engine.CodeInvalidArgument, "--warehouse: Postgres is a state store only so far (its warehouse is not built yet); use sqlite: or snowflake://")
 	default:
 		wh, err := openSQLiteWarehouse(ctx, t.path, sqlite.WarehouseOptions{LockWait: c.g.lockWait, OnWait: c.reportWait, Holder: holder})
 		return wh, "sqlite", err

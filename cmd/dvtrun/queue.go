@@ -11,6 +11,7 @@ import (
 	"github.com/dvtrun/dvtrun/engine/config"
 	"github.com/dvtrun/dvtrun/engine/queue"
 	"github.com/dvtrun/dvtrun/engine/schedule"
+	"github.com/dvtrun/dvtrun/store/postgres"
 	"github.com/dvtrun/dvtrun/store/snowflake"
 	"github.com/dvtrun/dvtrun/store/sqlite"
 )
@@ -27,6 +28,7 @@ type queueStore interface {
 var (
 	_ queueStore = (*sqlite.Store)(nil)
 	_ queueStore = (*snowflake.Store)(nil)
+	_ queueStore = (*postgres.Store)(nil)
 )
 
 // openQueueStore opens the state store as a queue store.

@@ -16,6 +16,7 @@ import (
 	"testing"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/store/postgres"
 	"github.com/dvtrun/dvtrun/store/snowflake"
 	"github.com/dvtrun/dvtrun/store/sqlite"
 )
@@ -73,6 +74,8 @@ func (h *harness) events(runID string) []engine.RunEventRecord {
 	var err error
 	if dsn, ok := strings.CutPrefix(h.env["DVT_STORE"], "snowflake://"); ok {
 		st, err = snowflake.Open(context.Background(), dsn, snowflake.Options{})
+	} else if strings.HasPrefix(h.env["DVT_STORE"], "postgres") {
+		st, err = postgres.Open(context.Background(), h.env["DVT_STORE"], postgres.Options{MustExist: true})
 	} else {
 		st, err = sqlite.Open(context.Background(), h.statePath(), sqlite.Options{MustExist: true})
 	}

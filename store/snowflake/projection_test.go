@@ -81,19 +81,6 @@ func loadRaw(t testing.TB, s *snowflake.Store, streams map[string][]engine.RunEv
 	}
 }
 
-func reportDiffs(t *testing.T, what string, diffs []engine.SnapshotDiff) {
-	t.Helper()
-	var b strings.Builder
-	for i, d := range diffs {
-		if i == 10 {
-			fmt.Fprintf(&b, "\n  … %d more", len(diffs)-i)
-			break
-		}
-		fmt.Fprintf(&b, "\n  run %s step %q %s: sql=%q go=%q", d.RunID, d.StepID, d.Field, d.SQL, d.Go)
-	}
-	t.Errorf("%s: %d differences%s", what, len(diffs), b.String())
-}
-
 // TestProjectionSQLEqualsGo is the property of issue #5 on the Snowflake
 // dialect, through gosnowflake and the DuckDB-backed test server: for 1,000
 // generated streams (fixed seeds) the SQL projection equals the Go reducer
@@ -144,11 +131,11 @@ func TestProjectionSQLEqualsGo(t *testing.T) {
 				want.Status, want.LastEventSeq, len(want.Steps), gen.Status, gen.LastEventSeq, len(gen.Steps))
 		}
 		if d := engine.DiffSnapshots(sqlSnaps[runID], want); len(d) > 0 {
-			reportDiffs(t, runID+": ProjectAllSQL vs Go", d)
+			storetest.ReportDiffs(t, runID+": ProjectAllSQL vs Go", d)
 			failures++
 		}
 		if d := engine.DiffSnapshots(views[runID], want); len(d) > 0 {
-			reportDiffs(t, runID+": audit views vs Go", d)
+			storetest.ReportDiffs(t, runID+": audit views vs Go", d)
 			failures++
 		}
 		if !strings.HasSuffix(runID, "25") {
@@ -159,7 +146,7 @@ func TestProjectionSQLEqualsGo(t *testing.T) {
 			t.Fatal(err)
 		}
 		if d := engine.DiffSnapshots(one, want); len(d) > 0 {
-			reportDiffs(t, runID+": ProjectSQL vs Go", d)
+			storetest.ReportDiffs(t, runID+": ProjectSQL vs Go", d)
 			failures++
 		}
 		if failures > 5 {
@@ -273,14 +260,14 @@ func TestProjectionOfAppendedRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	if d := engine.DiffSnapshots(got, want); len(d) > 0 {
-		reportDiffs(t, "ProjectSQL vs Go", d)
+		storetest.ReportDiffs(t, "ProjectSQL vs Go", d)
 	}
 	all, err := s.ProjectAllGo(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if d := engine.DiffSnapshots(all[f.Meta.RunID], want); len(d) > 0 || len(all) != 1 {
-		reportDiffs(t, "ProjectAllGo vs Go over ListEvents", d)
+		storetest.ReportDiffs(t, "ProjectAllGo vs Go over ListEvents", d)
 	}
 }
 
@@ -353,7 +340,7 @@ func TestProjectionCases(t *testing.T) {
 			t.Fatalf("%s: %d events stored, %d written", names[id], len(events), len(streams[id]))
 		}
 		if d := engine.DiffSnapshots(sqlSnaps[id], engine.Project(id, events)); len(d) > 0 {
-			reportDiffs(t, names[id], d)
+			storetest.ReportDiffs(t, names[id], d)
 		}
 	}
 }

@@ -26,26 +26,7 @@ import (
 
 var ctx = context.Background()
 
-// fakeClock is the store clock of a test, advanced by hand.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(time.Microsecond) // strictly increasing, like a real clock
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
-func newClock() *fakeClock { return &fakeClock{t: time.Date(2026, 4, 1, 9, 0, 0, 0, time.UTC)} }
+func newClock() *storetest.Clock { return storetest.NewClock() }
 
 func openStore(t testing.TB, dsn string, opts snowflake.Options) *snowflake.Store {
 	t.Helper()

@@ -137,7 +137,7 @@ func TestProjectionCases(t *testing.T) {
 				}
 			}
 			if d := engine.DiffSnapshots(sqlSnap, goSnap); len(d) > 0 {
-				reportDiffs(t, "ProjectSQL vs Go", d)
+				storetest.ReportDiffs(t, "ProjectSQL vs Go", d)
 			}
 		})
 	}
@@ -203,13 +203,13 @@ func TestProjectionOfAppendedRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	if d := engine.DiffSnapshots(got, want); len(d) > 0 {
-		reportDiffs(t, "ProjectSQL vs Go", d)
+		storetest.ReportDiffs(t, "ProjectSQL vs Go", d)
 	}
 	all, err := s.ProjectAllGo(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if d := engine.DiffSnapshots(all[f.Meta.RunID], want); len(d) > 0 || len(all) != 1 {
-		reportDiffs(t, "ProjectAllGo vs Go over ListEvents", d)
+		storetest.ReportDiffs(t, "ProjectAllGo vs Go over ListEvents", d)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/dvtrun/dvtrun/engine/eventgen"
 	sqlfiles "github.com/dvtrun/dvtrun/sql"
 	"github.com/dvtrun/dvtrun/store/sqlite"
+	"github.com/dvtrun/dvtrun/store/storetest"
 )
 
 func openProjectionStore(t testing.TB) *sqlite.Store {
@@ -84,29 +85,6 @@ func insertRaw(t testing.TB, s *sqlite.Store, streams map[string][]engine.RunEve
 	}
 }
 
-// genStreams makes n reproducible runs: run ids are "run-<seed>".
-func genStreams(first, n uint64, o eventgen.Options) map[string][]engine.RunEventRecord {
-	out := make(map[string][]engine.RunEventRecord, n)
-	for seed := first; seed < first+n; seed++ {
-		id := fmt.Sprintf("run-%06d", seed)
-		out[id] = eventgen.Stream(seed, id, o)
-	}
-	return out
-}
-
-func reportDiffs(t *testing.T, what string, diffs []engine.SnapshotDiff) {
-	t.Helper()
-	var b strings.Builder
-	for i, d := range diffs {
-		if i == 10 {
-			fmt.Fprintf(&b, "\n  … %d more", len(diffs)-i)
-			break
-		}
-		fmt.Fprintf(&b, "\n  run %s step %q %s: sql=%q go=%q", d.RunID, d.StepID, d.Field, d.SQL, d.Go)
-	}
-	t.Errorf("%s: %d differences%s", what, len(diffs), b.String())
-}
-
 // TestProjectionSQLEqualsGo is the property of issue #5 on SQLite: for
 // 1,000 generated streams (fixed seeds) the SQL projection equals the Go
 // reducer field for field — over all runs in one statement, through the
@@ -115,7 +93,7 @@ func TestProjectionSQLEqualsGo(t *testing.T) {
 	ctx := context.Background()
 	n := uint64(1000)
 	opts := eventgen.Options{Duplicates: true, AllowGaps: true, Noise: 0.2, Odd: true}
-	streams := genStreams(1, n, opts)
+	streams := storetest.GenStreams(1, n, opts)
 	s := openProjectionStore(t)
 	insertRaw(t, s, streams)
 
@@ -138,14 +116,14 @@ func TestProjectionSQLEqualsGo(t *testing.T) {
 		// The Go reducer over what the store holds is the reference the CLI
 		// uses; it must not depend on how re-deliveries were keyed.
 		if d := engine.DiffSnapshots(engine.Project(runID, stored), want); len(d) > 0 {
-			reportDiffs(t, runID+": Go over stored events vs Go over generated", d)
+			storetest.ReportDiffs(t, runID+": Go over stored events vs Go over generated", d)
 		}
 		if d := engine.DiffSnapshots(all[runID], want); len(d) > 0 {
-			reportDiffs(t, runID+": ProjectAllSQL vs Go", d)
+			storetest.ReportDiffs(t, runID+": ProjectAllSQL vs Go", d)
 			failures++
 		}
 		if d := engine.DiffSnapshots(views[runID], want); len(d) > 0 {
-			reportDiffs(t, runID+": audit views vs Go", d)
+			storetest.ReportDiffs(t, runID+": audit views vs Go", d)
 			failures++
 		}
 		if runID[len(runID)-1] != '5' {
@@ -156,7 +134,7 @@ func TestProjectionSQLEqualsGo(t *testing.T) {
 			t.Fatal(err)
 		}
 		if d := engine.DiffSnapshots(one, want); len(d) > 0 {
-			reportDiffs(t, runID+": ProjectSQL vs Go", d)
+			storetest.ReportDiffs(t, runID+": ProjectSQL vs Go", d)
 			failures++
 		}
 		if failures > 5 {

@@ -599,38 +599,7 @@ func (s *Store) queryEvents(ctx context.Context, q any, query string, args ...an
 // scanEvents yields the events of rows (the columns of list_events) and
 // then rows.Err, if any.
 func (s *Store) scanEvents(rows *sql.Rows) iter.Seq2[engine.RunEventRecord, error] {
-	return func(yield func(engine.RunEventRecord, error) bool) {
-		for rows.Next() {
-			var r engine.RunEventRecord
-			var step, payload sql.NullString
-			var emitted, persisted, typ string
-			if err := rows.Scan(&r.RunID, &r.RunSeq, &r.TenantID, &r.ProjectID, &r.EnvironmentID, &r.EventID, &typ, &step,
-				&r.PlanID, &r.PlanVersion, &r.LogicalAttemptID, &r.EngineAttemptID, &r.IdempotencyKey, &emitted, &persisted, &payload); err != nil {
-				yield(r, classify(s.path, err))
-				return
-			}
-			r.EventType = engine.EventType(typ)
-			r.StepID = step.String
-			if payload.Valid {
-				r.Payload = json.RawMessage(payload.String)
-			}
-			var err error
-			if r.EmittedAt, err = time.Parse(time.RFC3339Nano, emitted); err != nil {
-				yield(r, engine.Errorf(engine.CodeStoreCorrupt, "run %s runSeq %d: emitted_at %q: %v", r.RunID, r.RunSeq, emitted, err))
-				return
-			}
-			if r.PersistedAt, err = time.Parse(time.RFC3339Nano, persisted); err != nil {
-				yield(r, engine.Errorf(engine.CodeStoreCorrupt, "run %s runSeq %d: persisted_at %q: %v", r.RunID, r.RunSeq, persisted, err))
-				return
-			}
-			if !yield(r, nil) {
-				return
-			}
-		}
-		if err := rows.Err(); err != nil {
-			yield(engine.RunEventRecord{}, classify(s.path, err))
-		}
-	}
+	return store.ScanTextEvents(rows, func(err error) error { return classify(s.path, err) })
 }
 
 // ListEvents implements store.Store.
@@ -821,7 +790,7 @@ func (s *Store) SendSignal(ctx context.Context, sig engine.Signal) (engine.Signa
 		return engine.Signal{}, classify(s.path, err)
 	}
 	defer tx.Rollback()
-	if got, err := scanSignals(tx.QueryContext(ctx, s.q["signal_by_id"], sig.SignalID)); err != nil {
+	if got, err := store.ScanTextSignals(tx.QueryContext(ctx, s.q["signal_by_id"], sig.SignalID)); err != nil {
 		return engine.Signal{}, classify(s.path, err)
 	} else if len(got) == 1 {
 		return got[0], nil
@@ -849,27 +818,8 @@ func (s *Store) SendSignal(ctx context.Context, sig engine.Signal) (engine.Signa
 
 // ListSignals implements store.Store.
 func (s *Store) ListSignals(ctx context.Context, runID string, afterSeq int64) ([]engine.Signal, error) {
-	out, err := scanSignals(s.db.QueryContext(ctx, s.q["list_signals"], runID, afterSeq))
+	out, err := store.ScanTextSignals(s.db.QueryContext(ctx, s.q["list_signals"], runID, afterSeq))
 	return out, classify(s.path, err)
-}
-
-func scanSignals(rows *sql.Rows, err error) ([]engine.Signal, error) {
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []engine.Signal
-	for rows.Next() {
-		var sig engine.Signal
-		var typ, created string
-		if err := rows.Scan(&sig.RunID, &sig.Seq, &sig.SignalID, &typ, &sig.StepID, &sig.Reason, &sig.RequestedBy, &created); err != nil {
-			return nil, err
-		}
-		sig.Type = engine.SignalType(typ)
-		sig.CreatedAt, _ = time.Parse(time.RFC3339Nano, created)
-		out = append(out, sig)
-	}
-	return out, rows.Err()
 }
 
 // AcquireLease implements store.Store.
@@ -896,20 +846,14 @@ func (s *Store) AcquireFencedLease(ctx context.Context, runID, owner string, ttl
 	var holder, expires string
 	var fence int64
 	err = tx.QueryRowContext(ctx, s.q["get_fenced_lease"], runID).Scan(&holder, &expires, &fence)
-	switch {
-	case err == nil:
-		exp, perr := time.Parse(time.RFC3339Nano, expires)
-		if perr == nil && holder != owner && exp.After(now) {
-			return engine.Lease{}, engine.Errorf(engine.CodeLeaseHeld, "run %s is owned by %s until %s", runID, holder, exp.Format(time.RFC3339))
-		}
-	case !errors.Is(err, sql.ErrNoRows):
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return engine.Lease{}, classify(s.path, err)
 	}
-	if holder != owner {
-		fence++ // a new owner: every earlier owner's writes are now stale
+	l, err := store.NextLease(runID, owner, ttl, now, err == nil, holder, expires, fence)
+	if err != nil {
+		return engine.Lease{}, err
 	}
-	l := engine.Lease{RunID: runID, Owner: owner, Fence: fence, ExpiresAt: now.Add(ttl)}
-	if _, err := s.exec(ctx, tx, "put_lease", runID, owner, now.Format(engine.TimeFormat), l.ExpiresAt.Format(engine.TimeFormat), fence); err != nil {
+	if _, err := s.exec(ctx, tx, "put_lease", runID, owner, now.Format(engine.TimeFormat), l.ExpiresAt.Format(engine.TimeFormat), l.Fence); err != nil {
 		return engine.Lease{}, classify(s.path, err)
 	}
 	if err := tx.Commit(); err != nil {
@@ -962,7 +906,7 @@ func (s *Store) Pulse(ctx context.Context, owner string, ttl time.Duration, runs
 		case !errors.Is(err, sql.ErrNoRows):
 			return engine.PulseResult{}, classify(s.path, err)
 		}
-		sigs, err := scanSignals(tx.StmtContext(ctx, s.stmts["list_signals"]).QueryContext(ctx, r.RunID, r.AfterSignal))
+		sigs, err := store.ScanTextSignals(tx.StmtContext(ctx, s.stmts["list_signals"]).QueryContext(ctx, r.RunID, r.AfterSignal))
 		if err != nil {
 			return engine.PulseResult{}, classify(s.path, err)
 		}

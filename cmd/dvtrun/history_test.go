@@ -308,7 +308,7 @@ func TestRunsOfRealRuns(t *testing.T) {
 	plan := retryFixture(t)
 	parent := runIDFrom(t, h.run("run", "--threads", "1", plan).stdout)
 	fixRetryFixture(t, plan)
-	r := h.run("retry", parent[:10])
+	r := h.run("retry", parent[:10], plan) // the fixed plan: a PLAN-less retry runs the stored bundle
 	if r.code != 0 {
 		t.Fatalf("retry: exit %d %s%s", r.code, r.stdout, r.stderr)
 	}

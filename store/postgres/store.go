@@ -72,6 +72,8 @@ type Store struct {
 
 	// QueueSQL is the run queue and the schedule cursors.
 	*store.QueueSQL
+	// BundleSQL keeps the plan bundles of runs and requests.
+	store.BundleSQL
 }
 
 // Open connects to the database of dsn (a libpq URL or key=value DSN) and
@@ -107,6 +109,10 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 		return nil, err
 	}
 	if s.QueueSQL, err = s.newQueue(); err != nil {
+		db.Close()
+		return nil, err
+	}
+	if s.BundleSQL, err = s.newBundles(); err != nil {
 		db.Close()
 		return nil, err
 	}
@@ -576,12 +582,31 @@ func (s *Store) GetRun(ctx context.Context, runID string) (engine.RunMetadata, e
 }
 
 // ListRuns implements store.Store.
-func (s *Store) ListRuns(ctx context.Context, f store.RunFilter) ([]engine.RunMetadata, error) {
-	limit := f.Limit
-	if limit <= 0 {
-		limit = 100
+func (s *Store) ListRuns(ctx context.Context, f store.RunFilter) ([]store.RunSummary, error) {
+	args := f.HistoryArgs(func(t time.Time) any { return t.UTC().Format(engine.TimeFormat) })
+	rows, err := s.query(ctx, s.q["list_runs"], args...)
+	if err != nil {
+		return nil, s.classify(err)
 	}
-	return s.runs(s.query(ctx, s.q["list_runs"], f.TenantID, f.ProjectID, f.EnvironmentID, limit))
+	defer rows.Close()
+	var out []store.RunSummary
+	for rows.Next() {
+		r, err := store.ScanRunSummary(rows, func() any { return new(string) }, textTime)
+		if err != nil {
+			return nil, s.classify(err)
+		}
+		out = append(out, r)
+	}
+	return out, s.classify(rows.Err())
+}
+
+// textTime reads a timestamp column stored as text ("" for none).
+func textTime(dest any) (time.Time, error) {
+	v := *dest.(*string)
+	if v == "" {
+		return time.Time{}, nil
+	}
+	return time.Parse(time.RFC3339Nano, v)
 }
 
 func (s *Store) runs(rows *sql.Rows, err error) ([]engine.RunMetadata, error) {

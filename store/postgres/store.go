@@ -72,6 +72,8 @@ type Store struct {
 
 	// QueueSQL is the run queue and the schedule cursors.
 	*store.QueueSQL
+	// BundleSQL keeps the plan bundles of runs and requests.
+	store.BundleSQL
 }
 
 // Open connects to the database of dsn (a libpq URL or key=value DSN) and
@@ -103,6 +105,10 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 		return nil, err
 	}
 	if err := s.migrate(ctx); err != nil {
+		db.Close()
+		return nil, err
+	}
+	if s.BundleSQL, err = s.newBundles(); err != nil {
 		db.Close()
 		return nil, err
 	}
@@ -575,13 +581,28 @@ func (s *Store) GetRun(ctx context.Context, runID string) (engine.RunMetadata, e
 	return runs[0], nil
 }
 
-// ListRuns implements store.Store.
-func (s *Store) ListRuns(ctx context.Context, f store.RunFilter) ([]engine.RunMetadata, error) {
-	limit := f.Limit
-	if limit <= 0 {
-		limit = 100
+// ListRuns implements store.Store: the run history, one statement with
+// every filter bound (list_runs).
+func (s *Store) ListRuns(ctx context.Context, f store.RunFilter) ([]store.RunSummary, error) {
+	rows, err := s.query(ctx, s.q["list_runs"], f.HistoryArgs(timeText)...)
+	if err != nil {
+		return nil, s.classify(err)
 	}
-	return s.runs(s.query(ctx, s.q["list_runs"], f.TenantID, f.ProjectID, f.EnvironmentID, limit))
+	defer rows.Close()
+	var out []store.RunSummary
+	for rows.Next() {
+		r, err := store.ScanRunSummary(rows, func() any { return new(string) }, func(dest any) (time.Time, error) {
+			if v := *dest.(*string); v != "" {
+				return time.Parse(time.RFC3339Nano, v)
+			}
+			return time.Time{}, nil
+		})
+		if err != nil {
+			return nil, s.classify(err)
+		}
+		out = append(out, r)
+	}
+	return out, s.classify(rows.Err())
 }
 
 func (s *Store) runs(rows *sql.Rows, err error) ([]engine.RunMetadata, error) {

@@ -106,29 +106,29 @@ SELECT run_id, tenant_id, project_id, environment_id, plan_id, plan_version, pla
 FROM dvt_runs WHERE run_id = $1;
 
 -- name: list_runs
--- The run history (store.RunFilter, store.HistoryArgs' order): every filter
--- is a bound value, '' for "any"; the time window and the keyset cursor are
--- always bound (the store binds the ends of time when a filter sets none),
--- never OFFSET. The trigger comes from the RunQueued payload (run_seq 1,
--- through the primary key) and the run's queue request (its unique key);
--- status from dvt_run_seq, which the append path keeps. Times and the first
--- StepFailed are read for the page's runs only. Times are text in
--- engine.TimeFormat, which sorts as time.
+-- The run history (store.RunFilter): every filter is a bound value, '' for
+-- "any"; the time window and the keyset cursor are always bound (the store
+-- binds the ends of time when a filter sets none), never OFFSET. The trigger
+-- comes from the RunQueued payload (run_seq 1, through the primary key) and
+-- the run's queue request (its unique key); status from dvt_run_seq, which
+-- the append path keeps. Times and the first StepFailed are read for the
+-- page's runs only.
 WITH base AS (
     SELECT r.run_id, r.tenant_id, r.project_id, r.environment_id, r.plan_id, r.plan_version, r.plan_sha256,
            r.target_adapter, COALESCE(r.provider_run_ref, '') AS provider_run_ref,
            COALESCE(r.run_request_id, '') AS run_request_id, r.created_at, s.status,
-           CASE WHEN COALESCE(qe.payload->>'parentRunId', '') <> '' THEN 'retry'
-                WHEN qe.payload->>'triggerSource' IN ('schedule', 'queue') THEN qe.payload->>'triggerSource'
+           CASE WHEN COALESCE((qe.payload ->> 'parentRunId'), '') <> '' THEN 'retry'
+                WHEN (qe.payload ->> 'triggerSource') IN ('schedule', 'queue')
+                THEN (qe.payload ->> 'triggerSource')
                 ELSE 'manual' END AS trigger_kind,
-           COALESCE(qe.payload->>'triggeredBy', '') AS triggered_by,
-           COALESCE(qe.payload->>'parentRunId', '') AS parent_run_id,
+           COALESCE((qe.payload ->> 'triggeredBy'), '') AS triggered_by,
+           COALESCE((qe.payload ->> 'parentRunId'), '') AS parent_run_id,
            COALESCE(rq.schedule_name,
-                    CASE WHEN qe.payload->>'triggeredBy' LIKE 'schedule:%'
-                         THEN substr(qe.payload->>'triggeredBy', 10) END, '') AS schedule_name,
-           COALESCE(qe.payload->>'target', '') AS target,
-           COALESCE(qe.payload->'dataInterval'->>'start', '') AS interval_start,
-           COALESCE(qe.payload->'dataInterval'->>'end', '') AS interval_end,
+                    CASE WHEN (qe.payload ->> 'triggeredBy') LIKE 'schedule:%'
+                         THEN substr((qe.payload ->> 'triggeredBy'), 10) END, '') AS schedule_name,
+           COALESCE((qe.payload ->> 'target'), '') AS target,
+           COALESCE((qe.payload -> 'dataInterval' ->> 'start'), '') AS interval_start,
+           COALESCE((qe.payload -> 'dataInterval' ->> 'end'), '') AS interval_end,
            COALESCE(rq.enqueued_at, qe.emitted_at, r.created_at) AS queued_at
     FROM dvt_runs r
     JOIN dvt_run_seq s ON s.run_id = r.run_id
@@ -137,16 +137,16 @@ WITH base AS (
       ON rq.tenant_id = r.tenant_id AND rq.project_id = r.project_id AND rq.environment_id = r.environment_id
      AND rq.plan_id = r.plan_id AND rq.plan_version = r.plan_version AND rq.run_request_id = r.run_request_id
      AND rq.run_id = r.run_id
-    WHERE ($1::text = '' OR r.tenant_id = $2) AND ($3::text = '' OR r.project_id = $4) AND ($5::text = '' OR r.environment_id = $6)
-      AND ($7::text = '' OR left(r.run_id, length($8::text)) = $9)
-      AND ($10::text = '' OR r.plan_id = $11)
+    WHERE ($1 = '' OR r.tenant_id = $2) AND ($3 = '' OR r.project_id = $4) AND ($5 = '' OR r.environment_id = $6)
+      AND ($7 = '' OR substr(r.run_id, 1, length($8)) = $9)
+      AND ($10 = '' OR r.plan_id = $11)
       AND r.created_at >= $12 AND r.created_at < $13
       AND (r.created_at < $14 OR (r.created_at = $15 AND r.run_id < $16))
 ),
 page AS (
     SELECT * FROM base
-    WHERE ($17::text = '' OR status = $18) AND ($19::text = '' OR trigger_kind = $20)
-      AND ($21::text = '' OR schedule_name = $22) AND ($23::text = '' OR target = $24)
+    WHERE ($17 = '' OR status = $18) AND ($19 = '' OR trigger_kind = $20) AND ($21 = '' OR schedule_name = $22)
+      AND ($23 = '' OR target = $24)
     ORDER BY created_at DESC, run_id DESC
     LIMIT $25
 ),
@@ -155,6 +155,8 @@ times AS (
            MIN(CASE WHEN e.event_type = 'RunStarted' THEN e.emitted_at END) AS started_at,
            MIN(CASE WHEN e.event_type IN ('RunCompleted', 'RunFailed', 'RunCancelled') THEN e.emitted_at END) AS ended_at,
            MIN(CASE WHEN e.event_type = 'StepFailed' THEN e.run_seq END) AS failed_seq
+    -- Each of the page's runs' outcome events through the partial index
+    -- dvt_run_events_outcomes, never a scan of the whole log.
     FROM page p JOIN dvt_run_events e ON e.run_id = p.run_id
     WHERE e.step_id IS NULL OR e.event_type = 'StepFailed'
     GROUP BY e.run_id
@@ -165,8 +167,8 @@ SELECT p.run_id, p.tenant_id, p.project_id, p.environment_id, p.plan_id, p.plan_
        p.interval_start, p.interval_end, p.queued_at,
        COALESCE(t.started_at, ''), COALESCE(t.ended_at, ''),
        COALESCE(f.step_id, ''),
-       COALESCE(f.payload->'error'->>'code', ''),
-       COALESCE(f.payload->'error'->>'message', '')
+       COALESCE(f.payload -> 'error' ->> 'code', ''),
+       COALESCE(f.payload -> 'error' ->> 'message', '')
 FROM page p
 LEFT JOIN times t ON t.run_id = p.run_id
 LEFT JOIN dvt_run_events f ON f.run_id = p.run_id AND f.run_seq = t.failed_seq

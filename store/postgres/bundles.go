@@ -12,16 +12,14 @@ var bundleQueries = sync.OnceValues(func() (map[string]string, error) {
 	return sqlfiles.Queries(sqlfiles.Postgres, "bundles.sql")
 })
 
-// newBundles is the store's plan bundle table (store.BundleSQL). Each
-// write is one idempotent statement (ON CONFLICT DO NOTHING), so it may be
-// sent again on a lost connection.
+// newBundles is the store's plan bundle table (store.BundleSQL).
 func (s *Store) newBundles() (store.BundleSQL, error) {
 	q, err := bundleQueries()
 	return store.BundleSQL{
 		Queries: q,
 		Exec: func(ctx context.Context, query string, args ...any) error {
-			_, err := s.exec(ctx, query, args...)
-			return s.classify(err)
+			_, err := s.exec(ctx, query, args...) // idempotent: ON CONFLICT DO NOTHING
+			return err
 		},
 		Read:     s.db,
 		Classify: func(_ string, err error) error { return s.classify(err) },

@@ -108,6 +108,10 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 		db.Close()
 		return nil, err
 	}
+	if s.BundleSQL, err = s.newBundles(); err != nil {
+		db.Close()
+		return nil, err
+	}
 	if s.QueueSQL, err = s.newQueue(); err != nil {
 		db.Close()
 		return nil, err
@@ -581,32 +585,28 @@ func (s *Store) GetRun(ctx context.Context, runID string) (engine.RunMetadata, e
 	return runs[0], nil
 }
 
-// ListRuns implements store.Store.
+// ListRuns implements store.Store: the run history, one statement with
+// every filter bound (list_runs).
 func (s *Store) ListRuns(ctx context.Context, f store.RunFilter) ([]store.RunSummary, error) {
-	args := f.HistoryArgs(func(t time.Time) any { return t.UTC().Format(engine.TimeFormat) })
-	rows, err := s.query(ctx, s.q["list_runs"], args...)
+	rows, err := s.query(ctx, s.q["list_runs"], f.HistoryArgs(timeText)...)
 	if err != nil {
 		return nil, s.classify(err)
 	}
 	defer rows.Close()
 	var out []store.RunSummary
 	for rows.Next() {
-		r, err := store.ScanRunSummary(rows, func() any { return new(string) }, textTime)
+		r, err := store.ScanRunSummary(rows, func() any { return new(string) }, func(dest any) (time.Time, error) {
+			if v := *dest.(*string); v != "" {
+				return time.Parse(time.RFC3339Nano, v)
+			}
+			return time.Time{}, nil
+		})
 		if err != nil {
 			return nil, s.classify(err)
 		}
 		out = append(out, r)
 	}
 	return out, s.classify(rows.Err())
-}
-
-// textTime reads a timestamp column stored as text ("" for none).
-func textTime(dest any) (time.Time, error) {
-	v := *dest.(*string)
-	if v == "" {
-		return time.Time{}, nil
-	}
-	return time.Parse(time.RFC3339Nano, v)
 }
 
 func (s *Store) runs(rows *sql.Rows, err error) ([]engine.RunMetadata, error) {

@@ -6,7 +6,7 @@
 
 CREATE TABLE dvt_plan_bundles (
     sha256     TEXT NOT NULL PRIMARY KEY,
-    size_bytes BIGINT NOT NULL, -- of the encoding
+    size_bytes INTEGER NOT NULL, -- of the encoding
     chunks     INTEGER NOT NULL,
     created_at TEXT NOT NULL
 );

@@ -116,10 +116,6 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 		db.Close()
 		return nil, err
 	}
-	if s.BundleSQL, err = s.newBundles(); err != nil {
-		db.Close()
-		return nil, err
-	}
 	return s, nil
 }
 

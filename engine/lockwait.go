@@ -12,6 +12,14 @@ import (
 // multiply it.
 const DefaultLockWait = 60 * time.Second
 
+// Progress reports of a lock wait, the same on every backend: the first
+// after FirstWaitReport (a lock held a moment by a neighbouring run is not
+// news), then one every WaitReportEvery.
+const (
+	FirstWaitReport = time.Second
+	WaitReportEvery = 5 * time.Second
+)
+
 // LockWait describes one wait for a lock another process holds: what the
 // progress line names while waiting, and what the error says when the
 // budget runs out.

@@ -9,16 +9,11 @@ import (
 )
 
 // A wait on another session's lock is bounded by the server (lock_timeout
-// = Options.LockWait); what the Go side adds is the progress line: the
-// first after firstReport of waiting (a lock held a moment by a
-// neighbouring run is not news), then one every reportEvery.
-const (
-	firstReport = time.Second
-	reportEvery = 5 * time.Second
-)
+// = Options.LockWait); what the Go side adds is the progress line, at
+// engine.FirstWaitReport and then every engine.WaitReportEvery.
 
 // watchLocks runs fn, which may wait for resource's lock, and while it runs
-// past firstReport reports the wait through Options.OnWait, naming the
+// past engine.FirstWaitReport reports the wait through Options.OnWait, naming the
 // session that blocks backend pid (0: unknown) when the server says.
 func (s *Store) watchLocks(ctx context.Context, resource, runID string, pid func() uint32, fn func() error) error {
 	if s.opts.OnWait == nil {
@@ -29,7 +24,7 @@ func (s *Store) watchLocks(ctx context.Context, resource, runID string, pid func
 	go func() {
 		defer close(stopped)
 		start := time.Now()
-		next := time.NewTimer(firstReport)
+		next := time.NewTimer(engine.FirstWaitReport)
 		defer next.Stop()
 		for {
 			select {
@@ -47,7 +42,7 @@ func (s *Store) watchLocks(ctx context.Context, resource, runID string, pid func
 			default:
 			}
 			s.opts.OnWait.Report(w)
-			next.Reset(reportEvery)
+			next.Reset(engine.WaitReportEvery)
 		}
 	}()
 	err := fn()

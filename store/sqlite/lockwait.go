@@ -17,14 +17,6 @@ import (
 // context and whether to report: SQLite's handler sees neither.
 const busySlice = 250 * time.Millisecond
 
-// The first progress report comes after firstReport of waiting (a lock
-// held for a moment by a neighbouring run is not news), then one every
-// reportEvery.
-const (
-	firstReport = time.Second
-	reportEvery = 5 * time.Second
-)
-
 // streakGap: a busy answer within this long of the previous one continues
 // the same wait. The runner's retry backoff is shorter, and a step queued
 // behind another of this process's tries as soon as that one gives up, so
@@ -65,7 +57,7 @@ func (l *lockWaiter) slice() time.Duration { return min(busySlice, l.budget) }
 // ends.
 func (l *lockWaiter) wait(ctx context.Context, try func() error) error {
 	start := time.Now()
-	next := firstReport
+	next := engine.FirstWaitReport
 	for {
 		err := try()
 		if !isBusy(err) {
@@ -87,7 +79,7 @@ func (l *lockWaiter) wait(ctx context.Context, try func() error) error {
 		}
 		if w.Waited >= next {
 			l.onWait.Report(w)
-			next = w.Waited + reportEvery
+			next = w.Waited + engine.WaitReportEvery
 		}
 		if cerr := ctx.Err(); cerr != nil {
 			return cerr

@@ -101,6 +101,26 @@ type RunQueuedRequest struct {
 	// StartRun writes both trigger fields, empty or not.
 	TriggeredBy   string `json:"triggeredBy"`
 	TriggerSource string `json:"triggerSource"`
+	// Target names the config target the run was started on ("" when the
+	// config has no targets); resume and retry reuse it.
+	Target string `json:"target,omitempty"`
+	// Vars are the run's variables ({{ var('k') }}), after --vars and the
+	// schedule's vars were merged; resume reuses them, retry may override.
+	Vars map[string]any `json:"vars,omitempty"`
+	// DataInterval is the slice of time a scheduled or backfilled run
+	// covers; nil for a run started by hand without one.
+	DataInterval *DataInterval `json:"dataInterval,omitempty"`
+}
+
+// DataInterval is the half-open interval [Start, End) a run covers, as
+// Airflow's data intervals: the run fired at tick T covers [previous tick,
+// T), and its logical date is Start. Start and End are RFC 3339 in UTC
+// (engine.TimeFormat); Timezone is the schedule's IANA zone, in which the
+// renderer also shows them.
+type DataInterval struct {
+	Start    string `json:"start"`
+	End      string `json:"end"`
+	Timezone string `json:"timezone,omitempty"`
 }
 
 // QueuedRequest reads the RunQueued payload of a run's log. A log without

@@ -15,6 +15,8 @@ sinks:
     webhook: {url: "https://example.test/dvt", secretEnv: DVT_WEBHOOK_SECRET, timeout: 10s}
   - name: archive
     jsonl: {path: /var/log/dvtrun/events.jsonl}
+  - name: lineage
+    openlineage: {url: "http://marquez:5000", apiKeyEnv: OL_TOKEN, namespace: analytics}
 signals:
   rules:
     - {actors: [alice], signals: [PAUSE, RESUME], environments: [prod]}
@@ -22,7 +24,8 @@ signals:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(c.Sinks) != 2 || c.Sinks[0].Webhook.Timeout != 10*time.Second || c.Sinks[1].JSONL.Path != "/var/log/dvtrun/events.jsonl" {
+	if len(c.Sinks) != 3 || c.Sinks[0].Webhook.Timeout != 10*time.Second || c.Sinks[1].JSONL.Path != "/var/log/dvtrun/events.jsonl" ||
+		*c.Sinks[2].OpenLineage != (OpenLineageSink{URL: "http://marquez:5000", APIKeyEnv: "OL_TOKEN", Namespace: "analytics"}) {
 		t.Errorf("sinks = %+v", c.Sinks)
 	}
 	if r := c.Signals.Rules; len(r) != 1 || r[0].Actors[0] != "alice" || len(r[0].Signals) != 2 {
@@ -39,8 +42,14 @@ func TestParseErrorsNameTheKey(t *testing.T) {
 		{"unknown sink key", "sinks: [{name: a, jsonl: {path: x}, retries: 3}]", "field retries not found"},
 		{"missing name", "sinks: [{jsonl: {path: x}}]", "sinks[0].name: is required"},
 		{"duplicate name", "sinks: [{name: a, jsonl: {path: x}}, {name: a, jsonl: {path: y}}]", `sinks[1].name: "a" is used`},
-		{"no kind", "sinks: [{name: a}]", "sinks[0]: sink \"a\" needs webhook or jsonl"},
-		{"two kinds", "sinks: [{name: a, jsonl: {path: x}, webhook: {url: u}}]", "sets both"},
+		{"no kind", "sinks: [{name: a}]", "sinks[0]: sink \"a\" needs webhook, jsonl or openlineage"},
+		{"two kinds", "sinks: [{name: a, jsonl: {path: x}, webhook: {url: u}}]", "sets more than one of webhook, jsonl and openlineage"},
+		{"openlineage and jsonl", "sinks: [{name: a, jsonl: {path: x}, openlineage: {path: y}}]", "sets more than one"},
+		{"openlineage neither", "sinks: [{name: a, openlineage: {namespace: n}}]", "sinks[0].openlineage: sink \"a\" needs exactly one of url and path"},
+		{"openlineage both", "sinks: [{name: a, openlineage: {url: u, path: p}}]", "needs exactly one of url and path"},
+		{"openlineage file with a key", "sinks: [{name: a, openlineage: {path: p, apiKeyEnv: K}}]", "apiKeyEnv and timeout apply to a url only"},
+		{"openlineage negative timeout", "sinks: [{name: a, openlineage: {url: u, timeout: -1s}}]", "sinks[0].openlineage.timeout: must not be negative"},
+		{"openlineage unknown key", "sinks: [{name: a, openlineage: {url: u, token: t}}]", "field token not found"},
 		{"webhook url", "sinks: [{name: a, webhook: {secretEnv: S}}]", "sinks[0].webhook.url: is required"},
 		{"bad timeout", "sinks: [{name: a, webhook: {url: u, timeout: soon}}]", "soon"},
 		{"jsonl path", "sinks: [{name: a, jsonl: {}}]", "sinks[0].jsonl.path: is required"},

@@ -10,6 +10,8 @@ type Sink struct {
 	Name    string       `yaml:"name"`
 	Webhook *WebhookSink `yaml:"webhook"`
 	JSONL   *JSONLSink   `yaml:"jsonl"`
+	// OpenLineage sends each run event's OpenLineage event (engine/lineage).
+	OpenLineage *OpenLineageSink `yaml:"openlineage"`
 	// Retry is the sink's delivery policy; zero fields take the defaults
 	// (10 attempts, 24h, 1s doubling up to 5m).
 	Retry RetryPolicy `yaml:"retry"`
@@ -38,6 +40,17 @@ type JSONLSink struct {
 	Path string `yaml:"path"`
 }
 
+// OpenLineageSink posts OpenLineage events to URL/api/v1/lineage with the
+// bearer token read from APIKeyEnv, or appends them to the file Path.
+type OpenLineageSink struct {
+	URL       string        `yaml:"url"`
+	APIKeyEnv string        `yaml:"apiKeyEnv"`
+	Timeout   time.Duration `yaml:"timeout"`
+	Path      string        `yaml:"path"`
+	// Namespace is the jobs' namespace (default dvtrun).
+	Namespace string `yaml:"namespace"`
+}
+
 func validateSinks(sinks []Sink) error {
 	seen := map[string]bool{}
 	for i, s := range sinks {
@@ -52,9 +65,15 @@ func validateSinks(sinks []Sink) error {
 		if err := s.Retry.validate(key + ".retry"); err != nil {
 			return err
 		}
+		kinds := 0
+		for _, set := range []bool{s.Webhook != nil, s.JSONL != nil, s.OpenLineage != nil} {
+			if set {
+				kinds++
+			}
+		}
 		switch {
-		case s.Webhook != nil && s.JSONL != nil:
-			return keyError(key, "sink %q sets both webhook and jsonl; give each its own sink", s.Name)
+		case kinds > 1:
+			return keyError(key, "sink %q sets more than one of webhook, jsonl and openlineage; give each its own sink", s.Name)
 		case s.Webhook != nil:
 			if s.Webhook.URL == "" {
 				return keyError(key+".webhook.url", "is required")
@@ -66,8 +85,18 @@ func validateSinks(sinks []Sink) error {
 			if s.JSONL.Path == "" {
 				return keyError(key+".jsonl.path", "is required")
 			}
+		case s.OpenLineage != nil:
+			ol := s.OpenLineage
+			switch {
+			case (ol.URL == "") == (ol.Path == ""):
+				return keyError(key+".openlineage", "sink %q needs exactly one of url and path", s.Name)
+			case ol.Path != "" && (ol.APIKeyEnv != "" || ol.Timeout != 0):
+				return keyError(key+".openlineage", "sink %q writes a file: apiKeyEnv and timeout apply to a url only", s.Name)
+			case ol.Timeout < 0:
+				return keyError(key+".openlineage.timeout", "must not be negative")
+			}
 		default:
-			return keyError(key, "sink %q needs webhook or jsonl", s.Name)
+			return keyError(key, "sink %q needs webhook, jsonl or openlineage", s.Name)
 		}
 	}
 	return nil

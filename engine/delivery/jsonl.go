@@ -59,18 +59,27 @@ func (j *JSONL) Deliver(_ context.Context, events []engine.RunEventRecord) (int,
 			return 0, err
 		}
 	}
+	if err := j.appendSynced(buf.Bytes()); err != nil {
+		return 0, err
+	}
+	return len(events), nil
+}
+
+// appendSynced appends lines (each ending in '\n') in one write and syncs
+// the file.
+func (j *JSONL) appendSynced(lines []byte) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.f == nil {
-		return 0, fmt.Errorf("jsonl sink %s is closed", j.path)
+		return fmt.Errorf("jsonl sink %s is closed", j.path)
 	}
-	if _, err := j.f.Write(buf.Bytes()); err != nil {
-		return 0, fmt.Errorf("append to %s: %w", j.path, err)
+	if _, err := j.f.Write(lines); err != nil {
+		return fmt.Errorf("append to %s: %w", j.path, err)
 	}
 	if err := j.f.Sync(); err != nil {
-		return 0, fmt.Errorf("sync %s: %w", j.path, err)
+		return fmt.Errorf("sync %s: %w", j.path, err)
 	}
-	return len(events), nil
+	return nil
 }
 
 // Close closes the file.

@@ -146,23 +146,31 @@ func (w *Webhook) post(ctx context.Context, e engine.RunEventRecord) error {
 	if len(w.keys) > 0 {
 		req.Header.Set("webhook-signature", Sign(w.keys, e.EventID, ts, body))
 	}
-	resp, err := w.client.Do(req)
+	return send(ctx, w.client, req, w.timeout)
+}
+
+// send does req (its context bounded by timeout): a 2xx answer is a
+// delivery; anything else, a transport error or the timeout is an error
+// naming the URL (never a header: they may hold a secret).
+func send(ctx context.Context, client Doer, req *http.Request, timeout time.Duration) error {
+	u := req.URL.String()
+	resp, err := client.Do(req)
 	if err != nil {
 		if ctx.Err() == context.DeadlineExceeded {
-			return fmt.Errorf("POST %s: no answer within %s", w.url, w.timeout)
+			return fmt.Errorf("POST %s: no answer within %s", u, timeout)
 		}
 		var ue *url.Error
 		if errors.As(err, &ue) {
 			err = ue.Err // the url.Error repeats the method and URL
 		}
-		return fmt.Errorf("POST %s: %w", w.url, err)
+		return fmt.Errorf("POST %s: %w", u, err)
 	}
 	defer resp.Body.Close()
 	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, 200))
 	io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20)) // let the connection be reused
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		msg := strings.Join(strings.Fields(string(snippet)), " ")
-		return fmt.Errorf("POST %s: HTTP %d %s", w.url, resp.StatusCode, msg)
+		return fmt.Errorf("POST %s: HTTP %d %s", u, resp.StatusCode, msg)
 	}
 	return nil
 }

@@ -1,0 +1,429 @@
+// Package lineage turns dvtrun's run events into OpenLineage RunEvents
+// (spec 2-0-2): one job per plan run (name = planId) and one per seed, model
+// or sql step, named like dbt-ol's (db.schema.table), each step run pointing
+// at the plan run through its parent facet. Everything an event says is
+// derived from the stored run event and the run's stored plan bundle, so a
+// redelivery produces the same bytes: run ids are name-based UUIDs of (run,
+// step, logical attempt) and eventTime is the event's emittedAt.
+package lineage
+
+import (
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/dvtrun/dvtrun/engine"
+)
+
+// Published identities of what dvtrun emits.
+const (
+	// Producer is every event's producer and every facet's _producer.
+	Producer = "https://github.com/dvtrun/dvtrun"
+	// SchemaURL is the RunEvent schema the events follow.
+	SchemaURL = "https://openlineage.io/spec/2-0-2/OpenLineage.json#/$defs/RunEvent"
+	// DefaultNamespace is the jobs' namespace when the sink sets none.
+	DefaultNamespace = "dvtrun"
+	// Integration is the jobType facet's integration.
+	Integration = "DVTRUN"
+)
+
+// Facet schema URLs: the facet versions the sink's fields follow. The
+// parent facet is 1-1-0's, the version that added root.
+const (
+	jobTypeSchema    = "https://openlineage.io/spec/facets/2-0-2/JobTypeJobFacet.json#/$defs/JobTypeJobFacet"
+	sqlSchema        = "https://openlineage.io/spec/1-0-1/SQLJobFacet.json#/$defs/SQLJobFacet"
+	parentSchema     = "https://openlineage.io/spec/facets/1-1-0/ParentRunFacet.json#/$defs/ParentRunFacet"
+	engineSchema     = "https://openlineage.io/spec/facets/1-1-0/ProcessingEngineRunFacet.json#/$defs/ProcessingEngineRunFacet"
+	errorSchema      = "https://openlineage.io/spec/facets/1-0-0/ErrorMessageRunFacet.json#/$defs/ErrorMessageRunFacet"
+	queryIDSchema    = "https://openlineage.io/spec/facets/1-0-0/ExternalQueryRunFacet.json#/$defs/ExternalQueryRunFacet"
+	outputStatSchema = "https://openlineage.io/spec/1-0-1/OutputStatisticsOutputDatasetFacet.json#/$defs/OutputStatisticsOutputDatasetFacet"
+)
+
+// OpenLineage event types.
+const (
+	Start    = "START"
+	Complete = "COMPLETE"
+	Fail     = "FAIL"
+	Abort    = "ABORT"
+)
+
+// Event is an OpenLineage RunEvent.
+type Event struct {
+	EventType string    `json:"eventType"`
+	EventTime string    `json:"eventTime"`
+	Run       Run       `json:"run"`
+	Job       Job       `json:"job"`
+	Inputs    []Dataset `json:"inputs"`
+	Outputs   []Dataset `json:"outputs"`
+	Producer  string    `json:"producer"`
+	SchemaURL string    `json:"schemaURL"`
+}
+
+// Run is an event's run: its id and facets.
+type Run struct {
+	RunID  string         `json:"runId"`
+	Facets map[string]any `json:"facets,omitempty"`
+}
+
+// Job is an event's job.
+type Job struct {
+	Namespace string         `json:"namespace"`
+	Name      string         `json:"name"`
+	Facets    map[string]any `json:"facets,omitempty"`
+}
+
+// Dataset is an input or output dataset.
+type Dataset struct {
+	Namespace    string         `json:"namespace"`
+	Name         string         `json:"name"`
+	OutputFacets map[string]any `json:"outputFacets,omitempty"`
+}
+
+// Ref names a run of a job (the parent facet's run and job, and its root).
+type Ref struct {
+	Run struct {
+		RunID string `json:"runId"`
+	} `json:"run"`
+	Job struct {
+		Namespace string `json:"namespace"`
+		Name      string `json:"name"`
+	} `json:"job"`
+}
+
+// Naming places the warehouse's relations in OpenLineage's dataset naming
+// (https://openlineage.io/docs/spec/naming).
+type Naming struct {
+	// Namespace is the datasets' namespace: snowflake://org-account,
+	// postgres://host:port, sqlite://<absolute path of the database file>.
+	Namespace string
+	// Database and Schema qualify a step's relation: a dataset is named
+	// Database.Schema.relation, a step's job likewise (dbt-ol's job name).
+	Database, Schema string
+	// NamespaceHoldsDatabase drops Database from dataset names where the
+	// namespace already is the database (SQLite's file).
+	NamespaceHoldsDatabase bool
+	// Upper upper-cases names (Snowflake resolves unquoted names upper-case,
+	// and dvtrun creates simple names that way).
+	Upper bool
+	// Source is the externalQuery facet's source: the warehouse's kind.
+	Source string
+}
+
+// SnowflakeNaming is snowflake://<account> and DB.SCHEMA.TABLE. account is
+// the DSN's account identifier (orgname-accountname, or a legacy locator).
+func SnowflakeNaming(account, database, schema string) Naming {
+	return Naming{Namespace: "snowflake://" + strings.ToLower(account), Database: database, Schema: schema, Upper: true, Source: "snowflake"}
+}
+
+// PostgresNaming is postgres://host:port and db.schema.table.
+func PostgresNaming(host string, port int, database, schema string) Naming {
+	if port == 0 {
+		port = 5432
+	}
+	return Naming{Namespace: "postgres://" + host + ":" + strconv.Itoa(port), Database: database, Schema: cmpOr(schema, "public"), Source: "postgres"}
+}
+
+// SQLiteNaming is dvtrun's choice for SQLite, which OpenLineage's naming
+// spec leaves out: the namespace sqlite://<absolute file path> (the file is
+// the database), datasets named main.table, and jobs <file stem>.main.table.
+func SQLiteNaming(path string) Naming {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		abs = path
+	}
+	stem := strings.TrimSuffix(filepath.Base(abs), filepath.Ext(abs))
+	return Naming{Namespace: "sqlite://" + filepath.ToSlash(abs), Database: stem, Schema: "main", NamespaceHoldsDatabase: true, Source: "sqlite"}
+}
+
+func (n Naming) up(s string) string {
+	if n.Upper {
+		return strings.ToUpper(s)
+	}
+	return s
+}
+
+// DatasetName is relation's dataset name.
+func (n Naming) DatasetName(relation string) string {
+	parts := []string{n.Database, n.Schema, relation}
+	if n.NamespaceHoldsDatabase {
+		parts = parts[1:]
+	}
+	return n.up(joinNonEmpty(parts))
+}
+
+// JobName is the job name of a step that builds relation: db.schema.table.
+func (n Naming) JobName(relation string) string {
+	return n.up(joinNonEmpty([]string{n.Database, n.Schema, relation}))
+}
+
+func joinNonEmpty(parts []string) string {
+	out := parts[:0:0]
+	for _, p := range parts {
+		if p != "" {
+			out = append(out, p)
+		}
+	}
+	return strings.Join(out, ".")
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// idSpace is the namespace of dvtrun's name-based (v5) run ids. Fixed
+// forever: changing it would give every past run a new identity.
+var idSpace = uuid.NewSHA1(uuid.NameSpaceURL, []byte("https://github.com/dvtrun/dvtrun/openlineage"))
+
+// PlanRunID is the OpenLineage runId of a dvtrun run's plan job.
+func PlanRunID(runID string) string {
+	return uuid.NewSHA1(idSpace, []byte("run\x00"+runID)).String()
+}
+
+// StepRunID is the OpenLineage runId of one logical attempt of a step: a
+// step resumed on another engine attempt keeps it, a retry gets a new one.
+func StepRunID(runID, stepID string, logicalAttempt int) string {
+	return uuid.NewSHA1(idSpace, []byte("step\x00"+runID+"\x00"+stepID+"\x00"+strconv.Itoa(logicalAttempt))).String()
+}
+
+// PlanSource gives the plan bundle a run ran (from the state store); ok is
+// false when it was not stored (a run recorded before bundles were).
+type PlanSource interface {
+	RunBundle(ctx context.Context, runID string) (b *engine.PlanBundle, ok bool, err error)
+}
+
+// Options configures a Mapper.
+type Options struct {
+	Namespace     string // the jobs' namespace; default DefaultNamespace
+	Naming        Naming
+	Plans         PlanSource
+	EngineVersion string // processing_engine's version; default "unknown"
+}
+
+// Mapper maps run events to OpenLineage events. It is safe for concurrent
+// use.
+type Mapper struct {
+	o  Options
+	mu sync.Mutex
+	// plans caches the last runs' indexed plans: a delivery batch holds a
+	// few runs' events in order.
+	plans map[string]*runPlan
+	order []string
+}
+
+// planCache bounds Mapper's cache of plans.
+const planCache = 32
+
+// NewMapper fills the defaults.
+func NewMapper(o Options) (*Mapper, error) {
+	if o.Plans == nil {
+		return nil, engine.Errorf(engine.CodeInvalidArgument, "the openlineage mapper needs the runs' plans")
+	}
+	o.Namespace = cmpOr(o.Namespace, DefaultNamespace)
+	o.EngineVersion = cmpOr(o.EngineVersion, "unknown")
+	return &Mapper{o: o, plans: map[string]*runPlan{}}, nil
+}
+
+// runPlan is a run's plan indexed for mapping (nil bundle: not stored).
+type runPlan struct {
+	bundle *engine.PlanBundle
+	steps  map[string]engine.PlanStep
+}
+
+func (m *Mapper) plan(ctx context.Context, runID string) (*runPlan, error) {
+	m.mu.Lock()
+	p, ok := m.plans[runID]
+	m.mu.Unlock()
+	if ok {
+		return p, nil
+	}
+	b, found, err := m.o.Plans.RunBundle(ctx, runID)
+	if err != nil {
+		return nil, err
+	}
+	p = &runPlan{steps: map[string]engine.PlanStep{}}
+	if found {
+		p.bundle = b
+		for _, s := range b.Plan.Steps {
+			p.steps[s.ID] = s
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.plans[runID]; !ok {
+		if len(m.order) >= planCache {
+			delete(m.plans, m.order[0])
+			m.order = m.order[1:]
+		}
+		m.order = append(m.order, runID)
+	}
+	m.plans[runID] = p
+	return p, nil
+}
+
+// stepPayload is what a step event's payload says that lineage uses.
+type stepPayload struct {
+	RowCount     int64             `json:"rowCount"`
+	RowsAffected int64             `json:"rowsAffected"`
+	QueryIDs     []string          `json:"queryIds"`
+	SQL          string            `json:"sql"`
+	Error        *engine.ErrorInfo `json:"error"`
+}
+
+// Map returns the OpenLineage event of rec, or nil when rec has none
+// (queueing, approvals, pauses, signals, skipped steps, tests and
+// ephemeral models, which build nothing).
+func (m *Mapper) Map(ctx context.Context, rec engine.RunEventRecord) (*Event, error) {
+	var pl stepPayload
+	if len(rec.Payload) > 0 {
+		// Payloads were validated on append; a field that does not decode
+		// is left out rather than holding the delivery back.
+		_ = json.Unmarshal(rec.Payload, &pl)
+	}
+	var olType string
+	switch rec.EventType {
+	case engine.RunStarted, engine.StepStarted:
+		olType = Start
+	case engine.RunCompleted, engine.StepCompleted:
+		olType = Complete
+	case engine.RunFailed:
+		olType = Fail
+	case engine.StepFailed:
+		olType = Fail
+		if pl.Error != nil && pl.Error.Code == string(engine.CodeStepCancelled) {
+			olType = Abort
+		}
+	case engine.RunCancelled:
+		olType = Abort
+	default:
+		return nil, nil
+	}
+	ev := &Event{
+		EventType: olType,
+		EventTime: rec.EmittedAt.UTC().Format(time.RFC3339Nano),
+		Inputs:    []Dataset{},
+		Outputs:   []Dataset{},
+		Producer:  Producer,
+		SchemaURL: SchemaURL,
+	}
+	runFacets := map[string]any{
+		"processing_engine": map[string]any{"_producer": Producer, "_schemaURL": engineSchema,
+			"name": "dvtrun", "version": m.o.EngineVersion, "openlineageAdapterVersion": m.o.EngineVersion},
+	}
+	if olType == Fail && pl.Error != nil && pl.Error.Message != "" {
+		runFacets["errorMessage"] = map[string]any{"_producer": Producer, "_schemaURL": errorSchema,
+			"message": pl.Error.Code + ": " + pl.Error.Message, "programmingLanguage": "SQL"}
+	}
+	if !rec.EventType.StepLevel() {
+		ev.Run = Run{RunID: PlanRunID(rec.RunID), Facets: runFacets}
+		ev.Job = Job{Namespace: m.o.Namespace, Name: rec.PlanID, Facets: map[string]any{"jobType": jobType("JOB")}}
+		return ev, nil
+	}
+
+	p, err := m.plan(ctx, rec.RunID)
+	if err != nil {
+		return nil, err
+	}
+	s, known := p.steps[rec.StepID]
+	if !known || (!Builds(s) && s.Kind != engine.KindSQL) {
+		// A run whose plan was not stored (recorded before bundles were)
+		// has its plan job only: its step events do not say what the
+		// steps read.
+		return nil, nil
+	}
+	relation := s.Relation()
+	ev.Job = Job{Namespace: m.o.Namespace, Name: m.o.Naming.JobName(relation), Facets: map[string]any{"jobType": jobType(strings.ToUpper(s.Kind))}}
+	if q := cmpOr(pl.SQL, p.stepSQL(s)); q != "" {
+		ev.Job.Facets["sql"] = map[string]any{"_producer": Producer, "_schemaURL": sqlSchema, "query": q}
+	}
+	parent := ref(PlanRunID(rec.RunID), m.o.Namespace, rec.PlanID)
+	runFacets["parent"] = map[string]any{"_producer": Producer, "_schemaURL": parentSchema,
+		"run": parent.Run, "job": parent.Job, "root": map[string]any{"run": parent.Run, "job": parent.Job}}
+	if n := len(pl.QueryIDs); n > 0 && olType != Start {
+		// The last query is the one that built the relation (earlier ones
+		// prepare it).
+		runFacets["externalQuery"] = map[string]any{"_producer": Producer, "_schemaURL": queryIDSchema,
+			"externalQueryId": pl.QueryIDs[n-1], "source": cmpOr(m.o.Naming.Source, "warehouse")}
+	}
+	ev.Run = Run{RunID: StepRunID(rec.RunID, rec.StepID, rec.LogicalAttemptID), Facets: runFacets}
+	for _, in := range p.inputs(s) {
+		ev.Inputs = append(ev.Inputs, Dataset{Namespace: m.o.Naming.Namespace, Name: m.o.Naming.DatasetName(in)})
+	}
+	if Builds(s) {
+		out := Dataset{Namespace: m.o.Naming.Namespace, Name: m.o.Naming.DatasetName(relation)}
+		rows := pl.RowCount
+		if s.Materialized == engine.MaterializedIncremental {
+			rows = pl.RowsAffected // what this run wrote, not the table's size
+		}
+		if olType == Complete && rows > 0 {
+			out.OutputFacets = map[string]any{"outputStatistics": map[string]any{"_producer": Producer, "_schemaURL": outputStatSchema, "rowCount": rows}}
+		}
+		ev.Outputs = append(ev.Outputs, out)
+	}
+	return ev, nil
+}
+
+func jobType(t string) map[string]any {
+	return map[string]any{"_producer": Producer, "_schemaURL": jobTypeSchema, "processingType": "BATCH", "integration": Integration, "jobType": t}
+}
+
+func ref(runID, namespace, name string) Ref {
+	var r Ref
+	r.Run.RunID = runID
+	r.Job.Namespace, r.Job.Name = namespace, name
+	return r
+}
+
+// Builds reports whether step s builds a relation of its own: a seed, or a
+// model that is not ephemeral (an ephemeral one is inlined where it is read).
+func Builds(s engine.PlanStep) bool {
+	return s.Kind == engine.KindSeed || (s.Kind == engine.KindModel && s.Materialized != engine.MaterializedEphemeral)
+}
+
+// inputs are the relations step s reads, from the DAG's edges: each
+// dependency that builds a relation, and through an ephemeral model, what
+// it reads. A sql step's own writes are not known (its SQL is not parsed),
+// so a dependency on one adds nothing. In dependency order, each once.
+func (p *runPlan) inputs(s engine.PlanStep) []string {
+	var out []string
+	seen := map[string]bool{}
+	var walk func(deps []string)
+	walk = func(deps []string) {
+		for _, id := range deps {
+			if seen[id] {
+				continue
+			}
+			seen[id] = true
+			d, ok := p.steps[id]
+			switch {
+			case !ok:
+			case Builds(d):
+				out = append(out, d.Relation())
+			case d.Kind == engine.KindModel: // ephemeral
+				walk(d.DependsOn)
+			}
+		}
+	}
+	walk(s.DependsOn)
+	return out
+}
+
+// stepSQL is the step's SQL as the plan holds it (inline or its file).
+func (p *runPlan) stepSQL(s engine.PlanStep) string {
+	if s.SQL != "" || s.Kind == engine.KindSeed || s.Path == "" || p.bundle == nil {
+		return s.SQL
+	}
+	b, ok := p.bundle.File(s.Path)
+	if !ok {
+		return ""
+	}
+	return string(b)
+}

@@ -62,7 +62,9 @@ type closer interface{ Close() error }
 
 // deliveryTargets builds the configured sinks. A webhook's secrets are read
 // here, from the variable its secretEnv names, and registered for redaction.
-func (c *cli) deliveryTargets(cfg *config.Config, clock engine.Clock) ([]delivery.Target, func(), error) {
+// An openlineage sink reads the runs' plans from st and names datasets
+// after --warehouse.
+func (c *cli) deliveryTargets(cfg *config.Config, clock engine.Clock, st stateStore) ([]delivery.Target, func(), error) {
 	var targets []delivery.Target
 	var open []closer
 	closeAll := func() {
@@ -100,6 +102,14 @@ func (c *cli) deliveryTargets(cfg *config.Config, clock engine.Clock) ([]deliver
 			}
 			open = append(open, j)
 			sink = j
+		case s.OpenLineage != nil:
+			ol, err := c.openLineageSink(s.OpenLineage, st)
+			if err != nil {
+				closeAll()
+				return nil, nil, fmt.Errorf("sinks[%d] %q: %w", i, s.Name, err)
+			}
+			open = append(open, ol)
+			sink = ol
 		}
 		targets = append(targets, delivery.Target{Name: s.Name, Sink: sink, Policy: policy})
 	}
@@ -137,15 +147,21 @@ func (c *cli) newDelivery(ctx context.Context, cfg *config.Config, d deliveryFla
 	// request that may outlast the other half could still be in flight when
 	// another process takes the claim over and sends the event again.
 	for i, s := range cfg.Sinks {
-		if s.Webhook == nil {
+		var timeout time.Duration
+		kind := "webhook"
+		switch {
+		case s.Webhook != nil:
+			timeout = s.Webhook.Timeout
+		case s.OpenLineage != nil && s.OpenLineage.URL != "":
+			timeout, kind = s.OpenLineage.Timeout, "openlineage"
+		default:
 			continue
 		}
-		timeout := s.Webhook.Timeout
 		if timeout <= 0 {
 			timeout = delivery.DefaultWebhookTimeout
 		}
 		if timeout > d.claimTTL/2 {
-			return nil, nil, engine.Errorf(engine.CodeInvalidArgument, "--%sclaim-ttl %s must be at least twice sinks[%d].webhook.timeout (%s)", d.prefix, d.claimTTL, i, timeout)
+			return nil, nil, engine.Errorf(engine.CodeInvalidArgument, "--%sclaim-ttl %s must be at least twice sinks[%d].%s.timeout (%s)", d.prefix, d.claimTTL, i, kind, timeout)
 		}
 	}
 	ds, ok := st.(delivery.Store)
@@ -153,7 +169,7 @@ func (c *cli) newDelivery(ctx context.Context, cfg *config.Config, d deliveryFla
 		return nil, nil, engine.Errorf(engine.CodeInvalidArgument, "this state store does not support outbox delivery")
 	}
 	clock := engine.ClockFunc(time.Now)
-	targets, closeSinks, err := c.deliveryTargets(cfg, clock)
+	targets, closeSinks, err := c.deliveryTargets(cfg, clock, st)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -1,0 +1,118 @@
+package main
+
+import (
+	"context"
+	"net"
+	"net/url"
+	"runtime/debug"
+	"strconv"
+	"strings"
+
+	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/config"
+	"github.com/dvtrun/dvtrun/engine/delivery"
+	"github.com/dvtrun/dvtrun/engine/lineage"
+	"github.com/dvtrun/dvtrun/store/snowflake"
+)
+
+// openLineageSink builds an openlineage sink: its API key is read here from
+// the variable apiKeyEnv names, and registered for redaction.
+func (c *cli) openLineageSink(s *config.OpenLineageSink, st stateStore) (*delivery.OpenLineage, error) {
+	naming, err := c.lineageNaming()
+	if err != nil {
+		return nil, err
+	}
+	m, err := lineage.NewMapper(lineage.Options{Namespace: s.Namespace, Naming: naming, Plans: storePlans{st}, EngineVersion: engineVersion()})
+	if err != nil {
+		return nil, err
+	}
+	token := ""
+	if name := s.APIKeyEnv; name != "" {
+		token = strings.TrimSpace(c.env(name))
+		if token == "" {
+			return nil, engine.Errorf(engine.CodeConfigInvalid, "openlineage.apiKeyEnv: the environment variable %s is empty or unset", name)
+		}
+		c.addSecret(token)
+	}
+	return delivery.NewOpenLineage(delivery.OpenLineageOptions{Mapper: m, URL: s.URL, Token: token, Timeout: s.Timeout, Path: s.Path})
+}
+
+// lineageNaming names datasets after --warehouse, the warehouse this
+// process's runs build in (OpenLineage's naming spec; SQLite is dvtrun's
+// choice, see lineage.SQLiteNaming).
+func (c *cli) lineageNaming() (lineage.Naming, error) {
+	t, err := c.parseTarget("warehouse", c.g.warehouse)
+	if err != nil {
+		return lineage.Naming{}, err
+	}
+	switch t.kind {
+	case "snowflake":
+		cfg, err := snowflake.ConfigFromDSN(t.dsn)
+		if err != nil {
+			return lineage.Naming{}, err
+		}
+		schema := cfg.Schema
+		if schema == "" {
+			schema = "PUBLIC"
+		}
+		return lineage.SnowflakeNaming(cfg.Account, cfg.Database, schema), nil
+	case "postgres":
+		return postgresNaming(t.dsn)
+	default:
+		return lineage.SQLiteNaming(t.path), nil
+	}
+}
+
+// postgresNaming reads host, port and database from a libpq URL or
+// key=value DSN.
+func postgresNaming(dsn string) (lineage.Naming, error) {
+	host, port, db := "localhost", 5432, ""
+	if u, err := url.Parse(dsn); err == nil && u.Scheme != "" {
+		if h, p, err := net.SplitHostPort(u.Host); err == nil {
+			host = h
+			port, _ = strconv.Atoi(p)
+		} else if u.Host != "" {
+			host = u.Host
+		}
+		db = strings.TrimPrefix(u.Path, "/")
+	} else {
+		for _, kv := range strings.Fields(dsn) {
+			k, v, _ := strings.Cut(kv, "=")
+			switch k {
+			case "host":
+				host = v
+			case "port":
+				port, _ = strconv.Atoi(v)
+			case "dbname":
+				db = v
+			}
+		}
+	}
+	if db == "" {
+		return lineage.Naming{}, engine.Errorf(engine.CodeInvalidArgument, "--warehouse: the Postgres DSN names no database, which OpenLineage's dataset names need")
+	}
+	return lineage.PostgresNaming(host, port, db, "public"), nil
+}
+
+// storePlans reads a run's plan bundle from the state store.
+type storePlans struct{ st stateStore }
+
+func (p storePlans) RunBundle(ctx context.Context, runID string) (*engine.PlanBundle, bool, error) {
+	meta, err := p.st.GetRun(ctx, runID)
+	if err != nil {
+		return nil, false, err
+	}
+	ref, err := engine.RecordedPlanRef(ctx, p.st, meta)
+	if err != nil {
+		return nil, false, err
+	}
+	return storedBundle(ctx, p.st, ref.SHA256, ref.URI)
+}
+
+// engineVersion is dvtrun's module version ("(devel)" in a source build).
+func engineVersion() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		return bi.Main.Version
+	}
+	return "unknown"
+}

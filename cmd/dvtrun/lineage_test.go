@@ -18,6 +18,7 @@ import (
 
 	"github.com/dvtrun/dvtrun/engine"
 	"github.com/dvtrun/dvtrun/engine/lineage/lineagetest"
+	"github.com/dvtrun/dvtrun/store/snowflake/sftest"
 )
 
 // olReceiver is an OpenLineage endpoint (Marquez's POST /api/v1/lineage):
@@ -362,5 +363,83 @@ func TestOpenLineageJaffleShop(t *testing.T) {
 	slices.Sort(names)
 	if want := []string{"main.stg_customers", "main.stg_orders", "main.stg_payments"}; !slices.Equal(names, want) {
 		t.Errorf("customers reads %v, want %v", names, want)
+	}
+}
+
+// TestOpenLineageOnSnowflake runs plans/shop with its warehouse on the
+// Snowflake-protocol test server: datasets are snowflake://<account> and
+// DB.SCHEMA.TABLE (upper-case, as Snowflake resolves dvtrun's unquoted
+// names), and each COMPLETE's externalQuery is the last query id its
+// StepCompleted recorded.
+func TestOpenLineageOnSnowflake(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a Snowflake-protocol test server")
+	}
+	wh := sftest.Start(t)
+	h := newHarness(t)
+	h.env["DVT_TARGET_PATH"] = filepath.Join(h.dir, "target")
+	h.env["DVT_WAREHOUSE"] = "snowflake://" + wh.DSN("ANALYTICS", "PUBLIC")
+	plan := filepath.Join(repoRoot(t), "plans", "shop", "plan.yaml")
+	if r := h.run("run", plan); r.code != 0 {
+		t.Fatalf("run: %+v", r)
+	}
+	cfg := filepath.Join(h.dir, "dvt.yaml")
+	file := filepath.Join(h.dir, "lineage.jsonl")
+	if err := os.WriteFile(cfg, fmt.Appendf(nil, "sinks:\n  - name: lineage\n    openlineage: {path: %q}\n", file), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	deliverAll(t, h, cfg)
+	raw := fileLines(t, file)
+	evs, err := lineagetest.Check(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The last query id of each step, from the log.
+	lastQuery := map[string]string{}
+	for _, e := range h.events(h.onlyRun()) {
+		var p struct {
+			QueryIDs []string `json:"queryIds"`
+		}
+		if e.EventType == engine.StepCompleted && json.Unmarshal(e.Payload, &p) == nil && len(p.QueryIDs) > 0 {
+			lastQuery[e.StepID] = p.QueryIDs[len(p.QueryIDs)-1]
+		}
+	}
+	checked := 0
+	for i, e := range evs {
+		if !strings.HasPrefix(e.Job.Name, "ANALYTICS.PUBLIC.") && e.Job.Name != "shop" {
+			t.Errorf("job %q is not ANALYTICS.PUBLIC.<TABLE>", e.Job.Name)
+		}
+		for _, d := range slices.Concat(e.Inputs, e.Outputs) {
+			if d.Namespace != "snowflake://sftest" || !strings.HasPrefix(d.Name, "ANALYTICS.PUBLIC.") || d.Name != strings.ToUpper(d.Name) {
+				t.Errorf("dataset %v is not snowflake://sftest ANALYTICS.PUBLIC.<TABLE>", d)
+			}
+		}
+		if e.EventType != "COMPLETE" || e.Job.Name == "shop" {
+			continue
+		}
+		var q struct {
+			Run struct {
+				Facets struct {
+					ExternalQuery struct {
+						ID     string `json:"externalQueryId"`
+						Source string `json:"source"`
+					} `json:"externalQuery"`
+				} `json:"facets"`
+			} `json:"run"`
+		}
+		json.Unmarshal(raw[i], &q)
+		stepID := ""
+		for id := range lastQuery {
+			if strings.EqualFold("ANALYTICS.PUBLIC."+strings.SplitN(id, ".", 2)[1], e.Job.Name) {
+				stepID = id
+			}
+		}
+		if got := q.Run.Facets.ExternalQuery; stepID == "" || got.ID != lastQuery[stepID] || got.Source != "snowflake" {
+			t.Errorf("%s: externalQuery %+v, want the last query id %q of its step", e.Job.Name, got, lastQuery[stepID])
+		}
+		checked++
+	}
+	if checked != 10 {
+		t.Errorf("%d step COMPLETEs carry a query id, want the 3 seeds, 6 models and the sql step", checked)
 	}
 }

@@ -135,6 +135,10 @@ func cmdSchedule(ctx context.Context, c *cli, args []string) error {
 	if len(args) > 0 {
 		sub, args = args[0], args[1:]
 	}
+	if sub == "--help" || sub == "-h" || sub == "help" {
+		fmt.Fprintln(c.stdout, "Usage: dvtrun schedule list\n       dvtrun schedule trigger NAME\n       dvtrun schedule backfill NAME --from T --to T\n\nRun `dvtrun schedule SUBCOMMAND --help` for its flags.")
+		return errHelp
+	}
 	fs := c.newFlagSet("schedule "+sub, "list | trigger NAME | backfill NAME --from T --to T",
 		"Show the configured schedules (next ticks, last run), fire one now, or enqueue the ticks of a past range\nthrough the run queue (a tick already requested is not requested again).")
 	from := fs.String("from", "", "backfill from `TIME` (RFC 3339, inclusive)")

@@ -310,12 +310,16 @@ func cmdResume(ctx context.Context, c *cli, args []string) error {
 	fs := c.newFlagSet("resume", "RUN_ID [PLAN]", "Continue an interrupted run from its event log: no SUCCESS step runs again. It runs the plan bundle\nthe state store kept for the run; given PLAN, it first checks that PLAN is that bundle (same sha256,\nelse PLAN_HASH_MISMATCH naming what changed). A run recorded before bundles were stored needs PLAN.")
 	var f runFlags
 	f.register(fs)
+	wait := fs.Duration("wait", 0, "while another runner's lease holds the run (a runner that died keeps it for --lease-ttl), wait up to `D` for it instead of exiting 3")
 	pos, err := c.parse(fs, args, 1, 2)
 	if err != nil {
 		return err
 	}
 	if err := f.check(); err != nil {
 		return err
+	}
+	if *wait < 0 {
+		return engine.Errorf(engine.CodeInvalidArgument, "--wait must not be negative")
 	}
 	var b *engine.PlanBundle
 	if len(pos) == 2 {
@@ -387,9 +391,53 @@ func cmdResume(ctx context.Context, c *cli, args []string) error {
 	}
 	defer stopPulse()
 	fmt.Fprintf(c.stdout, "Resuming run %s of plan %s@%s\n", c.clean(meta.RunID), c.clean(p.PlanID), c.clean(p.PlanVersion))
-	con.start = time.Now()
-	snap, err = rn.Resume(ctx, meta.RunID, p, wh)
+	deadline := time.Now().Add(*wait)
+	for {
+		con.start = time.Now() // the wait for the lease is not the run's
+		snap, err = rn.Resume(ctx, meta.RunID, p, wh)
+		if !errors.Is(err, engine.ErrLeaseHeld) {
+			break
+		}
+		// Nothing was written: the lease is taken before any event.
+		if err := c.waitForLease(ctx, st, meta.RunID, deadline, *wait); err != nil {
+			return err
+		}
+	}
 	return c.finishRun(ctx, con, meta.RunID, snap, err)
+}
+
+// waitForLease sleeps until the run's lease expires (a step at most, then
+// the caller tries again), printing who holds it until when; past deadline
+// it returns LEASE_HELD with what to do next.
+func (c *cli) waitForLease(ctx context.Context, st stateStore, runID string, deadline time.Time, budget time.Duration) error {
+	l, ok, err := st.GetLease(ctx, runID)
+	if err != nil {
+		return err
+	}
+	if !ok { // released meanwhile: try again at once
+		return nil
+	}
+	left := time.Until(deadline)
+	if left <= 0 {
+		hint := "retry once it expires, or wait for it with --wait " + roundUp(time.Until(l.ExpiresAt)+2*time.Second).String()
+		if budget > 0 {
+			hint = "--wait " + budget.String() + " ran out"
+		}
+		return engine.Errorf(engine.CodeLeaseHeld, "run %s is owned by %s until %s (in %s); a runner that died keeps its lease that long: %s",
+			runID, c.clean(l.Owner), l.ExpiresAt.UTC().Format(time.RFC3339), roundUp(time.Until(l.ExpiresAt)), hint)
+	}
+	step := min(max(time.Until(l.ExpiresAt)+200*time.Millisecond, 200*time.Millisecond), left, 5*time.Second)
+	fmt.Fprintf(c.stderr, "dvtrun: waiting for the lease of run %s: held by %s until %s (%s left of --wait)\n",
+		c.clean(runID), c.clean(l.Owner), l.ExpiresAt.UTC().Format(time.RFC3339), roundUp(left))
+	return sleepCtx(ctx, step)
+}
+
+// roundUp is d rounded up to a whole second, for messages.
+func roundUp(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	return (d + time.Second - 1).Truncate(time.Second)
 }
 
 // previousHolder names, in a wait for the warehouse's lock, the runner

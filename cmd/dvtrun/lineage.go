@@ -4,7 +4,6 @@ import (
 	"context"
 	"net"
 	"net/url"
-	"runtime/debug"
 	"strconv"
 	"strings"
 
@@ -109,10 +108,8 @@ func (p storePlans) RunBundle(ctx context.Context, runID string) (*engine.PlanBu
 	return storedBundle(ctx, p.st, ref.SHA256, ref.URI)
 }
 
-// engineVersion is dvtrun's module version ("(devel)" in a source build).
+// engineVersion is the processing_engine facet's version: --version's
+// text without the name (module version, VCS revision, Go version).
 func engineVersion() string {
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
-		return bi.Main.Version
-	}
-	return "unknown"
+	return strings.TrimPrefix(version(), "dvtrun ")
 }

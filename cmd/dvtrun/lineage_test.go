@@ -18,6 +18,7 @@ import (
 
 	"github.com/dvtrun/dvtrun/engine"
 	"github.com/dvtrun/dvtrun/engine/lineage/lineagetest"
+	"github.com/dvtrun/dvtrun/store/postgres/pgtest"
 	"github.com/dvtrun/dvtrun/store/snowflake/sftest"
 )
 
@@ -206,9 +207,21 @@ func csvRows(t *testing.T, path string) int64 {
 // then delivers both runs to an OpenLineage server that fails the first
 // three requests and one later, and to a file. The server gets every event
 // once, each failed request's body again unchanged, in the file's order per
-// run; the events validate and match the plans' DAGs.
+// run; the events validate and match the plans' DAGs. On a SQLite and a
+// Postgres state store (the plans come from the store's bundles).
 func TestOpenLineageSinks(t *testing.T) {
-	h := newHarness(t)
+	for _, store := range []string{"sqlite", "postgres"} {
+		t.Run(store, func(t *testing.T) {
+			h := newHarness(t)
+			if store == "postgres" {
+				h.env["DVT_STORE"] = pgtest.URL(t)
+			}
+			testOpenLineageSinks(t, h)
+		})
+	}
+}
+
+func testOpenLineageSinks(t *testing.T, h *harness) {
 	shop := filepath.Join(repoRoot(t), "plans", "shop", "plan.yaml")
 	if r := h.run("run", shop); r.code != 0 {
 		t.Fatalf("run shop: %+v", r)

@@ -84,7 +84,7 @@ func (b bundles) RunBundle(_ context.Context, runID string) (*engine.PlanBundle,
 	return p, ok, nil
 }
 
-func loadShop(t *testing.T) *engine.PlanBundle {
+func loadShop(t testing.TB) *engine.PlanBundle {
 	t.Helper()
 	dir := filepath.Join("..", "..", "plans", "shop")
 	fsys := fstest.MapFS{}

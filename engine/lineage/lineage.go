@@ -85,8 +85,9 @@ type Dataset struct {
 	OutputFacets map[string]any `json:"outputFacets,omitempty"`
 }
 
-// Ref names a run of a job (the parent facet's run and job, and its root).
-type Ref struct {
+// runRef names a run of a job (the parent facet's run and job, and its
+// root).
+type runRef struct {
 	Run struct {
 		RunID string `json:"runId"`
 	} `json:"run"`
@@ -375,8 +376,8 @@ func jobType(t string) map[string]any {
 	return map[string]any{"_producer": Producer, "_schemaURL": jobTypeSchema, "processingType": "BATCH", "integration": Integration, "jobType": t}
 }
 
-func ref(runID, namespace, name string) Ref {
-	var r Ref
+func ref(runID, namespace, name string) runRef {
+	var r runRef
 	r.Run.RunID = runID
 	r.Job.Namespace, r.Job.Name = namespace, name
 	return r

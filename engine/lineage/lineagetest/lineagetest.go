@@ -227,6 +227,12 @@ func Check(events [][]byte) ([]Event, error) {
 			r.ended = e.EventType // a run cancelled while queued never started
 		}
 	}
+	hasParent := map[string]bool{} // step runs; a plan run has none
+	for _, e := range out {
+		if e.Run.Facets.Parent != nil {
+			hasParent[e.Run.RunID] = true
+		}
+	}
 	for i, e := range out {
 		p := e.Run.Facets.Parent
 		if p == nil {
@@ -236,7 +242,7 @@ func Check(events [][]byte) ([]Event, error) {
 			return nil, fmt.Errorf("event %d: run %s's root %v is not its parent %v (a step's parent is the top-level plan run)", i, e.Run.RunID, p.Root, p.Ref)
 		}
 		pr, ok := runs[p.Run.RunID]
-		if !ok || pr.job != p.Job {
+		if !ok || pr.job != p.Job || hasParent[p.Run.RunID] {
 			return nil, fmt.Errorf("event %d: run %s's parent %v is no plan run of these events", i, e.Run.RunID, p.Ref)
 		}
 	}

@@ -270,6 +270,12 @@ func (m *Mapper) plan(ctx context.Context, runID string) (*runPlan, error) {
 	return p, nil
 }
 
+// eventTypes maps the run events that have an OpenLineage counterpart.
+var eventTypes = map[engine.EventType]string{
+	engine.RunStarted: Start, engine.RunCompleted: Complete, engine.RunFailed: Fail, engine.RunCancelled: Abort,
+	engine.StepStarted: Start, engine.StepCompleted: Complete, engine.StepFailed: Fail,
+}
+
 // stepPayload is what a step event's payload says that lineage uses.
 type stepPayload struct {
 	RowCount     int64             `json:"rowCount"`
@@ -283,29 +289,18 @@ type stepPayload struct {
 // (queueing, approvals, pauses, signals, skipped steps, tests and
 // ephemeral models, which build nothing).
 func (m *Mapper) Map(ctx context.Context, rec engine.RunEventRecord) (*Event, error) {
+	olType, ok := eventTypes[rec.EventType]
+	if !ok {
+		return nil, nil // decoding no payload: RunQueued's holds the whole plan ref
+	}
 	var pl stepPayload
 	if len(rec.Payload) > 0 {
 		// Payloads were validated on append; a field that does not decode
 		// is left out rather than holding the delivery back.
 		_ = json.Unmarshal(rec.Payload, &pl)
 	}
-	var olType string
-	switch rec.EventType {
-	case engine.RunStarted, engine.StepStarted:
-		olType = Start
-	case engine.RunCompleted, engine.StepCompleted:
-		olType = Complete
-	case engine.RunFailed:
-		olType = Fail
-	case engine.StepFailed:
-		olType = Fail
-		if pl.Error != nil && pl.Error.Code == string(engine.CodeStepCancelled) {
-			olType = Abort
-		}
-	case engine.RunCancelled:
-		olType = Abort
-	default:
-		return nil, nil
+	if rec.EventType == engine.StepFailed && pl.Error != nil && pl.Error.Code == string(engine.CodeStepCancelled) {
+		olType = Abort // the run's cancellation ended it, not an error of its own
 	}
 	ev := &Event{
 		EventType: olType,

@@ -456,3 +456,66 @@ func TestOpenLineageOnSnowflake(t *testing.T) {
 		t.Errorf("%d step COMPLETEs carry a query id, want the 3 seeds, 6 models and the sql step", checked)
 	}
 }
+
+// TestOpenLineageRetry: `dvtrun retry` after a fix is a new plan run, and
+// the retried model a new run of the same job under it: the job has a FAIL
+// run (under the first plan run) and a COMPLETE run (under the second),
+// with different run ids. The retry runs the fixed plan, whose SQL the
+// second run's facet shows.
+func TestOpenLineageRetry(t *testing.T) {
+	h := newHarness(t)
+	plan := retryFixture(t)
+	r := h.run("run", "--threads", "1", plan)
+	wantError(t, r, exitFailed, "STEP_FAILED", "model.flaky")
+	parent := runIDFrom(t, r.stdout)
+	fixRetryFixture(t, plan)
+	if r := h.run("retry", parent, plan); r.code != 0 {
+		t.Fatalf("retry: %+v", r)
+	}
+	cfg := filepath.Join(h.dir, "dvt.yaml")
+	file := filepath.Join(h.dir, "lineage.jsonl")
+	if err := os.WriteFile(cfg, fmt.Appendf(nil, "sinks:\n  - name: lineage\n    openlineage: {path: %q}\n", file), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	deliverAll(t, h, cfg)
+	raw := fileLines(t, file)
+	evs, err := lineagetest.Check(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type stepRun struct{ parent, last, sql string }
+	runs := map[string]*stepRun{} // model.flaky's runs by run id
+	var order []string
+	for i, e := range evs {
+		if e.Job.Name != "warehouse.main.flaky" {
+			continue
+		}
+		var f struct {
+			Job struct {
+				Facets struct {
+					SQL struct {
+						Query string `json:"query"`
+					} `json:"sql"`
+				} `json:"facets"`
+			} `json:"job"`
+		}
+		json.Unmarshal(raw[i], &f)
+		sr := runs[e.Run.RunID]
+		if sr == nil {
+			sr = &stepRun{parent: e.Run.Facets.Parent.Run.RunID}
+			runs[e.Run.RunID] = sr
+			order = append(order, e.Run.RunID)
+		}
+		sr.last, sr.sql = e.EventType, f.Job.Facets.SQL.Query
+	}
+	if len(order) != 2 {
+		t.Fatalf("model.flaky has %d runs, want 2 (the failure and the retry)", len(order))
+	}
+	first, second := runs[order[0]], runs[order[1]]
+	if first.last != "FAIL" || second.last != "COMPLETE" || first.parent == second.parent {
+		t.Errorf("model.flaky's runs: %+v then %+v; want FAIL then COMPLETE under two plan runs", first, second)
+	}
+	if !strings.Contains(first.sql, "not_built_yet") || !strings.Contains(second.sql, "from customers") {
+		t.Errorf("sql facets %q then %q; want the broken SQL, then the fix", first.sql, second.sql)
+	}
+}

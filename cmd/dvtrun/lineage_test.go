@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/lineage"
 	"github.com/dvtrun/dvtrun/engine/lineage/lineagetest"
 	"github.com/dvtrun/dvtrun/store/postgres/pgtest"
 	"github.com/dvtrun/dvtrun/store/snowflake/sftest"
@@ -511,8 +512,13 @@ func TestOpenLineageRetry(t *testing.T) {
 	if len(order) != 2 {
 		t.Fatalf("model.flaky has %d runs, want 2 (the failure and the retry)", len(order))
 	}
+	// Runs are delivered in runId order, not in the order they ran: the
+	// first is the one under the failed run's plan run.
 	first, second := runs[order[0]], runs[order[1]]
-	if first.last != "FAIL" || second.last != "COMPLETE" || first.parent == second.parent {
+	if second.parent == lineage.PlanRunID(parent) {
+		first, second = second, first
+	}
+	if first.parent != lineage.PlanRunID(parent) || first.last != "FAIL" || second.last != "COMPLETE" || first.parent == second.parent {
 		t.Errorf("model.flaky's runs: %+v then %+v; want FAIL then COMPLETE under two plan runs", first, second)
 	}
 	if !strings.Contains(first.sql, "not_built_yet") || !strings.Contains(second.sql, "from customers") {

@@ -11,6 +11,7 @@ import (
 	"github.com/dvtrun/dvtrun/engine/config"
 	"github.com/dvtrun/dvtrun/engine/delivery"
 	"github.com/dvtrun/dvtrun/engine/lineage"
+	"github.com/dvtrun/dvtrun/engine/plan"
 	"github.com/dvtrun/dvtrun/store/snowflake"
 )
 
@@ -96,7 +97,7 @@ func postgresNaming(dsn string) (lineage.Naming, error) {
 // storePlans reads a run's plan bundle from the state store.
 type storePlans struct{ st stateStore }
 
-func (p storePlans) RunBundle(ctx context.Context, runID string) (*engine.PlanBundle, bool, error) {
+func (p storePlans) RunBundle(ctx context.Context, runID string) (*plan.Bundle, bool, error) {
 	meta, err := p.st.GetRun(ctx, runID)
 	if err != nil {
 		return nil, false, err

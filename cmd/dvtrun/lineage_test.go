@@ -19,6 +19,7 @@ import (
 	"github.com/dvtrun/dvtrun/engine"
 	"github.com/dvtrun/dvtrun/engine/lineage"
 	"github.com/dvtrun/dvtrun/engine/lineage/lineagetest"
+	"github.com/dvtrun/dvtrun/engine/plan"
 	"github.com/dvtrun/dvtrun/store/postgres/pgtest"
 	"github.com/dvtrun/dvtrun/store/snowflake/sftest"
 )
@@ -112,7 +113,7 @@ func byPlanRun(t *testing.T, raw [][]byte) map[string][]string {
 // outputs in the warehouse's namespace, START and one end each; and the
 // rows of seeds (from their CSV). It returns the events by job name.
 // Steps in skipped never ran: they must have no job.
-func checkLineage(t *testing.T, raw [][]byte, warehouse string, plans []*engine.Plan, seedRows map[string]int64, skipped ...string) map[string][]lineagetest.Event {
+func checkLineage(t *testing.T, raw [][]byte, warehouse string, plans []*plan.Plan, seedRows map[string]int64, skipped ...string) map[string][]lineagetest.Event {
 	t.Helper()
 	evs, err := lineagetest.Check(raw)
 	if err != nil {
@@ -131,13 +132,13 @@ func checkLineage(t *testing.T, raw [][]byte, warehouse string, plans []*engine.
 		if es := byJob[p.PlanID]; len(es) != 2 || es[0].EventType != "START" || es[0].Job.Namespace != "analytics" {
 			t.Errorf("plan job %s: %+v, want START and its end in namespace analytics", p.PlanID, es)
 		}
-		steps := map[string]engine.PlanStep{}
+		steps := map[string]plan.Step{}
 		for _, s := range p.Steps {
 			steps[s.ID] = s
 		}
 		for _, s := range p.Steps {
-			builds := s.Kind == engine.KindSeed || (s.Kind == engine.KindModel && s.Materialized != engine.MaterializedEphemeral)
-			if !builds && s.Kind != engine.KindSQL {
+			builds := s.Kind == plan.KindSeed || (s.Kind == plan.KindModel && s.Materialized != plan.MaterializedEphemeral)
+			if !builds && s.Kind != plan.KindSQL {
 				continue
 			}
 			job := stem + ".main." + s.Relation()
@@ -152,7 +153,7 @@ func checkLineage(t *testing.T, raw [][]byte, warehouse string, plans []*engine.
 			}
 			var inputs []lineagetest.Name
 			for _, d := range s.DependsOn {
-				if ds := steps[d]; ds.Kind == engine.KindSeed || ds.Kind == engine.KindModel {
+				if ds := steps[d]; ds.Kind == plan.KindSeed || ds.Kind == plan.KindModel {
 					inputs = append(inputs, lineagetest.Name{Namespace: ns, Name: "main." + ds.Relation()})
 				}
 			}
@@ -280,21 +281,21 @@ func testOpenLineageSinks(t *testing.T, h *harness) {
 		}
 	}
 
-	shopPlan, _, err := engine.LoadPlan(osSource{}, shop)
+	shopPlan, _, err := plan.Load(osSource{}, shop)
 	if err != nil {
 		t.Fatal(err)
 	}
-	failing, _, err := engine.LoadPlan(osSource{}, fixture("failing", "plan.yaml"))
+	failing, _, err := plan.Load(osSource{}, fixture("failing", "plan.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	seeds := map[string]int64{"customers": csvRows(t, fixture("failing", "customers.csv"))}
 	for _, s := range shopPlan.Steps {
-		if s.Kind == engine.KindSeed {
+		if s.Kind == plan.KindSeed {
 			seeds[s.Relation()] = csvRows(t, filepath.Join(filepath.Dir(shop), s.Path))
 		}
 	}
-	byJob := checkLineage(t, lines, h.warehousePath(), []*engine.Plan{shopPlan, failing}, seeds, "model.downstream")
+	byJob := checkLineage(t, lines, h.warehousePath(), []*plan.Plan{shopPlan, failing}, seeds, "model.downstream")
 
 	// The failure: the model FAILs with the warehouse's error, the run
 	// FAILs, and the skipped dependent never starts.
@@ -348,11 +349,11 @@ func TestOpenLineageJaffleShop(t *testing.T) {
 		t.Skipf("reference material not available at %s: %v", ref, err)
 	}
 	h := newHarness(t)
-	plan := filepath.Join(h.dir, "jaffle_shop.yaml")
-	if r := h.run("plan", "import-dbt", manifest, "--project-dir", filepath.Join(ref, "jaffle_shop"), "-o", plan); r.code != 0 {
+	planFile := filepath.Join(h.dir, "jaffle_shop.yaml")
+	if r := h.run("plan", "import-dbt", manifest, "--project-dir", filepath.Join(ref, "jaffle_shop"), "-o", planFile); r.code != 0 {
 		t.Fatalf("import: exit %d %s", r.code, r.stderr)
 	}
-	if r := h.run("run", plan); r.code != 0 {
+	if r := h.run("run", planFile); r.code != 0 {
 		t.Fatalf("run: %+v", r)
 	}
 	cfg := filepath.Join(h.dir, "dvt.yaml")
@@ -361,11 +362,11 @@ func TestOpenLineageJaffleShop(t *testing.T) {
 		t.Fatal(err)
 	}
 	deliverAll(t, h, cfg)
-	p, _, err := engine.LoadPlan(osSource{}, plan)
+	p, _, err := plan.Load(osSource{}, planFile)
 	if err != nil {
 		t.Fatal(err)
 	}
-	byJob := checkLineage(t, fileLines(t, file), h.warehousePath(), []*engine.Plan{p}, map[string]int64{"raw_customers": 100, "raw_orders": 99, "raw_payments": 113})
+	byJob := checkLineage(t, fileLines(t, file), h.warehousePath(), []*plan.Plan{p}, map[string]int64{"raw_customers": 100, "raw_orders": 99, "raw_payments": 113})
 	// dbt's DAG: customers reads the three staging models (jaffle_shop's customers.sql).
 	wh := strings.TrimSuffix(filepath.Base(h.warehousePath()), ".db")
 	var names []string
@@ -393,8 +394,8 @@ func TestOpenLineageOnSnowflake(t *testing.T) {
 	h := newHarness(t)
 	h.env["DVT_TARGET_PATH"] = filepath.Join(h.dir, "target")
 	h.env["DVT_WAREHOUSE"] = "snowflake://" + wh.DSN("ANALYTICS", "PUBLIC")
-	plan := filepath.Join(repoRoot(t), "plans", "shop", "plan.yaml")
-	if r := h.run("run", plan); r.code != 0 {
+	shop := filepath.Join(repoRoot(t), "plans", "shop", "plan.yaml")
+	if r := h.run("run", shop); r.code != 0 {
 		t.Fatalf("run: %+v", r)
 	}
 	cfg := filepath.Join(h.dir, "dvt.yaml")
@@ -465,12 +466,12 @@ func TestOpenLineageOnSnowflake(t *testing.T) {
 // second run's facet shows.
 func TestOpenLineageRetry(t *testing.T) {
 	h := newHarness(t)
-	plan := retryFixture(t)
-	r := h.run("run", "--threads", "1", plan)
+	planFile := retryFixture(t)
+	r := h.run("run", "--threads", "1", planFile)
 	wantError(t, r, exitFailed, "STEP_FAILED", "model.flaky")
 	parent := runIDFrom(t, r.stdout)
-	fixRetryFixture(t, plan)
-	if r := h.run("retry", parent, plan); r.code != 0 {
+	fixRetryFixture(t, planFile)
+	if r := h.run("retry", parent, planFile); r.code != 0 {
 		t.Fatalf("retry: %+v", r)
 	}
 	cfg := filepath.Join(h.dir, "dvt.yaml")

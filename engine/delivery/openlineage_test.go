@@ -17,12 +17,13 @@ import (
 	"github.com/dvtrun/dvtrun/engine/delivery"
 	"github.com/dvtrun/dvtrun/engine/lineage"
 	"github.com/dvtrun/dvtrun/engine/lineage/lineagetest"
+	"github.com/dvtrun/dvtrun/engine/plan"
 )
 
 // noPlans is a state store with no plan bundles: only plan-run events map.
 type noPlans struct{}
 
-func (noPlans) RunBundle(context.Context, string) (*engine.PlanBundle, bool, error) {
+func (noPlans) RunBundle(context.Context, string) (*plan.Bundle, bool, error) {
 	return nil, false, nil
 }
 

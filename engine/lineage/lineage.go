@@ -19,6 +19,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/plan"
 )
 
 // Published identities of what dvtrun emits.
@@ -198,7 +199,7 @@ func StepRunID(runID, stepID string, logicalAttempt int) string {
 // PlanSource gives the plan bundle a run ran (from the state store); ok is
 // false when it was not stored (a run recorded before bundles were).
 type PlanSource interface {
-	RunBundle(ctx context.Context, runID string) (b *engine.PlanBundle, ok bool, err error)
+	RunBundle(ctx context.Context, runID string) (b *plan.Bundle, ok bool, err error)
 }
 
 // Options configures a Mapper.
@@ -235,8 +236,8 @@ func NewMapper(o Options) (*Mapper, error) {
 
 // runPlan is a run's plan indexed for mapping (nil bundle: not stored).
 type runPlan struct {
-	bundle *engine.PlanBundle
-	steps  map[string]engine.PlanStep
+	bundle *plan.Bundle
+	steps  map[string]plan.Step
 }
 
 func (m *Mapper) plan(ctx context.Context, runID string) (*runPlan, error) {
@@ -250,7 +251,7 @@ func (m *Mapper) plan(ctx context.Context, runID string) (*runPlan, error) {
 	if err != nil {
 		return nil, err
 	}
-	p = &runPlan{steps: map[string]engine.PlanStep{}}
+	p = &runPlan{steps: map[string]plan.Step{}}
 	if found {
 		p.bundle = b
 		for _, s := range b.Plan.Steps {
@@ -329,7 +330,7 @@ func (m *Mapper) Map(ctx context.Context, rec engine.RunEventRecord) (*Event, er
 		return nil, err
 	}
 	s, known := p.steps[rec.StepID]
-	if !known || (!Builds(s) && s.Kind != engine.KindSQL) {
+	if !known || (!Builds(s) && s.Kind != plan.KindSQL) {
 		// A run whose plan was not stored (recorded before bundles were)
 		// has its plan job only: its step events do not say what the
 		// steps read.
@@ -356,7 +357,7 @@ func (m *Mapper) Map(ctx context.Context, rec engine.RunEventRecord) (*Event, er
 	if Builds(s) {
 		out := Dataset{Namespace: m.o.Naming.Namespace, Name: m.o.Naming.DatasetName(relation)}
 		rows := pl.RowCount
-		if s.Materialized == engine.MaterializedIncremental {
+		if s.Materialized == plan.MaterializedIncremental {
 			rows = pl.RowsAffected // what this run wrote, not the table's size
 		}
 		if olType == Complete && rows > 0 {
@@ -380,15 +381,15 @@ func ref(runID, namespace, name string) runRef {
 
 // Builds reports whether step s builds a relation of its own: a seed, or a
 // model that is not ephemeral (an ephemeral one is inlined where it is read).
-func Builds(s engine.PlanStep) bool {
-	return s.Kind == engine.KindSeed || (s.Kind == engine.KindModel && s.Materialized != engine.MaterializedEphemeral)
+func Builds(s plan.Step) bool {
+	return s.Kind == plan.KindSeed || (s.Kind == plan.KindModel && s.Materialized != plan.MaterializedEphemeral)
 }
 
 // inputs are the relations step s reads, from the DAG's edges: each
 // dependency that builds a relation, and through an ephemeral model, what
 // it reads. A sql step's own writes are not known (its SQL is not parsed),
 // so a dependency on one adds nothing. In dependency order, each once.
-func (p *runPlan) inputs(s engine.PlanStep) []string {
+func (p *runPlan) inputs(s plan.Step) []string {
 	var out []string
 	seen := map[string]bool{}
 	var walk func(deps []string)
@@ -403,7 +404,7 @@ func (p *runPlan) inputs(s engine.PlanStep) []string {
 			case !ok:
 			case Builds(d):
 				out = append(out, d.Relation())
-			case d.Kind == engine.KindModel: // ephemeral
+			case d.Kind == plan.KindModel: // ephemeral
 				walk(d.DependsOn)
 			}
 		}
@@ -413,8 +414,8 @@ func (p *runPlan) inputs(s engine.PlanStep) []string {
 }
 
 // stepSQL is the step's SQL as the plan holds it (inline or its file).
-func (p *runPlan) stepSQL(s engine.PlanStep) string {
-	if s.SQL != "" || s.Kind == engine.KindSeed || s.Path == "" || p.bundle == nil {
+func (p *runPlan) stepSQL(s plan.Step) string {
+	if s.SQL != "" || s.Kind == plan.KindSeed || s.Path == "" || p.bundle == nil {
 		return s.SQL
 	}
 	b, ok := p.bundle.File(s.Path)

@@ -16,6 +16,7 @@ import (
 	"github.com/dvtrun/dvtrun/engine"
 	"github.com/dvtrun/dvtrun/engine/lineage"
 	"github.com/dvtrun/dvtrun/engine/lineage/lineagetest"
+	"github.com/dvtrun/dvtrun/engine/plan"
 )
 
 func TestNaming(t *testing.T) {
@@ -77,14 +78,14 @@ func TestRunIDs(t *testing.T) {
 }
 
 // bundles serves plan bundles by run id.
-type bundles map[string]*engine.PlanBundle
+type bundles map[string]*plan.Bundle
 
-func (b bundles) RunBundle(_ context.Context, runID string) (*engine.PlanBundle, bool, error) {
+func (b bundles) RunBundle(_ context.Context, runID string) (*plan.Bundle, bool, error) {
 	p, ok := b[runID]
 	return p, ok, nil
 }
 
-func loadShop(t testing.TB) *engine.PlanBundle {
+func loadShop(t testing.TB) *plan.Bundle {
 	t.Helper()
 	dir := filepath.Join("..", "..", "plans", "shop")
 	fsys := fstest.MapFS{}
@@ -100,7 +101,7 @@ func loadShop(t testing.TB) *engine.PlanBundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := engine.LoadBundle(mapSource(fsys), "plan.yaml")
+	b, err := plan.LoadBundle(mapSource(fsys), "plan.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -276,7 +277,7 @@ func TestMapShop(t *testing.T) {
 // reach its own inputs; a run without a stored plan has its plan job only.
 func TestMapEphemeralAndUnstored(t *testing.T) {
 	ctx := context.Background()
-	plan := `planId: eph
+	planYAML := `planId: eph
 planVersion: "1"
 schemaVersion: "1"
 steps:
@@ -284,7 +285,7 @@ steps:
   - {id: model.base, kind: model, materialized: ephemeral, sql: select * from raw, dependsOn: [seed.raw]}
   - {id: model.final, kind: model, materialized: table, sql: select * from base, dependsOn: [model.base]}
 `
-	b, err := engine.LoadBundle(mapSource(fstest.MapFS{"plan.yaml": {Data: []byte(plan)}, "raw.csv": {Data: []byte("id\n1\n")}}), "plan.yaml")
+	b, err := plan.LoadBundle(mapSource(fstest.MapFS{"plan.yaml": {Data: []byte(planYAML)}, "raw.csv": {Data: []byte("id\n1\n")}}), "plan.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,11 +10,12 @@ import (
 	"github.com/dvtrun/dvtrun/engine"
 	"github.com/dvtrun/dvtrun/engine/lineage"
 	"github.com/dvtrun/dvtrun/engine/lineage/lineagetest"
+	"github.com/dvtrun/dvtrun/engine/plan"
 )
 
 type noPlans struct{}
 
-func (noPlans) RunBundle(context.Context, string) (*engine.PlanBundle, bool, error) {
+func (noPlans) RunBundle(context.Context, string) (*plan.Bundle, bool, error) {
 	return nil, false, nil
 }
 

@@ -80,8 +80,9 @@ func Open(msg []byte, vkey string) (Checkpoint, error) {
 	n, err := note.Open(msg, note.VerifierList(v))
 	if err != nil {
 		var unknown *note.UnknownVerifierError
-		if errors.As(err, &unknown) {
-			return Checkpoint{}, fmt.Errorf("not signed by the pinned key %s (signed by %s)", v.Name(), unknown.Name)
+		var unverified *note.UnverifiedNoteError
+		if errors.As(err, &unknown) || errors.As(err, &unverified) {
+			return Checkpoint{}, fmt.Errorf("not signed by the pinned key %s", vkey)
 		}
 		return Checkpoint{}, fmt.Errorf("signature does not verify with the pinned key %s: %v", v.Name(), err)
 	}

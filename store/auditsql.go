@@ -164,7 +164,7 @@ func (a *AuditSQL) Checkpoints(ctx context.Context) ([]audit.StoredCheckpoint, e
 // is ignored: it signs the same root).
 func (a *AuditSQL) SaveCheckpoint(ctx context.Context, cp audit.Checkpoint, at time.Time) error {
 	return a.d.Write(ctx, func(tx Tx) error {
-		_, err := tx.ExecContext(ctx, a.d.Queries["audit_insert_checkpoint"], cp.Size, base64.StdEncoding.EncodeToString(cp.Root[:]), string(cp.Note), a.d.Time(at))
+		_, err := tx.ExecContext(ctx, a.d.Queries["audit_insert_checkpoint"], cp.Size, base64.StdEncoding.EncodeToString(cp.Root[:]), string(cp.Note), a.d.Time(at), cp.Size)
 		return err
 	})
 }

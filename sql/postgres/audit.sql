@@ -49,7 +49,8 @@ SELECT tree_size, root_hash, note FROM dvt_audit_checkpoints ORDER BY tree_size 
 -- name: audit_insert_checkpoint
 -- Two checkpointers signing the same size sign the same root: the first
 -- row stays.
-INSERT INTO dvt_audit_checkpoints (tree_size, root_hash, note, created_at) VALUES ($1, $2, $3, $4)
+INSERT INTO dvt_audit_checkpoints (tree_size, root_hash, note, created_at)
+SELECT $1, $2, $3, $4 WHERE NOT EXISTS (SELECT 1 FROM dvt_audit_checkpoints WHERE tree_size = $5)
 ON CONFLICT (tree_size) DO NOTHING;
 
 -- name: audit_chain_view

@@ -33,6 +33,9 @@ type AuditBackend struct {
 	// JSON is the SQL expression of a JSON payload literal (already quoted
 	// text, e.g. '{"a":1}'): PARSE_JSON on Snowflake.
 	JSON func(quoted string) string
+	// Rows runs a query and returns its first column as text; nil when the
+	// dialect has no dvt_audit_chain view (no SHA-256 in SQL: SQLite).
+	Rows func(t *testing.T, s AuditStore, query string) []string
 }
 
 // TestKey is a fixed signing key for tests (a seed of 32 bytes 0x07) and
@@ -220,6 +223,25 @@ func RunAudit(t *testing.T, b AuditBackend) {
 			}
 		})
 	}
+
+	t.Run("ChainViewRecomputesEveryLink", func(t *testing.T) {
+		if b.Rows == nil {
+			t.Skip("this dialect has no SHA-256 in SQL: audit verify is the check")
+		}
+		s := b.Fresh(t)
+		f := SeedAudit(t, s)
+		const broken = `SELECT run_id || ':' || CAST(run_seq AS VARCHAR) FROM dvt_audit_chain WHERE NOT ok ORDER BY run_id, run_seq`
+		if ok := b.Rows(t, s, `SELECT CAST(COUNT(*) AS VARCHAR) FROM dvt_audit_chain WHERE ok`); len(ok) != 1 || ok[0] != "12" {
+			t.Fatalf("links ok: %v, want all 12", ok)
+		}
+		if got := b.Rows(t, s, broken); len(got) != 0 {
+			t.Fatalf("untouched chain: broken at %v", got)
+		}
+		b.Tamper(t, s, fmt.Sprintf(`UPDATE dvt_run_events SET event_bytes = REPLACE(event_bytes, '42', '43') WHERE run_id = %s AND run_seq = 4`, q(f.A)))
+		if got := b.Rows(t, s, broken); len(got) != 1 || got[0] != f.A+":4" {
+			t.Fatalf("edited event bytes: broken at %v, want [%s:4]", got, f.A)
+		}
+	})
 
 	t.Run("GuardsRefuseUpdateAndDelete", func(t *testing.T) {
 		if b.Guarded == nil {

@@ -17,9 +17,11 @@ func (s *Store) newAudit() (*store.AuditSQL, error) {
 		return nil, err
 	}
 	return store.NewAuditSQL(store.AuditDialect{
-		Queries:  q,
-		Read:     s.db,
-		Write:    func(ctx context.Context, fn func(store.Tx) error) error { return s.lockedTx(ctx, q["audit_lock"], "audit log", fn) },
+		Queries: q,
+		Read:    s.db,
+		Write: func(ctx context.Context, fn func(store.Tx) error) error {
+			return s.lockedTx(ctx, q["audit_lock"], "audit log", fn)
+		},
 		Classify: s.classify,
 		Time:     func(t time.Time) any { return tsText(t) },
 	}), nil

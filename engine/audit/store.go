@@ -39,3 +39,11 @@ type Store interface {
 	EventHashes(ctx context.Context) (map[string]map[int64]string, error)
 	ListEvents(ctx context.Context, runID string, afterSeq int64, limit int) ([]engine.RunEventRecord, error)
 }
+
+// Guard is one check of `audit doctor`: how the store enforces
+// append-only for this connection.
+type Guard struct {
+	Check  string
+	OK     bool
+	Detail string
+}

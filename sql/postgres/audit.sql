@@ -70,3 +70,20 @@ FROM (
     WHERE e.hash IS NOT NULL
     WINDOW w AS (PARTITION BY e.run_id ORDER BY e.run_seq)
 ) c
+
+-- name: audit_guards
+-- What this connection may do to the append-only tables (audit doctor):
+-- per table, its owner, whether the current user owns it (an owner can
+-- disable the triggers), holds UPDATE, DELETE or TRUNCATE, and how many of
+-- its two append-only triggers are enabled.
+SELECT t.tablename, t.tableowner, t.tableowner = current_user,
+       has_table_privilege(current_user, t.tablename, 'UPDATE'),
+       has_table_privilege(current_user, t.tablename, 'DELETE'),
+       has_table_privilege(current_user, t.tablename, 'TRUNCATE'),
+       (SELECT COUNT(*) FROM pg_trigger g
+        WHERE g.tgrelid = t.tablename::regclass AND NOT g.tgisinternal AND g.tgenabled <> 'D'
+          AND g.tgfoid = 'dvt_append_only'::regproc)
+FROM pg_tables t
+WHERE t.schemaname = current_schema()
+  AND t.tablename IN ('dvt_run_events', 'dvt_audit_genesis', 'dvt_audit_log', 'dvt_audit_checkpoints')
+ORDER BY t.tablename;

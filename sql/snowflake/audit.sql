@@ -53,3 +53,21 @@ SELECT tree_size, root_hash, note FROM dvt_audit_checkpoints ORDER BY tree_size 
 INSERT INTO dvt_audit_checkpoints (tree_size, root_hash, note, created_at)
 SELECT ?, ?, ?, CAST(? AS TIMESTAMP_TZ(9))
 WHERE NOT EXISTS (SELECT 1 FROM dvt_audit_checkpoints WHERE tree_size = ?);
+
+-- name: audit_current_role
+SELECT CURRENT_ROLE();
+
+-- name: audit_grants_events
+-- audit doctor: the grants on each append-only table (Snowflake's SHOW
+-- GRANTS ON TABLE: created_on, privilege, granted_on, name, granted_to,
+-- grantee_name, grant_option, granted_by).
+SHOW GRANTS ON TABLE dvt_run_events;
+
+-- name: audit_grants_genesis
+SHOW GRANTS ON TABLE dvt_audit_genesis;
+
+-- name: audit_grants_log
+SHOW GRANTS ON TABLE dvt_audit_log;
+
+-- name: audit_grants_checkpoints
+SHOW GRANTS ON TABLE dvt_audit_checkpoints;

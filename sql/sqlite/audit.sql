@@ -47,3 +47,11 @@ ON CONFLICT (tree_size) DO NOTHING;
 
 -- name: audit_latest_checkpoint
 SELECT tree_size, root_hash, note FROM dvt_audit_checkpoints ORDER BY tree_size DESC LIMIT 1;
+
+-- name: audit_triggers
+-- The append-only triggers present (audit doctor).
+SELECT name FROM sqlite_master WHERE type = 'trigger' AND name IN (
+    'dvt_run_events_no_update', 'dvt_run_events_no_delete',
+    'dvt_audit_genesis_no_update', 'dvt_audit_genesis_no_delete',
+    'dvt_audit_log_no_update', 'dvt_audit_log_no_delete',
+    'dvt_audit_checkpoints_no_update', 'dvt_audit_checkpoints_no_delete');

@@ -16,6 +16,7 @@ func (s *Store) newAudit() (*store.AuditSQL, error) {
 	if err != nil {
 		return nil, err
 	}
+	s.aq = q
 	return store.NewAuditSQL(store.AuditDialect{
 		Queries: q,
 		Read:    s.db,

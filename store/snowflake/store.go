@@ -110,6 +110,7 @@ type Store struct {
 	store.BundleSQL
 	// AuditSQL reads the hash chains and keeps the global log.
 	*store.AuditSQL
+	aq map[string]string // audit.sql, for audit doctor
 }
 
 // Open connects to the database and schema a gosnowflake DSN names and

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"fmt"
+	"log/slog"
 	"os"
 	"strconv"
 	"strings"
@@ -177,7 +178,7 @@ func cmdAuditCheckpoint(ctx context.Context, c *cli, args []string) error {
 	if err != nil {
 		return err
 	}
-	path := cmp.Or(*out, cfg.Audit.CheckpointFile)
+	path := cmp.Or(*out, relativeTo(c.g.config, cfg.Audit.CheckpointFile))
 	if path == "" {
 		_, err := c.stdout.Write(cp.Note)
 		return err
@@ -337,4 +338,34 @@ func cmdAuditDoctor(ctx context.Context, c *cli, args []string) error {
 		return &exitError{code: exitFailed, err: engine.Errorf(codeAuditFailed, "%d of %d append-only checks failed: see README \"Tamper-evident log\" for the grants", failed, len(guards))}
 	}
 	return nil
+}
+
+// newAuditService is the checkpointer of serve and worker: every
+// audit.every it indexes the new chained events, signs a checkpoint when
+// the log grew and writes it to audit.checkpointFile.
+func (c *cli) newAuditService(st stateStore, cfg *config.Config, log *slog.Logger) (*audit.Service, error) {
+	as, ok := st.(auditStore)
+	if !ok {
+		return nil, engine.Errorf(engine.CodeConfigInvalid, "audit.every: the %s state store has no tamper-evident log", c.g.store)
+	}
+	key, err := c.signingKey(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := audit.PublicKey(key); err != nil {
+		return nil, err
+	}
+	log = log.With("service", "audit")
+	return &audit.Service{
+		Checkpointer: &audit.Checkpointer{Log: as, SigningKey: key, Now: time.Now},
+		Every:        cfg.Audit.Every,
+		Publish: func(_ context.Context, cp audit.Checkpoint) error {
+			log.Info("checkpoint signed", "size", cp.Size, "root", base64.StdEncoding.EncodeToString(cp.Root[:]))
+			if cfg.Audit.CheckpointFile == "" {
+				return nil
+			}
+			return writeFileAtomic(relativeTo(c.g.config, cfg.Audit.CheckpointFile), cp.Note)
+		},
+		OnError: func(err error) { log.Error("checkpoint failed", "error", err.Error()) },
+	}, nil
 }

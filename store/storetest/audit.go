@@ -41,7 +41,7 @@ type AuditBackend struct {
 // TestKey is a fixed signing key for tests (a seed of 32 bytes 0x07) and
 // OtherKey a second one, for a checkpoint signed by someone else.
 var TestKey, TestPublicKey = fixedKey(0x07, "dvtrun.audit")
-var OtherKey, _ = fixedKey(0x09, "dvtrun.audit")
+var OtherKey, OtherPublicKey = fixedKey(0x09, "dvtrun.audit")
 
 func fixedKey(b byte, name string) (string, string) {
 	skey, vkey, err := audit.GenerateKey(bytes.NewReader(bytes.Repeat([]byte{b}, ed25519.SeedSize)), name)

@@ -263,6 +263,17 @@ func cmdAuditProve(ctx context.Context, c *cli, args []string) error {
 	if base64.StdEncoding.EncodeToString(root[:]) != latest.Root || e.Hash != l.Hash {
 		return &exitError{code: exitFailed, err: engine.Errorf(codeAuditFailed, "the stored log does not match its newest checkpoint: run `dvtrun audit verify --all`")}
 	}
+	if len(l.EventBytes) == 0 {
+		// SQLite, Postgres: the hashed bytes are the row's columns.
+		recs, err := st.ListEvents(ctx, pos[0], seq-1, 1)
+		if err != nil {
+			return err
+		}
+		if len(recs) != 1 || recs[0].RunSeq != seq {
+			return engine.Errorf(engine.CodeRunNotFound, "run %s has no event with runSeq %d", pos[0], seq)
+		}
+		l.EventBytes = audit.EventBytes(recs[0])
+	}
 	proof, err := tlog.ProveRecord(latest.Size, e.Index, &tree)
 	if err != nil {
 		return err

@@ -58,7 +58,7 @@ func TestAuditVerifyCLI(t *testing.T) {
 		{"untouched", nil, nil, nil},
 		{"payload updated", func(run string) []string {
 			return []string{`UPDATE dvt_run_events SET payload = '{"rowsAffected":1}' WHERE run_id = '` + run + `' AND run_seq = 5`}
-		}, nil, []string{"runSeq 5", "payload differs"}},
+		}, nil, []string{"runSeq 5", "the row does not hash to its hash"}},
 		{"event deleted", func(run string) []string {
 			return []string{`DELETE FROM dvt_run_events WHERE run_id = '` + run + `' AND run_seq = 3`}
 		}, nil, []string{"runSeq 3 is missing"}},

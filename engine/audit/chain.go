@@ -10,7 +10,6 @@ package audit
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"strconv"
 
 	"github.com/dvtrun/dvtrun/engine"
@@ -25,17 +24,74 @@ const HashVersion = "dvtrun-chain-v1"
 // records (dvt_audit_genesis); its earlier events are not chained.
 const Genesis = "0000000000000000000000000000000000000000000000000000000000000000"
 
-// EventBytes is what the store persists in event_bytes and the chain
-// hashes: the RunEvents v2 JSON of the record (the envelope, runSeq,
-// persistedAt and the payload), exactly as written. The store keeps these
-// bytes verbatim (TEXT/VARCHAR), so the hash never depends on how a
-// VARIANT or JSONB column re-serialises the payload.
-func EventBytes(rec engine.RunEventRecord) ([]byte, error) {
-	b, err := json.Marshal(rec)
-	if err != nil {
-		return nil, engine.Errorf(engine.CodeInvalidArgument, "event %s cannot be encoded for the chain: %v", rec.EventID, err)
+// fieldCount is the number of event columns in EventBytes.
+const fieldCount = 14
+
+// EventBytes is the event as the chain hashes it: the row's columns as the
+// SQLite and Postgres stores keep them, in this order — event_id,
+// event_type, step_id, tenant_id, project_id, environment_id, plan_id,
+// plan_version, logical_attempt_id, engine_attempt_id, idempotency_key,
+// emitted_at, persisted_at, payload — each written as its length in bytes,
+// ':' and its text, or '-' for NULL. Times are engine.TimeFormat (RFC 3339,
+// UTC, nine fractional digits) and the payload is its JSON text exactly as
+// stored. The length prefixes make the form unambiguous whatever a value
+// holds; the SQL view recomputes it from the columns. (Snowflake keeps
+// these bytes in event_bytes: its payload VARIANT re-serialises.)
+func EventBytes(rec engine.RunEventRecord) []byte {
+	var b []byte
+	add := func(v string) {
+		b = strconv.AppendInt(b, int64(len(v)), 10)
+		b = append(b, ':')
+		b = append(b, v...)
 	}
-	return b, nil
+	addNull := func(v string, null bool) {
+		if null {
+			b = append(b, '-')
+			return
+		}
+		add(v)
+	}
+	add(rec.EventID)
+	add(string(rec.EventType))
+	addNull(rec.StepID, rec.StepID == "")
+	add(rec.TenantID)
+	add(rec.ProjectID)
+	add(rec.EnvironmentID)
+	add(rec.PlanID)
+	add(rec.PlanVersion)
+	add(strconv.Itoa(rec.LogicalAttemptID))
+	add(strconv.Itoa(rec.EngineAttemptID))
+	add(rec.IdempotencyKey)
+	add(rec.EmittedAt.UTC().Format(engine.TimeFormat))
+	add(rec.PersistedAt.UTC().Format(engine.TimeFormat))
+	p := string(rec.Payload)
+	addNull(p, p == "" || p == "null")
+	return b
+}
+
+// splitEventBytes reads EventBytes back into its fields (nil for NULL);
+// ok is false for bytes not in the form.
+func splitEventBytes(b []byte) (fields []*string, ok bool) {
+	for len(b) > 0 {
+		if b[0] == '-' {
+			fields, b = append(fields, nil), b[1:]
+			continue
+		}
+		i := 0
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+		}
+		if i == 0 || i == len(b) || b[i] != ':' {
+			return nil, false
+		}
+		n, err := strconv.Atoi(string(b[:i]))
+		if err != nil || i+1+n > len(b) {
+			return nil, false
+		}
+		v := string(b[i+1 : i+1+n])
+		fields, b = append(fields, &v), b[i+1+n:]
+	}
+	return fields, len(fields) == fieldCount
 }
 
 // Link returns the event's hash, lowercase hex: SHA-256 over
@@ -43,9 +99,8 @@ func EventBytes(rec engine.RunEventRecord) ([]byte, error) {
 //	dvtrun-chain-v1 LF run_id LF run_seq LF event_bytes LF prev_hash
 //
 // with run_seq in decimal and prev_hash the previous link's hash (Genesis
-// for the first). The text is unambiguous: run ids hold no control
-// character, event_bytes is a JSON object, and prev_hash has a fixed length
-// at the end.
+// for the first). prev_hash has a fixed length at the end and event_bytes
+// is length-prefixed, so the text is unambiguous (run ids hold no LF).
 func Link(runID string, runSeq int64, eventBytes []byte, prevHash string) string {
 	h := sha256.New()
 	h.Write([]byte(HashVersion + "\n" + runID + "\n" + strconv.FormatInt(runSeq, 10) + "\n"))
@@ -61,16 +116,13 @@ type Chained struct {
 }
 
 // Chain links recs (consecutive runSeqs of one run) after prevHash.
-func Chain(prevHash string, recs []engine.RunEventRecord) ([]Chained, error) {
+func Chain(prevHash string, recs []engine.RunEventRecord) []Chained {
 	out := make([]Chained, len(recs))
 	for i, r := range recs {
-		b, err := EventBytes(r)
-		if err != nil {
-			return nil, err
-		}
+		b := EventBytes(r)
 		h := Link(r.RunID, r.RunSeq, b, prevHash)
 		out[i] = Chained{PrevHash: prevHash, Hash: h, EventBytes: b}
 		prevHash = h
 	}
-	return out, nil
+	return out
 }

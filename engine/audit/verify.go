@@ -94,11 +94,19 @@ func VerifyRun(rc RunChain) *Problem {
 		if l.PrevHash != prev {
 			return bad(r.RunSeq, "prev_hash %s does not link to the previous event's hash %s", short(l.PrevHash), short(prev))
 		}
-		if got := Link(rc.RunID, r.RunSeq, l.EventBytes, l.PrevHash); got != l.Hash {
-			return bad(r.RunSeq, "hash %s does not match the stored event bytes (recomputed %s)", short(l.Hash), short(got))
-		}
-		if what := sameEvent(l.EventBytes, r); what != "" {
-			return bad(r.RunSeq, "the row's %s differs from the hashed event bytes", what)
+		if len(l.EventBytes) == 0 {
+			// SQLite, Postgres: the columns are the stored bytes.
+			if got := Link(rc.RunID, r.RunSeq, EventBytes(r), l.PrevHash); got != l.Hash {
+				return bad(r.RunSeq, "the row does not hash to its hash %s (recomputed %s): a column or the hash was changed", short(l.Hash), short(got))
+			}
+		} else {
+			// Snowflake: the hashed bytes are stored beside the columns.
+			if got := Link(rc.RunID, r.RunSeq, l.EventBytes, l.PrevHash); got != l.Hash {
+				return bad(r.RunSeq, "hash %s does not match the stored event bytes (recomputed %s)", short(l.Hash), short(got))
+			}
+			if what := sameEvent(l.EventBytes, r); what != "" {
+				return bad(r.RunSeq, "the row's %s differs from the hashed event bytes", what)
+			}
 		}
 		prev = l.Hash
 	}
@@ -112,37 +120,34 @@ func VerifyRun(rc RunChain) *Problem {
 	return nil
 }
 
-// sameEvent names the first field where the row's columns differ from the
-// hashed bytes ("" when they agree). Times compare as instants and the
-// payload as JSON values: a VARIANT or JSONB column re-serialises them.
+// sameEvent names the first column where the row differs from the hashed
+// bytes ("" when they agree). The payload compares as JSON values: a
+// VARIANT re-serialises it.
 func sameEvent(stored []byte, r engine.RunEventRecord) string {
-	var h engine.RunEventRecord
-	if err := json.Unmarshal(stored, &h); err != nil {
-		return "event bytes (not JSON)"
+	got, ok := splitEventBytes(stored)
+	if !ok {
+		return "event bytes (not in the canonical form)"
 	}
-	switch {
-	case h.RunSeq != r.RunSeq:
-		return "runSeq"
-	case h.EventID != r.EventID:
-		return "eventId"
-	case h.EventType != r.EventType:
-		return "eventType"
-	case h.RunID != r.RunID || h.TenantID != r.TenantID || h.ProjectID != r.ProjectID || h.EnvironmentID != r.EnvironmentID:
-		return "run scope"
-	case h.PlanID != r.PlanID || h.PlanVersion != r.PlanVersion:
-		return "plan"
-	case h.StepID != r.StepID:
-		return "stepId"
-	case h.LogicalAttemptID != r.LogicalAttemptID || h.EngineAttemptID != r.EngineAttemptID:
-		return "attempt"
-	case h.IdempotencyKey != r.IdempotencyKey:
-		return "idempotencyKey"
-	case !h.EmittedAt.Equal(r.EmittedAt):
-		return "emittedAt"
-	case !h.PersistedAt.Equal(r.PersistedAt):
-		return "persistedAt"
-	case !sameJSON(h.Payload, r.Payload):
-		return "payload"
+	want, _ := splitEventBytes(EventBytes(r))
+	names := [fieldCount]string{"eventId", "eventType", "stepId", "tenantId", "projectId", "environmentId", "planId",
+		"planVersion", "logicalAttemptId", "engineAttemptId", "idempotencyKey", "emittedAt", "persistedAt", "payload"}
+	for i := range fieldCount {
+		g, w := got[i], want[i]
+		switch {
+		case i == fieldCount-1:
+			var gs, ws []byte
+			if g != nil {
+				gs = []byte(*g)
+			}
+			if w != nil {
+				ws = []byte(*w)
+			}
+			if !sameJSON(gs, ws) {
+				return names[i]
+			}
+		case (g == nil) != (w == nil) || g != nil && *g != *w:
+			return names[i]
+		}
 	}
 	return ""
 }

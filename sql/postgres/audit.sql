@@ -13,7 +13,8 @@ FROM dvt_run_seq s LEFT JOIN dvt_audit_genesis g ON g.run_id = s.run_id
 WHERE s.run_id = $1;
 
 -- name: audit_links
-SELECT run_seq, prev_hash, hash, event_bytes FROM dvt_run_events WHERE run_id = $1 ORDER BY run_seq;
+-- The hashed bytes are the row's columns (audit.EventBytes): none stored.
+SELECT run_seq, prev_hash, hash, CAST(NULL AS TEXT) FROM dvt_run_events WHERE run_id = $1 ORDER BY run_seq;
 
 -- name: audit_event_hashes
 SELECT run_id, run_seq, hash FROM dvt_run_events WHERE hash IS NOT NULL;
@@ -61,8 +62,22 @@ SELECT c.run_id, c.run_seq, c.prev_hash, c.hash, c.recomputed_hash,
          AND c.run_seq = COALESCE(c.previous_seq + 1, c.first_seq) AS ok
 FROM (
     SELECT e.run_id, e.run_seq, e.prev_hash, e.hash,
-           encode(sha256(convert_to('dvtrun-chain-v1' || chr(10) || e.run_id || chr(10) || e.run_seq::text
-                                    || chr(10) || e.event_bytes || chr(10) || e.prev_hash, 'UTF8')), 'hex') AS recomputed_hash,
+           encode(sha256(convert_to('dvtrun-chain-v1' || chr(10) || e.run_id || chr(10) || e.run_seq::text || chr(10)
+               || octet_length(e.event_id) || ':' || e.event_id
+               || octet_length(e.event_type) || ':' || e.event_type
+               || COALESCE(octet_length(e.step_id) || ':' || e.step_id, '-')
+               || octet_length(e.tenant_id) || ':' || e.tenant_id
+               || octet_length(e.project_id) || ':' || e.project_id
+               || octet_length(e.environment_id) || ':' || e.environment_id
+               || octet_length(e.plan_id) || ':' || e.plan_id
+               || octet_length(e.plan_version) || ':' || e.plan_version
+               || octet_length(e.logical_attempt_id::text) || ':' || e.logical_attempt_id
+               || octet_length(e.engine_attempt_id::text) || ':' || e.engine_attempt_id
+               || octet_length(e.idempotency_key) || ':' || e.idempotency_key
+               || octet_length(e.emitted_at) || ':' || e.emitted_at
+               || octet_length(e.persisted_at) || ':' || e.persisted_at
+               || COALESCE(octet_length(e.payload::text) || ':' || e.payload::text, '-')
+               || chr(10) || e.prev_hash, 'UTF8')), 'hex') AS recomputed_hash,
            LAG(e.hash) OVER w AS previous_hash,
            LAG(e.run_seq) OVER w AS previous_seq,
            COALESCE(g.first_seq, 1) AS first_seq

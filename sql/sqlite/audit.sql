@@ -13,7 +13,8 @@ FROM dvt_run_seq s LEFT JOIN dvt_audit_genesis g ON g.run_id = s.run_id
 WHERE s.run_id = ?;
 
 -- name: audit_links
-SELECT run_seq, prev_hash, hash, event_bytes FROM dvt_run_events WHERE run_id = ? ORDER BY run_seq;
+-- The hashed bytes are the row's columns (audit.EventBytes): none stored.
+SELECT run_seq, prev_hash, hash, CAST(NULL AS TEXT) FROM dvt_run_events WHERE run_id = ? ORDER BY run_seq;
 
 -- name: audit_event_hashes
 SELECT run_id, run_seq, hash FROM dvt_run_events WHERE hash IS NOT NULL;

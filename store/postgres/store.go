@@ -451,12 +451,9 @@ func (s *Store) appendTx(runID string, row runRow, b store.Batch, now string, st
 			continue
 		}
 		rec := engine.RunEventRecord{RunEventWrite: e, RunSeq: seq, PersistedAt: persisted}
-		link, err := audit.Chain(head, []engine.RunEventRecord{rec})
-		if err != nil {
-			return engine.AppendResult{}, err
-		}
-		head = link[0].Hash
-		cols.add(seq, e, link[0])
+		link := audit.Chain(head, []engine.RunEventRecord{rec})[0]
+		head = link.Hash
+		cols.add(seq, e, link)
 		stored[e.IdempotencyKey] = rec
 		res.Appended = append(res.Appended, rec)
 		fresh = append(fresh, e)
@@ -473,7 +470,7 @@ func (s *Store) appendTx(runID string, row runRow, b store.Batch, now string, st
 		first := fresh[0]
 		if err := exec(s.q["insert_events"], runID, first.TenantID, first.ProjectID, first.EnvironmentID,
 			first.PlanID, first.PlanVersion, now, cols.seq, cols.eventID, cols.eventType, cols.stepID, cols.logical,
-			cols.engine, cols.key, cols.emitted, cols.payload, cols.prevHash, cols.hash, cols.eventBytes); err != nil {
+			cols.engine, cols.key, cols.emitted, cols.payload, cols.prevHash, cols.hash); err != nil {
 			return engine.AppendResult{}, err
 		}
 		if err := exec(s.q["update_seq"], seq, string(status), head, runID); err != nil {
@@ -514,13 +511,12 @@ type eventColumns struct {
 	seq, logical, engine             []int64
 	eventID, eventType, key, emitted []string
 	stepID, payload                  []*string
-	prevHash, hash, eventBytes       []string
+	prevHash, hash                   []string
 }
 
 func (c *eventColumns) add(seq int64, e engine.RunEventWrite, link audit.Chained) {
 	c.prevHash = append(c.prevHash, link.PrevHash)
 	c.hash = append(c.hash, link.Hash)
-	c.eventBytes = append(c.eventBytes, string(link.EventBytes))
 	c.seq = append(c.seq, seq)
 	c.logical = append(c.logical, int64(e.LogicalAttemptID))
 	c.engine = append(c.engine, int64(e.EngineAttemptID))

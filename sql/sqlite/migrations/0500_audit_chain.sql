@@ -1,12 +1,10 @@
 -- Tamper-evident log (issue 19): every event appended from now on carries
--- prev_hash and hash (SHA-256 over "dvtrun-chain-v1", run_id, run_seq,
--- event_bytes and prev_hash; README "Tamper-evident log") and event_bytes,
--- the RunEvents JSON the hash covers, stored verbatim. dvt_run_seq.last_hash
--- is the chain's head, read and advanced in the append transaction that
--- assigns run_seq.
+-- prev_hash and hash: SHA-256 over "dvtrun-chain-v1", run_id, run_seq, the
+-- row's columns as stored (length-prefixed) and prev_hash (README
+-- "Tamper-evident log"). dvt_run_seq.last_hash is the chain's head, read and
+-- advanced in the append transaction that assigns run_seq.
 ALTER TABLE dvt_run_events ADD COLUMN prev_hash TEXT;
 ALTER TABLE dvt_run_events ADD COLUMN hash TEXT;
-ALTER TABLE dvt_run_events ADD COLUMN event_bytes TEXT;
 ALTER TABLE dvt_run_seq ADD COLUMN last_hash TEXT NOT NULL
     DEFAULT '0000000000000000000000000000000000000000000000000000000000000000';
 

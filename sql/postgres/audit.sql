@@ -26,9 +26,10 @@ SELECT log_index, run_id, run_seq, hash FROM dvt_audit_log WHERE log_index >= $1
 SELECT log_index, run_id, run_seq, hash FROM dvt_audit_log WHERE run_id = $1 AND run_seq = $2;
 
 -- name: audit_lock
--- Serialises the checkpointers (appends are not held up: they never touch
--- the log).
-LOCK TABLE dvt_audit_log IN SHARE ROW EXCLUSIVE MODE;
+-- Serialises the checkpointers for the length of the transaction (appends
+-- never take it). An advisory lock, not LOCK TABLE: that would need UPDATE
+-- or DELETE on dvt_audit_log, which README's role for dvtrun does not have.
+SELECT pg_advisory_xact_lock(hashtext('dvtrun/audit'));
 
 -- name: audit_assign
 -- Gives every chained event not yet in the global log the next indexes,

@@ -14,8 +14,8 @@ import (
 )
 
 // newAudit is the tamper-evident log's reads and its global log
-// (store.AuditSQL) on this database; checkpointers serialise on a lock of
-// the log table, which appends never take.
+// (store.AuditSQL) on this database; checkpointers serialise on an
+// advisory lock, which appends never take.
 func (s *Store) newAudit() (*store.AuditSQL, error) {
 	q, err := sqlfiles.Queries(sqlfiles.Postgres, "audit.sql")
 	if err != nil {

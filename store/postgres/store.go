@@ -77,6 +77,10 @@ type Store struct {
 	store.BundleSQL
 	// AuditSQL reads the hash chains and keeps the global log.
 	*store.AuditSQL
+
+	// unchained appends without the hash chain: only the benchmark that
+	// measures the chain's cost sets it (export_test.go).
+	unchained bool
 }
 
 // Open connects to the database of dsn (a libpq URL or key=value DSN) and
@@ -451,8 +455,11 @@ func (s *Store) appendTx(runID string, row runRow, b store.Batch, now string, st
 			continue
 		}
 		rec := engine.RunEventRecord{RunEventWrite: e, RunSeq: seq, PersistedAt: persisted}
-		link := audit.Chain(head, []engine.RunEventRecord{rec})[0]
-		head = link.Hash
+		link := audit.Chained{}
+		if !s.unchained {
+			link = audit.Chain(head, []engine.RunEventRecord{rec})[0]
+			head = link.Hash
+		}
 		cols.add(seq, e, link)
 		stored[e.IdempotencyKey] = rec
 		res.Appended = append(res.Appended, rec)
@@ -511,12 +518,20 @@ type eventColumns struct {
 	seq, logical, engine             []int64
 	eventID, eventType, key, emitted []string
 	stepID, payload                  []*string
-	prevHash, hash                   []string
+	prevHash, hash                   []*string
+}
+
+// nullText is NULL for "" (an unchained benchmark's hash columns).
+func nullText(v string) *string {
+	if v == "" {
+		return nil
+	}
+	return &v
 }
 
 func (c *eventColumns) add(seq int64, e engine.RunEventWrite, link audit.Chained) {
-	c.prevHash = append(c.prevHash, link.PrevHash)
-	c.hash = append(c.hash, link.Hash)
+	c.prevHash = append(c.prevHash, nullText(link.PrevHash))
+	c.hash = append(c.hash, nullText(link.Hash))
 	c.seq = append(c.seq, seq)
 	c.logical = append(c.logical, int64(e.LogicalAttemptID))
 	c.engine = append(c.engine, int64(e.EngineAttemptID))

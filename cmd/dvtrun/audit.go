@@ -17,6 +17,7 @@ import (
 	"github.com/dvtrun/dvtrun/engine"
 	"github.com/dvtrun/dvtrun/engine/audit"
 	"github.com/dvtrun/dvtrun/engine/config"
+	"github.com/dvtrun/dvtrun/engine/plan"
 )
 
 // codeAuditFailed is audit verify's verdict when the log does not hold
@@ -132,7 +133,7 @@ func cmdAuditVerify(ctx context.Context, c *cli, args []string) error {
 	}
 	if *cpFile != "" {
 		if o.External, err = os.ReadFile(*cpFile); err != nil {
-			return engine.Errorf(engine.CodeInvalidArgument, "cannot read the checkpoint %s: %v", *cpFile, engine.PathErr(err))
+			return engine.Errorf(engine.CodeInvalidArgument, "cannot read the checkpoint %s: %v", *cpFile, plan.PathErr(err))
 		}
 	}
 	st, err := c.openAuditStore(ctx)

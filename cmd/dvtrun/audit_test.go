@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dvtrun/dvtrun/store/storetest"
 )
@@ -162,4 +164,46 @@ func TestAuditCommands(t *testing.T) {
 		h.tamper() // drops them
 		wantError(t, h.run("audit", "doctor"), exitFailed, "AUDIT_VERIFY_FAILED", "8 of 8 append-only checks failed")
 	})
+}
+
+// TestServeSignsCheckpoints: serve with an audit section signs a
+// checkpoint of the run it ran, writes it beside the configuration, and
+// the store verifies against it.
+func TestServeSignsCheckpoints(t *testing.T) {
+	h := newHarness(t)
+	h.env["DVT_AUDIT_KEY"] = storetest.TestKey
+	cfg := filepath.Join(h.dir, "dvt.yaml")
+	if err := os.WriteFile(cfg, []byte("audit:\n  signingKeyEnv: DVT_AUDIT_KEY\n  publicKey: "+storetest.TestPublicKey+
+		"\n  checkpointFile: checkpoint.txt\n  every: 1s\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h.env["DVT_CONFIG"] = cfg
+	if r := h.run("enqueue", fixture("ok", "plan.yaml")); r.code != 0 {
+		t.Fatalf("enqueue: %+v", r)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan result, 1)
+	go func() { done <- h.runCtx(ctx, "serve", "--poll", "100ms") }()
+	cp := filepath.Join(h.dir, "checkpoint.txt")
+	// Every chained event of the finished run is in a checkpoint: the
+	// run has ended, the log holds all its events and the newest
+	// checkpoint covers the whole log. Bounded at 60 s.
+	whole := regexp.MustCompile(`verified 1 runs: (\d+) events, (\d+) chained; global log of (\d+) events; [1-9]\d* stored checkpoints\nnewest checkpoint: (\d+) events`)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		r := h.run("audit", "verify", "--all", "--checkpoint", cp)
+		m := whole.FindStringSubmatch(r.stdout)
+		if r.code == 0 && m != nil && m[1] == m[2] && m[2] == m[3] && m[3] == m[4] && strings.Contains(h.run("runs").stdout, "COMPLETED") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("waited 60s for a checkpoint of the whole finished run; last verify: %d %q %q", r.code, r.stdout, r.stderr)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	cancel()
+	if r := <-done; r.code != 0 || !strings.Contains(r.stderr, `"msg":"checkpoint signed"`) {
+		t.Fatalf("serve exited %d: %s", r.code, r.stderr)
+	}
 }

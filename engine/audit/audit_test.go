@@ -149,3 +149,22 @@ func TestTreeAndCheckpoints(t *testing.T) {
 		t.Fatalf("shorter log: %v", p)
 	}
 }
+
+func TestSameJSON(t *testing.T) {
+	for _, c := range []struct {
+		a, b string
+		same bool
+	}{
+		{`{"a":1.0,"b":[1e2,"x"]}`, `{"b":[100,"x"],"a":1}`, true},
+		{`{"a":1}`, `{"a":2}`, false},
+		{`{"a":"1"}`, `{"a":1}`, false},
+		{`null`, ``, true},
+		{`{"a":null}`, `{}`, false},
+		{`[1,2]`, `[2,1]`, false},
+		{`{"n":123456789012345678901234567890}`, `{"n":123456789012345678901234567891}`, false},
+	} {
+		if got := sameJSON([]byte(c.a), []byte(c.b)); got != c.same {
+			t.Errorf("sameJSON(%s, %s) = %v", c.a, c.b, got)
+		}
+	}
+}

@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"reflect"
+	"math/big"
 
 	"golang.org/x/mod/sumdb/tlog"
 
@@ -169,7 +169,46 @@ func sameJSON(a, b json.RawMessage) bool {
 	if da.Decode(&va) != nil || db.Decode(&vb) != nil {
 		return false
 	}
-	return reflect.DeepEqual(va, vb)
+	return sameValue(va, vb)
+}
+
+// sameValue compares decoded JSON values, numbers by value: a VARIANT
+// gives 1.0 back as 1 and 1e2 as 100.
+func sameValue(a, b any) bool {
+	switch x := a.(type) {
+	case json.Number:
+		y, ok := b.(json.Number)
+		if !ok {
+			return false
+		}
+		rx, okx := new(big.Rat).SetString(x.String())
+		ry, oky := new(big.Rat).SetString(y.String())
+		return okx && oky && rx.Cmp(ry) == 0
+	case map[string]any:
+		y, ok := b.(map[string]any)
+		if !ok || len(x) != len(y) {
+			return false
+		}
+		for k, v := range x {
+			w, ok := y[k]
+			if !ok || !sameValue(v, w) {
+				return false
+			}
+		}
+		return true
+	case []any:
+		y, ok := b.([]any)
+		if !ok || len(x) != len(y) {
+			return false
+		}
+		for i := range x {
+			if !sameValue(x[i], y[i]) {
+				return false
+			}
+		}
+		return true
+	}
+	return a == b
 }
 
 func short(h string) string {

@@ -80,7 +80,7 @@ func TestVerifyRun(t *testing.T) {
 			other := append([]engine.RunEventRecord(nil), recs...)
 			other[2].Payload = []byte(`{"ok": false}`)
 			for i, c := range Chain(Genesis, other) {
-				l[other[i].RunSeq] = StoredLink{PrevHash: c.PrevHash, Hash: c.Hash, EventBytes: c.EventBytes}
+				l[other[i].RunSeq] = StoredLink(c)
 			}
 			return l
 		}()}, 3, "payload differs"},

@@ -23,13 +23,13 @@ import (
 // Config is the whole configuration file.
 type Config struct {
 	// Target is the default target (--target and DVT_TARGET override it).
-	Target  string             `yaml:"target"`
-	Targets map[string]*Target `yaml:"targets"`
-	Sinks     []Sink       `yaml:"sinks"`
-	Signals   SignalPolicy `yaml:"signals"`
-	Schedules []Schedule   `yaml:"schedules"`
-	Limits    Limits       `yaml:"limits"`
-	Pulse     Pulse        `yaml:"pulse"`
+	Target    string             `yaml:"target"`
+	Targets   map[string]*Target `yaml:"targets"`
+	Sinks     []Sink             `yaml:"sinks"`
+	Signals   SignalPolicy       `yaml:"signals"`
+	Schedules []Schedule         `yaml:"schedules"`
+	Limits    Limits             `yaml:"limits"`
+	Pulse     Pulse              `yaml:"pulse"`
 	// StateStore is read key by key (see its UnmarshalYAML).
 	StateStore StateStore `yaml:"stateStore"`
 }

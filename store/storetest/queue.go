@@ -2,8 +2,8 @@ package storetest
 
 import (
 	"errors"
-	"reflect"
 	"fmt"
+	"reflect"
 	"sync"
 	"testing"
 	"time"

@@ -418,6 +418,9 @@ func (c *cli) daemon(ctx context.Context, name string, args []string, withSchedu
 	}
 	log := c.jsonLogger(name)
 	c.waitLog = log
+	if c.takeConfigNote() != "" { // the log's first record, not a line of text
+		log.Info("configuration", "file", c.g.config, "target", c.targetName())
+	}
 	st, err := c.openQueueStore(ctx, false)
 	if err != nil {
 		return err

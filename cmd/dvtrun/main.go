@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 	"unicode"
@@ -108,6 +109,11 @@ type cli struct {
 	// (applyTarget): configFound says the file was discovered.
 	configSettled, configFound bool
 	target                     *chosenTarget
+	// configNote is said before the first output (noteWriter); rawStderr
+	// is stderr without that.
+	configNote string
+	noteMu     sync.Mutex
+	rawStderr  io.Writer
 	// targetIsFilter: --target may name no config target (`runs` filters
 	// by it).
 	targetIsFilter bool
@@ -217,7 +223,8 @@ func commands() []command {
 
 // run is the whole CLI; main only adds the process around it.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, env func(string) string) int {
-	c := &cli{stdout: stdout, stderr: stderr, env: env}
+	c := &cli{rawStderr: stderr, env: env}
+	c.stdout, c.stderr = noteWriter{stdout, c}, noteWriter{stderr, c}
 	c.g = globals{
 		store:       envOr(env, "DVT_STORE", "sqlite:.dvt/state.db"),
 		warehouse:   envOr(env, "DVT_WAREHOUSE", "sqlite:.dvt/warehouse.db"),
@@ -309,7 +316,11 @@ func (c *cli) fail(err error) int {
 	if errors.As(err, &ex) && ex.err == nil {
 		return ex.code
 	}
-	fmt.Fprintln(c.stderr, c.errorLine(err))
+	line := c.errorLine(err)
+	if n := c.takeConfigNote(); n != "" {
+		line += " (" + c.cleanLine(n) + ")"
+	}
+	fmt.Fprintln(c.rawStderr, line)
 	return code
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -60,9 +61,9 @@ func (c *cli) applyTarget(fs *flag.FlagSet) error {
 		c.target = t
 		switch {
 		case t != nil:
-			fmt.Fprintf(c.stderr, "dvtrun: config %s, target %s\n", c.g.config, t.name)
+			c.setConfigNote(fmt.Sprintf("config %s, target %s", c.g.config, t.name))
 		case c.configFound:
-			fmt.Fprintf(c.stderr, "dvtrun: config %s\n", c.g.config)
+			c.setConfigNote("config " + c.g.config)
 		}
 	}
 	t := c.target
@@ -153,4 +154,39 @@ func (c *cli) relativeURL(raw string) string {
 		}
 	}
 	return raw
+}
+
+// The config note names the file and target a command uses. It is printed
+// on stderr just before the command's first output (on stdout or stderr),
+// and a command that fails before any output carries it at the end of its
+// one error line instead, so failures stay one line.
+type noteWriter struct {
+	w io.Writer
+	c *cli
+}
+
+func (n noteWriter) Write(p []byte) (int, error) {
+	n.c.flushConfigNote()
+	return n.w.Write(p)
+}
+
+func (c *cli) setConfigNote(note string) {
+	c.noteMu.Lock()
+	defer c.noteMu.Unlock()
+	c.configNote = note
+}
+
+// takeConfigNote returns the pending note and forgets it.
+func (c *cli) takeConfigNote() string {
+	c.noteMu.Lock()
+	defer c.noteMu.Unlock()
+	n := c.configNote
+	c.configNote = ""
+	return n
+}
+
+func (c *cli) flushConfigNote() {
+	if n := c.takeConfigNote(); n != "" {
+		fmt.Fprintln(c.rawStderr, "dvtrun: "+c.clean(n))
+	}
 }

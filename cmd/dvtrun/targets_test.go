@@ -1,12 +1,17 @@
 package main
 
 import (
+	"context"
 	"database/sql"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/queue"
 )
 
 // targetsProject writes proj/dvtrun.yaml with dev and prod targets whose
@@ -134,4 +139,166 @@ func TestTargetErrors(t *testing.T) {
 	// No file anywhere up the tree.
 	t.Chdir(t.TempDir())
 	wantError(t, h.run("--target", "prod", "queue"), 2, "CONFIG_INVALID", "no configuration file")
+}
+
+// workUntilDone runs an in-process worker (with args before the command)
+// until every request of the store is finished, and returns them.
+func workUntilDone(t *testing.T, h *harness, global ...string) []queue.Request {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan result, 1)
+	go func() { done <- h.runCtx(ctx, append(global, "worker", "--poll", "100ms")...) }()
+	var rows []queue.Request
+	waitUntil(t, "every request to finish", func() bool {
+		r := h.run(append(global, "queue", "--all", "--json")...)
+		if json.Unmarshal([]byte(r.stdout), &rows) != nil || len(rows) == 0 {
+			return false
+		}
+		for _, q := range rows {
+			if q.State != queue.StateDone {
+				return false
+			}
+		}
+		return true
+	})
+	cancel()
+	if r := <-done; r.code != 0 {
+		t.Fatalf("worker exit %d: %s", r.code, r.stderr)
+	}
+	return rows
+}
+
+// enqueue's --target --select --exclude --vars --full-refresh become the
+// run's RunQueued when a worker runs the request; retry reuses the run's
+// target, vars and interval (--vars overrides), on the target's warehouse
+// even from the default target; an explicit other --target is refused.
+func TestEnqueueCarriesTheRunShape(t *testing.T) {
+	h := newHarness(t)
+	proj, sub := targetsProject(t, h, "")
+	for _, name := range []string{"ok", "gate"} {
+		if err := os.CopyFS(filepath.Join(h.dir, name), os.DirFS(fixture(name))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Chdir(sub)
+	// The targets' store, for the test's own reads (h.events).
+	h.env["DVT_STORE"] = "sqlite:" + filepath.Join(proj, ".dvt", "state.db")
+	prod := filepath.Join(proj, ".dvt", "prod.db")
+
+	r := h.run("--target", "prod", "enqueue", filepath.Join(h.dir, "ok", "plan.yaml"), "--select", "+stg_customers", "--exclude", "test.short_names",
+		"--vars", `{"region": "eu", "days": 7}`, "--full-refresh", "--request-id", "shaped")
+	if r.code != 0 {
+		t.Fatalf("enqueue: %+v", r)
+	}
+	wantError(t, h.run("enqueue", filepath.Join(h.dir, "ok", "plan.yaml"), "--vars", "[1, 2]"), 2, "INVALID_ARGUMENT", "--vars")
+	wantError(t, h.run("enqueue", filepath.Join(h.dir, "ok", "plan.yaml"), "--select", "nothing_here"), 2, "INVALID_ARGUMENT", "selects no step")
+	if r := h.run("--target", "prod", "enqueue", filepath.Join(h.dir, "gate", "plan.yaml"), "--vars", "region: us", "--request-id", "gate"); r.code != 0 {
+		t.Fatalf("enqueue gate: %+v", r)
+	}
+	rows := workUntilDone(t, h, "--target", "prod")
+	var shaped, gate queue.Request
+	for _, q := range rows {
+		switch q.RunRequestID {
+		case "shaped":
+			shaped = q
+		case "gate":
+			gate = q
+		}
+	}
+	if shaped.Outcome != "COMPLETED" || gate.Outcome != "FAILED" || shaped.EnvironmentID != "production" {
+		t.Fatalf("outcomes: shaped %+v, gate %+v", shaped, gate)
+	}
+	q := queuedOf(t, h, shaped.RunID)
+	if q.Target != "prod" || !q.FullRefresh || q.Vars["region"] != "eu" || q.Vars["days"] != float64(7) || q.Selection == nil ||
+		strings.Join(q.Selection.Steps, ",") != "seed.customers,model.stg_customers,test.not_null_stg_customers_id" {
+		t.Fatalf("RunQueued of the shaped run: %+v (selection %+v)", q, q.Selection)
+	}
+	// The selection ran on prod's warehouse: the view was not selected.
+	if tableCount(t, prod, "stg_customers") != 3 || tableCount(t, prod, "customer_names") != -1 {
+		t.Fatalf("prod warehouse: stg_customers %d, customer_names %d", tableCount(t, prod, "stg_customers"), tableCount(t, prod, "customer_names"))
+	}
+
+	// What the gate plan needs, made in prod's warehouse only.
+	db, err := sql.Open("sqlite", prod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec("CREATE TABLE gate (open INTEGER); INSERT INTO gate VALUES (1)"); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	// dev's environment does not have prod's runs.
+	wantError(t, h.run("retry", gate.RunID), 2, "RUN_NOT_FOUND", "environment development", "(config "+filepath.Join(proj, configFileName)+", target dev)")
+	wantError(t, h.run("--target", "dev", "--environment", "production", "retry", gate.RunID), 2, "INVALID_ARGUMENT", "ran on target prod")
+	// From the default target (dev) in prod's environment, the retry
+	// still runs on prod's warehouse.
+	r = h.run("--environment", "production", "retry", gate.RunID)
+	if r.code != 0 || !strings.Contains(r.stdout, "Retrying 1 step(s)") {
+		t.Fatalf("retry: %+v", r)
+	}
+	r = h.run("--target", "prod", "retry", gate.RunID, "--vars", `{"region": "ap"}`)
+	if r.code != 0 {
+		t.Fatalf("retry --vars: %+v", r)
+	}
+	retries := listed(t, h.run("--target", "prod", "runs", "--trigger", "retry", "--json"))
+	if len(retries) != 2 {
+		t.Fatalf("retries: %v", retries)
+	}
+	// runs lists newest first.
+	if q := queuedOf(t, h, retries[1]); q.Target != "prod" || q.Vars["region"] != "us" || q.ParentRunID != gate.RunID {
+		t.Errorf("retry's RunQueued: %+v, want target prod, the run's vars", q)
+	}
+	if q := queuedOf(t, h, retries[0]); q.Target != "prod" || q.Vars["region"] != "ap" {
+		t.Errorf("retry --vars RunQueued: %+v, want the new vars", q)
+	}
+	if n := tableCount(t, filepath.Join(proj, ".dvt", "dev.db"), "gated"); n != -1 {
+		t.Errorf("dev's warehouse got the retry's table (%d rows)", n)
+	}
+}
+
+// A schedule's target, selection and vars ride on its requests, and
+// `schedule backfill` gives each of seven daily ticks its own interval,
+// recorded in each run's RunQueued.
+func TestBackfillIntervalsReachTheRuns(t *testing.T) {
+	h := newHarness(t)
+	proj, sub := targetsProject(t, h, `schedules:
+  - {name: shop-nightly, cron: "0 3 * * *", timezone: Europe/Berlin, plan: ../ok/plan.yaml, target: prod, select: "+stg_customers", vars: {region: eu}}
+`)
+	if err := os.CopyFS(filepath.Join(h.dir, "ok"), os.DirFS(fixture("ok"))); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(sub)
+	h.env["DVT_STORE"] = "sqlite:" + filepath.Join(proj, ".dvt", "state.db") // for h.events
+	// From the default target (dev): both targets keep their runs in one
+	// store, so the prod schedule's requests are made here, in prod's
+	// environment.
+	r := h.run("schedule", "backfill", "shop-nightly", "--from", "2026-03-25T00:00:00Z", "--to", "2026-03-31T23:59:59Z")
+	if r.code != 0 || !strings.Contains(r.stdout, "7 tick(s)") {
+		t.Fatalf("backfill: %+v", r)
+	}
+	rows := workUntilDone(t, h, "--target", "prod")
+	if len(rows) != 7 {
+		t.Fatalf("%d requests", len(rows))
+	}
+	seen := map[string]bool{}
+	for _, req := range rows {
+		q := queuedOf(t, h, req.RunID)
+		di := q.DataInterval
+		if req.Outcome != "COMPLETED" || req.EnvironmentID != "production" || q.Target != "prod" || q.Vars["region"] != "eu" || q.Selection == nil || di == nil || di.Timezone != "Europe/Berlin" {
+			t.Fatalf("request %s: %+v; RunQueued %+v", req.RunRequestID, req, q)
+		}
+		start, _ := time.Parse(engine.TimeFormat, di.Start)
+		end, _ := time.Parse(engine.TimeFormat, di.End)
+		if d := end.Sub(start); d != 24*time.Hour && d != 23*time.Hour { // 03-29 springs forward
+			t.Errorf("interval %s..%s is %s", di.Start, di.End, d)
+		}
+		seen[di.Start] = true
+	}
+	if len(seen) != 7 {
+		t.Errorf("%d distinct intervals, want 7", len(seen))
+	}
+	if r := h.run("--target", "prod", "status", rows[0].RunID); !strings.Contains(r.stdout, "Interval:") || !strings.Contains(r.stdout, "Europe/Berlin") || !strings.Contains(r.stdout, `{"region":"eu"}`) {
+		t.Errorf("status shows no interval or vars:\n%s", r.stdout)
+	}
 }

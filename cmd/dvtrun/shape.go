@@ -8,6 +8,7 @@ import (
 
 	"github.com/dvtrun/dvtrun/engine"
 	"github.com/dvtrun/dvtrun/engine/config"
+	"github.com/dvtrun/dvtrun/engine/plan"
 	"github.com/dvtrun/dvtrun/engine/queue"
 	"github.com/dvtrun/dvtrun/engine/selection"
 )
@@ -37,7 +38,7 @@ func (c *cli) targetName() string {
 // shapeSelection evaluates a request's selection on its plan: nil when it
 // selects by neither --select nor --exclude (the whole plan); an error
 // when it selects no step.
-func shapeSelection(p *engine.Plan, sh queue.Shape) (*engine.Selection, error) {
+func shapeSelection(p *plan.Plan, sh queue.Shape) (*engine.Selection, error) {
 	if len(sh.Select) == 0 && len(sh.Exclude) == 0 {
 		return nil, nil
 	}

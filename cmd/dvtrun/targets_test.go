@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/dvtrun/dvtrun/engine"
 	"github.com/dvtrun/dvtrun/engine/queue"
+	"github.com/dvtrun/dvtrun/store/snowflake/sftest"
 )
 
 // targetsProject writes proj/dvtrun.yaml with dev and prod targets whose
@@ -300,5 +302,57 @@ func TestBackfillIntervalsReachTheRuns(t *testing.T) {
 	}
 	if r := h.run("--target", "prod", "status", rows[0].RunID); !strings.Contains(r.stdout, "Interval:") || !strings.Contains(r.stdout, "Europe/Berlin") || !strings.Contains(r.stdout, `{"region":"eu"}`) {
 		t.Errorf("status shows no interval or vars:\n%s", r.stdout)
+	}
+}
+
+// Two targets on the Snowflake test server: the same plan run with
+// --target dev and --target prod lands in the DEV and PROD schemas of one
+// database, each run recorded with its target in one Snowflake store.
+func TestTwoTargetsOnSnowflake(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a Snowflake-protocol test server")
+	}
+	srv := sftest.Start(t)
+	h := newHarness(t)
+	h.env["DVT_TARGET_PATH"] = filepath.Join(h.dir, "target")
+	cfg := fmt.Sprintf(`target: dev
+targets:
+  dev:  {store: "snowflake://%s", warehouse: "snowflake://%s", environment: dev}
+  prod: {store: "snowflake://%s", warehouse: "snowflake://%s", environment: prod, threads: 8}
+`, srv.DSN("DVT", "PUBLIC"), srv.DSN("ANALYTICS", "DEV"), srv.DSN("DVT", "PUBLIC"), srv.DSN("ANALYTICS", "PROD"))
+	cfgPath := h.writeConfig(cfg)
+	plan := filepath.Join(h.dir, "ok")
+	if err := os.CopyFS(plan, os.DirFS(fixture("ok"))); err != nil {
+		t.Fatal(err)
+	}
+	for _, target := range []string{"dev", "prod"} {
+		if r := h.run("--config", cfgPath, "--target", target, "run", filepath.Join(plan, "plan.yaml")); r.code != 0 {
+			t.Fatalf("run --target %s: %+v", target, r)
+		}
+	}
+	// Only prod's schema has the second seed row added after the dev run.
+	f, err := os.OpenFile(filepath.Join(plan, "customers.csv"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString("99,Zed,NZ\n")
+	f.Close()
+	if r := h.run("--config", cfgPath, "--target", "prod", "run", filepath.Join(plan, "plan.yaml")); r.code != 0 {
+		t.Fatalf("second prod run: %+v", r)
+	}
+	count := func(schema string) int {
+		var n int
+		if err := srv.OpenDB(t, "ANALYTICS", schema).QueryRow("select count(*) from stg_customers").Scan(&n); err != nil {
+			t.Fatalf("%s.stg_customers: %v", schema, err)
+		}
+		return n
+	}
+	if dev, prod := count("DEV"), count("PROD"); dev != 3 || prod != 4 {
+		t.Errorf("stg_customers: DEV %d rows, PROD %d, want 3 and 4", dev, prod)
+	}
+	for target, want := range map[string]int{"dev": 1, "prod": 2} {
+		if got := listed(t, h.run("--config", cfgPath, "--target", target, "runs", "--json")); len(got) != want {
+			t.Errorf("runs of target %s: %v, want %d", target, got, want)
+		}
 	}
 }

@@ -130,7 +130,7 @@ func cmdEnqueue(ctx context.Context, c *cli, args []string) error {
 		// The worker evaluates the selection on the stored plan, eagerly.
 		return engine.Errorf(engine.CodeInvalidArgument, "enqueue: --indirect-selection is not recorded with a request; only eager is supported")
 	}
-	varMap, err := parseVars("--vars", *vars)
+	varMap, err := plan.ParseVars(*vars)
 	if err != nil {
 		return err
 	}

@@ -23,7 +23,7 @@ func cmdRetry(ctx context.Context, c *cli, args []string) error {
 	if err := f.check(); err != nil {
 		return err
 	}
-	varMap, err := parseVars("--vars", *vars)
+	varMap, err := plan.ParseVars(*vars)
 	if err != nil {
 		return err
 	}

@@ -2,9 +2,6 @@ package main
 
 import (
 	"context"
-	"strings"
-
-	"gopkg.in/yaml.v3"
 
 	"github.com/dvtrun/dvtrun/engine"
 	"github.com/dvtrun/dvtrun/engine/config"
@@ -12,19 +9,6 @@ import (
 	"github.com/dvtrun/dvtrun/engine/queue"
 	"github.com/dvtrun/dvtrun/engine/selection"
 )
-
-// parseVars reads --vars: a YAML or JSON mapping, as dbt's flag ('{"k": 1}'
-// or 'k: 1'). "" is no vars.
-func parseVars(flagName, s string) (map[string]any, error) {
-	if strings.TrimSpace(s) == "" {
-		return nil, nil
-	}
-	var v map[string]any
-	if err := yaml.Unmarshal([]byte(s), &v); err != nil || v == nil {
-		return nil, engine.Errorf(engine.CodeInvalidArgument, "%s %s: want a YAML or JSON mapping such as '{\"region\": \"eu\"}'", flagName, engine.QuoteText(s))
-	}
-	return v, nil
-}
 
 // targetName is the name of the config target the command runs on ("":
 // the config has no targets).

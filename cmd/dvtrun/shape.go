@@ -55,9 +55,10 @@ func (c *cli) scheduleShape(s config.Schedule) queue.Shape {
 // requestWarehouse is the warehouse a claimed request runs on: the
 // worker's own, or — for a request of another target that keeps its runs
 // in the same state store — that target's. A request whose target this
-// worker's config does not know, or that belongs to another store, is
-// refused (CONFIG_INVALID): running it on this worker's warehouse would
-// be running prod's plan on dev's tables.
+// worker's config does not know, or that belongs to another store, fails
+// with CONFIG_INVALID and goes back to the queue (another worker may know
+// the target): running it on this worker's warehouse would be running
+// prod's plan on dev's tables.
 func (x *cliExec) requestWarehouse(ctx context.Context, target string) (wh warehouse, done func(), err error) {
 	if target == "" || target == x.c.targetName() {
 		return x.wh, func() {}, nil

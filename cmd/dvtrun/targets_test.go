@@ -356,3 +356,78 @@ targets:
 		}
 	}
 }
+
+// A schedule whose target keeps its runs in another store is fired by
+// that target's commands only: from another target, trigger says to add
+// --target; with it, the request lands in that target's store.
+func TestScheduleOfAnotherStoresTarget(t *testing.T) {
+	h := newHarness(t)
+	plan := filepath.Join(h.dir, "ok")
+	if err := os.CopyFS(plan, os.DirFS(fixture("ok"))); err != nil {
+		t.Fatal(err)
+	}
+	cfg := h.writeConfig(`target: dev
+targets:
+  dev:  {store: "sqlite:dev-state.db", warehouse: "sqlite:dev.db"}
+  prod: {store: "sqlite:prod-state.db", warehouse: "sqlite:prod.db"}
+schedules:
+  - {name: nightly, cron: "0 3 * * *", plan: ok/plan.yaml, target: prod}
+`)
+	wantError(t, h.run("--config", cfg, "schedule", "trigger", "nightly"), 2, "INVALID_ARGUMENT", "add --target prod")
+	if r := h.run("--config", cfg, "--target", "prod", "schedule", "trigger", "nightly"); r.code != 0 {
+		t.Fatalf("trigger on prod: %+v", r)
+	}
+	h.env["DVT_STORE"] = "sqlite:" + filepath.Join(h.dir, "prod-state.db")
+	st := openTestStore(t, h)
+	list, err := st.ListRequests(context.Background(), true)
+	if err != nil || len(list) != 1 || list[0].Shape.Target != "prod" || list[0].EnvironmentID != "prod" || list[0].Shape.DataInterval == nil {
+		t.Fatalf("prod's store: %+v %v", list, err)
+	}
+	dev := &harness{t: t, dir: h.dir, env: map[string]string{"DVT_STORE": "sqlite:" + filepath.Join(h.dir, "dev-state.db")}}
+	if l, err := openTestStore(t, dev).ListRequests(context.Background(), true); err != nil || len(l) != 0 {
+		t.Errorf("dev's store got %d requests (%v)", len(l), err)
+	}
+}
+
+// A worker runs a request of another target of its store on that
+// target's warehouse; a worker whose configuration lacks the request's
+// target never runs it on its own warehouse: it hands the request back
+// (another worker may know the target) until its attempts are spent.
+func TestWorkerRunsARequestOnItsTarget(t *testing.T) {
+	h := newHarness(t)
+	plan := filepath.Join(h.dir, "ok")
+	if err := os.CopyFS(plan, os.DirFS(fixture("ok"))); err != nil {
+		t.Fatal(err)
+	}
+	both := h.writeConfig(`target: dev
+targets:
+  dev: {store: "sqlite:state.db", warehouse: "sqlite:dev.db", environment: shared}
+  qa:  {store: "sqlite:state.db", warehouse: "sqlite:qa.db", environment: shared}
+`)
+	onlyDev := filepath.Join(h.dir, "only-dev.yaml")
+	if err := os.WriteFile(onlyDev, []byte("target: dev\ntargets:\n  dev: {store: \"sqlite:state.db\", warehouse: \"sqlite:dev.db\", environment: shared}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r := h.run("--config", both, "--target", "qa", "enqueue", filepath.Join(plan, "plan.yaml"), "--request-id", "first"); r.code != 0 {
+		t.Fatalf("enqueue: %+v", r)
+	}
+	rows := workUntilDone(t, h, "--config", onlyDev)
+	if len(rows) != 1 || rows[0].Outcome != "FAILED" || rows[0].Attempts < 2 {
+		t.Fatalf("a worker without target qa: %+v", rows)
+	}
+	if n := tableCount(t, filepath.Join(h.dir, "dev.db"), "customers"); n != -1 {
+		t.Fatalf("the request ran on dev's warehouse (%d customers)", n)
+	}
+	if r := h.run("--config", both, "--target", "qa", "enqueue", filepath.Join(plan, "plan.yaml"), "--request-id", "second"); r.code != 0 {
+		t.Fatalf("enqueue: %+v", r)
+	}
+	rows = workUntilDone(t, h, "--config", both) // on dev, its default
+	for _, q := range rows {
+		if q.RunRequestID == "second" && q.Outcome != "COMPLETED" {
+			t.Fatalf("the dev worker on qa's request: %+v", q)
+		}
+	}
+	if qa, dev := tableCount(t, filepath.Join(h.dir, "qa.db"), "customers"), tableCount(t, filepath.Join(h.dir, "dev.db"), "customers"); qa != 3 || dev != -1 {
+		t.Errorf("customers: qa %d, dev %d; want 3 and none", qa, dev)
+	}
+}

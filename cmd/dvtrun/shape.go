@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/dvtrun/dvtrun/engine"
 	"github.com/dvtrun/dvtrun/engine/config"
@@ -106,5 +107,6 @@ func (c *cli) useRecordedTarget(runID, recorded string) error {
 	}
 	c.g.warehouse = t.Warehouse
 	c.target = &chosenTarget{name: recorded, t: t}
+	c.setConfigNote(fmt.Sprintf("config %s, target %s (the run's)", c.g.config, recorded))
 	return nil
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -429,5 +430,42 @@ targets:
 	}
 	if qa, dev := tableCount(t, filepath.Join(h.dir, "qa.db"), "customers"), tableCount(t, filepath.Join(h.dir, "dev.db"), "customers"); qa != 3 || dev != -1 {
 		t.Errorf("customers: qa %d, dev %d; want 3 and none", qa, dev)
+	}
+}
+
+// resume continues a run on its recorded target's warehouse, even when
+// the command's default target is another; an explicit other --target is
+// refused.
+func TestResumeOnTheRecordedTarget(t *testing.T) {
+	h := newHarness(t)
+	cfg := h.writeConfig(`target: dev
+targets:
+  dev: {store: "sqlite:state.db", warehouse: "sqlite:dev.db", environment: shared}
+  qa:  {store: "sqlite:state.db", warehouse: "sqlite:qa.db", environment: shared}
+`)
+	h.env["DVT_STORE"] = "sqlite:" + filepath.Join(h.dir, "state.db") // for queuedOf
+	planFile := fixture("ok", "plan.yaml")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out := &cancelAfter{n: 2, cancel: cancel}
+	var errb bytes.Buffer
+	code := run(ctx, []string{"--config", cfg, "--target", "qa", "run", "--threads", "1", planFile}, out, &errb, func(k string) string { return h.env[k] })
+	if code != exitInterrupted || !strings.Contains(errb.String(), "INTERRUPTED") {
+		t.Fatalf("interrupted run: exit %d, %q", code, errb.String())
+	}
+	ids := listed(t, h.run("--config", cfg, "runs", "--json"))
+	if len(ids) != 1 {
+		t.Fatalf("runs: %v", ids)
+	}
+	runID := ids[0]
+	wantError(t, h.run("--config", cfg, "--target", "dev", "resume", runID), 2, "INVALID_ARGUMENT", "ran on target qa")
+	if r := h.run("--config", cfg, "resume", runID); r.code != 0 || !strings.Contains(r.stderr, "target qa") {
+		t.Fatalf("resume on the default target: %+v", r)
+	}
+	if qa, dev := tableCount(t, filepath.Join(h.dir, "qa.db"), "stg_customers"), tableCount(t, filepath.Join(h.dir, "dev.db"), "stg_customers"); qa != 3 || dev != -1 {
+		t.Errorf("stg_customers: qa %d, dev %d; want 3 and none", qa, dev)
+	}
+	if q := queuedOf(t, h, runID); q.Target != "qa" {
+		t.Errorf("RunQueued target %q", q.Target)
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/url"
 	"strconv"
@@ -17,12 +18,23 @@ import (
 
 // openLineageSink builds an openlineage sink: its API key is read here from
 // the variable apiKeyEnv names, and registered for redaction.
-func (c *cli) openLineageSink(s *config.OpenLineageSink, st stateStore) (*delivery.OpenLineage, error) {
-	naming, err := c.lineageNaming()
+func (c *cli) openLineageSink(cfg *config.Config, s *config.OpenLineageSink, st stateStore) (*delivery.OpenLineage, error) {
+	naming, err := c.lineageNaming(c.g.warehouse)
 	if err != nil {
 		return nil, err
 	}
-	m, err := lineage.NewMapper(lineage.Options{Namespace: s.Namespace, Naming: naming, Plans: storePlans{st}, EngineVersion: engineVersion()})
+	// A run started on a target built in that target's warehouse.
+	targets := map[string]lineage.Naming{}
+	for _, name := range cfg.TargetNames() {
+		t, err := c.resolveTarget(cfg, name)
+		if err != nil {
+			return nil, err
+		}
+		if targets[name], err = c.lineageNaming(t.Warehouse); err != nil {
+			return nil, fmt.Errorf("targets.%s.warehouse: %w", name, err)
+		}
+	}
+	m, err := lineage.NewMapper(lineage.Options{Namespace: s.Namespace, Naming: naming, Targets: targets, Plans: storePlans{st}, EngineVersion: engineVersion()})
 	if err != nil {
 		return nil, err
 	}
@@ -37,11 +49,11 @@ func (c *cli) openLineageSink(s *config.OpenLineageSink, st stateStore) (*delive
 	return delivery.NewOpenLineage(delivery.OpenLineageOptions{Mapper: m, URL: s.URL, Token: token, Timeout: s.Timeout, Path: s.Path})
 }
 
-// lineageNaming names datasets after --warehouse, the warehouse this
-// process's runs build in (OpenLineage's naming spec; SQLite is dvtrun's
-// choice, see lineage.SQLiteNaming).
-func (c *cli) lineageNaming() (lineage.Naming, error) {
-	t, err := c.parseTarget("warehouse", c.g.warehouse)
+// lineageNaming names the datasets of warehouse (a --warehouse URL) per
+// OpenLineage's naming spec (SQLite is dvtrun's choice, see
+// lineage.SQLiteNaming).
+func (c *cli) lineageNaming(warehouse string) (lineage.Naming, error) {
+	t, err := c.parseTarget("warehouse", warehouse)
 	if err != nil {
 		return lineage.Naming{}, err
 	}
@@ -97,16 +109,17 @@ func postgresNaming(dsn string) (lineage.Naming, error) {
 // storePlans reads a run's plan bundle from the state store.
 type storePlans struct{ st stateStore }
 
-func (p storePlans) RunBundle(ctx context.Context, runID string) (*plan.Bundle, bool, error) {
+func (p storePlans) RunBundle(ctx context.Context, runID string) (*plan.Bundle, string, bool, error) {
 	meta, err := p.st.GetRun(ctx, runID)
 	if err != nil {
-		return nil, false, err
+		return nil, "", false, err
 	}
-	ref, err := engine.RecordedPlanRef(ctx, p.st, meta)
+	q, err := engine.RecordedRequest(ctx, p.st, meta)
 	if err != nil {
-		return nil, false, err
+		return nil, "", false, err
 	}
-	return storedBundle(ctx, p.st, ref.SHA256, ref.URI)
+	b, ok, err := storedBundle(ctx, p.st, q.PlanRef.SHA256, q.PlanRef.URI)
+	return b, q.Target, ok, err
 }
 
 // engineVersion is the processing_engine facet's version: --version's

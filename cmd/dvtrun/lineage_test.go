@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -524,5 +525,57 @@ func TestOpenLineageRetry(t *testing.T) {
 	}
 	if !strings.Contains(first.sql, "not_built_yet") || !strings.Contains(second.sql, "from customers") {
 		t.Errorf("sql facets %q then %q; want the broken SQL, then the fix", first.sql, second.sql)
+	}
+}
+
+// TestOpenLineageTargets: with targets, a run's datasets are named after
+// the warehouse of the target it ran on, whichever target the delivering
+// process itself uses.
+func TestOpenLineageTargets(t *testing.T) {
+	h := newHarness(t)
+	file := filepath.Join(h.dir, "lineage.jsonl")
+	proj, sub := targetsProject(t, h, fmt.Sprintf("sinks:\n  - name: lineage\n    openlineage: {path: %q}\n", file))
+	okPlan := filepath.Join(repoRoot(t), "cmd", "dvtrun", "testdata", "ok", "plan.yaml")
+	t.Chdir(sub)
+	if r := h.run("run", okPlan); r.code != 0 {
+		t.Fatalf("run on dev: %+v", r)
+	}
+	if r := h.run("run", "--target", "prod", okPlan); r.code != 0 {
+		t.Fatalf("run on prod: %+v", r)
+	}
+	deliverAll(t, h, filepath.Join(proj, configFileName)) // delivered by a process on the default target, dev
+	raw := fileLines(t, file)
+	evs, err := lineagetest.Check(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	perPlanRun := map[string]map[string]bool{} // plan run → namespaces of its datasets
+	for _, e := range evs {
+		if e.Run.Facets.Parent == nil {
+			continue
+		}
+		id := e.Run.Facets.Parent.Run.RunID
+		if perPlanRun[id] == nil {
+			perPlanRun[id] = map[string]bool{}
+		}
+		for _, d := range slices.Concat(e.Inputs, e.Outputs) {
+			perPlanRun[id][d.Namespace] = true
+		}
+	}
+	want := map[string]bool{}
+	for _, db := range []string{"dev.db", "prod.db"} {
+		want["sqlite://"+filepath.ToSlash(filepath.Join(proj, ".dvt", db))] = true
+	}
+	got := map[string]bool{}
+	for id, nss := range perPlanRun {
+		if len(nss) != 1 {
+			t.Errorf("plan run %s has datasets in %v, want one warehouse", id, nss)
+		}
+		for ns := range nss {
+			got[ns] = true
+		}
+	}
+	if len(perPlanRun) != 2 || len(got) != 2 || !want[slices.Collect(maps.Keys(got))[0]] || !want[slices.Collect(maps.Keys(got))[1]] {
+		t.Errorf("the two runs' datasets are in %v, want one run in each of %v", got, want)
 	}
 }

@@ -103,7 +103,7 @@ func (c *cli) deliveryTargets(cfg *config.Config, clock engine.Clock, st stateSt
 			open = append(open, j)
 			sink = j
 		case s.OpenLineage != nil:
-			ol, err := c.openLineageSink(s.OpenLineage, st)
+			ol, err := c.openLineageSink(cfg, s.OpenLineage, st)
 			if err != nil {
 				closeAll()
 				return nil, nil, fmt.Errorf("sinks[%d] %q: %w", i, s.Name, err)
@@ -188,7 +188,8 @@ func cmdOutboxDeliver(ctx context.Context, c *cli, args []string) error {
 	fs := c.newFlagSet("outbox deliver", "", "Deliver outbox events to the sinks of the configuration file: at least once, in runSeq\n"+
 		"order per run and sink, with backoff and a dead letter. Several processes may run at once\n"+
 		"on one store; they share the work. Logs are JSON lines on stderr. Sink kinds: webhook, jsonl\n"+
-		"and openlineage (OpenLineage events; datasets are named after --warehouse).\n"+
+		"and openlineage (OpenLineage events; datasets are named after the run's target's warehouse,\n"+
+		"else --warehouse).\n"+
 		"With --once: deliver what is due and exit, 0 when nothing is left pending or dead.\n"+
 		"`dvtrun worker` and `dvtrun serve` deliver too, with the same options prefixed delivery-.")
 	once := fs.Bool("once", false, "deliver what is due, then exit")

@@ -23,8 +23,8 @@ import (
 // noPlans is a state store with no plan bundles: only plan-run events map.
 type noPlans struct{}
 
-func (noPlans) RunBundle(context.Context, string) (*plan.Bundle, bool, error) {
-	return nil, false, nil
+func (noPlans) RunBundle(context.Context, string) (*plan.Bundle, string, bool, error) {
+	return nil, "", false, nil
 }
 
 func olRecords() []engine.RunEventRecord {

@@ -198,14 +198,21 @@ func StepRunID(runID, stepID string, logicalAttempt int) string {
 
 // PlanSource gives the plan bundle a run ran (from the state store); ok is
 // false when it was not stored (a run recorded before bundles were).
+// target is the configuration target the run was started on ("" without
+// targets).
 type PlanSource interface {
-	RunBundle(ctx context.Context, runID string) (b *plan.Bundle, ok bool, err error)
+	RunBundle(ctx context.Context, runID string) (b *plan.Bundle, target string, ok bool, err error)
 }
 
 // Options configures a Mapper.
 type Options struct {
-	Namespace     string // the jobs' namespace; default DefaultNamespace
-	Naming        Naming
+	Namespace string // the jobs' namespace; default DefaultNamespace
+	// Naming names the datasets of a run started on no target, or on one
+	// Targets does not have.
+	Naming Naming
+	// Targets names the datasets of runs by the target they were started
+	// on: each target has its own warehouse.
+	Targets       map[string]Naming
 	Plans         PlanSource
 	EngineVersion string // processing_engine's version; default "unknown"
 }
@@ -234,10 +241,12 @@ func NewMapper(o Options) (*Mapper, error) {
 	return &Mapper{o: o, plans: map[string]*runPlan{}}, nil
 }
 
-// runPlan is a run's plan indexed for mapping (nil bundle: not stored).
+// runPlan is a run's plan indexed for mapping (nil bundle: not stored),
+// with the naming of its warehouse.
 type runPlan struct {
 	bundle *plan.Bundle
 	steps  map[string]plan.Step
+	naming Naming
 }
 
 func (m *Mapper) plan(ctx context.Context, runID string) (*runPlan, error) {
@@ -247,11 +256,14 @@ func (m *Mapper) plan(ctx context.Context, runID string) (*runPlan, error) {
 	if ok {
 		return p, nil
 	}
-	b, found, err := m.o.Plans.RunBundle(ctx, runID)
+	b, target, found, err := m.o.Plans.RunBundle(ctx, runID)
 	if err != nil {
 		return nil, err
 	}
-	p = &runPlan{steps: map[string]plan.Step{}}
+	p = &runPlan{steps: map[string]plan.Step{}, naming: m.o.Naming}
+	if n, ok := m.o.Targets[target]; ok && target != "" {
+		p.naming = n
+	}
 	if found {
 		p.bundle = b
 		for _, s := range b.Plan.Steps {
@@ -336,8 +348,8 @@ func (m *Mapper) Map(ctx context.Context, rec engine.RunEventRecord) (*Event, er
 		// steps read.
 		return nil, nil
 	}
-	relation := s.Relation()
-	ev.Job = Job{Namespace: m.o.Namespace, Name: m.o.Naming.JobName(relation), Facets: map[string]any{"jobType": jobType(strings.ToUpper(s.Kind))}}
+	relation, naming := s.Relation(), p.naming
+	ev.Job = Job{Namespace: m.o.Namespace, Name: naming.JobName(relation), Facets: map[string]any{"jobType": jobType(strings.ToUpper(s.Kind))}}
 	if q := cmpOr(pl.SQL, p.stepSQL(s)); q != "" {
 		ev.Job.Facets["sql"] = map[string]any{"_producer": Producer, "_schemaURL": sqlSchema, "query": q}
 	}
@@ -348,14 +360,14 @@ func (m *Mapper) Map(ctx context.Context, rec engine.RunEventRecord) (*Event, er
 		// The last query is the one that built the relation (earlier ones
 		// prepare it).
 		runFacets["externalQuery"] = map[string]any{"_producer": Producer, "_schemaURL": queryIDSchema,
-			"externalQueryId": pl.QueryIDs[n-1], "source": cmpOr(m.o.Naming.Source, "warehouse")}
+			"externalQueryId": pl.QueryIDs[n-1], "source": cmpOr(naming.Source, "warehouse")}
 	}
 	ev.Run = Run{RunID: StepRunID(rec.RunID, rec.StepID, rec.LogicalAttemptID), Facets: runFacets}
 	for _, in := range p.inputs(s) {
-		ev.Inputs = append(ev.Inputs, Dataset{Namespace: m.o.Naming.Namespace, Name: m.o.Naming.DatasetName(in)})
+		ev.Inputs = append(ev.Inputs, Dataset{Namespace: naming.Namespace, Name: naming.DatasetName(in)})
 	}
 	if Builds(s) {
-		out := Dataset{Namespace: m.o.Naming.Namespace, Name: m.o.Naming.DatasetName(relation)}
+		out := Dataset{Namespace: naming.Namespace, Name: naming.DatasetName(relation)}
 		rows := pl.RowCount
 		if s.Materialized == plan.MaterializedIncremental {
 			rows = pl.RowsAffected // what this run wrote, not the table's size

@@ -80,9 +80,9 @@ func TestRunIDs(t *testing.T) {
 // bundles serves plan bundles by run id.
 type bundles map[string]*plan.Bundle
 
-func (b bundles) RunBundle(_ context.Context, runID string) (*plan.Bundle, bool, error) {
+func (b bundles) RunBundle(_ context.Context, runID string) (*plan.Bundle, string, bool, error) {
 	p, ok := b[runID]
-	return p, ok, nil
+	return p, "", ok, nil
 }
 
 func loadShop(t testing.TB) *plan.Bundle {
@@ -387,4 +387,37 @@ func mapsEqual(a any, b map[string]any) bool {
 		}
 	}
 	return true
+}
+
+// onTarget serves one bundle as run on target.
+type onTarget struct {
+	b      *plan.Bundle
+	target string
+}
+
+func (o onTarget) RunBundle(context.Context, string) (*plan.Bundle, string, bool, error) {
+	return o.b, o.target, true, nil
+}
+
+// TestMapTargets: a run's datasets are named after the warehouse of the
+// target it was started on; without one (or one no longer configured),
+// after the default warehouse.
+func TestMapTargets(t *testing.T) {
+	dev, prod := lineage.SQLiteNaming("/dev/wh.db"), lineage.SnowflakeNaming("org-prod", "ANALYTICS", "PROD")
+	for _, tc := range []struct {
+		target, namespace, output string
+	}{
+		{"prod", "snowflake://org-prod", "ANALYTICS.PROD.ORDERS_ENRICHED"},
+		{"", "sqlite:///dev/wh.db", "main.orders_enriched"},
+		{"gone", "sqlite:///dev/wh.db", "main.orders_enriched"},
+	} {
+		m, _ := lineage.NewMapper(lineage.Options{Naming: dev, Targets: map[string]lineage.Naming{"prod": prod}, Plans: onTarget{loadShop(t), tc.target}})
+		ev, err := m.Map(context.Background(), rec(engine.StepStarted, "model.orders_enriched", 1, `{}`))
+		if err != nil || ev == nil || len(ev.Outputs) != 1 {
+			t.Fatalf("target %q: %+v %v", tc.target, ev, err)
+		}
+		if o := ev.Outputs[0]; o.Namespace != tc.namespace || o.Name != tc.output || ev.Inputs[0].Namespace != tc.namespace {
+			t.Errorf("target %q: output %+v, inputs %+v; want %s %s", tc.target, o, ev.Inputs, tc.namespace, tc.output)
+		}
+	}
 }

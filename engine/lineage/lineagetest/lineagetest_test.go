@@ -15,8 +15,8 @@ import (
 
 type noPlans struct{}
 
-func (noPlans) RunBundle(context.Context, string) (*plan.Bundle, bool, error) {
-	return nil, false, nil
+func (noPlans) RunBundle(context.Context, string) (*plan.Bundle, string, bool, error) {
+	return nil, "", false, nil
 }
 
 // events maps plan-run events of two runs, and a step run whose parent is

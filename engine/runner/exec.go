@@ -312,7 +312,7 @@ func (r *execution) rebuild(ctx context.Context) error {
 		if ev.EventType != engine.SignalAccepted {
 			continue
 		}
-		var sp signalPayload
+		var sp dag.SignalPayload
 		if json.Unmarshal(ev.Payload, &sp) != nil || sp.SignalType != engine.SignalRetryStep {
 			continue
 		}

@@ -7,21 +7,8 @@ import (
 	"time"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/dag"
 )
-
-// signalPayload is SignalAccepted's and SignalRejected's payload. The
-// events are run-level, so the step a RETRY_STEP names travels here.
-type signalPayload struct {
-	SignalType  engine.SignalType `json:"signalType"`
-	SignalID    string            `json:"signalId"`
-	SignalSeq   int64             `json:"signalSeq"`
-	StepID      string            `json:"stepId,omitempty"`
-	Reason      string            `json:"reason,omitempty"`
-	RequestedBy string            `json:"requestedBy,omitempty"`
-	// RetryAttempt is the logical attempt an accepted RETRY_STEP starts, so
-	// a runner that crashed before starting it finds it in the log.
-	RetryAttempt int `json:"retryAttempt,omitempty"`
-}
 
 // firstSignals waits until the pulse's first call for this run is back,
 // then handles what it fetched: a run sees the signals sent before it
@@ -68,22 +55,8 @@ func (r *execution) pollSignals(ctx context.Context) error {
 	return nil
 }
 
-// Each signal decision, and the run event it causes, carries the signal's
-// seq as logicalAttemptId: the idempotency key of run-level events has no
-// other field that tells two PAUSEs apart, and a signal handled again after
-// a crash dedupes.
 func (r *execution) decision(sg engine.Signal, accepted bool, reason string, retryAttempt int) engine.Emission {
-	t := engine.SignalAccepted
-	if !accepted {
-		t = engine.SignalRejected
-	}
-	if reason == "" {
-		reason = sg.Reason
-	}
-	return engine.Emission{Type: t, Attempt: int(sg.Seq), Payload: signalPayload{
-		SignalType: sg.Type, SignalID: sg.SignalID, SignalSeq: sg.Seq, StepID: sg.StepID,
-		Reason: reason, RequestedBy: sg.RequestedBy, RetryAttempt: retryAttempt,
-	}}
+	return dag.Decision(sg, accepted, reason, retryAttempt)
 }
 
 func (r *execution) reject(ctx context.Context, sg engine.Signal, format string, args ...any) error {
@@ -117,9 +90,7 @@ func (r *execution) reportSignal(sg engine.Signal) {
 }
 
 func (r *execution) applySignal(ctx context.Context, sg engine.Signal) error {
-	runEvent := func(t engine.EventType) engine.Emission {
-		return engine.Emission{Type: t, Attempt: int(sg.Seq), Payload: map[string]any{"signalId": sg.SignalID, "reason": sg.Reason, "requestedBy": sg.RequestedBy}}
-	}
+	runEvent := func(t engine.EventType) engine.Emission { return dag.SignalEvent(sg, t) }
 	// The DAG rules decide whether the signal applies now.
 	if why := r.dag.Refuse(sg, r.runID, r.p.PlanID); why != "" {
 		return r.reject(ctx, sg, "%s", why)

@@ -390,6 +390,18 @@ func (c *cli) daemon(ctx context.Context, name string, args []string, withSchedu
 		m.sched = s.Metrics
 		group = append(group, s)
 	}
+	if withWorker && !withScheduler && c.onTemporal(d.exec.engine) {
+		lookup, err := c.secretLookup(d.exec.secretsFile)
+		if err != nil {
+			return err
+		}
+		wh, _, err := c.openWarehouse(ctx)
+		if err != nil {
+			return err
+		}
+		defer wh.Close()
+		return c.temporalWorker(ctx, d.exec, cfg, st, wh, lookup, log)
+	}
 	var w *worker.Worker
 	if withWorker {
 		lookup, err := c.secretLookup(d.exec.secretsFile)

@@ -28,6 +28,8 @@ type Config struct {
 	Pulse     Pulse        `yaml:"pulse"`
 	// StateStore is read key by key (see its UnmarshalYAML).
 	StateStore StateStore `yaml:"stateStore"`
+	// Temporal is where `--engine temporal` runs workflows.
+	Temporal Temporal `yaml:"temporal"`
 }
 
 // Parse decodes and validates a configuration document; name is the file's
@@ -50,6 +52,9 @@ func (c *Config) validate() error {
 		return err
 	}
 	if err := c.Signals.validate(); err != nil {
+		return err
+	}
+	if err := c.Temporal.validate(); err != nil {
 		return err
 	}
 	if err := validateSchedules(c.Schedules); err != nil {

@@ -183,4 +183,3 @@ func TestWorkflowFailureSkipsDependents(t *testing.T) {
 		}
 	}
 }
-

@@ -57,7 +57,7 @@ func (c *cli) temporalActivities(st stateStore, wh engine.Warehouse, lookup engi
 	eng := c.engineFor(st)
 	return &dvtemporal.Activities{
 		Log: st, Clock: eng.Clock, IDs: eng.IDs, Warehouse: wh, Secrets: lookup, Signals: cfg.Signals,
-		Namespace: tc.Namespace, Config: eng.Config, LeaseTTL: max(leaseTTL, 2*time.Minute),
+		Namespace: tc.Namespace, Config: eng.Config, LeaseTTL: max(leaseTTL, 2*time.Minute), Heartbeat: tc.HeartbeatTimeout / 4,
 		Plans: dvtemporal.PlanFunc(func(ctx context.Context, runID string) (*engine.Plan, error) {
 			meta, err := st.GetRun(ctx, runID)
 			if err != nil {
@@ -92,7 +92,7 @@ func (c *cli) executeOnTemporal(ctx context.Context, f runFlags, cfg *config.Con
 		return engine.Snapshot{}, engine.Errorf(engine.CodeStoreUnavailable, "the Temporal worker for task queue %s did not start: %v", tc.TaskQueue, err)
 	}
 	defer w.Stop()
-	run, err := dvtemporal.StartRun(ctx, cl, tc.TaskQueue, dvtemporal.Input{RunID: runID, Threads: f.threads, FailFast: f.failFast, HistoryBudget: tc.HistoryBudget})
+	run, err := dvtemporal.StartRun(ctx, cl, tc.TaskQueue, dvtemporal.Input{RunID: runID, Threads: f.threads, FailFast: f.failFast, HistoryBudget: tc.HistoryBudget, HeartbeatTimeout: tc.HeartbeatTimeout})
 	if err != nil {
 		return engine.Snapshot{}, err
 	}

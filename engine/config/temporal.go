@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"net"
+	"time"
 )
 
 // Temporal is the config's temporal block: where `--engine temporal` runs
@@ -15,6 +16,9 @@ type Temporal struct {
 	// HistoryBudget continues a run's workflow as new once its history
 	// has this many events (0: when the server suggests it).
 	HistoryBudget int `yaml:"historyBudget"`
+	// HeartbeatTimeout is how soon a step whose worker died is retried
+	// on another worker (default 20s); steps heartbeat 4 times as often.
+	HeartbeatTimeout time.Duration `yaml:"heartbeatTimeout"`
 }
 
 // WithDefaults fills the empty fields.
@@ -28,6 +32,9 @@ func (t Temporal) WithDefaults() Temporal {
 	if t.TaskQueue == "" {
 		t.TaskQueue = "dvtrun"
 	}
+	if t.HeartbeatTimeout <= 0 {
+		t.HeartbeatTimeout = 20 * time.Second
+	}
 	return t
 }
 
@@ -36,6 +43,9 @@ func (t Temporal) validate() error {
 		if _, _, err := net.SplitHostPort(t.Address); err != nil {
 			return fmt.Errorf("temporal.address %q is not host:port", t.Address)
 		}
+	}
+	if t.HeartbeatTimeout < 0 || (t.HeartbeatTimeout > 0 && t.HeartbeatTimeout < 400*time.Millisecond) {
+		return fmt.Errorf("temporal.heartbeatTimeout must be at least 400ms")
 	}
 	if t.HistoryBudget < 0 {
 		return fmt.Errorf("temporal.historyBudget must not be negative")

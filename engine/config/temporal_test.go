@@ -3,6 +3,7 @@ package config
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestTemporalBlock(t *testing.T) {
@@ -11,9 +12,10 @@ func TestTemporalBlock(t *testing.T) {
 		want       Temporal // after WithDefaults
 		err        string
 	}{
-		{"defaults", "", Temporal{Address: "127.0.0.1:7233", Namespace: "default", TaskQueue: "dvtrun"}, ""},
-		{"given", "temporal: {address: 'tmp.example:7233', namespace: prod, taskQueue: etl, historyBudget: 5000}",
-			Temporal{Address: "tmp.example:7233", Namespace: "prod", TaskQueue: "etl", HistoryBudget: 5000}, ""},
+		{"defaults", "", Temporal{Address: "127.0.0.1:7233", Namespace: "default", TaskQueue: "dvtrun", HeartbeatTimeout: 20 * time.Second}, ""},
+		{"given", "temporal: {address: 'tmp.example:7233', namespace: prod, taskQueue: etl, historyBudget: 5000, heartbeatTimeout: 2s}",
+			Temporal{Address: "tmp.example:7233", Namespace: "prod", TaskQueue: "etl", HistoryBudget: 5000, HeartbeatTimeout: 2 * time.Second}, ""},
+		{"heartbeat too short", "temporal: {heartbeatTimeout: 10ms}", Temporal{}, "temporal.heartbeatTimeout"},
 		{"bad address", "temporal: {address: nowhere}", Temporal{}, "temporal.address"},
 		{"negative budget", "temporal: {historyBudget: -1}", Temporal{}, "temporal.historyBudget"},
 		{"unknown key", "temporal: {apiKey: x}", Temporal{}, "field apiKey not found"},

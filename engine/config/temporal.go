@@ -17,7 +17,7 @@ type Temporal struct {
 	// has this many events (0: when the server suggests it).
 	HistoryBudget int `yaml:"historyBudget"`
 	// HeartbeatTimeout is how soon a step whose worker died is retried
-	// on another worker (default 20s); steps heartbeat 4 times as often.
+	// on another worker (default 5s); steps heartbeat 4 times as often.
 	HeartbeatTimeout time.Duration `yaml:"heartbeatTimeout"`
 }
 
@@ -33,7 +33,7 @@ func (t Temporal) WithDefaults() Temporal {
 		t.TaskQueue = "dvtrun"
 	}
 	if t.HeartbeatTimeout <= 0 {
-		t.HeartbeatTimeout = 20 * time.Second
+		t.HeartbeatTimeout = 5 * time.Second
 	}
 	return t
 }

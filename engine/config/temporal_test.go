@@ -12,7 +12,7 @@ func TestTemporalBlock(t *testing.T) {
 		want       Temporal // after WithDefaults
 		err        string
 	}{
-		{"defaults", "", Temporal{Address: "127.0.0.1:7233", Namespace: "default", TaskQueue: "dvtrun", HeartbeatTimeout: 20 * time.Second}, ""},
+		{"defaults", "", Temporal{Address: "127.0.0.1:7233", Namespace: "default", TaskQueue: "dvtrun", HeartbeatTimeout: 5 * time.Second}, ""},
 		{"given", "temporal: {address: 'tmp.example:7233', namespace: prod, taskQueue: etl, historyBudget: 5000, heartbeatTimeout: 2s}",
 			Temporal{Address: "tmp.example:7233", Namespace: "prod", TaskQueue: "etl", HistoryBudget: 5000, HeartbeatTimeout: 2 * time.Second}, ""},
 		{"heartbeat too short", "temporal: {heartbeatTimeout: 10ms}", Temporal{}, "temporal.heartbeatTimeout"},

@@ -340,10 +340,15 @@ func (a *Activities) Step(ctx context.Context, in StepInput) (StepOutput, error)
 	x := &stepexec.Executor{RunID: in.RunID, Plan: rc.plan, Warehouse: a.Warehouse, Secrets: a.Secrets, Redact: rc.redact,
 		FullRefresh: rc.fullRefresh, Fence: lease.Fence, MaxRetries: -1}
 	tag, _ := json.Marshal(map[string]any{"run_id": in.RunID, "step_id": s.ID, "logical_attempt": in.Logical, "engine_attempt": attempt})
-	hbCtx, stopHB := context.WithCancel(ctx)
-	go a.heartbeat(hbCtx, heartbeatDetails{QueryTag: string(tag)})
+	stopHB := make(chan struct{})
+	hbDone := make(chan struct{})
+	go func() {
+		defer close(hbDone)
+		a.heartbeat(ctx, stopHB, heartbeatDetails{QueryTag: string(tag)})
+	}()
 	o := x.Run(ctx, ctx, s, in.Logical, attempt, in.Rerun || attempt > 1)
-	stopHB()
+	close(stopHB)
+	<-hbDone
 	if ctx.Err() != nil {
 		// Cancelled (PAUSE, CANCEL) or timed out by Temporal: its SQL was
 		// cancelled with ctx; the workflow records the outcome.
@@ -372,7 +377,9 @@ func (a *Activities) Step(ctx context.Context, in StepInput) (StepOutput, error)
 	return out, nil
 }
 
-func (a *Activities) heartbeat(ctx context.Context, d heartbeatDetails) {
+// heartbeat records d until stop closes or ctx ends; Temporal cancels ctx
+// when the activity is cancelled or its heartbeat times out.
+func (a *Activities) heartbeat(ctx context.Context, stop <-chan struct{}, d heartbeatDetails) {
 	every := a.Heartbeat
 	if every <= 0 {
 		every = 2 * time.Second
@@ -383,6 +390,8 @@ func (a *Activities) heartbeat(ctx context.Context, d heartbeatDetails) {
 	for {
 		select {
 		case <-ctx.Done():
+			return
+		case <-stop:
 			return
 		case <-t.C:
 			activity.RecordHeartbeat(ctx, d)

@@ -32,7 +32,8 @@ type Input struct {
 	HistoryBudget int
 	// StepTimeout is a step's StartToClose when the plan gives it no
 	// timeout (default 1h); HeartbeatTimeout is how soon a dead worker's
-	// step is retried elsewhere (default 20s).
+	// step is retried elsewhere, and, since the SDK sends heartbeats at most
+	// every 80% of it, how soon a cancel reaches a step's SQL (default 5s).
 	StepTimeout      time.Duration
 	HeartbeatTimeout time.Duration
 	// Retries is a step's retries after its first attempt when the plan
@@ -77,7 +78,7 @@ func (in Input) withDefaults() Input {
 		in.StepTimeout = time.Hour
 	}
 	if in.HeartbeatTimeout <= 0 {
-		in.HeartbeatTimeout = 20 * time.Second
+		in.HeartbeatTimeout = 5 * time.Second
 	}
 	if in.Retries == 0 {
 		in.Retries = 3

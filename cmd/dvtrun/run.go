@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/dvtrun/dvtrun/engine"
 	"github.com/dvtrun/dvtrun/engine/config"
+	"github.com/dvtrun/dvtrun/engine/plan"
 	"github.com/dvtrun/dvtrun/engine/runner"
 	"github.com/dvtrun/dvtrun/engine/spool"
 )
@@ -39,8 +41,8 @@ func (osSource) ReadFile(name string) ([]byte, error) { return os.ReadFile(name)
 // loadPlan reads the plan bundle (the plan and every file it references)
 // and runs every check a run makes before anything is written; with wantSHA
 // it also refuses a bundle whose sha256 is not that.
-func loadPlan(path, wantSHA string) (*engine.PlanBundle, error) {
-	b, err := engine.LoadBundle(osSource{}, path)
+func loadPlan(path, wantSHA string) (*plan.Bundle, error) {
+	b, err := plan.LoadBundle(osSource{}, path)
 	if err != nil {
 		return nil, err
 	}
@@ -55,7 +57,7 @@ func loadPlan(path, wantSHA string) (*engine.PlanBundle, error) {
 // secretLookup resolves secrets at step time: DVT_SECRET_<NAME> from the
 // environment first, then the secrets file. Every value handed out is
 // remembered for redaction.
-func (c *cli) secretLookup(file string) (engine.SecretLookup, error) {
+func (c *cli) secretLookup(file string) (plan.SecretLookup, error) {
 	fileVals := map[string]string{}
 	if file != "" {
 		var err error
@@ -79,12 +81,12 @@ func (c *cli) secretLookup(file string) (engine.SecretLookup, error) {
 // checkSecrets resolves every secret the run will need — the steps of p
 // as the runner executes them: ephemeral models inlined, sel applied — so
 // that a missing one is refused before anything is written.
-func checkSecrets(p *engine.Plan, sel *engine.Selection, lookup engine.SecretLookup) error {
-	run, err := engine.RunQueuedRequest{Selection: sel}.Selected(p.InlineEphemeral())
+func checkSecrets(p *plan.Plan, sel *engine.Selection, lookup plan.SecretLookup) error {
+	run, err := plan.Selected(p.InlineEphemeral(), engine.RunQueuedRequest{Selection: sel})
 	if err != nil {
 		return err
 	}
-	return engine.CheckSecrets(run, lookup)
+	return plan.CheckSecrets(run, lookup)
 }
 
 // readSecretsFile reads KEY=VALUE lines; blank lines and # comments are
@@ -92,7 +94,7 @@ func checkSecrets(p *engine.Plan, sel *engine.Selection, lookup engine.SecretLoo
 func readSecretsFile(path string) (map[string]string, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, engine.Errorf(engine.CodeInvalidArgument, "cannot read the secrets file %s: %v", path, engine.PathErr(err))
+		return nil, engine.Errorf(engine.CodeInvalidArgument, "cannot read the secrets file %s: %v", path, plan.PathErr(err))
 	}
 	out := map[string]string{}
 	sc := bufio.NewScanner(bytes.NewReader(data))
@@ -196,7 +198,7 @@ func (c *cli) withStateStore(f runFlags, s config.StateStore) (runFlags, error) 
 
 // newRunner is the runner of `run` and `resume`, with the clock and ID
 // source of engineFor.
-func (c *cli) newRunner(st stateStore, f runFlags, obs runner.Observer, lookup engine.SecretLookup) *runner.Runner {
+func (c *cli) newRunner(st stateStore, f runFlags, obs runner.Observer, lookup plan.SecretLookup) *runner.Runner {
 	eng := c.engineFor(st)
 	host, _ := os.Hostname()
 	rn := &runner.Runner{
@@ -254,7 +256,7 @@ func cmdRun(ctx context.Context, c *cli, args []string) error {
 // startAndExecute stores the bundle b, records a new run of its plan
 // (selected or not) and executes it; intro, when set, is printed once the
 // run id is known.
-func (c *cli) startAndExecute(ctx context.Context, f runFlags, b *engine.PlanBundle, req engine.StartRequest, intro string) error {
+func (c *cli) startAndExecute(ctx context.Context, f runFlags, b *plan.Bundle, req engine.StartRequest, intro string) error {
 	p := b.Plan
 	lookup, err := c.secretLookup(f.secretsFile)
 	if err != nil {
@@ -319,6 +321,7 @@ func cmdResume(ctx context.Context, c *cli, args []string) error {
 	fs := c.newFlagSet("resume", "RUN_ID [PLAN]", "Continue an interrupted run from its event log: no SUCCESS step runs again. It runs the plan bundle\nthe state store kept for the run; given PLAN, it first checks that PLAN is that bundle (same sha256,\nelse PLAN_HASH_MISMATCH naming what changed). A run recorded before bundles were stored needs PLAN.")
 	var f runFlags
 	f.register(fs)
+	wait := fs.Duration("wait", 0, "while another runner's lease holds the run (a runner that died keeps it for --lease-ttl), wait up to `D` for it instead of exiting 3")
 	pos, err := c.parse(fs, args, 1, 2)
 	if err != nil {
 		return err
@@ -326,7 +329,10 @@ func cmdResume(ctx context.Context, c *cli, args []string) error {
 	if err := f.check(); err != nil {
 		return err
 	}
-	var b *engine.PlanBundle
+	if *wait < 0 {
+		return engine.Errorf(engine.CodeInvalidArgument, "--wait must not be negative")
+	}
+	var b *plan.Bundle
 	if len(pos) == 2 {
 		if b, err = loadPlan(pos[1], ""); err != nil {
 			return err
@@ -396,9 +402,53 @@ func cmdResume(ctx context.Context, c *cli, args []string) error {
 	}
 	defer stopPulse()
 	fmt.Fprintf(c.stdout, "Resuming run %s of plan %s@%s\n", c.clean(meta.RunID), c.clean(p.PlanID), c.clean(p.PlanVersion))
-	con.start = time.Now()
-	snap, err = rn.Resume(ctx, meta.RunID, p, wh)
+	deadline := time.Now().Add(*wait)
+	for {
+		con.start = time.Now() // the wait for the lease is not the run's
+		snap, err = rn.Resume(ctx, meta.RunID, p, wh)
+		if !errors.Is(err, engine.ErrLeaseHeld) {
+			break
+		}
+		// Nothing was written: the lease is taken before any event.
+		if err := c.waitForLease(ctx, st, meta.RunID, deadline, *wait); err != nil {
+			return err
+		}
+	}
 	return c.finishRun(ctx, con, meta.RunID, snap, err)
+}
+
+// waitForLease sleeps until the run's lease expires (a step at most, then
+// the caller tries again), printing who holds it until when; past deadline
+// it returns LEASE_HELD with what to do next.
+func (c *cli) waitForLease(ctx context.Context, st stateStore, runID string, deadline time.Time, budget time.Duration) error {
+	l, ok, err := st.GetLease(ctx, runID)
+	if err != nil {
+		return err
+	}
+	if !ok { // released meanwhile: try again at once
+		return nil
+	}
+	left := time.Until(deadline)
+	if left <= 0 {
+		hint := "retry once it expires, or wait for it with --wait " + roundUp(time.Until(l.ExpiresAt)+2*time.Second).String()
+		if budget > 0 {
+			hint = "--wait " + budget.String() + " ran out"
+		}
+		return engine.Errorf(engine.CodeLeaseHeld, "run %s is owned by %s until %s (in %s); a runner that died keeps its lease that long: %s",
+			runID, c.clean(l.Owner), l.ExpiresAt.UTC().Format(time.RFC3339), roundUp(time.Until(l.ExpiresAt)), hint)
+	}
+	step := min(max(time.Until(l.ExpiresAt)+200*time.Millisecond, 200*time.Millisecond), left, 5*time.Second)
+	fmt.Fprintf(c.stderr, "dvtrun: waiting for the lease of run %s: held by %s until %s (%s left of --wait)\n",
+		c.clean(runID), c.clean(l.Owner), l.ExpiresAt.UTC().Format(time.RFC3339), roundUp(left))
+	return sleepCtx(ctx, step)
+}
+
+// roundUp is d rounded up to a whole second, for messages.
+func roundUp(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	return (d + time.Second - 1).Truncate(time.Second)
 }
 
 // previousHolder names, in a wait for the warehouse's lock, the runner
@@ -499,10 +549,87 @@ type console struct {
 	pass, warn, errs, skip int
 	cancelled              int // steps a CANCEL stopped in flight: not errors
 	failures               []string
+
+	// On a terminal, a live line at the bottom names the steps running
+	// longer than liveAfter; every other line first erases it.
+	tty       bool
+	running   map[string]time.Time // step id -> when it started here
+	liveShown bool
+	stopLive  chan struct{}
 }
 
+// liveAfter is how long a step runs before the live line names it: quick
+// steps would only flicker.
+const liveAfter = 3 * time.Second
+
 func newConsole(c *cli, target string) *console {
-	return &console{c: c, w: c.stdout, target: target, start: time.Now()}
+	o := &console{c: c, w: c.stdout, target: target, start: time.Now(), running: map[string]time.Time{}}
+	if isTerminal(c.stdout) {
+		o.tty = true
+		o.stopLive = make(chan struct{})
+		go func() {
+			t := time.NewTicker(time.Second)
+			defer t.Stop()
+			for {
+				select {
+				case <-o.stopLive:
+					return
+				case now := <-t.C:
+					o.mu.Lock()
+					o.drawLive(now)
+					o.mu.Unlock()
+				}
+			}
+		}()
+	}
+	return o
+}
+
+// drawLive redraws the live line: the steps running for liveAfter or more,
+// longest first, with their time so far. Callers hold mu.
+func (o *console) drawLive(now time.Time) {
+	type run struct {
+		id string
+		d  time.Duration
+	}
+	var long []run
+	for id, at := range o.running {
+		if d := now.Sub(at); d >= liveAfter {
+			long = append(long, run{id, d})
+		}
+	}
+	o.clearLive()
+	if len(long) == 0 {
+		return
+	}
+	sort.Slice(long, func(i, j int) bool { return long[i].d > long[j].d || long[i].d == long[j].d && long[i].id < long[j].id })
+	parts := make([]string, len(long))
+	for i, r := range long {
+		parts[i] = fmt.Sprintf("%s %ds", r.id, int(r.d.Seconds()))
+	}
+	line := "  running: " + strings.Join(parts, ", ")
+	if len(line) > 100 {
+		line = line[:97] + "..."
+	}
+	fmt.Fprint(o.w, o.c.clean(line))
+	o.liveShown = true
+}
+
+// clearLive erases the live line, if shown, so the next line takes its
+// place. Callers hold mu.
+func (o *console) clearLive() {
+	if o.liveShown {
+		fmt.Fprint(o.w, "\r\x1b[K")
+		o.liveShown = false
+	}
+}
+
+// statusColors colour a step line's [STATUS] by its first word, on a
+// terminal only; the word itself always says it.
+var statusColors = map[string]string{
+	"OK": "32", "PASS": "32", "INSERT": "32",
+	"WARN": "33", "SKIP": "33", "CANCELLED": "33",
+	"ERROR": "31", "FAIL": "31",
 }
 
 // statusColumn is where the [STATUS] of a step line starts, as in dbt: the
@@ -516,21 +643,26 @@ func (o *console) line(left, right string) {
 	if dots < 3 {
 		dots = 3
 	}
+	word, _, _ := strings.Cut(strings.TrimPrefix(right, "["), " ")
+	if code, ok := statusColors[strings.TrimSuffix(word, "]")]; ok {
+		right = o.c.colored(code, right)
+	}
+	o.clearLive()
 	fmt.Fprintf(o.w, "%s %s %s\n", left, strings.Repeat(".", dots), right)
 }
 
-func describe(s engine.PlanStep) string {
+func describe(s plan.Step) string {
 	rel := s.Relation()
 	switch s.Kind {
-	case engine.KindSeed:
+	case plan.KindSeed:
 		return "seed file " + rel
-	case engine.KindModel:
+	case plan.KindModel:
 		m := s.Materialized
 		if m == "" {
-			m = engine.MaterializedView // dbt's default, and the runner's
+			m = plan.MaterializedView // dbt's default, and the runner's
 		}
 		return "sql " + m + " model " + rel
-	case engine.KindTest:
+	case plan.KindTest:
 		return "test " + rel
 	default:
 		return "sql operation " + rel
@@ -542,6 +674,7 @@ func secs(d time.Duration) string { return fmt.Sprintf("%.2fs", d.Seconds()) }
 func (o *console) Report(p runner.Progress) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	o.clearLive() // redrawn within a second
 	prefix := ""
 	if p.Index > 0 && p.Total > 0 {
 		prefix = fmt.Sprintf("%d of %d ", p.Index, p.Total)
@@ -557,6 +690,7 @@ func (o *console) Report(p runner.Progress) {
 			// A step an earlier runner left in flight, run again on resume.
 			again = fmt.Sprintf(" (engine attempt %d)", p.EngineAttempt)
 		}
+		o.running[p.Step.ID] = time.Now()
 		o.line(prefix+"START "+describe(p.Step)+again, "[RUN]")
 	case runner.PhaseStepRetry:
 		msg := ""
@@ -565,6 +699,7 @@ func (o *console) Report(p runner.Progress) {
 		}
 		fmt.Fprintf(o.w, "%sRETRY %s (engine attempt %d)%s\n", prefix, o.c.clean(describe(p.Step)), p.EngineAttempt, o.c.clean(msg))
 	case runner.PhaseStepDone:
+		delete(o.running, p.Step.ID)
 		o.stepDone(p, prefix, rel)
 	case runner.PhaseSignal:
 		o.signal(p)
@@ -609,16 +744,16 @@ func (o *console) stepDone(p runner.Progress, prefix, rel string) {
 	switch p.Status {
 	case engine.StepStatusSuccess:
 		switch {
-		case s.Kind == engine.KindSeed:
+		case s.Kind == plan.KindSeed:
 			o.pass++
 			o.line(prefix+"OK loaded "+describe(s), fmt.Sprintf("[INSERT %d in %s]", p.Result.RowCount, in))
-		case s.Kind == engine.KindTest && p.Result.Failures > 0:
+		case s.Kind == plan.KindTest && p.Result.Failures > 0:
 			o.warn++
 			o.line(fmt.Sprintf("%sWARN %d %s", prefix, p.Result.Failures, rel), fmt.Sprintf("[WARN %d in %s]", p.Result.Failures, in))
-		case s.Kind == engine.KindTest:
+		case s.Kind == plan.KindTest:
 			o.pass++
 			o.line(prefix+"PASS "+rel, "[PASS in "+in+"]")
-		case s.Kind == engine.KindModel:
+		case s.Kind == plan.KindModel:
 			o.pass++
 			o.line(prefix+"OK created "+describe(s), "[OK in "+in+"]")
 		default:
@@ -642,13 +777,13 @@ func (o *console) stepDone(p runner.Progress, prefix, rel string) {
 		}
 		o.failures = append(o.failures, detail)
 		switch {
-		case s.Kind == engine.KindTest && p.Result.Failures > 0:
+		case s.Kind == plan.KindTest && p.Result.Failures > 0:
 			o.line(fmt.Sprintf("%sFAIL %d %s", prefix, p.Result.Failures, rel), fmt.Sprintf("[FAIL %d in %s]", p.Result.Failures, in))
-		case s.Kind == engine.KindSeed:
+		case s.Kind == plan.KindSeed:
 			o.line(prefix+"ERROR loading "+describe(s), "[ERROR in "+in+"]")
-		case s.Kind == engine.KindModel:
+		case s.Kind == plan.KindModel:
 			o.line(prefix+"ERROR creating "+describe(s), "[ERROR in "+in+"]")
-		case s.Kind == engine.KindTest:
+		case s.Kind == plan.KindTest:
 			o.line(prefix+"ERROR "+describe(s), "[ERROR in "+in+"]")
 		default:
 			o.line(prefix+"ERROR executing "+describe(s), "[ERROR in "+in+"]")
@@ -657,9 +792,9 @@ func (o *console) stepDone(p runner.Progress, prefix, rel string) {
 		o.skip++
 		what := "relation " + rel
 		switch s.Kind {
-		case engine.KindTest:
+		case plan.KindTest:
 			what = "test " + rel
-		case engine.KindSQL:
+		case plan.KindSQL:
 			what = "sql operation " + rel
 		}
 		if p.SkipReason != "" {
@@ -686,6 +821,11 @@ type runEnd struct {
 func (o *console) summary(end runEnd) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	if o.stopLive != nil {
+		close(o.stopLive)
+		o.stopLive = nil
+	}
+	o.clearLive()
 	done := o.pass + o.warn + o.errs + o.skip + o.cancelled
 	n := done
 	if o.total > 0 {
@@ -710,7 +850,7 @@ func (o *console) summary(end runEnd) {
 	case end.status == engine.StatusCancelled:
 		fmt.Fprintf(o.w, "\nCancelled: %d step(s) stopped in flight, %d skipped.\n", o.cancelled, o.skip)
 	case len(o.failures) > 0:
-		fmt.Fprintf(o.w, "\nCompleted with %d error(s):\n", len(o.failures))
+		fmt.Fprintf(o.w, "\n%s\n", o.c.colored("31", fmt.Sprintf("Completed with %d error(s):", len(o.failures))))
 		for _, f := range o.failures {
 			fmt.Fprintf(o.w, "  %s\n", o.c.clean(f))
 		}
@@ -718,7 +858,7 @@ func (o *console) summary(end runEnd) {
 		// Failed by an earlier runner of the run, or before any step.
 		fmt.Fprintf(o.w, "\nFailed: %s\n", o.c.clean(oneLine(o.c.redact(cmp.Or(end.reason, "the run failed")))))
 	case end.status == engine.StatusCompleted:
-		fmt.Fprintln(o.w, "\nCompleted successfully")
+		fmt.Fprintln(o.w, "\n"+o.c.colored("32", "Completed successfully"))
 	default:
 		fmt.Fprintf(o.w, "\nStopped with the run %s. Continue with: %s\n", end.status, o.c.clean(end.resume))
 	}

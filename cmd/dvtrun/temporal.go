@@ -12,6 +12,7 @@ import (
 
 	"github.com/dvtrun/dvtrun/engine"
 	"github.com/dvtrun/dvtrun/engine/config"
+	"github.com/dvtrun/dvtrun/engine/plan"
 	dvtemporal "github.com/dvtrun/dvtrun/engine/temporal"
 )
 
@@ -53,12 +54,12 @@ func (c *cli) dialTemporal(ctx context.Context, tc config.Temporal) (client.Clie
 
 // temporalActivities are the adapter's activities on this process's store
 // and warehouse; a run's plan is the bundle the store kept for it.
-func (c *cli) temporalActivities(st stateStore, wh engine.Warehouse, lookup engine.SecretLookup, cfg *config.Config, tc config.Temporal, leaseTTL time.Duration) *dvtemporal.Activities {
+func (c *cli) temporalActivities(st stateStore, wh engine.Warehouse, lookup plan.SecretLookup, cfg *config.Config, tc config.Temporal, leaseTTL time.Duration) *dvtemporal.Activities {
 	eng := c.engineFor(st)
 	return &dvtemporal.Activities{
 		Log: st, Clock: eng.Clock, IDs: eng.IDs, Warehouse: wh, Secrets: lookup, Signals: cfg.Signals,
 		Namespace: tc.Namespace, Config: eng.Config, LeaseTTL: max(leaseTTL, 2*time.Minute), Heartbeat: tc.HeartbeatTimeout / 4,
-		Plans: dvtemporal.PlanFunc(func(ctx context.Context, runID string) (*engine.Plan, error) {
+		Plans: dvtemporal.PlanFunc(func(ctx context.Context, runID string) (*plan.Plan, error) {
 			meta, err := st.GetRun(ctx, runID)
 			if err != nil {
 				return nil, err
@@ -79,7 +80,7 @@ func (c *cli) temporalActivities(st stateStore, wh engine.Warehouse, lookup engi
 // executeOnTemporal starts the run's workflow and waits for it, with a
 // Temporal worker in this process for the run's task queue (any other
 // dvtrun worker polling it shares the steps). The snapshot is the store's.
-func (c *cli) executeOnTemporal(ctx context.Context, f runFlags, cfg *config.Config, st stateStore, wh engine.Warehouse, lookup engine.SecretLookup, runID string) (engine.Snapshot, error) {
+func (c *cli) executeOnTemporal(ctx context.Context, f runFlags, cfg *config.Config, st stateStore, wh engine.Warehouse, lookup plan.SecretLookup, runID string) (engine.Snapshot, error) {
 	tc := cfg.Temporal.WithDefaults()
 	cl, err := c.dialTemporal(ctx, tc)
 	if err != nil {
@@ -112,7 +113,7 @@ func (c *cli) executeOnTemporal(ctx context.Context, f runFlags, cfg *config.Con
 
 // temporalWorker is `dvtrun worker --engine temporal`: it polls the
 // config's Temporal task queue instead of dvtrun's queue until ctx ends.
-func (c *cli) temporalWorker(ctx context.Context, f runFlags, cfg *config.Config, st stateStore, wh engine.Warehouse, lookup engine.SecretLookup, log *slog.Logger) error {
+func (c *cli) temporalWorker(ctx context.Context, f runFlags, cfg *config.Config, st stateStore, wh engine.Warehouse, lookup plan.SecretLookup, log *slog.Logger) error {
 	tc := cfg.Temporal.WithDefaults()
 	cl, err := c.dialTemporal(ctx, tc)
 	if err != nil {

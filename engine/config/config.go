@@ -30,6 +30,8 @@ type Config struct {
 	StateStore StateStore `yaml:"stateStore"`
 	// Temporal is where `--engine temporal` runs workflows.
 	Temporal Temporal `yaml:"temporal"`
+	// Audit is the tamper-evident log's checkpointing.
+	Audit Audit `yaml:"audit"`
 }
 
 // Parse decodes and validates a configuration document; name is the file's
@@ -61,6 +63,9 @@ func (c *Config) validate() error {
 		return err
 	}
 	if err := c.Pulse.validate(); err != nil {
+		return err
+	}
+	if err := c.Audit.validate(); err != nil {
 		return err
 	}
 	return c.Limits.validate()

@@ -11,12 +11,13 @@ import (
 	"slices"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/plan"
 )
 
 // State is a run's steps and their statuses. Steps are indexed by their
 // position in the plan.
 type State struct {
-	Steps      []engine.PlanStep
+	Steps      []plan.Step
 	pos        map[string]int
 	order      []int // plan's topological order, as indices
 	deps       [][]int
@@ -36,7 +37,7 @@ type State struct {
 
 // New is the state of p's steps, all PENDING at logical attempt 1. Call
 // Set for the statuses a log shows, then Seed.
-func New(p *engine.Plan) *State {
+func New(p *plan.Plan) *State {
 	n := len(p.Steps)
 	s := &State{Steps: p.Steps, pos: make(map[string]int, n), deps: make([][]int, n), dependents: make([][]int, n),
 		status: make([]engine.StepStatus, n), logical: make([]int, n), waiting: make([]int, n),

@@ -5,11 +5,12 @@ import (
 	"testing"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/plan"
 )
 
 // diamond: a → b, a → c, b,c → d; e independent.
-func diamond() *engine.Plan {
-	return &engine.Plan{PlanID: "p", PlanVersion: "1", Steps: []engine.PlanStep{
+func diamond() *plan.Plan {
+	return &plan.Plan{PlanID: "p", PlanVersion: "1", Steps: []plan.Step{
 		{ID: "a"}, {ID: "b", DependsOn: []string{"a"}}, {ID: "c", DependsOn: []string{"a"}},
 		{ID: "d", DependsOn: []string{"b", "c"}}, {ID: "e"},
 	}}

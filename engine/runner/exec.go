@@ -12,6 +12,7 @@ import (
 
 	"github.com/dvtrun/dvtrun/engine"
 	"github.com/dvtrun/dvtrun/engine/dag"
+	"github.com/dvtrun/dvtrun/engine/plan"
 	"github.com/dvtrun/dvtrun/engine/pulse"
 	"github.com/dvtrun/dvtrun/engine/stepexec"
 )
@@ -57,7 +58,7 @@ type flight struct {
 type execution struct {
 	e     *Runner
 	cfg   Config
-	p     *engine.Plan
+	p     *plan.Plan
 	wh    engine.Warehouse
 	meta  engine.RunMetadata
 	em    *engine.Emitter
@@ -65,7 +66,7 @@ type execution struct {
 	// x executes the run's steps (render, warehouse, ledger, redaction).
 	x *stepexec.Executor
 
-	steps []engine.PlanStep
+	steps []plan.Step
 	// dag is the scheduling state: statuses, logical attempts, what is
 	// ready, fail-fast and the run's status.
 	dag       *dag.State
@@ -100,7 +101,7 @@ type execution struct {
 	stopping error // an outcome's stop: no new work, the loop returns it
 }
 
-func (e *Runner) execute(ctx context.Context, runID string, p *engine.Plan, wh engine.Warehouse) (engine.Snapshot, error) {
+func (e *Runner) execute(ctx context.Context, runID string, p *plan.Plan, wh engine.Warehouse) (engine.Snapshot, error) {
 	if e.Log == nil || e.Clock == nil || e.IDs == nil {
 		return engine.Snapshot{}, engine.Errorf(engine.CodeInvalidArgument, "Execute needs an engine with a state store, a clock and an ID source (run %s)", runID)
 	}
@@ -136,7 +137,7 @@ func (e *Runner) execute(ctx context.Context, runID string, p *engine.Plan, wh e
 	r.x = &stepexec.Executor{RunID: runID, Plan: p, Warehouse: wh, Secrets: e.Secrets, Redact: stepexec.Redactor(p, e.Secrets),
 		Fence: lease.Fence, MaxRetries: cfg.Retry.Max, Sleep: r.sleep, LeaseValid: r.leaseValid, SelfFenced: r.selfFenced,
 		Backoff: func(n int) time.Duration { return cfg.Retry.Backoff(n, r.rand()) },
-		OnRetry: func(s engine.PlanStep, err error, next, logical int) {
+		OnRetry: func(s plan.Step, err error, next, logical int) {
 			e.report(Progress{Phase: PhaseStepRetry, RunID: runID, Index: r.order[r.index(s.ID)], Total: len(r.steps), Step: s,
 				Err: err, EngineAttempt: next, LogicalAttempt: logical})
 		}}
@@ -276,7 +277,7 @@ func (r *execution) rebuild(ctx context.Context) error {
 	}
 	// So is --full-refresh.
 	r.x.FullRefresh = q.FullRefresh
-	if r.p, err = q.Selected(r.p); err != nil {
+	if r.p, err = plan.Selected(r.p, q); err != nil {
 		return err
 	}
 	r.x.Plan = r.p

@@ -15,17 +15,18 @@ import (
 	"time"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/plan"
 )
 
 // Executor runs the steps of one run.
 type Executor struct {
 	RunID       string
-	Plan        *engine.Plan
+	Plan        *plan.Plan
 	Warehouse   engine.Warehouse
-	Secrets     engine.SecretLookup // nil: no secret resolves
-	Redact      *engine.Redactor    // see Redactor
-	FullRefresh bool                // RunQueued's fullRefresh
-	Fence       int64               // the run's lease fence, checked by the warehouse
+	Secrets     plan.SecretLookup // nil: no secret resolves
+	Redact      *engine.Redactor  // see Redactor
+	FullRefresh bool              // RunQueued's fullRefresh
+	Fence       int64             // the run's lease fence, checked by the warehouse
 	// MaxRetries is how many transient errors are retried in process
 	// (new engine attempts); a step's own retries win; negative: none.
 	MaxRetries int
@@ -38,7 +39,7 @@ type Executor struct {
 	LeaseValid func() bool
 	SelfFenced func() error
 	// OnRetry is told of a transient error about to be retried (nil: not).
-	OnRetry func(s engine.PlanStep, err error, nextEngineAttempt, logical int)
+	OnRetry func(s plan.Step, err error, nextEngineAttempt, logical int)
 }
 
 // Outcome is the result of one step's execution.
@@ -74,7 +75,7 @@ type queryTag struct {
 // The run stops, leaving the step RUNNING for resume, when the lease is
 // lost (the warehouse saw a newer fence, or renewals failed past the TTL)
 // or the warehouse stays unavailable.
-func (r *Executor) Run(runCtx, sctx context.Context, s engine.PlanStep, logical, engineAttempt int, rerun bool) Outcome {
+func (r *Executor) Run(runCtx, sctx context.Context, s plan.Step, logical, engineAttempt int, rerun bool) Outcome {
 	o := Outcome{EngineAttempt: engineAttempt}
 	fail := func(code engine.Code, msg string, retryable bool, cause error) Outcome {
 		msg = r.Redact.Redact(msg)
@@ -96,7 +97,7 @@ func (r *Executor) Run(runCtx, sctx context.Context, s engine.PlanStep, logical,
 		UniqueKey: s.UniqueKey, IncrementalFilter: s.IncrementalFilter, FullRefresh: r.FullRefresh,
 		LogicalAttempt: logical, Fence: r.Fence}
 	switch s.Kind {
-	case engine.KindSeed:
+	case plan.KindSeed:
 		// The bytes LoadBundle hashed (and the store keeps), not the file;
 		// the path names it in messages (and is read for a plan built
 		// without LoadBundle).
@@ -106,17 +107,17 @@ func (r *Executor) Run(runCtx, sctx context.Context, s engine.PlanStep, logical,
 		if lookup == nil {
 			lookup = func(string) (string, bool) { return "", false }
 		}
-		sql, params, err := engine.ResolveSecrets(s.SQL, s.Secrets, lookup)
+		sql, params, err := plan.ResolveSecrets(s.SQL, s.Secrets, lookup)
 		if err != nil {
 			return fail(engine.CodeOf(err), ErrMessage(err), false, err)
 		}
 		req.SQL, req.Params = sql, params
 		o.SQL = sql
 	}
-	if s.Kind == engine.KindTest {
+	if s.Kind == plan.KindTest {
 		req.Severity = s.Severity
 		if req.Severity == "" {
-			req.Severity = engine.SeverityError
+			req.Severity = plan.SeverityError
 		}
 	}
 	ctx := sctx
@@ -139,8 +140,8 @@ func (r *Executor) Run(runCtx, sctx context.Context, s engine.PlanStep, logical,
 		res, err := r.Warehouse.RunStep(ctx, req)
 		o.Res = res
 		if err == nil && ctx.Err() == nil {
-			if s.Kind == engine.KindTest && res.Failures > 0 {
-				if req.Severity == engine.SeverityWarn {
+			if s.Kind == plan.KindTest && res.Failures > 0 {
+				if req.Severity == plan.SeverityWarn {
 					o.Warning = fmt.Sprintf("test %s returned %d row(s); its severity is warn", s.ID, res.Failures)
 					return o
 				}
@@ -182,7 +183,7 @@ func (r *Executor) Run(runCtx, sctx context.Context, s engine.PlanStep, logical,
 
 // interrupted classifies a step whose context ended: the run stopped
 // (record nothing), the operator cancelled, or the step's timeout passed.
-func (r *Executor) interrupted(runCtx, sctx, ctx context.Context, s engine.PlanStep, fail func(engine.Code, string, bool, error) Outcome) (bool, Outcome) {
+func (r *Executor) interrupted(runCtx, sctx, ctx context.Context, s plan.Step, fail func(engine.Code, string, bool, error) Outcome) (bool, Outcome) {
 	switch {
 	case ctx.Err() == nil:
 		return false, Outcome{}
@@ -214,12 +215,12 @@ func (r *Executor) sleep(ctx context.Context, d time.Duration) error {
 }
 
 // StartedPayload is StepStarted's payload.
-func StartedPayload(s engine.PlanStep) map[string]any {
+func StartedPayload(s plan.Step) map[string]any {
 	m := map[string]any{"kind": s.Kind}
-	if s.Kind == engine.KindSeed || s.Kind == engine.KindModel {
+	if s.Kind == plan.KindSeed || s.Kind == plan.KindModel {
 		m["relation"] = s.Relation()
 	}
-	if s.Kind == engine.KindModel {
+	if s.Kind == plan.KindModel {
 		m["materialized"] = Materialized(s)
 	}
 	return m
@@ -227,12 +228,12 @@ func StartedPayload(s engine.PlanStep) map[string]any {
 
 // Materialized is a model's materialization; models without one are views,
 // dbt's default.
-func Materialized(s engine.PlanStep) string {
-	if s.Kind != engine.KindModel {
+func Materialized(s plan.Step) string {
+	if s.Kind != plan.KindModel {
 		return ""
 	}
 	if s.Materialized == "" {
-		return engine.MaterializedView // dbt's default
+		return plan.MaterializedView // dbt's default
 	}
 	return s.Materialized
 }
@@ -274,7 +275,7 @@ func ledgerOf(res engine.StepResult) *LedgerRef {
 // secret the run resolves. attemptStarted, when not zero, is when this
 // engine attempt started, for a step whose StepStarted an earlier runner
 // wrote (a ledger hit keeps the StepStarted's: it did its work then).
-func (r *Executor) Event(s engine.PlanStep, logical int, o Outcome, elapsed time.Duration, attemptStarted time.Time) engine.Emission {
+func (r *Executor) Event(s plan.Step, logical int, o Outcome, elapsed time.Duration, attemptStarted time.Time) engine.Emission {
 	pl := Payload{StepResult: o.Res, DurationMs: elapsed.Milliseconds(), Warning: o.Warning, Error: o.Err, Ledger: ledgerOf(o.Res), SQL: o.SQL}
 	if !attemptStarted.IsZero() && o.Res.Ledger == nil {
 		pl.AttemptStartedAt = attemptStarted.UTC().Format(engine.TimeFormat)
@@ -289,7 +290,7 @@ func (r *Executor) Event(s engine.PlanStep, logical int, o Outcome, elapsed time
 // Redactor knows every secret value the plan's steps resolve: each step's
 // output is redacted of all of them, declared by that step or not (a step
 // may read back what another one stored).
-func Redactor(p *engine.Plan, secrets engine.SecretLookup) *engine.Redactor {
+func Redactor(p *plan.Plan, secrets plan.SecretLookup) *engine.Redactor {
 	red := engine.NewRedactor()
 	if secrets == nil {
 		return red

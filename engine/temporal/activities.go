@@ -20,6 +20,7 @@ import (
 
 	"github.com/dvtrun/dvtrun/engine"
 	"github.com/dvtrun/dvtrun/engine/dag"
+	"github.com/dvtrun/dvtrun/engine/plan"
 	"github.com/dvtrun/dvtrun/engine/stepexec"
 )
 
@@ -40,14 +41,14 @@ type Log interface {
 // PlanSource gives the plan a run runs (the CLI reads the bundle the state
 // store kept for it, so a worker on another machine runs the same plan).
 type PlanSource interface {
-	RunPlan(ctx context.Context, runID string) (*engine.Plan, error)
+	RunPlan(ctx context.Context, runID string) (*plan.Plan, error)
 }
 
 // PlanFunc adapts a function to PlanSource.
-type PlanFunc func(ctx context.Context, runID string) (*engine.Plan, error)
+type PlanFunc func(ctx context.Context, runID string) (*plan.Plan, error)
 
 // RunPlan calls f.
-func (f PlanFunc) RunPlan(ctx context.Context, runID string) (*engine.Plan, error) {
+func (f PlanFunc) RunPlan(ctx context.Context, runID string) (*plan.Plan, error) {
 	return f(ctx, runID)
 }
 
@@ -65,7 +66,7 @@ type Activities struct {
 	IDs       engine.IDSource
 	Plans     PlanSource
 	Warehouse engine.Warehouse
-	Secrets   engine.SecretLookup
+	Secrets   plan.SecretLookup
 	Signals   SignalAuthorizer // nil: every signal is allowed
 	Namespace string           // for engineRunRef
 	// LeaseTTL is the run lease each activity renews (default 2m): a local
@@ -83,7 +84,7 @@ type Activities struct {
 // runCtx is what the activities of one run share on this worker.
 type runCtx struct {
 	meta        engine.RunMetadata
-	plan        *engine.Plan // selected, ephemeral models inlined
+	plan        *plan.Plan // selected, ephemeral models inlined
 	redact      *engine.Redactor
 	fullRefresh bool
 }
@@ -159,7 +160,7 @@ func (a *Activities) run(ctx context.Context, runID string) (*runCtx, []engine.R
 		return nil, nil, err
 	}
 	full := p.InlineEphemeral()
-	sel, err := q.Selected(full)
+	sel, err := plan.Selected(full, q)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -304,7 +305,7 @@ func (a *Activities) Step(ctx context.Context, in StepInput) (StepOutput, error)
 	if err != nil {
 		return StepOutput{}, nonRetryable(err)
 	}
-	var s engine.PlanStep
+	var s plan.Step
 	found := false
 	for _, st := range rc.plan.Steps {
 		if st.ID == in.StepID {

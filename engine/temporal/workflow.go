@@ -10,6 +10,7 @@ import (
 
 	"github.com/dvtrun/dvtrun/engine"
 	"github.com/dvtrun/dvtrun/engine/dag"
+	"github.com/dvtrun/dvtrun/engine/plan"
 )
 
 // acts names the activities for ExecuteActivity (a nil receiver is enough).
@@ -191,9 +192,9 @@ func (w *wf) load() error {
 		}
 	}
 	w.steps = st.Steps
-	p := &engine.Plan{Steps: make([]engine.PlanStep, len(st.Steps))}
+	p := &plan.Plan{Steps: make([]plan.Step, len(st.Steps))}
 	for i, s := range st.Steps {
-		p.Steps[i] = engine.PlanStep{ID: s.ID, DependsOn: s.DependsOn}
+		p.Steps[i] = plan.Step{ID: s.ID, DependsOn: s.DependsOn}
 	}
 	w.d = dag.New(p)
 	w.d.Run = st.Run

@@ -14,6 +14,7 @@ import (
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/plan"
 	dvtemporal "github.com/dvtrun/dvtrun/engine/temporal"
 	"github.com/dvtrun/dvtrun/store/sqlite"
 )
@@ -63,7 +64,7 @@ type fixture struct {
 	wh    *countingWarehouse
 	eng   *engine.Engine
 	acts  *dvtemporal.Activities
-	plan  *engine.Plan
+	plan  *plan.Plan
 }
 
 func newFixture(t *testing.T, planFile string) *fixture {
@@ -80,7 +81,7 @@ func newFixture(t *testing.T, planFile string) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { wh.Close() })
-	b, err := engine.LoadBundle(osFiles{}, planFile)
+	b, err := plan.LoadBundle(osFiles{}, planFile)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +90,7 @@ func newFixture(t *testing.T, planFile string) *fixture {
 	f := &fixture{store: st, wh: &countingWarehouse{Warehouse: wh, calls: map[string]int{}, fail: map[string]error{}},
 		eng: &engine.Engine{Log: st, Clock: clock, IDs: ids, Config: cfg}, plan: b.Plan}
 	f.acts = &dvtemporal.Activities{Log: st, Clock: clock, IDs: ids, Warehouse: f.wh, Namespace: "default", Config: cfg,
-		Plans: dvtemporal.PlanFunc(func(context.Context, string) (*engine.Plan, error) { return b.Plan, nil })}
+		Plans: dvtemporal.PlanFunc(func(context.Context, string) (*plan.Plan, error) { return b.Plan, nil })}
 	return f
 }
 

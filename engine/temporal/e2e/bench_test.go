@@ -8,16 +8,17 @@ import (
 	"go.temporal.io/server/temporaltest"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/plan"
 	"github.com/dvtrun/dvtrun/engine/runner"
 	dvtemporal "github.com/dvtrun/dvtrun/engine/temporal"
 )
 
 // widePlan is n independent-in-chains sql steps (chains of 10), cheap in
 // the warehouse, so the engine's own cost per step shows.
-func widePlan(n int) *engine.Plan {
-	p := &engine.Plan{PlanID: "bench", PlanVersion: "1", SchemaVersion: "1"}
+func widePlan(n int) *plan.Plan {
+	p := &plan.Plan{PlanID: "bench", PlanVersion: "1", SchemaVersion: "1"}
 	for i := range n {
-		s := engine.PlanStep{ID: fmt.Sprintf("sql.s%04d", i), Kind: engine.KindSQL, SQL: "SELECT 1"}
+		s := plan.Step{ID: fmt.Sprintf("sql.s%04d", i), Kind: plan.KindSQL, SQL: "SELECT 1"}
 		if i%10 != 0 {
 			s.DependsOn = []string{fmt.Sprintf("sql.s%04d", i-1)}
 		}

@@ -17,6 +17,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/plan"
 	dvtemporal "github.com/dvtrun/dvtrun/engine/temporal"
 )
 
@@ -68,11 +69,11 @@ func TestWorkerCrashEffectsOnce(t *testing.T) {
 	if err := os.WriteFile(cfgFile, []byte(cfgText), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	b, err := engine.LoadBundle(osFiles{}, planFile)
+	b, err := plan.LoadBundle(osFiles{}, planFile)
 	if err != nil {
 		t.Fatal(err)
 	}
-	data, err := engine.EncodeBundle(b)
+	data, err := plan.EncodeBundle(b)
 	if err != nil {
 		t.Fatal(err)
 	}

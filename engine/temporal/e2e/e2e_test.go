@@ -22,6 +22,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/plan"
 	"github.com/dvtrun/dvtrun/engine/runner"
 	dvtemporal "github.com/dvtrun/dvtrun/engine/temporal"
 	"github.com/dvtrun/dvtrun/store/sqlite"
@@ -108,13 +109,13 @@ func newEnv(t testing.TB, ts *temporaltest.TestServer, wh engine.Warehouse) *env
 
 // worker starts a worker on its own task queue (tests run in parallel on
 // one server) running plans from plan.
-func (e *env) worker(queue string, plan *engine.Plan) {
-	e.acts.Plans = dvtemporal.PlanFunc(func(context.Context, string) (*engine.Plan, error) { return plan, nil })
+func (e *env) worker(queue string, plan *plan.Plan) {
+	e.acts.Plans = dvtemporal.PlanFunc(func(context.Context, string) (*plan.Plan, error) { return plan, nil })
 	w := e.ts.NewWorker(queue, func(r worker.Registry) { dvtemporal.Register(r, e.acts) })
 	_ = w // started by NewWorker, stopped with the server
 }
 
-func (e *env) start(p *engine.Plan) string {
+func (e *env) start(p *plan.Plan) string {
 	e.t.Helper()
 	id, err := e.eng.StartRun(e.ctx, engine.StartRequest{Plan: p})
 	if err != nil {
@@ -174,9 +175,9 @@ func newServer(t *testing.T) *temporaltest.TestServer {
 	return temporaltest.NewServer(temporaltest.WithT(t))
 }
 
-func loadShop(t *testing.T) *engine.Plan {
+func loadShop(t *testing.T) *plan.Plan {
 	t.Helper()
-	b, err := engine.LoadBundle(osFiles{}, "../../../plans/shop/plan.yaml")
+	b, err := plan.LoadBundle(osFiles{}, "../../../plans/shop/plan.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -384,11 +385,11 @@ func stepStatus(s engine.Snapshot, id string) engine.StepStatus {
 }
 
 // sqlPlan is independent sql steps a and b, and c after both.
-func sqlPlan() *engine.Plan {
-	return &engine.Plan{PlanID: "signals", PlanVersion: "1", SchemaVersion: "1.0", Steps: []engine.PlanStep{
-		{ID: "sql.a", Kind: engine.KindSQL, SQL: "CREATE TABLE IF NOT EXISTS a_done (x INTEGER)"},
-		{ID: "sql.b", Kind: engine.KindSQL, SQL: "CREATE TABLE IF NOT EXISTS b_done (x INTEGER)"},
-		{ID: "sql.c", Kind: engine.KindSQL, SQL: "CREATE TABLE IF NOT EXISTS c_done (x INTEGER)", DependsOn: []string{"sql.a", "sql.b"}},
+func sqlPlan() *plan.Plan {
+	return &plan.Plan{PlanID: "signals", PlanVersion: "1", SchemaVersion: "1.0", Steps: []plan.Step{
+		{ID: "sql.a", Kind: plan.KindSQL, SQL: "CREATE TABLE IF NOT EXISTS a_done (x INTEGER)"},
+		{ID: "sql.b", Kind: plan.KindSQL, SQL: "CREATE TABLE IF NOT EXISTS b_done (x INTEGER)"},
+		{ID: "sql.c", Kind: plan.KindSQL, SQL: "CREATE TABLE IF NOT EXISTS c_done (x INTEGER)", DependsOn: []string{"sql.a", "sql.b"}},
 	}}
 }
 
@@ -497,9 +498,9 @@ func TestContinueAsNewOnALongPlan(t *testing.T) {
 	}
 	ts := newServer(t)
 	const n = 3000
-	p := &engine.Plan{PlanID: "long", PlanVersion: "1", SchemaVersion: "1.0"}
+	p := &plan.Plan{PlanID: "long", PlanVersion: "1", SchemaVersion: "1.0"}
 	for i := range n {
-		s := engine.PlanStep{ID: fmt.Sprintf("sql.s%04d", i), Kind: engine.KindSQL, SQL: "SELECT 1"}
+		s := plan.Step{ID: fmt.Sprintf("sql.s%04d", i), Kind: plan.KindSQL, SQL: "SELECT 1"}
 		if i >= 50 {
 			s.DependsOn = []string{fmt.Sprintf("sql.s%04d", i-50)}
 		}
@@ -509,6 +510,7 @@ func TestContinueAsNewOnALongPlan(t *testing.T) {
 	e.worker("long", p)
 	runID := e.start(p)
 	r := e.run("long", dvtemporal.Input{RunID: runID, Threads: 16, HistoryBudget: 2000})
+	first := r.GetRunID() // Get follows the chain of runs and moves it on
 	if err := e.wait(r, 9*time.Minute); err != nil {
 		t.Fatal(err)
 	}
@@ -520,7 +522,7 @@ func TestContinueAsNewOnALongPlan(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if desc.WorkflowExecutionInfo.GetExecution().GetRunId() == r.GetRunID() {
+	if desc.WorkflowExecutionInfo.GetExecution().GetRunId() == first {
 		t.Fatal("the workflow never continued as new")
 	}
 	started := 0

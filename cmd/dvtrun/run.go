@@ -303,7 +303,10 @@ func (c *cli) startAndExecute(ctx context.Context, f runFlags, b *plan.Bundle, r
 	}
 	con.start = time.Now()
 	if c.onTemporal(f.engine) {
+		steps := p.InlineEphemeral()
+		con.Report(runner.Progress{Phase: runner.PhaseRunStarted, RunID: runID, Threads: f.threads, Total: len(steps.Steps)})
 		snap, err := c.executeOnTemporal(ctx, f, cfg, st, wh, lookup, runID)
+		reportSteps(con, steps, snap)
 		return c.finishRun(ctx, con, runID, snap, err)
 	}
 	rn := c.newRunner(st, f, con, lookup)

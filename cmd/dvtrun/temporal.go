@@ -13,6 +13,7 @@ import (
 	"github.com/dvtrun/dvtrun/engine"
 	"github.com/dvtrun/dvtrun/engine/config"
 	"github.com/dvtrun/dvtrun/engine/plan"
+	"github.com/dvtrun/dvtrun/engine/runner"
 	dvtemporal "github.com/dvtrun/dvtrun/engine/temporal"
 )
 
@@ -145,4 +146,24 @@ func (c *cli) forwardToTemporal(ctx context.Context, cfg *config.Config, meta en
 	}
 	defer cl.Close()
 	return true, dvtemporal.Forward(ctx, cl, sg)
+}
+
+// reportSteps prints, once a Temporal run ended, each step's outcome from
+// the store's snapshot, in the order the steps ended: the workers ran
+// them, so this process saw no progress of its own.
+func reportSteps(obs runner.Observer, p *plan.Plan, snap engine.Snapshot) {
+	done := 0
+	for _, st := range snap.Steps {
+		s, ok := p.Step(st.StepID)
+		if !ok || (st.Status != engine.StepStatusSuccess && st.Status != engine.StepStatusFailed && st.Status != engine.StepStatusSkipped) {
+			continue
+		}
+		done++
+		pr := runner.Progress{Phase: runner.PhaseStepDone, RunID: snap.RunID, Index: done, Total: len(p.Steps), Step: s, Status: st.Status,
+			SkipReason: st.SkipReason, EngineAttempt: st.EngineAttemptID, LogicalAttempt: st.LogicalAttemptID, Elapsed: time.Duration(st.DurationMs) * time.Millisecond}
+		if st.Error != nil {
+			pr.Err = engine.Errorf(engine.Code(st.Error.Code), "%s", st.Error.Message)
+		}
+		obs.Report(pr)
+	}
 }

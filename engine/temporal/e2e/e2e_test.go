@@ -108,9 +108,9 @@ func newEnv(t testing.TB, ts *temporaltest.TestServer, wh engine.Warehouse) *env
 }
 
 // worker starts a worker on its own task queue (tests run in parallel on
-// one server) running plans from plan.
-func (e *env) worker(queue string, plan *plan.Plan) {
-	e.acts.Plans = dvtemporal.PlanFunc(func(context.Context, string) (*plan.Plan, error) { return plan, nil })
+// one server) running plan p.
+func (e *env) worker(queue string, p *plan.Plan) {
+	e.acts.Plans = dvtemporal.PlanFunc(func(context.Context, string) (*plan.Plan, error) { return p, nil })
 	w := e.ts.NewWorker(queue, func(r worker.Registry) { dvtemporal.Register(r, e.acts) })
 	_ = w // started by NewWorker, stopped with the server
 }

@@ -168,3 +168,40 @@ func runningWorker(t *testing.T, e *env, runID, step string) int {
 	t.Fatalf("timed out after 1m waiting for step %s of run %s to run on a worker", step, runID)
 	return 0
 }
+
+// TestCLIRunOnTemporal is README's example through the CLI: `dvtrun run
+// --engine temporal` on the shop plan against the real server, then
+// `verify --all` clean and RunStarted with engineType temporal.
+func TestCLIRunOnTemporal(t *testing.T) {
+	bin := buildDvtrun(t)
+	ts := newServer(t)
+	dir := t.TempDir()
+	cfgFile := filepath.Join(dir, "dvt.yaml")
+	cfgText := fmt.Sprintf("temporal: {address: %q, namespace: %q, taskQueue: cli}\n", ts.GetFrontendHostPort(), ts.GetDefaultNamespace())
+	if err := os.WriteFile(cfgFile, []byte(cfgText), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dvt := func(args ...string) string {
+		t.Helper()
+		base := []string{"--store", "sqlite:" + filepath.Join(dir, "state.db"), "--warehouse", "sqlite:" + filepath.Join(dir, "wh.db"), "--config", cfgFile}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, bin, append(base, args...)...)
+		cmd.Dir = "../../.."
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("dvtrun %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	out := dvt("run", "--engine", "temporal", "plans/shop/plan.yaml")
+	if !strings.Contains(out, "COMPLETED") || !strings.Contains(out, "PASS=19") {
+		t.Fatalf("run output:\n%s", out)
+	}
+	if out := dvt("verify", "--all"); !strings.Contains(out, "SQL projection == Go reducer") {
+		t.Fatalf("verify --all:\n%s", out)
+	}
+	if out := dvt("events", "last"); !strings.Contains(out, `"engineType":"temporal"`) || !strings.Contains(out, "temporal://"+ts.GetDefaultNamespace()+"/") {
+		t.Fatalf("RunStarted:\n%s", out)
+	}
+}

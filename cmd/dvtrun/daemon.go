@@ -401,6 +401,11 @@ func (c *cli) daemon(ctx context.Context, name string, args []string, withSchedu
 	if err := d.check(withWorker); err != nil {
 		return err
 	}
+	if withWorker && withScheduler && c.onTemporal(d.exec.engine) {
+		// The scheduler fills dvtrun's queue, which a Temporal worker does
+		// not claim: refuse rather than run the ticks locally.
+		return engine.Errorf(engine.CodeInvalidArgument, "serve runs the local worker; for Temporal run `dvtrun worker --engine temporal` and start runs with `dvtrun run --engine temporal`")
+	}
 	cfg, err := c.queueConfig()
 	if err != nil {
 		return err

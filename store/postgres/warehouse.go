@@ -27,7 +27,7 @@ import (
 //
 // Step semantics (as the SQLite warehouse's):
 //   - seed: the CSV (engine.ReadSeed) becomes table Relation, BIGINT,
-//     DOUBLE PRECISION and TEXT columns, loaded with COPY.
+//     NUMERIC and TEXT columns, loaded with COPY.
 //   - model: table (CREATE TABLE … AS), view (the default, as in dbt) or
 //     incremental (MERGE on UniqueKey, Postgres 15 or later; INSERT
 //     without one). RowCount is set for tables.

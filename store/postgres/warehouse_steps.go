@@ -169,12 +169,15 @@ func (s *step) seed() (engine.StepResult, error) {
 	return engine.StepResult{RowCount: n, RowsAffected: n}, err
 }
 
+// seedType: dbt-postgres's seed types (integer, numeric, text), bigint for
+// integers so that no id overflows; numeric keeps a CSV's decimals exact
+// and takes round(x, 2).
 func seedType(t string) string {
 	switch t {
 	case engine.TypeInteger:
 		return "BIGINT"
 	case engine.TypeReal:
-		return "DOUBLE PRECISION"
+		return "NUMERIC"
 	default:
 		return "TEXT"
 	}

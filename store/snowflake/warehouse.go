@@ -630,6 +630,9 @@ func relationName(req engine.StepRequest) (string, error) {
 	case rel == "":
 		return "", engine.Errorf(engine.CodeInvalidArgument, "step %s: no relation name", req.StepID)
 	case !relationRE.MatchString(rel):
+		if schema, name, ok := strings.Cut(rel, "."); ok && relationRE.MatchString(schema) && relationRE.MatchString(name) {
+			return "", engine.Errorf(engine.CodePlanInvalid, "step %s: relation name %q is schema-qualified; the Snowflake warehouse builds in its session's schema (import the dbt manifest without --keep-schemas)", req.StepID, rel)
+		}
 		return "", engine.Errorf(engine.CodePlanInvalid, "step %s: relation name %q is not a valid identifier", req.StepID, rel)
 	default:
 		return ident(rel), nil

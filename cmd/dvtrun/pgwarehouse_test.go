@@ -1,0 +1,120 @@
+package main
+
+import (
+	"database/sql"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dvtrun/dvtrun/store/postgres/pgtest"
+)
+
+// pgCount is count(*) of a relation in the Postgres database at url.
+func pgCount(t *testing.T, url, relation string) int {
+	t.Helper()
+	db, err := sql.Open("pgx", url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var n int
+	if err := db.QueryRow("select count(*) from " + relation).Scan(&n); err != nil {
+		t.Fatalf("count %s: %v", relation, err)
+	}
+	return n
+}
+
+// TestPostgresWarehouseShopAndJaffle: README's example plan and dbt's
+// jaffle_shop (the Postgres manifest of ../shared/reference, imported with
+// --keep-schemas: every relation public.<name>) run with --store
+// postgres://… --warehouse postgres://… (two databases of the test server,
+// URLs with a password that is never printed), twice each: the second run
+// replaces every seed and model in place. Then verify --all.
+func TestPostgresWarehouseShopAndJaffle(t *testing.T) {
+	ref := filepath.Join(repoRoot(t), "..", "shared", "reference")
+	manifest := filepath.Join(ref, "dbt_manifests", "openlineage_postgres_v12", "manifest.json")
+	if _, err := os.Stat(manifest); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("reference material not available at %s: %v", ref, err)
+		}
+		t.Skipf("reference material not available at %s: %v", ref, err)
+	}
+	const password = "Wh-S3cret-pw"
+	withPassword := func(url string) string {
+		return strings.Replace(url, "postgres://dvt@", "postgres://dvt:"+password+"@", 1)
+	}
+	storeURL, whURL := withPassword(pgtest.URL(t)), withPassword(pgtest.URL(t))
+	h := newHarness(t)
+	h.env["DVT_STORE"], h.env["DVT_WAREHOUSE"] = storeURL, whURL
+	var all strings.Builder
+	check := func(r result, args ...string) result {
+		t.Helper()
+		all.WriteString(r.stdout + r.stderr)
+		if r.code != 0 {
+			t.Fatalf("%v: exit %d\nstdout:\n%s\nstderr:\n%s", args, r.code, r.stdout, r.stderr)
+		}
+		return r
+	}
+	for range 2 {
+		r := check(h.run("run", filepath.Join("..", "..", "plans", "shop", "plan.yaml")), "run shop")
+		if !strings.Contains(r.stdout, "Done. PASS=19 WARN=0 ERROR=0 SKIP=0 TOTAL=19") {
+			t.Fatalf("the example plan did not pass on the Postgres warehouse:\n%s", r.stdout)
+		}
+	}
+	for rel, want := range map[string]int{"raw_customers": 30, "raw_products": 20, "raw_orders": 48, "stg_orders": 48,
+		"orders_enriched": 48, "customer_summary": 30, "product_sales": 20} {
+		if got := pgCount(t, whURL, rel); got != want {
+			t.Errorf("shop: %s has %d rows, want %d", rel, got, want)
+		}
+	}
+
+	plan := filepath.Join(h.dir, "jaffle_shop.yaml")
+	check(h.run("plan", "import-dbt", manifest, "--project-dir", filepath.Join(ref, "jaffle_shop"), "--keep-schemas", "-o", plan), "import-dbt")
+	text, err := os.ReadFile(plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(text), "name: public.customers") || !strings.Contains(string(text), `from "public"."stg_orders"`) || strings.Contains(string(text), `"postgres".`) {
+		t.Fatalf("the imported plan does not keep schema-qualified names:\n%.2000s", text)
+	}
+	for range 2 {
+		r := check(h.run("run", plan), "run jaffle_shop")
+		if !strings.Contains(r.stdout, "Done. PASS=28 WARN=0 ERROR=0 SKIP=0 TOTAL=28") {
+			t.Fatalf("jaffle_shop did not pass on the Postgres warehouse:\n%s", r.stdout)
+		}
+	}
+	for rel, want := range map[string]int{"public.customers": 100, "public.orders": 99, "public.raw_payments": 113, "public.stg_customers": 100} {
+		if got := pgCount(t, whURL, rel); got != want {
+			t.Errorf("jaffle_shop: %s has %d rows, want %d", rel, got, want)
+		}
+	}
+	if r := check(h.run("verify", "--all"), "verify"); !strings.Contains(r.stdout, "verified 4 runs") {
+		t.Errorf("verify --all:\n%s", r.stdout)
+	}
+	if strings.Contains(all.String(), password) {
+		t.Errorf("the Postgres password was printed")
+	}
+}
+
+// TestExactlyOncePostgresWarehouse is TestExactlyOnceProcesses's
+// KilledBetweenCommitAndAppend on the Postgres warehouse (the state store
+// stays SQLite, which the test holds locked to open the window): the
+// runner is SIGKILLed after a step's transaction, ledger row included,
+// committed in Postgres and before its StepCompleted is stored; resume
+// completes the step from the ledger, and every effect happened once.
+func TestExactlyOncePostgresWarehouse(t *testing.T) {
+	bin := buildBinary(t)
+	plan, err := filepath.Abs(fixture("effects", "plan.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 18))
+	killedBetweenCommitAndAppend(t, bin, plan, rng, func(t *testing.T) *harness {
+		h := newHarness(t)
+		h.env["DVT_WAREHOUSE"] = pgtest.URL(t)
+		return h
+	})
+}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"database/sql"
 	"math/rand/v2"
 	"os"
@@ -31,7 +32,8 @@ func pgCount(t *testing.T, url, relation string) int {
 // jaffle_shop (the Postgres manifest of ../shared/reference, imported with
 // --keep-schemas: every relation public.<name>) run with --store
 // postgres://… --warehouse postgres://… (two databases of the test server,
-// URLs with a password that is never printed), twice each: the second run
+// URLs with a password that is never printed; jaffle_shop's second run
+// names the warehouse with a key=value DSN), twice each: the second run
 // replaces every seed and model in place. Then verify --all.
 func TestPostgresWarehouseShopAndJaffle(t *testing.T) {
 	ref := filepath.Join(repoRoot(t), "..", "shared", "reference")
@@ -80,7 +82,11 @@ func TestPostgresWarehouseShopAndJaffle(t *testing.T) {
 	if !strings.Contains(string(text), "name: public.customers") || !strings.Contains(string(text), `from "public"."stg_orders"`) || strings.Contains(string(text), `"postgres".`) {
 		t.Fatalf("the imported plan does not keep schema-qualified names:\n%.2000s", text)
 	}
-	for range 2 {
+	// The second run reaches the warehouse through a key=value DSN.
+	kv := "postgres:host=" + urlParam(whURL, "host") + " port=" + urlParam(whURL, "port") + " user=dvt password=" + password +
+		" dbname=" + strings.TrimPrefix(whURL[strings.Index(whURL, "@/")+1:strings.Index(whURL, "?")], "/") + " sslmode=disable"
+	for _, wh := range []string{whURL, kv} {
+		h.env["DVT_WAREHOUSE"] = wh
 		r := check(h.run("run", plan), "run jaffle_shop")
 		if !strings.Contains(r.stdout, "Done. PASS=28 WARN=0 ERROR=0 SKIP=0 TOTAL=28") {
 			t.Fatalf("jaffle_shop did not pass on the Postgres warehouse:\n%s", r.stdout)
@@ -117,4 +123,60 @@ func TestExactlyOncePostgresWarehouse(t *testing.T) {
 		h.env["DVT_WAREHOUSE"] = pgtest.URL(t)
 		return h
 	})
+}
+
+// BenchmarkShopPostgresWarehouse is the runner on the Postgres warehouse
+// beside the SQLite warehouse, measured in the same run: README's example
+// plan (19 steps) with a SQLite state store, once with each warehouse, each
+// a fresh database. Reported: the runner's steps per second with each
+// (medians over b.N) and their time ratio.
+//
+// Run it with: go test -run '^$' -bench ShopPostgresWarehouse -benchtime 5x ./cmd/dvtrun/
+func BenchmarkShopPostgresWarehouse(b *testing.B) {
+	plan := filepath.Join(repoRoot(b), "plans", "shop", "plan.yaml")
+	b.Chdir(b.TempDir()) // the CLI writes run artifacts under .dvt/ of its directory
+	ctx := context.Background()
+	const steps = 19
+	var pgRate, liteRate, ratio []float64
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		dir := b.TempDir()
+		url := pgtest.URL(b) // created before the clock runs
+		b.StartTimer()
+		pg := timeRun(b, ctx, plan, map[string]string{"DVT_STORE": "sqlite:" + filepath.Join(dir, "state-pg.db"), "DVT_WAREHOUSE": url})
+		lite := timeRun(b, ctx, plan, map[string]string{"DVT_STORE": "sqlite:" + filepath.Join(dir, "state-lite.db"), "DVT_WAREHOUSE": "sqlite:" + filepath.Join(dir, "wh.db")})
+		pgRate = append(pgRate, steps/pg.Seconds())
+		liteRate = append(liteRate, steps/lite.Seconds())
+		ratio = append(ratio, float64(pg)/float64(lite))
+	}
+	b.ReportMetric(median(pgRate), "pg-wh-steps/s")
+	b.ReportMetric(median(liteRate), "sqlite-wh-steps/s")
+	b.ReportMetric(median(ratio), "time-ratio")
+}
+
+// TestPostgresWarehouseUnusable: a Postgres warehouse that cannot be
+// reached stops a run before it starts with STORE_UNAVAILABLE (exit 4),
+// one line that never shows the password; a DSN that does not parse is
+// invalid input (exit 2).
+func TestPostgresWarehouseUnusable(t *testing.T) {
+	const password = "Unreach-pw-77"
+	plan := filepath.Join("..", "..", "plans", "shop", "plan.yaml")
+	for _, tc := range []struct {
+		name, warehouse string
+		exit            int
+		code            string
+	}{
+		{"no server", "postgres://dvt:" + password + "@/db?host=" + filepath.Join(t.TempDir(), "no-socket") + "&connect_timeout=2", exitUnavailable, "STORE_UNAVAILABLE"},
+		{"DSN does not parse", "postgres:host=x password=" + password + " port=notaport", exitUsage, "INVALID_ARGUMENT"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			h.env["DVT_WAREHOUSE"] = tc.warehouse
+			r := h.run("run", plan)
+			wantError(t, r, tc.exit, tc.code)
+			if strings.Contains(r.stdout+r.stderr, password) {
+				t.Errorf("the password was printed: %s", r.stderr)
+			}
+		})
+	}
 }

@@ -9,81 +9,28 @@ import (
 	"github.com/dvtrun/dvtrun/engine"
 	"github.com/dvtrun/dvtrun/store/postgres"
 	"github.com/dvtrun/dvtrun/store/postgres/pgtest"
+	"github.com/dvtrun/dvtrun/store/storetest"
 )
 
-// TestWarehouseLedgerOnce: every step kind that writes — DDL included, as
-// Postgres DDL is transactional — commits its ledger row with its work, and
-// the same logical attempt run again returns the recorded result without
-// repeating the effect.
-func TestWarehouseLedgerOnce(t *testing.T) {
-	w := openWarehouse(t, pgtest.DSN(t), postgres.WarehouseOptions{})
-	ctx := context.Background()
-	if _, ok, err := w.LookupStep(ctx, "run-1", "sql.insert", 1); ok || err != nil {
-		t.Fatalf("LookupStep on a new warehouse: %v %v, want not found", ok, err)
-	}
-	whRun(t, w, engine.StepRequest{StepID: "setup", Kind: engine.KindSQL, SQL: "CREATE TABLE effects (n INTEGER)"})
-	cases := []struct {
-		name string
-		req  engine.StepRequest
-		want engine.StepResult
-	}{
-		{"sql", engine.StepRequest{StepID: "sql.insert", Kind: engine.KindSQL, SQL: "INSERT INTO effects VALUES (1)"}, engine.StepResult{RowsAffected: 1}},
-		{"sql with DDL", engine.StepRequest{StepID: "sql.ddl", Kind: engine.KindSQL, SQL: "CREATE TABLE made (n int); INSERT INTO effects VALUES (1)"}, engine.StepResult{RowsAffected: 1}},
-		{"seed", engine.StepRequest{StepID: "seed.s", Kind: engine.KindSeed, Relation: "s", SeedData: []byte("id\n1\n2\n")}, engine.StepResult{RowCount: 2, RowsAffected: 2}},
-		{"model table", engine.StepRequest{StepID: "model.t", Kind: engine.KindModel, Relation: "t", Materialized: engine.MaterializedTable, SQL: "select * from s"}, engine.StepResult{RowCount: 2}},
-		{"model view", engine.StepRequest{StepID: "model.v", Kind: engine.KindModel, Relation: "v", Materialized: engine.MaterializedView, SQL: "select * from s"}, engine.StepResult{}},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			req := c.req
-			req.RunID, req.LogicalAttempt, req.EngineAttempt, req.Fence = "run-1", 1, 2, 7
-			first := whRun(t, w, req)
-			if first.Ledger != nil || first.RowCount != c.want.RowCount || first.RowsAffected != c.want.RowsAffected {
-				t.Fatalf("first run: %+v, want %+v", first, c.want)
-			}
-			req.EngineAttempt = 3
-			again := whRun(t, w, req)
-			if again.Ledger == nil || again.Ledger.EngineAttempt != 2 || again.Ledger.Fence != 7 {
-				t.Fatalf("second run of the same attempt: %+v, want the recorded result of engine attempt 2", again)
-			}
-			if again.RowCount != c.want.RowCount || again.RowsAffected != c.want.RowsAffected {
-				t.Fatalf("recorded result %+v, want %+v", again, c.want)
-			}
-			e, ok, err := w.LookupStep(ctx, "run-1", req.StepID, 1)
-			if err != nil || !ok || e.Result.RowsAffected != c.want.RowsAffected || e.CommittedAt.IsZero() {
-				t.Fatalf("LookupStep: %+v %v %v", e, ok, err)
-			}
-			if _, ok, _ := w.LookupStep(ctx, "run-1", req.StepID, 2); ok {
-				t.Fatal("logical attempt 2 never ran but is in the ledger")
-			}
-		})
-	}
-	if got := whString(t, w, "SELECT count(*) FROM effects"); got != "2" {
-		t.Fatalf("effects = %s rows, want 2", got)
-	}
-	whRun(t, w, engine.StepRequest{RunID: "run-1", StepID: "sql.insert", Kind: engine.KindSQL, SQL: "INSERT INTO effects VALUES (2)", LogicalAttempt: 2, Fence: 7})
-	if got := whString(t, w, "SELECT count(*) FROM effects"); got != "3" {
-		t.Fatalf("effects = %s rows after logical attempt 2, want 3", got)
-	}
+func TestWarehouseLedger(t *testing.T) {
+	storetest.RunWarehouseLedger(t, openWarehouse(t, pgtest.DSN(t), postgres.WarehouseOptions{}))
 }
 
-// TestWarehouseLedgerFence: once a runner with a higher fence committed
-// work for a run, a stale runner's step is refused with LEASE_LOST and
-// writes nothing; other runs are not affected.
-func TestWarehouseLedgerFence(t *testing.T) {
+// TestWarehouseLedgerDDL: on Postgres a sql step's DDL joins the ledger's
+// transaction too (on Snowflake it would commit it): the step runs once.
+func TestWarehouseLedgerDDL(t *testing.T) {
 	w := openWarehouse(t, pgtest.DSN(t), postgres.WarehouseOptions{})
-	whRun(t, w, engine.StepRequest{StepID: "setup", Kind: engine.KindSQL, SQL: "CREATE TABLE effects (n INTEGER)"})
-	step := func(run, id string, fence int64) engine.StepRequest {
-		return engine.StepRequest{RunID: run, StepID: id, Kind: engine.KindSQL, SQL: "INSERT INTO effects VALUES (1)", LogicalAttempt: 1, Fence: fence}
+	req := engine.StepRequest{RunID: "run-1", StepID: "sql.ddl", Kind: engine.KindSQL, SQL: "CREATE TABLE made (n int); INSERT INTO made VALUES (1)",
+		LogicalAttempt: 1, EngineAttempt: 1, Fence: 1}
+	if first := whRun(t, w, req); first.Ledger != nil || first.RowsAffected != 1 {
+		t.Fatalf("first run: %+v", first)
 	}
-	whRun(t, w, step("run-1", "sql.a", 1))
-	whRun(t, w, step("run-1", "sql.b", 2))
-	if _, err := w.RunStep(context.Background(), step("run-1", "sql.c", 1)); engine.CodeOf(err) != engine.CodeLeaseLost {
-		t.Fatalf("stale fence: %v, want LEASE_LOST", err)
+	req.EngineAttempt = 2
+	if again := whRun(t, w, req); again.Ledger == nil || again.Ledger.EngineAttempt != 1 {
+		t.Fatalf("second run of the same attempt: %+v, want the recorded result (a CREATE TABLE run again would fail)", again)
 	}
-	whRun(t, w, step("run-2", "sql.c", 1))
-	if got := whString(t, w, "SELECT count(*) FROM effects"); got != "3" {
-		t.Fatalf("effects = %s rows, want 3", got)
+	if got := whString(t, w, "SELECT count(*) FROM made"); got != "1" {
+		t.Fatalf("made = %s rows, want 1", got)
 	}
 }
 

@@ -36,14 +36,7 @@ func pgCount(t *testing.T, url, relation string) int {
 // names the warehouse with a key=value DSN), twice each: the second run
 // replaces every seed and model in place. Then verify --all.
 func TestPostgresWarehouseShopAndJaffle(t *testing.T) {
-	ref := filepath.Join(repoRoot(t), "..", "shared", "reference")
-	manifest := filepath.Join(ref, "dbt_manifests", "openlineage_postgres_v12", "manifest.json")
-	if _, err := os.Stat(manifest); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("reference material not available at %s: %v", ref, err)
-		}
-		t.Skipf("reference material not available at %s: %v", ref, err)
-	}
+	ref, manifest := jaffleReference(t)
 	const password = "Wh-S3cret-pw"
 	withPassword := func(url string) string {
 		return strings.Replace(url, "postgres://dvt@", "postgres://dvt:"+password+"@", 1)

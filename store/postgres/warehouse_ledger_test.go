@@ -1,9 +1,6 @@
 package postgres_test
 
 import (
-	"context"
-	"fmt"
-	"sync"
 	"testing"
 
 	"github.com/dvtrun/dvtrun/engine"
@@ -34,42 +31,11 @@ func TestWarehouseLedgerDDL(t *testing.T) {
 	}
 }
 
-// TestWarehouseLedgerRace: two warehouses on one database (two runners) run
-// the same step attempt at once, many times: each attempt takes effect
-// once, and the loser gets the winner's recorded result. Steps of one
-// runner with distinct ids run side by side (the fence is a shared claim).
+// TestWarehouseLedgerRace: two warehouses on one database (two runners);
+// steps of one runner with distinct ids run side by side (the fence is a
+// shared claim).
 func TestWarehouseLedgerRace(t *testing.T) {
 	dsn := pgtest.DSN(t)
-	ws := [2]*postgres.Warehouse{openWarehouse(t, dsn, postgres.WarehouseOptions{}), openWarehouse(t, dsn, postgres.WarehouseOptions{})}
-	whRun(t, ws[0], engine.StepRequest{StepID: "setup", Kind: engine.KindSQL, SQL: "CREATE TABLE effects (step TEXT)"})
-	ctx := context.Background()
-	const attempts = 20
-	for i := range attempts {
-		id := fmt.Sprintf("sql.s%02d", i)
-		var wg sync.WaitGroup
-		recorded := make([]bool, len(ws))
-		for k, w := range ws {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				res, err := w.RunStep(ctx, engine.StepRequest{RunID: "run-1", StepID: id, Kind: engine.KindSQL,
-					SQL: "INSERT INTO effects VALUES ('" + id + "')", LogicalAttempt: 1, EngineAttempt: k + 1, Fence: 1})
-				if err != nil {
-					t.Errorf("%s on warehouse %d: %v", id, k, err)
-					return
-				}
-				recorded[k] = res.Ledger != nil
-			}()
-		}
-		wg.Wait()
-		if recorded[0] == recorded[1] {
-			t.Errorf("%s: recorded flags %v, want exactly one execution and one replay", id, recorded)
-		}
-	}
-	if got := whString(t, ws[0], "SELECT count(*) FROM effects"); got != "20" {
-		t.Fatalf("effects = %s rows, want %d", got, attempts)
-	}
-	if got := whString(t, ws[0], "SELECT count(DISTINCT step) FROM effects"); got != "20" {
-		t.Fatalf("distinct steps %s, want %d", got, attempts)
-	}
+	storetest.RunWarehouseLedgerRace(t, [2]storetest.LedgerWarehouse{
+		openWarehouse(t, dsn, postgres.WarehouseOptions{}), openWarehouse(t, dsn, postgres.WarehouseOptions{})})
 }

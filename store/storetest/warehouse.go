@@ -3,9 +3,11 @@ package storetest
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/dvtrun/dvtrun/engine"
@@ -260,5 +262,45 @@ func RunWarehouseLedger(t *testing.T, wh LedgerWarehouse) {
 	step(fenced("run-3", "sql.c", 1)) // fences are per run
 	if n := effects(); n != 5 {
 		t.Fatalf("ledger_effects = %d rows, want 5", n)
+	}
+}
+
+// RunWarehouseLedgerRace: two handles on one warehouse (two runners) run
+// the same step attempt at once, many times: each attempt takes effect
+// once, and the loser gets the winner's recorded result.
+func RunWarehouseLedgerRace(t *testing.T, ws [2]LedgerWarehouse) {
+	ctx := context.Background()
+	if _, err := ws[0].RunStep(ctx, engine.StepRequest{StepID: "setup", Kind: engine.KindSQL, SQL: "CREATE TABLE race_effects (step TEXT)"}); err != nil {
+		t.Fatal(err)
+	}
+	const attempts = 20
+	for i := range attempts {
+		id := fmt.Sprintf("sql.s%02d", i)
+		var wg sync.WaitGroup
+		recorded := make([]bool, len(ws))
+		for k, w := range ws {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				res, err := w.RunStep(ctx, engine.StepRequest{RunID: "run-1", StepID: id, Kind: engine.KindSQL,
+					SQL: "INSERT INTO race_effects VALUES ('" + id + "')", LogicalAttempt: 1, EngineAttempt: k + 1, Fence: 1})
+				if err != nil {
+					t.Errorf("%s on handle %d: %v", id, k, err)
+					return
+				}
+				recorded[k] = res.Ledger != nil
+			}()
+		}
+		wg.Wait()
+		if recorded[0] == recorded[1] {
+			t.Errorf("%s: recorded flags %v, want exactly one execution and one replay", id, recorded)
+		}
+	}
+	var n, distinct int
+	if err := ws[0].DB().QueryRowContext(ctx, "SELECT count(*), count(DISTINCT step) FROM race_effects").Scan(&n, &distinct); err != nil {
+		t.Fatal(err)
+	}
+	if n != attempts || distinct != attempts {
+		t.Fatalf("race_effects = %d rows (%d distinct), want %d", n, distinct, attempts)
 	}
 }

@@ -191,6 +191,13 @@ func (w *Warehouse) RunStep(ctx context.Context, req engine.StepRequest) (engine
 }
 
 func (w *Warehouse) runStep(ctx context.Context, conn *sql.Conn, req engine.StepRequest) (engine.StepResult, error) {
+	var seed *engine.SeedTable
+	if req.Kind == engine.KindSeed {
+		var err error
+		if seed, err = readSeed(req); err != nil {
+			return engine.StepResult{}, err
+		}
+	}
 	tx, err := conn.BeginTx(ctx, nil)
 	if err != nil {
 		return engine.StepResult{}, err
@@ -220,7 +227,7 @@ func (w *Warehouse) runStep(ctx context.Context, conn *sql.Conn, req engine.Step
 	var res engine.StepResult
 	switch req.Kind {
 	case engine.KindSeed:
-		res, err = s.seed()
+		res, err = s.seed(seed)
 	case engine.KindModel:
 		res, err = s.model()
 	case engine.KindSQL:
@@ -310,14 +317,16 @@ func applicationName(req engine.StepRequest) string {
 	return string(b)
 }
 
-// statementTimeout is what remains of ctx's deadline in milliseconds (at
-// least 1; Postgres reads 0 as no timeout), or "" without a deadline.
+// statementTimeout is what remains of ctx's deadline and a second, in
+// milliseconds, or "" without a deadline: the server's timeout is the
+// backstop for a runner that is gone; a live one cancels at its deadline
+// first, so the step ends as timed out (STEP_TIMEOUT), not failed.
 func statementTimeout(ctx context.Context) string {
 	d, ok := ctx.Deadline()
 	if !ok {
 		return ""
 	}
-	return strconv.FormatInt(max(1, time.Until(d).Milliseconds()), 10)
+	return strconv.FormatInt(max(1, time.Until(d).Milliseconds())+1000, 10)
 }
 
 // relation is a step's relation: its schema and name as Postgres stores
@@ -416,7 +425,11 @@ func (w *Warehouse) classify(ctx context.Context, stepID string, err error) erro
 	if errors.As(err, &pe) {
 		switch {
 		case pe.Code == "55P03": // lock_not_available: lock_timeout ran out
-			ex := engine.LockWait{Resource: "a lock in the " + w.name + " (" + what + ")", Budget: w.opts.LockWait}.Exceeded()
+			resource := "a lock in the " + w.name
+			if stepID != "" {
+				resource += " that step " + stepID + " needs"
+			}
+			ex := engine.LockWait{Resource: resource, Budget: w.opts.LockWait}.Exceeded()
 			var e *engine.Error
 			if errors.As(ex, &e) {
 				e.Err = err

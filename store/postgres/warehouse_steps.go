@@ -142,17 +142,19 @@ func (s *step) replaceTable(r relation, build func(tmp string) (int64, error)) (
 	return n, nil
 }
 
-func (s *step) seed() (engine.StepResult, error) {
-	r, err := s.relation()
+// readSeed parses a seed step's CSV, before its transaction begins: no
+// session sits idle in a transaction, holding locks, while Go parses.
+func readSeed(req engine.StepRequest) (*engine.SeedTable, error) {
+	f, err := req.OpenSeed()
 	if err != nil {
-		return engine.StepResult{}, err
-	}
-	f, err := s.req.OpenSeed()
-	if err != nil {
-		return engine.StepResult{}, engine.Errorf(engine.CodePlanInvalid, "seed %s: cannot read its CSV file: %w", s.req.StepID, err)
+		return nil, engine.Errorf(engine.CodePlanInvalid, "seed %s: cannot read its CSV file: %w", req.StepID, err)
 	}
 	defer f.Close()
-	seed, err := engine.ReadSeed(f, s.req.SeedPath)
+	return engine.ReadSeed(f, req.SeedPath)
+}
+
+func (s *step) seed(seed *engine.SeedTable) (engine.StepResult, error) {
+	r, err := s.relation()
 	if err != nil {
 		return engine.StepResult{}, err
 	}

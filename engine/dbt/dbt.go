@@ -1,6 +1,7 @@
 // Package dbt turns a dbt manifest (target/manifest.json, schema v4 to v12)
 // into a dvtrun plan that runs on SQLite (and on any warehouse that takes
-// one-part relation names).
+// one-part relation names), or with Options.KeepSchemas on Postgres with
+// dbt's schema-qualified names.
 //
 // Usage, as `dvtrun plan import-dbt MANIFEST --project-dir DIR [-o FILE]`
 // does it:

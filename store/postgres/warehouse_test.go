@@ -283,3 +283,57 @@ func TestWarehouseLockWait(t *testing.T) {
 		t.Errorf("ledger rows after the refused step: %s", got)
 	}
 }
+
+// TestWarehouseConcurrentSteps runs what a multi-threaded runner sends at
+// once: each worker rebuilds its relation (tables and views, one of them
+// read by a view so that it is replaced in place) while testing its
+// neighbour's, which is being rebuilt at the same time and must never be
+// seen missing or partly built.
+func TestWarehouseConcurrentSteps(t *testing.T) {
+	w := openWarehouse(t, pgtest.DSN(t), postgres.WarehouseOptions{})
+	whRun(t, w, engine.StepRequest{StepID: "seed.n", Kind: engine.KindSeed, Relation: "n", SeedData: []byte("i\n1\n2\n3\n")})
+	const workers = 8
+	rel := func(g int) string { return "m" + string(rune('a'+g%workers)) }
+	build := func(g int) (engine.StepResult, error) {
+		return w.RunStep(context.Background(), engine.StepRequest{StepID: "model." + rel(g), Kind: engine.KindModel, Relation: rel(g),
+			Materialized: []string{"table", "view"}[g%2], SQL: "select i * 2 as j from n"})
+	}
+	for g := range workers {
+		if _, err := build(g); err != nil {
+			t.Fatal(err)
+		}
+	}
+	whRun(t, w, engine.StepRequest{StepID: "model.over_ma", Kind: engine.KindModel, Relation: "over_ma", SQL: "select j from ma"})
+	errs := make(chan error, workers*20)
+	var wg sync.WaitGroup
+	for g := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 5 {
+				res, err := build(g)
+				if err != nil {
+					errs <- err
+					continue
+				}
+				if g%2 == 0 && res.RowCount != 3 {
+					errs <- errors.New(rel(g) + ": wrong row count")
+				}
+				tr, err := w.RunStep(context.Background(), engine.StepRequest{StepID: "test." + rel(g+1), Kind: engine.KindTest, SQL: "select * from " + rel(g+1)})
+				if err != nil {
+					errs <- err
+				} else if tr.Failures != 3 {
+					errs <- errors.New(rel(g+1) + " seen with a partial row set")
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if got := whString(t, w, "select count(*) from over_ma"); got != "3" {
+		t.Errorf("the view over ma reads %s rows after its rebuilds, want 3", got)
+	}
+}

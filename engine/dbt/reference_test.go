@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dvtrun/dvtrun/engine"
 	"github.com/dvtrun/dvtrun/engine/dbt"
+	"github.com/dvtrun/dvtrun/engine/plan"
 )
 
 // referenceDir finds the shared reference material (../shared/reference
@@ -61,7 +61,7 @@ func TestImportJaffleShopReference(t *testing.T) {
 	for _, s := range res.Plan.Steps {
 		kinds[s.Kind]++
 	}
-	if kinds[engine.KindSeed] != 3 || kinds[engine.KindModel] != 5 || kinds[engine.KindTest] != 20 {
+	if kinds[plan.KindSeed] != 3 || kinds[plan.KindModel] != 5 || kinds[plan.KindTest] != 20 {
 		t.Fatalf("steps by kind %v, want 3 seeds, 5 models, 20 tests", kinds)
 	}
 	y, err := res.YAML()
@@ -72,7 +72,7 @@ func TestImportJaffleShopReference(t *testing.T) {
 	if err := os.WriteFile(planFile, y, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	p, _, err := engine.LoadPlan(osSource{}, planFile)
+	p, _, err := plan.Load(osSource{}, planFile)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,13 +111,13 @@ func TestImportJaffleShopKeepSchemas(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, s := range res.Plan.Steps {
-		if s.Kind != engine.KindTest && s.Relation() != "public."+strings.SplitN(s.ID, ".", 2)[1] {
+		if s.Kind != plan.KindTest && s.Relation() != "public."+strings.SplitN(s.ID, ".", 2)[1] {
 			t.Errorf("%s builds %q, want public.<name>", s.ID, s.Relation())
 		}
 		if strings.Contains(s.SQL, `"postgres".`) {
 			t.Errorf("%s keeps the database part: %s", s.ID, s.SQL)
 		}
-		if s.Kind != engine.KindSeed && !strings.Contains(s.SQL, `"public".`) {
+		if s.Kind != plan.KindSeed && !strings.Contains(s.SQL, `"public".`) {
 			t.Errorf("%s reads no schema-qualified relation: %s", s.ID, s.SQL)
 		}
 	}

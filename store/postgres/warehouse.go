@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/plan"
 	sqlfiles "github.com/dvtrun/dvtrun/sql"
 	"github.com/dvtrun/dvtrun/store"
 )
@@ -27,7 +28,7 @@ import (
 // any number of processes.
 //
 // Step semantics (as the SQLite warehouse's):
-//   - seed: the CSV (engine.ReadSeed) becomes table Relation, BIGINT,
+//   - seed: the CSV (plan.ReadSeed) becomes table Relation, BIGINT,
 //     NUMERIC and TEXT columns, loaded with COPY.
 //   - model: table (CREATE TABLE … AS), view (the default, as in dbt) or
 //     incremental (MERGE on UniqueKey, Postgres 15 or later; INSERT
@@ -191,8 +192,8 @@ func (w *Warehouse) RunStep(ctx context.Context, req engine.StepRequest) (engine
 }
 
 func (w *Warehouse) runStep(ctx context.Context, conn *sql.Conn, req engine.StepRequest) (engine.StepResult, error) {
-	var seed *engine.SeedTable
-	if req.Kind == engine.KindSeed {
+	var seed *plan.SeedTable
+	if req.Kind == plan.KindSeed {
 		var err error
 		if seed, err = readSeed(req); err != nil {
 			return engine.StepResult{}, err
@@ -211,10 +212,10 @@ func (w *Warehouse) runStep(ctx context.Context, conn *sql.Conn, req engine.Step
 	}
 	s.schema = schema.String
 	switch req.Kind {
-	case engine.KindTest:
+	case plan.KindTest:
 		// A read: no ledger row (a test has no effect to repeat).
 		return s.test()
-	case engine.KindSeed, engine.KindModel, engine.KindSQL:
+	case plan.KindSeed, plan.KindModel, plan.KindSQL:
 	default:
 		return engine.StepResult{}, engine.Errorf(engine.CodeInvalidArgument, "step %s: unknown kind %q (want seed, model, test or sql)", req.StepID, req.Kind)
 	}
@@ -226,11 +227,11 @@ func (w *Warehouse) runStep(ctx context.Context, conn *sql.Conn, req engine.Step
 	}
 	var res engine.StepResult
 	switch req.Kind {
-	case engine.KindSeed:
+	case plan.KindSeed:
 		res, err = s.seed(seed)
-	case engine.KindModel:
+	case plan.KindModel:
 		res, err = s.model()
-	case engine.KindSQL:
+	case plan.KindSQL:
 		res, err = s.sql()
 	}
 	if err != nil {

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/plan"
 	"github.com/dvtrun/dvtrun/store/postgres/pgtest"
 )
 
@@ -28,13 +28,13 @@ func BenchmarkSeedLoad(b *testing.B) {
 		for i := range rows {
 			fmt.Fprintf(&sb, "%d,name %d,%d.%02d,\"a, quoted \"\"note\"\"\"\n", i, i, i, i%100)
 		}
-		seed, err := engine.ReadSeed(strings.NewReader(sb.String()), "bench.csv")
+		seed, err := plan.ReadSeed(strings.NewReader(sb.String()), "bench.csv")
 		if err != nil {
 			b.Fatal(err)
 		}
 		for _, load := range []struct {
 			name string
-			fn   func(s *step, tmp string, seed *engine.SeedTable) (int64, error)
+			fn   func(s *step, tmp string, seed *plan.SeedTable) (int64, error)
 		}{{"copy", (*step).copyRows}, {"insert", (*step).insertRows}} {
 			b.Run(fmt.Sprintf("%s/rows=%d", load.name, rows), func(b *testing.B) {
 				ctx := context.Background()

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/plan"
 	"github.com/dvtrun/dvtrun/store/postgres"
 	"github.com/dvtrun/dvtrun/store/postgres/pgtest"
 	"github.com/dvtrun/dvtrun/store/storetest"
@@ -17,7 +18,7 @@ func TestWarehouseLedger(t *testing.T) {
 // transaction too (on Snowflake it would commit it): the step runs once.
 func TestWarehouseLedgerDDL(t *testing.T) {
 	w := openWarehouse(t, pgtest.DSN(t), postgres.WarehouseOptions{})
-	req := engine.StepRequest{RunID: "run-1", StepID: "sql.ddl", Kind: engine.KindSQL, SQL: "CREATE TABLE made (n int); INSERT INTO made VALUES (1)",
+	req := engine.StepRequest{RunID: "run-1", StepID: "sql.ddl", Kind: plan.KindSQL, SQL: "CREATE TABLE made (n int); INSERT INTO made VALUES (1)",
 		LogicalAttempt: 1, EngineAttempt: 1, Fence: 1}
 	if first := whRun(t, w, req); first.Ledger != nil || first.RowsAffected != 1 {
 		t.Fatalf("first run: %+v", first)

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/plan"
 	"github.com/dvtrun/dvtrun/store"
 )
 
@@ -144,16 +145,16 @@ func (s *step) replaceTable(r relation, build func(tmp string) (int64, error)) (
 
 // readSeed parses a seed step's CSV, before its transaction begins: no
 // session sits idle in a transaction, holding locks, while Go parses.
-func readSeed(req engine.StepRequest) (*engine.SeedTable, error) {
+func readSeed(req engine.StepRequest) (*plan.SeedTable, error) {
 	f, err := req.OpenSeed()
 	if err != nil {
 		return nil, engine.Errorf(engine.CodePlanInvalid, "seed %s: cannot read its CSV file: %w", req.StepID, err)
 	}
 	defer f.Close()
-	return engine.ReadSeed(f, req.SeedPath)
+	return plan.ReadSeed(f, req.SeedPath)
 }
 
-func (s *step) seed(seed *engine.SeedTable) (engine.StepResult, error) {
+func (s *step) seed(seed *plan.SeedTable) (engine.StepResult, error) {
 	r, err := s.relation()
 	if err != nil {
 		return engine.StepResult{}, err
@@ -176,9 +177,9 @@ func (s *step) seed(seed *engine.SeedTable) (engine.StepResult, error) {
 // and takes round(x, 2).
 func seedType(t string) string {
 	switch t {
-	case engine.TypeInteger:
+	case plan.TypeInteger:
 		return "BIGINT"
-	case engine.TypeReal:
+	case plan.TypeReal:
 		return "NUMERIC"
 	default:
 		return "TEXT"
@@ -189,7 +190,7 @@ func seedType(t string) string {
 // COPY, on the step's connection and inside its transaction: one round
 // trip for the rows, whatever their number (BenchmarkSeedLoad measured it
 // against batched INSERTs).
-func (s *step) copyRows(tmp string, seed *engine.SeedTable) (int64, error) {
+func (s *step) copyRows(tmp string, seed *plan.SeedTable) (int64, error) {
 	schema, name, _ := strings.Cut(tmp, ".")
 	ident := pgx.Identifier{unquote(schema), unquote(name)}
 	var n int64
@@ -203,7 +204,7 @@ func (s *step) copyRows(tmp string, seed *engine.SeedTable) (int64, error) {
 // insertRows is the batched-INSERT alternative to copyRows that
 // BenchmarkSeedLoad compares it with: multi-row VALUES, at most
 // insertBinds parameters a statement.
-func (s *step) insertRows(tmp string, seed *engine.SeedTable) (int64, error) {
+func (s *step) insertRows(tmp string, seed *plan.SeedTable) (int64, error) {
 	const insertBinds = 16000
 	cols := make([]string, len(seed.Columns))
 	for i, c := range seed.Columns {
@@ -250,7 +251,7 @@ func (s *step) model() (engine.StepResult, error) {
 	if err != nil {
 		return engine.StepResult{}, err
 	}
-	body, err := engine.SingleStatement(s.req.SQL)
+	body, err := plan.SingleStatement(s.req.SQL)
 	if err != nil {
 		return engine.StepResult{}, engine.Errorf(engine.CodePlanInvalid, "model %s: %w", s.req.StepID, err)
 	}
@@ -259,17 +260,17 @@ func (s *step) model() (engine.StepResult, error) {
 		return engine.StepResult{}, err
 	}
 	switch s.req.Materialized {
-	case engine.MaterializedTable:
+	case plan.MaterializedTable:
 		n, err := s.replaceTable(r, func(tmp string) (int64, error) {
 			return s.createTableAs(tmp, body, args)
 		})
 		return engine.StepResult{RowCount: n}, err
-	case engine.MaterializedView, "":
+	case plan.MaterializedView, "":
 		if len(s.req.Params) > 0 {
 			return engine.StepResult{}, engine.Errorf(engine.CodePlanInvalid, "model %s: a view cannot take parameters (Postgres stores its text)", s.req.StepID)
 		}
 		return engine.StepResult{}, s.replaceView(r, body)
-	case engine.MaterializedIncremental:
+	case plan.MaterializedIncremental:
 		return s.incremental(r, body, args)
 	default:
 		return engine.StepResult{}, engine.Errorf(engine.CodePlanInvalid, "model %s: materialized %q is not table, view or incremental", s.req.StepID, s.req.Materialized)
@@ -339,13 +340,13 @@ func (s *step) incremental(r relation, body string, args []any) (engine.StepResu
 	}
 	source := "SELECT * FROM (\n" + body + "\n) AS dvt_new"
 	if s.req.IncrementalFilter != "" {
-		filter, err := engine.RenderThis(s.req.IncrementalFilter, r.quoted)
+		filter, err := plan.RenderThis(s.req.IncrementalFilter, r.quoted)
 		if err != nil {
 			return engine.StepResult{}, err
 		}
 		source += "\nWHERE (\n" + filter + "\n)"
 	}
-	m, err := engine.MergeColumns(s.req.StepID, old.cols, nil, s.req.UniqueKey)
+	m, err := plan.MergeColumns(s.req.StepID, old.cols, nil, s.req.UniqueKey)
 	if err != nil {
 		return engine.StepResult{}, err
 	}
@@ -376,7 +377,7 @@ func (s *step) incremental(r relation, body string, args []any) (engine.StepResu
 			return engine.StepResult{}, err
 		}
 		if dups > 0 {
-			return engine.StepResult{}, engine.DuplicateKeyError(s.req.StepID, m.Key, dups)
+			return engine.StepResult{}, plan.DuplicateKeyError(s.req.StepID, m.Key, dups)
 		}
 		set := make([]string, len(cols))
 		for i := range cols {
@@ -400,7 +401,7 @@ func (s *step) incremental(r relation, body string, args []any) (engine.StepResu
 }
 
 func (s *step) test() (engine.StepResult, error) {
-	body, err := engine.SingleStatement(s.req.SQL)
+	body, err := plan.SingleStatement(s.req.SQL)
 	if err != nil {
 		return engine.StepResult{}, engine.Errorf(engine.CodePlanInvalid, "test %s: %w", s.req.StepID, err)
 	}
@@ -427,7 +428,7 @@ func (s *step) sql() (engine.StepResult, error) {
 	if len(stmts) == 0 {
 		return engine.StepResult{}, engine.Errorf(engine.CodePlanInvalid, "sql step %s: SQL is empty", s.req.StepID)
 	}
-	if stmt := engine.TransactionControl(s.req.SQL); stmt != "" {
+	if stmt := plan.TransactionControl(s.req.SQL); stmt != "" {
 		return engine.StepResult{}, engine.Errorf(engine.CodePlanInvalid, "sql step %s: %q controls the transaction; the step already runs in one", s.req.StepID, stmt)
 	}
 	var total int64

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/plan"
 	"github.com/dvtrun/dvtrun/store/postgres"
 	"github.com/dvtrun/dvtrun/store/postgres/pgtest"
 	"github.com/dvtrun/dvtrun/store/storetest"
@@ -68,7 +69,7 @@ func TestWarehouseConformance(t *testing.T) {
 func TestWarehouseSteps(t *testing.T) {
 	w := openWarehouse(t, pgtest.DSN(t), postgres.WarehouseOptions{})
 	seed := []byte("id,name,score\n1,ann,1.5\n2,bob,\n3,,2\n")
-	res := whRun(t, w, engine.StepRequest{StepID: "seed.people", Kind: engine.KindSeed, Relation: "people", SeedData: seed})
+	res := whRun(t, w, engine.StepRequest{StepID: "seed.people", Kind: plan.KindSeed, Relation: "people", SeedData: seed})
 	if res.RowCount != 3 || res.RowsAffected != 3 {
 		t.Fatalf("seed: %+v, want 3 rows", res)
 	}
@@ -84,17 +85,17 @@ func TestWarehouseSteps(t *testing.T) {
 		want engine.StepResult
 		rows string // select of the built relation, when set
 	}{
-		{"table", engine.StepRequest{StepID: "model.t", Kind: engine.KindModel, Relation: "T", Materialized: engine.MaterializedTable, SQL: "select id from people where id > ?;", Params: []any{1}},
+		{"table", engine.StepRequest{StepID: "model.t", Kind: plan.KindModel, Relation: "T", Materialized: plan.MaterializedTable, SQL: "select id from people where id > ?;", Params: []any{1}},
 			engine.StepResult{RowCount: 2}, "select id::text from t order by id"},
-		{"view is the default", engine.StepRequest{StepID: "model.v", Kind: engine.KindModel, Relation: "v", SQL: "select name from people where name is not null -- trailing comment"},
+		{"view is the default", engine.StepRequest{StepID: "model.v", Kind: plan.KindModel, Relation: "v", SQL: "select name from people where name is not null -- trailing comment"},
 			engine.StepResult{}, "select name from v order by 1"},
-		{"schema-qualified table", engine.StepRequest{StepID: "model.mart", Kind: engine.KindModel, Relation: "analytics.mart", Materialized: engine.MaterializedTable, SQL: `select count(*) as n from "public"."people"`},
+		{"schema-qualified table", engine.StepRequest{StepID: "model.mart", Kind: plan.KindModel, Relation: "analytics.mart", Materialized: plan.MaterializedTable, SQL: `select count(*) as n from "public"."people"`},
 			engine.StepResult{RowCount: 1}, "select n::text from analytics.mart"},
-		{"sql statements with placeholders numbered per statement", engine.StepRequest{StepID: "sql.s", Kind: engine.KindSQL,
+		{"sql statements with placeholders numbered per statement", engine.StepRequest{StepID: "sql.s", Kind: plan.KindSQL,
 			SQL: "create table log (n int, s text); insert into log values (?, '?'); insert into log select ?, $$a;?$$ from people /* ?; */", Params: []any{7}},
 			engine.StepResult{RowsAffected: 4}, "select n || s from log order by s"},
-		{"passing test", engine.StepRequest{StepID: "test.ok", Kind: engine.KindTest, SQL: "select * from people where id > ?", Params: []any{10}}, engine.StepResult{}, ""},
-		{"failing test", engine.StepRequest{StepID: "test.fail", Kind: engine.KindTest, SQL: "select id, name from people where score is null or name is null order by id"}, engine.StepResult{Failures: 2}, ""},
+		{"passing test", engine.StepRequest{StepID: "test.ok", Kind: plan.KindTest, SQL: "select * from people where id > ?", Params: []any{10}}, engine.StepResult{}, ""},
+		{"failing test", engine.StepRequest{StepID: "test.fail", Kind: plan.KindTest, SQL: "select id, name from people where score is null or name is null order by id"}, engine.StepResult{Failures: 2}, ""},
 	}
 	wantRows := map[string]string{"table": "2 3", "view is the default": "ann bob", "schema-qualified table": "3",
 		"sql statements with placeholders numbered per statement": "7? 7a;? 7a;? 7a;?"}
@@ -118,22 +119,22 @@ func TestWarehouseSteps(t *testing.T) {
 
 func TestWarehouseStepErrors(t *testing.T) {
 	w := openWarehouse(t, pgtest.DSN(t), postgres.WarehouseOptions{})
-	whRun(t, w, engine.StepRequest{StepID: "seed.base", Kind: engine.KindSeed, Relation: "base", SeedData: []byte("id\n1\n2\n")})
+	whRun(t, w, engine.StepRequest{StepID: "seed.base", Kind: plan.KindSeed, Relation: "base", SeedData: []byte("id\n1\n2\n")})
 	tests := []struct {
 		name string
 		req  engine.StepRequest
 		code engine.Code
 		want string
 	}{
-		{"model syntax error", engine.StepRequest{StepID: "model.m", Kind: engine.KindModel, Relation: "m", Materialized: "table", SQL: "selec 1"}, engine.CodeStepFailed, "step model.m on the Postgres warehouse"},
-		{"view over a missing table", engine.StepRequest{StepID: "model.v", Kind: engine.KindModel, Relation: "v", SQL: "select * from missing_table"}, engine.CodeStepFailed, "missing_table"},
-		{"failing table build keeps the old table", engine.StepRequest{StepID: "model.base", Kind: engine.KindModel, Relation: "base", Materialized: "table", SQL: "select 1/0 as id"}, engine.CodeStepFailed, "division by zero"},
-		{"model with two statements", engine.StepRequest{StepID: "model.two", Kind: engine.KindModel, Relation: "two", Materialized: "table", SQL: "select 1; drop table base"}, engine.CodePlanInvalid, "several statements"},
-		{"relation name that would need splicing", engine.StepRequest{StepID: "model.x", Kind: engine.KindModel, Relation: `x"; drop table base; --`, SQL: "select 1"}, engine.CodePlanInvalid, "not a valid identifier"},
-		{"three-part relation", engine.StepRequest{StepID: "model.x", Kind: engine.KindModel, Relation: "db.s.x", SQL: "select 1"}, engine.CodePlanInvalid, "more than two parts"},
-		{"reserved relation prefix", engine.StepRequest{StepID: "model.x", Kind: engine.KindModel, Relation: "dvt_tmp__x", SQL: "select 1"}, engine.CodePlanInvalid, "reserved prefix"},
-		{"sql step with COMMIT", engine.StepRequest{StepID: "sql.c", Kind: engine.KindSQL, SQL: "delete from base; commit; insert into base values (3)"}, engine.CodePlanInvalid, `"commit" controls the transaction`},
-		{"DDL then a failure rolls back", engine.StepRequest{StepID: "sql.s", Kind: engine.KindSQL, SQL: "delete from base; create table made (a int); insert into nowhere values (1)"}, engine.CodeStepFailed, "nowhere"},
+		{"model syntax error", engine.StepRequest{StepID: "model.m", Kind: plan.KindModel, Relation: "m", Materialized: "table", SQL: "selec 1"}, engine.CodeStepFailed, "step model.m on the Postgres warehouse"},
+		{"view over a missing table", engine.StepRequest{StepID: "model.v", Kind: plan.KindModel, Relation: "v", SQL: "select * from missing_table"}, engine.CodeStepFailed, "missing_table"},
+		{"failing table build keeps the old table", engine.StepRequest{StepID: "model.base", Kind: plan.KindModel, Relation: "base", Materialized: "table", SQL: "select 1/0 as id"}, engine.CodeStepFailed, "division by zero"},
+		{"model with two statements", engine.StepRequest{StepID: "model.two", Kind: plan.KindModel, Relation: "two", Materialized: "table", SQL: "select 1; drop table base"}, engine.CodePlanInvalid, "several statements"},
+		{"relation name that would need splicing", engine.StepRequest{StepID: "model.x", Kind: plan.KindModel, Relation: `x"; drop table base; --`, SQL: "select 1"}, engine.CodePlanInvalid, "not a valid identifier"},
+		{"three-part relation", engine.StepRequest{StepID: "model.x", Kind: plan.KindModel, Relation: "db.s.x", SQL: "select 1"}, engine.CodePlanInvalid, "more than two parts"},
+		{"reserved relation prefix", engine.StepRequest{StepID: "model.x", Kind: plan.KindModel, Relation: "dvt_tmp__x", SQL: "select 1"}, engine.CodePlanInvalid, "reserved prefix"},
+		{"sql step with COMMIT", engine.StepRequest{StepID: "sql.c", Kind: plan.KindSQL, SQL: "delete from base; commit; insert into base values (3)"}, engine.CodePlanInvalid, `"commit" controls the transaction`},
+		{"DDL then a failure rolls back", engine.StepRequest{StepID: "sql.s", Kind: plan.KindSQL, SQL: "delete from base; create table made (a int); insert into nowhere values (1)"}, engine.CodeStepFailed, "nowhere"},
 		{"unknown kind", engine.StepRequest{StepID: "x.y", Kind: "snapshot"}, engine.CodeInvalidArgument, "unknown kind"},
 	}
 	for _, tc := range tests {
@@ -159,17 +160,17 @@ func TestWarehouseStepErrors(t *testing.T) {
 // columns it goes with its views, as in dbt-postgres.
 func TestWarehouseReplaceKeepsViews(t *testing.T) {
 	w := openWarehouse(t, pgtest.DSN(t), postgres.WarehouseOptions{})
-	whRun(t, w, engine.StepRequest{StepID: "seed.raw", Kind: engine.KindSeed, Relation: "raw", SeedData: []byte("id\n1\n")})
-	whRun(t, w, engine.StepRequest{StepID: "model.stg", Kind: engine.KindModel, Relation: "stg", SQL: "select id * 10 as id10 from raw"})
-	whRun(t, w, engine.StepRequest{StepID: "seed.raw", Kind: engine.KindSeed, Relation: "raw", SeedData: []byte("id\n2\n3\n")})
+	whRun(t, w, engine.StepRequest{StepID: "seed.raw", Kind: plan.KindSeed, Relation: "raw", SeedData: []byte("id\n1\n")})
+	whRun(t, w, engine.StepRequest{StepID: "model.stg", Kind: plan.KindModel, Relation: "stg", SQL: "select id * 10 as id10 from raw"})
+	whRun(t, w, engine.StepRequest{StepID: "seed.raw", Kind: plan.KindSeed, Relation: "raw", SeedData: []byte("id\n2\n3\n")})
 	if got := whString(t, w, "select id10::text from stg order by 1"); got != "20 30" {
 		t.Fatalf("view over the rebuilt seed reads %q, want 20 30", got)
 	}
-	whRun(t, w, engine.StepRequest{StepID: "model.stg", Kind: engine.KindModel, Relation: "stg", SQL: "select id * 100 as id10, 'x' as extra from raw"})
+	whRun(t, w, engine.StepRequest{StepID: "model.stg", Kind: plan.KindModel, Relation: "stg", SQL: "select id * 100 as id10, 'x' as extra from raw"})
 	if got := whString(t, w, "select id10::text || extra from stg order by 1"); got != "200x 300x" {
 		t.Fatalf("replaced view reads %q", got)
 	}
-	whRun(t, w, engine.StepRequest{StepID: "seed.raw", Kind: engine.KindSeed, Relation: "raw", SeedData: []byte("id,name\n4,d\n")})
+	whRun(t, w, engine.StepRequest{StepID: "seed.raw", Kind: plan.KindSeed, Relation: "raw", SeedData: []byte("id,name\n4,d\n")})
 	if got := whString(t, w, "select count(*) from pg_class where relname = 'stg'"); got != "0" {
 		t.Errorf("a view over a table whose columns changed should go with it (CASCADE); pg_class has %s", got)
 	}
@@ -180,14 +181,14 @@ func TestWarehouseReplaceKeepsViews(t *testing.T) {
 // transaction only.
 func TestWarehouseSession(t *testing.T) {
 	w := openWarehouse(t, pgtest.DSN(t), postgres.WarehouseOptions{})
-	whRun(t, w, engine.StepRequest{StepID: "sql.setup", Kind: engine.KindSQL, SQL: "create table seen (app text, timeout text)"})
+	whRun(t, w, engine.StepRequest{StepID: "sql.setup", Kind: plan.KindSQL, SQL: "create table seen (app text, timeout text)"})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 	defer cancel()
 	record := "insert into seen select current_setting('application_name'), current_setting('statement_timeout')"
-	if _, err := w.RunStep(ctx, engine.StepRequest{RunID: "01JRUN", StepID: "sql.seen", Kind: engine.KindSQL, SQL: record, LogicalAttempt: 1, EngineAttempt: 2, Fence: 1}); err != nil {
+	if _, err := w.RunStep(ctx, engine.StepRequest{RunID: "01JRUN", StepID: "sql.seen", Kind: plan.KindSQL, SQL: record, LogicalAttempt: 1, EngineAttempt: 2, Fence: 1}); err != nil {
 		t.Fatal(err)
 	}
-	whRun(t, w, engine.StepRequest{StepID: "sql.again", Kind: engine.KindSQL, SQL: record})
+	whRun(t, w, engine.StepRequest{StepID: "sql.again", Kind: plan.KindSQL, SQL: record})
 	got := whString(t, w, "select app || '|' || timeout from seen order by app desc")
 	if want := "dvtrun sql.again|0 dvtrun 01JRUN sql.seen #2|"; !strings.HasPrefix(got, want) || !strings.HasSuffix(got, "min") && !strings.HasSuffix(got, "s") {
 		t.Errorf("sessions saw %q, want %q followed by the hour's timeout", got, want)
@@ -199,12 +200,12 @@ func TestWarehouseSession(t *testing.T) {
 
 func TestWarehouseCancellation(t *testing.T) {
 	w := openWarehouse(t, pgtest.DSN(t), postgres.WarehouseOptions{})
-	for _, kind := range []string{engine.KindTest, engine.KindModel, engine.KindSQL} {
+	for _, kind := range []string{plan.KindTest, plan.KindModel, plan.KindSQL} {
 		t.Run(kind, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 			defer cancel()
 			sql := "select 1 as slept from pg_sleep(60)"
-			if kind == engine.KindSQL {
+			if kind == plan.KindSQL {
 				sql = "create table slow as " + sql
 			}
 			start := time.Now()
@@ -231,7 +232,7 @@ func TestWarehouseCancellation(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := w.RunStep(ctx, engine.StepRequest{StepID: "sql.x", Kind: engine.KindSQL, SQL: "create table x(a int)"}); !errors.Is(err, context.Canceled) {
+	if _, err := w.RunStep(ctx, engine.StepRequest{StepID: "sql.x", Kind: plan.KindSQL, SQL: "create table x(a int)"}); !errors.Is(err, context.Canceled) {
 		t.Errorf("a cancelled context: %v", err)
 	}
 }
@@ -251,7 +252,7 @@ func TestWarehouseLockWait(t *testing.T) {
 		defer mu.Unlock()
 		reports = append(reports, lw)
 	}})
-	whRun(t, w, engine.StepRequest{StepID: "sql.setup", Kind: engine.KindSQL, SQL: "create table t (a int)"})
+	whRun(t, w, engine.StepRequest{StepID: "sql.setup", Kind: plan.KindSQL, SQL: "create table t (a int)"})
 	holder := openWarehouse(t, dsn+" application_name=the-holder", postgres.WarehouseOptions{})
 	ctx := context.Background()
 	tx, err := holder.DB().BeginTx(ctx, nil)
@@ -263,7 +264,7 @@ func TestWarehouseLockWait(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	_, err = w.RunStep(ctx, engine.StepRequest{RunID: "r", StepID: "sql.ins", Kind: engine.KindSQL, SQL: "insert into t values (1)", LogicalAttempt: 1, Fence: 1})
+	_, err = w.RunStep(ctx, engine.StepRequest{RunID: "r", StepID: "sql.ins", Kind: plan.KindSQL, SQL: "insert into t values (1)", LogicalAttempt: 1, Fence: 1})
 	took := time.Since(start)
 	if engine.CodeOf(err) != engine.CodeStoreUnavailable || engine.IsTransient(err) || !strings.Contains(err.Error(), "not released within 1.5s") {
 		t.Fatalf("got %v, want a STORE_UNAVAILABLE that is not transient, naming the budget", err)
@@ -291,11 +292,11 @@ func TestWarehouseLockWait(t *testing.T) {
 // seen missing or partly built.
 func TestWarehouseConcurrentSteps(t *testing.T) {
 	w := openWarehouse(t, pgtest.DSN(t), postgres.WarehouseOptions{})
-	whRun(t, w, engine.StepRequest{StepID: "seed.n", Kind: engine.KindSeed, Relation: "n", SeedData: []byte("i\n1\n2\n3\n")})
+	whRun(t, w, engine.StepRequest{StepID: "seed.n", Kind: plan.KindSeed, Relation: "n", SeedData: []byte("i\n1\n2\n3\n")})
 	const workers = 8
 	rel := func(g int) string { return "m" + string(rune('a'+g%workers)) }
 	build := func(g int) (engine.StepResult, error) {
-		return w.RunStep(context.Background(), engine.StepRequest{StepID: "model." + rel(g), Kind: engine.KindModel, Relation: rel(g),
+		return w.RunStep(context.Background(), engine.StepRequest{StepID: "model." + rel(g), Kind: plan.KindModel, Relation: rel(g),
 			Materialized: []string{"table", "view"}[g%2], SQL: "select i * 2 as j from n"})
 	}
 	for g := range workers {
@@ -303,7 +304,7 @@ func TestWarehouseConcurrentSteps(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	whRun(t, w, engine.StepRequest{StepID: "model.over_ma", Kind: engine.KindModel, Relation: "over_ma", SQL: "select j from ma"})
+	whRun(t, w, engine.StepRequest{StepID: "model.over_ma", Kind: plan.KindModel, Relation: "over_ma", SQL: "select j from ma"})
 	errs := make(chan error, workers*20)
 	var wg sync.WaitGroup
 	for g := range workers {
@@ -319,7 +320,7 @@ func TestWarehouseConcurrentSteps(t *testing.T) {
 				if g%2 == 0 && res.RowCount != 3 {
 					errs <- errors.New(rel(g) + ": wrong row count")
 				}
-				tr, err := w.RunStep(context.Background(), engine.StepRequest{StepID: "test." + rel(g+1), Kind: engine.KindTest, SQL: "select * from " + rel(g+1)})
+				tr, err := w.RunStep(context.Background(), engine.StepRequest{StepID: "test." + rel(g+1), Kind: plan.KindTest, SQL: "select * from " + rel(g+1)})
 				if err != nil {
 					errs <- err
 				} else if tr.Failures != 3 {

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/plan"
 )
 
 // Warehouse is a warehouse under test, with direct access to check what
@@ -38,14 +39,14 @@ func RunWarehouseIncremental(t *testing.T, wh Warehouse) {
 		if err := os.WriteFile(path, []byte(csv), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := wh.RunStep(ctx, engine.StepRequest{StepID: "seed.inc_src", Kind: engine.KindSeed, Relation: "inc_src", SeedPath: path}); err != nil {
+		if _, err := wh.RunStep(ctx, engine.StepRequest{StepID: "seed.inc_src", Kind: plan.KindSeed, Relation: "inc_src", SeedPath: path}); err != nil {
 			t.Fatalf("seed: %v", err)
 		}
 	}
 	const body = "select id, val, updated from inc_src"
 	incremental := func(rel, sql string, key []string, fullRefresh bool) (engine.StepResult, error) {
 		return wh.RunStep(ctx, engine.StepRequest{
-			StepID: "model." + rel, Kind: engine.KindModel, Relation: rel, Materialized: engine.MaterializedIncremental,
+			StepID: "model." + rel, Kind: plan.KindModel, Relation: rel, Materialized: plan.MaterializedIncremental,
 			SQL: sql, UniqueKey: key, FullRefresh: fullRefresh,
 			IncrementalFilter: "updated > (select coalesce(max(updated), 0) from {{ this }})",
 		})
@@ -72,7 +73,7 @@ func RunWarehouseIncremental(t *testing.T, wh Warehouse) {
 	}
 	rebuild := func() string {
 		t.Helper()
-		if _, err := wh.RunStep(ctx, engine.StepRequest{StepID: "model.inc_full", Kind: engine.KindModel, Relation: "inc_full", Materialized: engine.MaterializedTable, SQL: body}); err != nil {
+		if _, err := wh.RunStep(ctx, engine.StepRequest{StepID: "model.inc_full", Kind: plan.KindModel, Relation: "inc_full", Materialized: plan.MaterializedTable, SQL: body}); err != nil {
 			t.Fatalf("full rebuild: %v", err)
 		}
 		return rows("inc_full")
@@ -160,7 +161,7 @@ func RunWarehouseSeedData(t *testing.T, wh Warehouse) {
 		t.Fatal(err)
 	}
 	for _, path := range []string{onDisk, filepath.Join(t.TempDir(), "gone.csv")} {
-		res, err := wh.RunStep(ctx, engine.StepRequest{StepID: "seed.people", Kind: engine.KindSeed, Relation: "people",
+		res, err := wh.RunStep(ctx, engine.StepRequest{StepID: "seed.people", Kind: plan.KindSeed, Relation: "people",
 			SeedPath: path, SeedData: []byte("id\n1\n2\n")})
 		if err != nil {
 			t.Fatalf("seed with SeedPath %s: %v", path, err)
@@ -206,16 +207,16 @@ func RunWarehouseLedger(t *testing.T, wh LedgerWarehouse) {
 		}
 		return n
 	}
-	step(engine.StepRequest{StepID: "setup", Kind: engine.KindSQL, SQL: "CREATE TABLE ledger_effects (n INTEGER)"})
+	step(engine.StepRequest{StepID: "setup", Kind: plan.KindSQL, SQL: "CREATE TABLE ledger_effects (n INTEGER)"})
 	cases := []struct {
 		name string
 		req  engine.StepRequest
 		want engine.StepResult
 	}{
-		{"sql", engine.StepRequest{StepID: "sql.insert", Kind: engine.KindSQL, SQL: "INSERT INTO ledger_effects VALUES (1)"}, engine.StepResult{RowsAffected: 1}},
-		{"seed", engine.StepRequest{StepID: "seed.ledger_s", Kind: engine.KindSeed, Relation: "ledger_s", SeedData: []byte("id\n1\n2\n")}, engine.StepResult{RowCount: 2, RowsAffected: 2}},
-		{"model table", engine.StepRequest{StepID: "model.ledger_t", Kind: engine.KindModel, Relation: "ledger_t", Materialized: engine.MaterializedTable, SQL: "select * from ledger_s"}, engine.StepResult{RowCount: 2}},
-		{"model view", engine.StepRequest{StepID: "model.ledger_v", Kind: engine.KindModel, Relation: "ledger_v", Materialized: engine.MaterializedView, SQL: "select * from ledger_s"}, engine.StepResult{}},
+		{"sql", engine.StepRequest{StepID: "sql.insert", Kind: plan.KindSQL, SQL: "INSERT INTO ledger_effects VALUES (1)"}, engine.StepResult{RowsAffected: 1}},
+		{"seed", engine.StepRequest{StepID: "seed.ledger_s", Kind: plan.KindSeed, Relation: "ledger_s", SeedData: []byte("id\n1\n2\n")}, engine.StepResult{RowCount: 2, RowsAffected: 2}},
+		{"model table", engine.StepRequest{StepID: "model.ledger_t", Kind: plan.KindModel, Relation: "ledger_t", Materialized: plan.MaterializedTable, SQL: "select * from ledger_s"}, engine.StepResult{RowCount: 2}},
+		{"model view", engine.StepRequest{StepID: "model.ledger_v", Kind: plan.KindModel, Relation: "ledger_v", Materialized: plan.MaterializedView, SQL: "select * from ledger_s"}, engine.StepResult{}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -246,13 +247,13 @@ func RunWarehouseLedger(t *testing.T, wh LedgerWarehouse) {
 		t.Fatalf("ledger_effects = %d rows, want 1", n)
 	}
 	// A new logical attempt (RETRY_STEP) is new work.
-	step(engine.StepRequest{RunID: "run-1", StepID: "sql.insert", Kind: engine.KindSQL, SQL: "INSERT INTO ledger_effects VALUES (2)", LogicalAttempt: 2, Fence: 7})
+	step(engine.StepRequest{RunID: "run-1", StepID: "sql.insert", Kind: plan.KindSQL, SQL: "INSERT INTO ledger_effects VALUES (2)", LogicalAttempt: 2, Fence: 7})
 	if n := effects(); n != 2 {
 		t.Fatalf("ledger_effects = %d rows after logical attempt 2, want 2", n)
 	}
 
 	fenced := func(run, id string, fence int64) engine.StepRequest {
-		return engine.StepRequest{RunID: run, StepID: id, Kind: engine.KindSQL, SQL: "INSERT INTO ledger_effects VALUES (1)", LogicalAttempt: 1, Fence: fence}
+		return engine.StepRequest{RunID: run, StepID: id, Kind: plan.KindSQL, SQL: "INSERT INTO ledger_effects VALUES (1)", LogicalAttempt: 1, Fence: fence}
 	}
 	step(fenced("run-2", "sql.a", 1))
 	step(fenced("run-2", "sql.b", 2)) // the successor commits
@@ -270,7 +271,7 @@ func RunWarehouseLedger(t *testing.T, wh LedgerWarehouse) {
 // once, and the loser gets the winner's recorded result.
 func RunWarehouseLedgerRace(t *testing.T, ws [2]LedgerWarehouse) {
 	ctx := context.Background()
-	if _, err := ws[0].RunStep(ctx, engine.StepRequest{StepID: "setup", Kind: engine.KindSQL, SQL: "CREATE TABLE race_effects (step TEXT)"}); err != nil {
+	if _, err := ws[0].RunStep(ctx, engine.StepRequest{StepID: "setup", Kind: plan.KindSQL, SQL: "CREATE TABLE race_effects (step TEXT)"}); err != nil {
 		t.Fatal(err)
 	}
 	const attempts = 20
@@ -282,7 +283,7 @@ func RunWarehouseLedgerRace(t *testing.T, ws [2]LedgerWarehouse) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				res, err := w.RunStep(ctx, engine.StepRequest{RunID: "run-1", StepID: id, Kind: engine.KindSQL,
+				res, err := w.RunStep(ctx, engine.StepRequest{RunID: "run-1", StepID: id, Kind: plan.KindSQL,
 					SQL: "INSERT INTO race_effects VALUES ('" + id + "')", LogicalAttempt: 1, EngineAttempt: k + 1, Fence: 1})
 				if err != nil {
 					t.Errorf("%s on handle %d: %v", id, k, err)

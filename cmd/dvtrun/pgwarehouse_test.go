@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -171,5 +172,62 @@ func TestPostgresWarehouseUnusable(t *testing.T) {
 				t.Errorf("the password was printed: %s", r.stderr)
 			}
 		})
+	}
+}
+
+// TestPostgresWarehouseKilledMidStep: a runner SIGKILLed while a table
+// model's CREATE TABLE … AS runs leaves nothing in the warehouse — no
+// table, no half-built temporary, no ledger row: the server rolls the
+// step's transaction back — and the server stops the statement within
+// seconds (client_connection_check_interval) instead of running it to its
+// end. While it ran, pg_stat_activity named the run and the step
+// (application_name).
+func TestPostgresWarehouseKilledMidStep(t *testing.T) {
+	bin := buildBinary(t)
+	h := newHarness(t)
+	wh := pgtest.URL(t)
+	h.env["DVT_WAREHOUSE"] = wh
+	plan := filepath.Join(h.dir, "slow.yaml")
+	if err := os.WriteFile(plan, []byte("planId: slow\nplanVersion: \"1\"\nsteps:\n"+
+		"  - {id: model.slow, kind: model, materialized: table, sql: \"select 1 as x from pg_sleep(60)\"}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("pgx", wh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	active := func() string {
+		var app sql.NullString
+		err := db.QueryRow("select application_name from pg_stat_activity where query like '%pg_sleep(60)%' and state = 'active' and pid <> pg_backend_pid()").Scan(&app)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			t.Fatal(err)
+		}
+		return app.String
+	}
+	env := append(os.Environ(), "DVT_STORE="+h.env["DVT_STORE"], "DVT_WAREHOUSE="+wh)
+	p := startProc(t, bin, env, "run", plan)
+	waitUntil(t, "the model's statement running on the server", func() bool { return active() != "" })
+	if app := active(); !strings.HasPrefix(app, "dvtrun ") || !strings.Contains(app, " model.slow #1") {
+		t.Errorf("application_name of the step's session %q, want dvtrun <run> model.slow #1", app)
+	}
+	p.cmd.Process.Kill()
+	p.wait(t)
+	killed := time.Now()
+	for active() != "" {
+		if time.Since(killed) > 10*time.Second {
+			t.Fatal("the killed runner's statement still runs on the server 10s later")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	var left, ledger int
+	if err := db.QueryRow("select count(*) from pg_class where relname in ('slow', 'dvt_tmp__slow')").Scan(&left); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.QueryRow("select count(*) from dvt_step_ledger").Scan(&ledger); err != nil {
+		t.Fatal(err)
+	}
+	if left != 0 || ledger != 0 {
+		t.Errorf("after the kill: %d relations and %d ledger rows left, want none", left, ledger)
 	}
 }

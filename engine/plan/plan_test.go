@@ -103,7 +103,7 @@ func TestValidate(t *testing.T) {
 			p.Steps[1].Materialized = "incremental"
 			p.Steps[1].UniqueKey = []string{"id", "ID", "a b"}
 			p.Steps[1].IncrementalFilter = "x > (select max(x) from {{ this }}) and {{ is_incremental() }}"
-		}, []string{`uniqueKey column "ID" is listed twice`, `uniqueKey column "a b" is not a valid identifier`, `incrementalFilter: {{ is_incremental() }} is not supported`}},
+		}, []string{`uniqueKey column "ID" is listed twice`, `uniqueKey column "a b" is not a valid identifier`, `incrementalFilter: {{ is_incremental() }}: unknown function is_incremental`}},
 		{"sql step reading an ephemeral model", func(p *Plan) { p.Steps[2].Materialized = "ephemeral" }, []string{"step sql.grant: depends on ephemeral model model.final, which only models and tests can read"}},
 		{"severity", func(p *Plan) { p.Steps[3].Severity = "fatal" }, []string{`step test.not_null_final_id: severity "fatal"`}},
 		{"unknown kind", func(p *Plan) { p.Steps[4].Kind = "python" }, []string{`step sql.grant: unknown kind "python"`}},

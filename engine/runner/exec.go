@@ -65,13 +65,19 @@ type flight struct {
 // execution is one Execute call's state. The run loop owns every field except
 // results (written by step goroutines) and randMu.
 type execution struct {
-	e     *Runner
-	cfg   Config
-	p     *plan.Plan
-	wh    engine.Warehouse
-	meta  engine.RunMetadata
-	em    *engine.Emitter
-	runID string
+	e   *Runner
+	cfg Config
+	p   *plan.Plan
+	wh  engine.Warehouse
+	// written is the plan as written (p has its ephemeral models inlined
+	// and its selection applied); render renders the steps' SQL with the
+	// run's recorded vars and data interval (renderCtx).
+	written   *plan.Plan
+	render    *plan.Renderer
+	renderCtx plan.Context
+	meta      engine.RunMetadata
+	em        *engine.Emitter
+	runID     string
 	// redact removes every secret value the run resolves from what it
 	// records and reports.
 	redact *engine.Redactor
@@ -133,6 +139,9 @@ func (e *Runner) execute(ctx context.Context, runID string, p *plan.Plan, wh eng
 		return engine.Snapshot{}, err
 	}
 	// Ephemeral models are not steps: they run inlined in their readers.
+	// The renderer reads the plan as written (a ref to an ephemeral model
+	// names its CTE).
+	written := p
 	p = p.InlineEphemeral()
 	meta, err := e.Log.GetRun(ctx, runID)
 	if err != nil {
@@ -153,7 +162,7 @@ func (e *Runner) execute(ctx context.Context, runID string, p *plan.Plan, wh eng
 	if err != nil {
 		return engine.Snapshot{}, err
 	}
-	r := &execution{e: e, cfg: cfg, p: p, wh: wh, meta: meta, runID: runID, em: engine.NewEmitter(e.Log, e.Clock, e.IDs, meta), redact: e.redactor(p), lease: lease}
+	r := &execution{e: e, cfg: cfg, p: p, written: written, wh: wh, meta: meta, runID: runID, em: engine.NewEmitter(e.Log, e.Clock, e.IDs, meta), redact: e.redactor(p), lease: lease}
 	r.em.SetLease(lease)
 	r.w = newWriter(r.em, e.Clock, runID, cfg.WriteBudget, e.Spool)
 	r.w.backoff = func(n int) time.Duration { return cfg.Retry.Backoff(n, r.rand()) }
@@ -201,6 +210,12 @@ func (e *Runner) execute(ctx context.Context, runID string, p *plan.Plan, wh eng
 	}
 	if r.run.Terminal() {
 		return r.snapshot(), nil
+	}
+	// What the run's recorded context cannot render (a var without value
+	// or default, an interval name in a run without one) is refused before
+	// RunStarted: the same check `run` made before recording the run.
+	if err := plan.CheckContext(r.written, r.p, r.renderCtx); err != nil {
+		return r.snapshot(), err
 	}
 	if err := r.start(runCtx); err != nil {
 		return r.snapshot(), err
@@ -290,8 +305,16 @@ func (r *execution) rebuild(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// So is --full-refresh.
+	// So is --full-refresh, and so are the vars and the data interval the
+	// steps are rendered with.
 	r.fullRefresh = q.FullRefresh
+	dialect, _ := r.wh.(plan.Dialect) // nil: plain names
+	lookup := r.e.Secrets
+	if lookup == nil {
+		lookup = func(string) (string, bool) { return "", false }
+	}
+	r.renderCtx = plan.Context{Dialect: dialect, Vars: q.Vars, Interval: q.DataInterval, Secrets: lookup}
+	r.render = plan.NewRenderer(r.written, r.renderCtx)
 	if r.p, err = plan.Selected(r.p, q); err != nil {
 		return err
 	}

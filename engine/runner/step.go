@@ -58,12 +58,11 @@ func (r *execution) runStep(runCtx, sctx context.Context, i, logical, engineAtte
 		// without LoadBundle).
 		req.SeedPath, req.SeedData = r.p.FilePath(s.Path), r.p.Seeds[s.Path]
 	default:
-		lookup := r.e.Secrets
-		if lookup == nil {
-			lookup = func(string) (string, bool) { return "", false }
-		}
-		sql, params, err := plan.ResolveSecrets(s.SQL, s.Secrets, lookup)
+		sql, params, err := r.render.SQL(s)
 		if err != nil {
+			return fail(engine.CodeOf(err), errMessage(err), false, err)
+		}
+		if req.IncrementalFilter, err = r.render.Filter(s); err != nil {
 			return fail(engine.CodeOf(err), errMessage(err), false, err)
 		}
 		req.SQL, req.Params = sql, params

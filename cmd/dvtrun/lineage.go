@@ -3,10 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
-	"net/url"
-	"strconv"
 	"strings"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/dvtrun/dvtrun/engine"
 	"github.com/dvtrun/dvtrun/engine/config"
@@ -76,34 +75,17 @@ func (c *cli) lineageNaming(warehouse string) (lineage.Naming, error) {
 }
 
 // postgresNaming reads host, port and database from a libpq URL or
-// key=value DSN.
+// key=value DSN (as pgx does). A Unix socket directory is the local host.
 func postgresNaming(dsn string) (lineage.Naming, error) {
-	host, port, db := "localhost", 5432, ""
-	if u, err := url.Parse(dsn); err == nil && u.Scheme != "" {
-		if h, p, err := net.SplitHostPort(u.Host); err == nil {
-			host = h
-			port, _ = strconv.Atoi(p)
-		} else if u.Host != "" {
-			host = u.Host
-		}
-		db = strings.TrimPrefix(u.Path, "/")
-	} else {
-		for _, kv := range strings.Fields(dsn) {
-			k, v, _ := strings.Cut(kv, "=")
-			switch k {
-			case "host":
-				host = v
-			case "port":
-				port, _ = strconv.Atoi(v)
-			case "dbname":
-				db = v
-			}
-		}
-	}
-	if db == "" {
+	cfg, err := pgconn.ParseConfig(dsn)
+	if err != nil || cfg.Database == "" {
 		return lineage.Naming{}, engine.Errorf(engine.CodeInvalidArgument, "--warehouse: the Postgres DSN names no database, which OpenLineage's dataset names need")
 	}
-	return lineage.PostgresNaming(host, port, db, "public"), nil
+	host := cfg.Host
+	if strings.HasPrefix(host, "/") {
+		host = "localhost"
+	}
+	return lineage.PostgresNaming(host, int(cfg.Port), cfg.Database, "public"), nil
 }
 
 // storePlans reads a run's plan bundle from the state store.

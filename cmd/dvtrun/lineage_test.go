@@ -9,6 +9,7 @@ import (
 	"maps"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -577,5 +578,46 @@ func TestOpenLineageTargets(t *testing.T) {
 	}
 	if len(perPlanRun) != 2 || len(got) != 2 || !want[slices.Collect(maps.Keys(got))[0]] || !want[slices.Collect(maps.Keys(got))[1]] {
 		t.Errorf("the two runs' datasets are in %v, want one run in each of %v", got, want)
+	}
+}
+
+// TestOpenLineageOnPostgresWarehouse: plans/shop built in a Postgres
+// warehouse (the pgtest server, reached through its socket) names its
+// datasets postgres://localhost:<port> and <db>.public.<table>.
+func TestOpenLineageOnPostgresWarehouse(t *testing.T) {
+	h := newHarness(t)
+	wh := pgtest.URL(t)
+	h.env["DVT_WAREHOUSE"] = wh
+	if r := h.run("run", filepath.Join(repoRoot(t), "plans", "shop", "plan.yaml")); r.code != 0 {
+		t.Fatalf("run: %+v", r)
+	}
+	cfg := filepath.Join(h.dir, "dvt.yaml")
+	file := filepath.Join(h.dir, "lineage.jsonl")
+	if err := os.WriteFile(cfg, fmt.Appendf(nil, "sinks:\n  - name: lineage\n    openlineage: {path: %q}\n", file), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	deliverAll(t, h, cfg)
+	evs, err := lineagetest.Check(fileLines(t, file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := url.Parse(wh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, db := "postgres://localhost:"+u.Query().Get("port"), strings.TrimPrefix(u.Path, "/")
+	outputs := 0
+	for _, e := range evs {
+		for _, d := range slices.Concat(e.Inputs, e.Outputs) {
+			if d.Namespace != ns || !strings.HasPrefix(d.Name, db+".public.") {
+				t.Errorf("dataset %v, want %s %s.public.<table>", d, ns, db)
+			}
+		}
+		if e.EventType == "COMPLETE" {
+			outputs += len(e.Outputs)
+		}
+	}
+	if outputs != 9 { // 3 seeds, 6 models
+		t.Errorf("%d outputs completed, want 9", outputs)
 	}
 }

@@ -152,7 +152,7 @@ func (n Naming) up(s string) string {
 
 // DatasetName is relation's dataset name.
 func (n Naming) DatasetName(relation string) string {
-	parts := []string{n.Database, n.Schema, relation}
+	parts := n.qualify(relation)
 	if n.NamespaceHoldsDatabase {
 		parts = parts[1:]
 	}
@@ -161,7 +161,17 @@ func (n Naming) DatasetName(relation string) string {
 
 // JobName is the job name of a step that builds relation: db.schema.table.
 func (n Naming) JobName(relation string) string {
-	return n.up(joinNonEmpty([]string{n.Database, n.Schema, relation}))
+	return n.up(joinNonEmpty(n.qualify(relation)))
+}
+
+// qualify is [database, schema, table]: a schema-qualified relation
+// (schema.table, as the Postgres warehouse builds dbt's --keep-schemas
+// names) keeps its own schema.
+func (n Naming) qualify(relation string) []string {
+	if schema, table, ok := strings.Cut(relation, "."); ok {
+		return []string{n.Database, schema, table}
+	}
+	return []string{n.Database, n.Schema, relation}
 }
 
 func joinNonEmpty(parts []string) string {

@@ -36,6 +36,10 @@ func TestNaming(t *testing.T) {
 			}
 		})
 	}
+	pg := lineage.PostgresNaming("db", 5432, "w", "")
+	if got := pg.DatasetName("marts.orders"); got != "w.marts.orders" || pg.JobName("marts.orders") != "w.marts.orders" {
+		t.Errorf("a schema-qualified relation keeps its schema: %q", got)
+	}
 	rel := lineage.SQLiteNaming("rel/wh.db")
 	if !strings.HasPrefix(rel.Namespace, "sqlite:///") || !strings.HasSuffix(rel.Namespace, "/rel/wh.db") {
 		t.Errorf("a relative path is made absolute: %q", rel.Namespace)

@@ -69,6 +69,10 @@ type StartRequest struct {
 	// FullRefresh rebuilds incremental models from their full select
 	// (dvtrun run --full-refresh); recorded in RunQueued as fullRefresh.
 	FullRefresh bool
+	// Vars and DataInterval are the run's context ({{ var }}, the interval
+	// names), recorded in RunQueued for every attempt to render with.
+	Vars         map[string]any
+	DataInterval *DataInterval
 	// RunID is the run's id when the caller decided it beforehand (a queue
 	// worker records it with its claim first, so a crash cannot leave an
 	// orphan run); "" draws a new one.
@@ -107,6 +111,7 @@ func (e *Engine) StartRun(ctx context.Context, req StartRequest) (string, error)
 	// The payload is what QueuedRequest reads back: one type for both.
 	payload := RunQueuedRequest{
 		PlanRef: req.Ref, Selection: req.Selection, ParentRunID: req.ParentRunID, FullRefresh: req.FullRefresh,
+		Vars: req.Vars, DataInterval: req.DataInterval,
 		TriggeredBy: cfg.TriggeredBy, TriggerSource: cfg.TriggerSource,
 	}
 	queued, err := em.build(RunQueued, "", 1, 1, payload)

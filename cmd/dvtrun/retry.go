@@ -51,7 +51,7 @@ func cmdRetry(ctx context.Context, c *cli, args []string) error {
 	sel := &engine.Selection{Steps: steps}
 	intro := fmt.Sprintf("Retrying %d step(s) of run %s: %s", len(steps), parent.meta.RunID, strings.Join(steps, ", "))
 	return c.startAndExecute(ctx, f, b, engine.StartRequest{Plan: p, Ref: ref, Selection: sel, ParentRunID: parent.meta.RunID,
-		FullRefresh: parent.queued.FullRefresh}, intro) // dbt retry reuses the run's flags
+		FullRefresh: parent.queued.FullRefresh, Vars: parent.queued.Vars, DataInterval: parent.queued.DataInterval}, intro) // dbt retry reuses the run's flags and context
 }
 
 // parentRun is what retry reads of the run it retries.

@@ -24,9 +24,9 @@ type Dialect interface {
 	// Source is the name of a source's table; database "" is the
 	// warehouse's own.
 	Source(database, schema, table string) string
-	// String is v as a string literal; Bool a boolean literal.
-	String(v string) string
-	Bool(v bool) string
+	// StringLiteral is v as a string literal; BoolLiteral a boolean one.
+	StringLiteral(v string) string
+	BoolLiteral(v bool) string
 }
 
 // PlainDialect names relations by their one-part name, as written, and
@@ -41,11 +41,11 @@ func (PlainDialect) Relation(name string) string { return name }
 // schema to put it in.
 func (PlainDialect) Source(_, _, table string) string { return table }
 
-// String quotes v, doubling its single quotes (standard SQL).
-func (PlainDialect) String(v string) string { return QuoteString(v) }
+// StringLiteral quotes v, doubling its single quotes (standard SQL).
+func (PlainDialect) StringLiteral(v string) string { return QuoteString(v) }
 
-// Bool is TRUE or FALSE.
-func (PlainDialect) Bool(v bool) string {
+// BoolLiteral is TRUE or FALSE.
+func (PlainDialect) BoolLiteral(v bool) string {
 	if v {
 		return "TRUE"
 	}
@@ -64,6 +64,10 @@ type Context struct {
 	Dialect  Dialect // nil: PlainDialect
 	Vars     map[string]any
 	Interval *engine.DataInterval
+	// AnyInterval stands for an interval not known yet (plan validate):
+	// the interval names render as a placeholder literal instead of
+	// failing when Interval is nil.
+	AnyInterval bool
 	// Secrets resolves {{ secret('NAME') }} at step time; nil renders each
 	// as its placeholder with no value (checks that bind nothing).
 	Secrets SecretLookup
@@ -246,9 +250,9 @@ func (r *Renderer) value(s Step, t template) (string, error) {
 func (r *Renderer) literal(a literal) string {
 	switch a.kind {
 	case 's':
-		return r.c.Dialect.String(a.text)
+		return r.c.Dialect.StringLiteral(a.text)
 	case 'b':
-		return r.c.Dialect.Bool(a.text == "true")
+		return r.c.Dialect.BoolLiteral(a.text == "true")
 	case '0':
 		return "NULL"
 	}
@@ -263,9 +267,9 @@ func SQLLiteral(d Dialect, v any) (string, error) {
 	case nil:
 		return "NULL", nil
 	case string:
-		return d.String(x), nil
+		return d.StringLiteral(x), nil
 	case bool:
-		return d.Bool(x), nil
+		return d.BoolLiteral(x), nil
 	case int:
 		return strconv.Itoa(x), nil
 	case int64:
@@ -294,6 +298,9 @@ func SQLLiteral(d Dialect, v any) (string, error) {
 // the interval's zone, or in UTC for the _utc names.
 func (r *Renderer) interval(name string) (string, error) {
 	iv := r.c.Interval
+	if iv == nil && r.c.AnyInterval {
+		return r.c.Dialect.StringLiteral(name), nil
+	}
 	if iv == nil {
 		return "", templateErrorf("this run has no data interval (scheduled and backfilled runs have one)")
 	}
@@ -312,7 +319,7 @@ func (r *Renderer) interval(name string) (string, error) {
 			return "", templateErrorf("the run's data interval has an unknown time zone %s", engine.QuoteText(iv.Timezone))
 		}
 	}
-	return r.c.Dialect.String(t.In(loc).Format(time.RFC3339)), nil
+	return r.c.Dialect.StringLiteral(t.In(loc).Format(time.RFC3339)), nil
 }
 
 // RenderThis replaces {{ this }} in an incremental filter with the quoted
@@ -353,7 +360,7 @@ func CheckContext(full, p *Plan, c Context) error {
 	if len(problems) == 0 {
 		return nil
 	}
-	return &engine.Error{Code: engine.CodePlanInvalid, Msg: fmt.Sprintf("plan %s: %s; nothing was run or recorded", engine.QuoteText(engine.OrUnknown(p.PlanID)), engine.JoinLimited(problems, "; ", maxListed)), Meta: map[string]any{"problems": problems}}
+	return &engine.Error{Code: engine.CodePlanInvalid, Msg: fmt.Sprintf("plan %s: %s", engine.QuoteText(engine.OrUnknown(p.PlanID)), engine.JoinLimited(problems, "; ", maxListed)), Meta: map[string]any{"problems": problems}}
 }
 
 func messageOf(err error) string {

@@ -34,9 +34,7 @@ func randFloat() float64 { return rand.Float64() }
 var sleepCtx = engine.Sleep
 
 // osSource reads plan files from the file system.
-type osSource struct{}
-
-func (osSource) ReadFile(name string) ([]byte, error) { return os.ReadFile(name) }
+type osSource = plan.OSFiles
 
 // loadPlan reads the plan bundle (the plan and every file it references)
 // and runs every check a run makes before anything is written; with wantSHA

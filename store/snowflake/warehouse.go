@@ -51,7 +51,7 @@ type Warehouse struct {
 	// database and schemaName are the DSN's (either may be ""): the
 	// renderer's qualified names (Relation).
 	database, schemaName string
-	legacy  atomic.Int32         // the shared dvt_run_fences of earlier versions: legacyUnknown, legacyAbsent or legacyPresent
+	legacy               atomic.Int32 // the shared dvt_run_fences of earlier versions: legacyUnknown, legacyAbsent or legacyPresent
 }
 
 // WarehouseOptions configures OpenWarehouse.

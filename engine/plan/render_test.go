@@ -29,7 +29,7 @@ steps:
   - {id: model.daily, kind: model, materialized: incremental, uniqueKey: [day],
      sql: "select {{ logical_date }} as day, count(*) as n from {{ ref('orders') }} join {{ ref('eph') }} on 1 = 1",
      incrementalFilter: "day > (select max(day) from {{ this }}) and day >= {{ var('since', '2026-01-01') }}"}
-  - {id: test.rows, kind: test, sql: "select * from {{ ref('daily') }} where n < {{ var('min_rows', 0) }} -- {{ ref('nope') }} in a comment"}
+  - {id: test.rows, kind: test, sql: "select * from {{ ref('daily') }} where n < {{ var('min_rows', 0) }} and note not like '%{{%}}%' -- {{ ref('nope') }} in a comment"}
   - {id: sql.audit, kind: sql, sql: "insert into audit values ({{ secret('TOKEN') }}, {{ var('full', false) }}, {{ var('note', none) }})", secrets: [{name: TOKEN}], dependsOn: [model.daily]}
 `
 
@@ -81,7 +81,7 @@ func TestRender(t *testing.T) {
 		{"model.daily", qualifying{"prod"},
 			"select '2026-11-25T00:00:00+01:00' as day, count(*) as n from prod.orders join eph on 1 = 1",
 			"day > (select max(day) from {{ this }}) and day >= '2026-01-01'"},
-		{"test.rows", qualifying{"dev"}, "select * from dev.daily where n < 2.5 -- {{ ref('nope') }} in a comment", ""},
+		{"test.rows", qualifying{"dev"}, "select * from dev.daily where n < 2.5 and note not like '%{{%}}%' -- {{ ref('nope') }} in a comment", ""},
 		{"sql.audit", qualifying{"dev"}, "insert into audit values (?, true, NULL)", ""},
 	}
 	for _, tc := range cases {
@@ -162,7 +162,8 @@ func TestValidateTemplates(t *testing.T) {
 		{"unknown function", `  - {id: model.a, kind: model, sql: "select {{ env_var('X') }}"}`,
 			"step model.a: SQL: {{ env_var('X') }}: unknown function env_var"},
 		{"unknown name", `  - {id: model.a, kind: model, sql: "select {{ ds }}"}`, "unknown name ds"},
-		{"inside a string", `  - {id: model.a, kind: model, sql: "select '{{ var(''x'') }}'"}`, "is inside a quoted string or name; write it bare"},
+		{"inside a string", `  - {id: model.a, kind: model, sql: "select '{{ var(\"x\") }}'"}`, "{{ var(\"x\") }} is inside a quoted string or name; write it bare"},
+		{"inside a quoted name", `  - {id: model.a, kind: model, sql: "select * from \"{{ ref('s') }}\""}`, "is inside a quoted string or name"},
 		{"unclosed", `  - {id: model.a, kind: model, sql: "select {{ var('x') "}`, "has no closing }}"},
 		{"non-literal default", `  - {id: model.a, kind: model, sql: "select {{ var('x', y) }}"}`, "y is not a literal"},
 		{"ref with a number", `  - {id: model.a, kind: model, sql: "select {{ ref(1) }}"}`, "ref's argument 1 must be a quoted string"},

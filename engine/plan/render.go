@@ -2,6 +2,7 @@ package plan
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -153,20 +154,21 @@ func (r *Renderer) render(s Step, text string, local func(template) (string, boo
 		v, err := r.value(s, t)
 		if err != nil {
 			var te *templateError
-			if asTemplateError(err, &te) {
+			if errors.As(err, &te) {
 				return "", engine.Errorf(engine.CodePlanInvalid, "step %s: %s: %s", engine.ShowText(s.ID), t.text, te.msg)
 			}
 			return "", err
 		}
 		return v, nil
-	}, s.ID)
+	}, "step "+engine.ShowText(s.ID))
 }
 
-// expand replaces each template of text by what f makes of it.
-func expand(text string, f func(template) (string, error), stepID string) (string, error) {
+// expand replaces each template of text by what f makes of it; where
+// names the text in an error.
+func expand(text string, f func(template) (string, error), where string) (string, error) {
 	ts, err := parseTemplates(text)
 	if err != nil {
-		return "", engine.Errorf(engine.CodePlanInvalid, "step %s: %v", engine.ShowText(stepID), err)
+		return "", engine.Errorf(engine.CodePlanInvalid, "%s: %v", where, err)
 	}
 	if len(ts) == 0 {
 		return text, nil
@@ -184,14 +186,6 @@ func expand(text string, f func(template) (string, error), stepID string) (strin
 	}
 	b.WriteString(text[last:])
 	return b.String(), nil
-}
-
-func asTemplateError(err error, te **templateError) bool {
-	e, ok := err.(*templateError)
-	if ok {
-		*te = e
-	}
-	return ok
 }
 
 // value renders a template whose value does not depend on where it goes.
@@ -363,8 +357,10 @@ func CheckContext(full, p *Plan, c Context) error {
 	return &engine.Error{Code: engine.CodePlanInvalid, Msg: fmt.Sprintf("plan %s: %s", engine.QuoteText(engine.OrUnknown(p.PlanID)), engine.JoinLimited(problems, "; ", maxListed)), Meta: map[string]any{"problems": problems}}
 }
 
+// messageOf is err's sentence without its code, to list it among others.
 func messageOf(err error) string {
-	if e, ok := err.(*engine.Error); ok {
+	var e *engine.Error
+	if errors.As(err, &e) {
 		return e.Msg
 	}
 	return err.Error()

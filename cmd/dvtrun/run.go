@@ -88,7 +88,7 @@ func checkSecrets(p *plan.Plan, sel *engine.Selection, lookup plan.SecretLookup)
 }
 
 // varsHelp is --vars' usage, the same wherever it is taken.
-const varsHelp = "the run's variables for {{ var('NAME') }}: a YAML or JSON mapping, e.g. `'{\"region\": \"eu\"}'` (dbt's --vars)"
+const varsHelp = "the run's variables for {{ var('NAME') }}: a `YAML` or JSON mapping, e.g. '{\"region\": \"eu\"}' (dbt's --vars)"
 
 // checkContext renders the steps the run will execute — p's, ephemeral
 // models inlined, sel applied — with the run's vars and data interval, so

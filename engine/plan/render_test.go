@@ -272,3 +272,20 @@ func FuzzRender(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkRenderStep: rendering is per step attempt, in the runner,
+// before the warehouse is called.
+func BenchmarkRenderStep(b *testing.B) {
+	p, err := Parse([]byte(contextPlan), "plan.yaml")
+	if err != nil {
+		b.Fatal(err)
+	}
+	s, _ := p.Step("model.orders")
+	r := NewRenderer(p, Context{Dialect: qualifying{"dev"}, Vars: map[string]any{"region": "eu"},
+		Interval: &engine.DataInterval{Start: "2026-11-24T23:00:00Z", End: "2026-11-25T23:00:00Z", Timezone: "Europe/Paris"}})
+	for b.Loop() {
+		if _, _, err := r.SQL(s); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -69,8 +69,9 @@ type StartRequest struct {
 	// FullRefresh rebuilds incremental models from their full select
 	// (dvtrun run --full-refresh); recorded in RunQueued as fullRefresh.
 	FullRefresh bool
-	// Vars and DataInterval are the run's context ({{ var }}, the interval
-	// names), recorded in RunQueued for every attempt to render with.
+	// Target, Vars and DataInterval are the run's context, recorded in
+	// RunQueued (RunQueuedRequest has their meaning).
+	Target       string
 	Vars         map[string]any
 	DataInterval *DataInterval
 	// RunID is the run's id when the caller decided it beforehand (a queue
@@ -111,8 +112,8 @@ func (e *Engine) StartRun(ctx context.Context, req StartRequest) (string, error)
 	// The payload is what QueuedRequest reads back: one type for both.
 	payload := RunQueuedRequest{
 		PlanRef: req.Ref, Selection: req.Selection, ParentRunID: req.ParentRunID, FullRefresh: req.FullRefresh,
-		Vars: req.Vars, DataInterval: req.DataInterval,
 		TriggeredBy: cfg.TriggeredBy, TriggerSource: cfg.TriggerSource,
+		Target: req.Target, Vars: req.Vars, DataInterval: req.DataInterval,
 	}
 	queued, err := em.build(RunQueued, "", 1, 1, payload)
 	if err != nil {

@@ -142,7 +142,12 @@ func (c *cli) openWarehouse(ctx context.Context) (warehouse, string, error) {
 // openWarehouseHeldBy is openWarehouse whose lock waits name, through
 // holder, who probably holds the lock.
 func (c *cli) openWarehouseHeldBy(ctx context.Context, holder func(*engine.LockWait)) (warehouse, string, error) {
-	t, err := c.parseTarget("warehouse", c.g.warehouse)
+	return c.openWarehouseURL(ctx, c.g.warehouse, holder)
+}
+
+// openWarehouseURL opens the warehouse at raw (a --warehouse URL).
+func (c *cli) openWarehouseURL(ctx context.Context, raw string, holder func(*engine.LockWait)) (warehouse, string, error) {
+	t, err := c.parseTarget("warehouse", raw)
 	if err != nil {
 		return nil, "", err
 	}

@@ -262,7 +262,7 @@ func cmdRun(ctx context.Context, c *cli, args []string) error {
 	if err != nil {
 		return err
 	}
-	return c.startAndExecute(ctx, f, b, engine.StartRequest{Plan: p, Ref: b.Ref, RunRequestID: *reqID, Selection: sel, FullRefresh: *fullRefresh, Vars: vars}, "")
+	return c.startAndExecute(ctx, f, b, engine.StartRequest{Plan: p, Ref: b.Ref, RunRequestID: *reqID, Selection: sel, FullRefresh: *fullRefresh, Target: c.targetName(), Vars: vars}, "")
 }
 
 // startAndExecute stores the bundle b, records a new run of its plan
@@ -398,6 +398,10 @@ func cmdResume(ctx context.Context, c *cli, args []string) error {
 		return nil
 	case snap.Status.Terminal():
 		return engine.Errorf(engine.CodeInvalidArgument, "run %s is already %s and cannot be resumed; start a new run", meta.RunID, snap.Status)
+	}
+	// The run continues where it ran: its target's warehouse.
+	if err := c.useRecordedTarget(meta.RunID, recorded.Target); err != nil {
+		return err
 	}
 	wh, targetName, err := c.openWarehouseHeldBy(ctx, c.previousHolder(ctx, st, meta.RunID))
 	if err != nil {

@@ -449,6 +449,11 @@ func (c *cli) daemon(ctx context.Context, name string, args []string, withSchedu
 	if err := d.check(withWorker); err != nil {
 		return err
 	}
+	if withWorker && withScheduler && c.onTemporal(d.exec.engine) {
+		// The scheduler fills dvtrun's queue, which a Temporal worker does
+		// not claim: refuse rather than run the ticks locally.
+		return engine.Errorf(engine.CodeInvalidArgument, "serve runs the local worker; for Temporal run `dvtrun worker --engine temporal` and start runs with `dvtrun run --engine temporal`")
+	}
 	cfg, err := c.queueConfig()
 	if err != nil {
 		return err
@@ -480,6 +485,18 @@ func (c *cli) daemon(ctx context.Context, name string, args []string, withSchedu
 		}
 		m.sched = s.Metrics
 		group = append(group, s)
+	}
+	if withWorker && !withScheduler && c.onTemporal(d.exec.engine) {
+		lookup, err := c.secretLookup(d.exec.secretsFile)
+		if err != nil {
+			return err
+		}
+		wh, _, err := c.openWarehouse(ctx)
+		if err != nil {
+			return err
+		}
+		defer wh.Close()
+		return c.temporalWorker(ctx, d.exec, cfg, st, wh, lookup, log)
 	}
 	var w *worker.Worker
 	if withWorker {

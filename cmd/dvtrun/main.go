@@ -172,7 +172,7 @@ func (g *globals) markScoped(fs *flag.FlagSet) {
 
 func (g *globals) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.store, "store", g.store, "state store `URL`: sqlite:PATH, snowflake://DSN or postgres://… (env DVT_STORE)")
-	fs.StringVar(&g.warehouse, "warehouse", g.warehouse, "warehouse `URL`: sqlite:PATH or snowflake://DSN (env DVT_WAREHOUSE)")
+	fs.StringVar(&g.warehouse, "warehouse", g.warehouse, "warehouse `URL`: sqlite:PATH, snowflake://DSN or postgres://… (env DVT_WAREHOUSE)")
 	// --help prints defaults: a DSN from the environment without its password.
 	fs.Lookup("store").DefValue = redactTarget(g.store)
 	fs.Lookup("warehouse").DefValue = redactTarget(g.warehouse)

@@ -156,7 +156,8 @@ func (c *cli) openWarehouseURL(ctx context.Context, raw string, holder func(*eng
 		wh, err := c.openSnowflakeWarehouse(ctx, t.dsn)
 		return wh, "snowflake", err
 	case "postgres":
-		return nil, "", engine.Errorf(engine.CodeInvalidArgument, "--warehouse: Postgres is a state store only so far (its warehouse is not built yet); use sqlite: or snowflake://")
+		wh, err := postgres.OpenWarehouse(ctx, t.dsn, postgres.WarehouseOptions{LockWait: c.g.lockWait, OnWait: c.reportWait})
+		return wh, "postgres", err
 	default:
 		wh, err := openSQLiteWarehouse(ctx, t.path, sqlite.WarehouseOptions{LockWait: c.g.lockWait, OnWait: c.reportWait, Holder: holder})
 		return wh, "sqlite", err

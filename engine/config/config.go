@@ -32,6 +32,8 @@ type Config struct {
 	Pulse     Pulse              `yaml:"pulse"`
 	// StateStore is read key by key (see its UnmarshalYAML).
 	StateStore StateStore `yaml:"stateStore"`
+	// Temporal is where `--engine temporal` runs workflows.
+	Temporal Temporal `yaml:"temporal"`
 	// Audit is the tamper-evident log's checkpointing.
 	Audit Audit `yaml:"audit"`
 }
@@ -59,6 +61,9 @@ func (c *Config) validate(file string) error {
 		return err
 	}
 	if err := c.Signals.validate(); err != nil {
+		return err
+	}
+	if err := c.Temporal.validate(); err != nil {
 		return err
 	}
 	if err := validateSchedules(c.Schedules); err != nil {

@@ -266,6 +266,11 @@ func (OSFiles) ReadFile(name string) ([]byte, error) { return os.ReadFile(name) 
 
 var identRE = regexp.MustCompile(`^[A-Za-z_\p{L}][A-Za-z0-9_$\p{L}\p{N}]*$`)
 
+// relationRE is a relation name: an identifier, or schema.name (two
+// identifiers) for warehouses with schemas (Postgres); the SQLite and
+// Snowflake warehouses refuse the qualified form.
+var relationRE = regexp.MustCompile(`^[A-Za-z_\p{L}][A-Za-z0-9_$\p{L}\p{N}]*(\.[A-Za-z_\p{L}][A-Za-z0-9_$\p{L}\p{N}]*)?$`)
+
 // Relation is the table or view a step builds: Name, or the part of the id
 // after its first dot.
 func (s Step) Relation() string {
@@ -326,7 +331,7 @@ func (p *Plan) Validate() error {
 		if s.Kind == KindSeed || s.Kind == KindModel {
 			rel := s.Relation()
 			lower := strings.ToLower(rel)
-			if other, dup := relations[lower]; dup && identRE.MatchString(rel) && !reservedRelation(lower) {
+			if other, dup := relations[lower]; dup && relationRE.MatchString(rel) && !reservedRelation(lower) {
 				add("%s: builds %s, which step %s builds too", label, rel, other)
 			} else if !dup {
 				relations[lower] = engine.ShowText(s.ID)
@@ -411,8 +416,8 @@ func (s Step) Problems() []string {
 	}
 	if s.Kind == KindSeed || s.Kind == KindModel {
 		switch rel := s.Relation(); {
-		case !identRE.MatchString(rel):
-			add("relation name %s is not a valid identifier", engine.QuoteText(rel))
+		case !relationRE.MatchString(rel):
+			add("relation name %s is not a valid identifier (or schema.name)", engine.QuoteText(rel))
 		case reservedRelation(strings.ToLower(rel)):
 			add("relation name %s uses a reserved prefix (sqlite_, dvt_tmp__)", engine.QuoteText(rel))
 		}
@@ -441,6 +446,9 @@ const maxListed = 10
 // reservedRelation: names the warehouses keep for themselves (SQLite's
 // catalog, the temporary names of atomic replaces).
 func reservedRelation(lower string) bool {
+	if _, name, ok := strings.Cut(lower, "."); ok {
+		lower = name // schema.name: the name is what is built
+	}
 	return strings.HasPrefix(lower, "sqlite_") || strings.HasPrefix(lower, "dvt_tmp__")
 }
 

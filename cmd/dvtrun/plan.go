@@ -37,16 +37,26 @@ func cmdPlan(ctx context.Context, c *cli, args []string) error {
 }
 
 func cmdPlanValidate(_ context.Context, c *cli, args []string) error {
-	fs := c.newFlagSet("plan validate", "PLAN", "Validate a plan without writing anything: schema, ids, dependencies, cycles.\nExit 0 when valid, 2 with every problem named otherwise.")
+	fs := c.newFlagSet("plan validate", "PLAN", "Validate a plan without writing anything: schema, ids, dependencies, refs, cycles, vars.\nExit 0 when valid, 2 with every problem named otherwise.")
 	wantSHA := fs.String("plan-sha256", "", "also require the plan file to hash to `HEX`")
 	asJSON := fs.Bool("json", false, "print the verdict as JSON (problems listed one by one)")
+	varsFlag := fs.String("vars", "", varsHelp)
 	pos, err := c.parse(fs, args, 1, 1)
+	if err != nil {
+		return err
+	}
+	vars, err := plan.ParseVars(*varsFlag)
 	if err != nil {
 		return err
 	}
 	b, err := loadPlan(pos[0], *wantSHA)
 	if err == nil {
 		err = plan.CheckAdapter(b.Plan) // run refuses these before writing too
+	}
+	if err == nil {
+		// The vars as run would render them; the data interval is a
+		// schedule's, unknown here: its names are not checked.
+		err = checkContext(b.Plan, nil, plan.Context{Vars: vars, AnyInterval: true})
 	}
 	if *asJSON {
 		v := planVerdict{Valid: err == nil, Problems: []string{}}

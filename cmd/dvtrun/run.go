@@ -34,9 +34,7 @@ func randFloat() float64 { return rand.Float64() }
 var sleepCtx = engine.Sleep
 
 // osSource reads plan files from the file system.
-type osSource struct{}
-
-func (osSource) ReadFile(name string) ([]byte, error) { return os.ReadFile(name) }
+type osSource = plan.OSFiles
 
 // loadPlan reads the plan bundle (the plan and every file it references)
 // and runs every check a run makes before anything is written; with wantSHA
@@ -87,6 +85,21 @@ func checkSecrets(p *plan.Plan, sel *engine.Selection, lookup plan.SecretLookup)
 		return err
 	}
 	return plan.CheckSecrets(run, lookup)
+}
+
+// varsHelp is --vars' usage, the same wherever it is taken.
+const varsHelp = "the run's variables for {{ var('NAME') }}: a `YAML` or JSON mapping, e.g. '{\"region\": \"eu\"}' (dbt's --vars)"
+
+// checkContext renders the steps the run will execute — p's, ephemeral
+// models inlined, sel applied — with the run's vars and data interval, so
+// that a var without value or default is refused before anything is
+// written.
+func checkContext(p *plan.Plan, sel *engine.Selection, rc plan.Context) error {
+	run, err := plan.Selected(p.InlineEphemeral(), engine.RunQueuedRequest{Selection: sel})
+	if err != nil {
+		return err
+	}
+	return plan.CheckContext(p, run, rc)
 }
 
 // readSecretsFile reads KEY=VALUE lines; blank lines and # comments are
@@ -234,11 +247,16 @@ func cmdRun(ctx context.Context, c *cli, args []string) error {
 	reqID := fs.String("run-request-id", "", "the caller's `ID` for this run request (recorded with the run)")
 	wantSHA := fs.String("plan-sha256", "", "refuse the plan unless its file hashes to `HEX` (PLAN_HASH_MISMATCH)")
 	fullRefresh := fs.Bool("full-refresh", false, "rebuild incremental models from their full select instead of merging new rows")
+	varsFlag := fs.String("vars", "", varsHelp)
 	pos, err := c.parse(fs, args, 1, 1)
 	if err != nil {
 		return err
 	}
 	if err := f.check(); err != nil {
+		return err
+	}
+	vars, err := plan.ParseVars(*varsFlag)
+	if err != nil {
 		return err
 	}
 	b, err := loadPlan(pos[0], *wantSHA)
@@ -250,7 +268,7 @@ func cmdRun(ctx context.Context, c *cli, args []string) error {
 	if err != nil {
 		return err
 	}
-	return c.startAndExecute(ctx, f, b, engine.StartRequest{Plan: p, Ref: b.Ref, RunRequestID: *reqID, Selection: sel, FullRefresh: *fullRefresh, Target: c.targetName()}, "")
+	return c.startAndExecute(ctx, f, b, engine.StartRequest{Plan: p, Ref: b.Ref, RunRequestID: *reqID, Selection: sel, FullRefresh: *fullRefresh, Target: c.targetName(), Vars: vars}, "")
 }
 
 // startAndExecute stores the bundle b, records a new run of its plan
@@ -263,6 +281,9 @@ func (c *cli) startAndExecute(ctx context.Context, f runFlags, b *plan.Bundle, r
 		return err
 	}
 	if err := checkSecrets(p, req.Selection, lookup); err != nil { // before the run is recorded
+		return err
+	}
+	if err := checkContext(p, req.Selection, plan.Context{Vars: req.Vars, Interval: req.DataInterval}); err != nil {
 		return err
 	}
 	cfg, err := c.loadConfig()

@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"encoding/json"
 	"fmt"
+	"os"
 	"regexp"
 	"slices"
 	"strings"
@@ -256,6 +257,12 @@ var planSchema = sync.OnceValues(func() (*jsonschema.Schema, error) {
 type Source interface {
 	ReadFile(name string) ([]byte, error)
 }
+
+// OSFiles is the Source of the file system.
+type OSFiles struct{}
+
+// ReadFile reads the named file.
+func (OSFiles) ReadFile(name string) ([]byte, error) { return os.ReadFile(name) }
 
 var identRE = regexp.MustCompile(`^[A-Za-z_\p{L}][A-Za-z0-9_$\p{L}\p{N}]*$`)
 

@@ -2,6 +2,7 @@ package plan
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -24,9 +25,9 @@ type Dialect interface {
 	// Source is the name of a source's table; database "" is the
 	// warehouse's own.
 	Source(database, schema, table string) string
-	// String is v as a string literal; Bool a boolean literal.
-	String(v string) string
-	Bool(v bool) string
+	// StringLiteral is v as a string literal; BoolLiteral a boolean one.
+	StringLiteral(v string) string
+	BoolLiteral(v bool) string
 }
 
 // PlainDialect names relations by their one-part name, as written, and
@@ -41,11 +42,11 @@ func (PlainDialect) Relation(name string) string { return name }
 // schema to put it in.
 func (PlainDialect) Source(_, _, table string) string { return table }
 
-// String quotes v, doubling its single quotes (standard SQL).
-func (PlainDialect) String(v string) string { return QuoteString(v) }
+// StringLiteral quotes v, doubling its single quotes (standard SQL).
+func (PlainDialect) StringLiteral(v string) string { return QuoteString(v) }
 
-// Bool is TRUE or FALSE.
-func (PlainDialect) Bool(v bool) string {
+// BoolLiteral is TRUE or FALSE.
+func (PlainDialect) BoolLiteral(v bool) string {
 	if v {
 		return "TRUE"
 	}
@@ -64,6 +65,10 @@ type Context struct {
 	Dialect  Dialect // nil: PlainDialect
 	Vars     map[string]any
 	Interval *engine.DataInterval
+	// AnyInterval stands for an interval not known yet (plan validate):
+	// the interval names render as a placeholder literal instead of
+	// failing when Interval is nil.
+	AnyInterval bool
 	// Secrets resolves {{ secret('NAME') }} at step time; nil renders each
 	// as its placeholder with no value (checks that bind nothing).
 	Secrets SecretLookup
@@ -149,20 +154,21 @@ func (r *Renderer) render(s Step, text string, local func(template) (string, boo
 		v, err := r.value(s, t)
 		if err != nil {
 			var te *templateError
-			if asTemplateError(err, &te) {
+			if errors.As(err, &te) {
 				return "", engine.Errorf(engine.CodePlanInvalid, "step %s: %s: %s", engine.ShowText(s.ID), t.text, te.msg)
 			}
 			return "", err
 		}
 		return v, nil
-	}, s.ID)
+	}, "step "+engine.ShowText(s.ID))
 }
 
-// expand replaces each template of text by what f makes of it.
-func expand(text string, f func(template) (string, error), stepID string) (string, error) {
+// expand replaces each template of text by what f makes of it; where
+// names the text in an error.
+func expand(text string, f func(template) (string, error), where string) (string, error) {
 	ts, err := parseTemplates(text)
 	if err != nil {
-		return "", engine.Errorf(engine.CodePlanInvalid, "step %s: %v", engine.ShowText(stepID), err)
+		return "", engine.Errorf(engine.CodePlanInvalid, "%s: %v", where, err)
 	}
 	if len(ts) == 0 {
 		return text, nil
@@ -180,14 +186,6 @@ func expand(text string, f func(template) (string, error), stepID string) (strin
 	}
 	b.WriteString(text[last:])
 	return b.String(), nil
-}
-
-func asTemplateError(err error, te **templateError) bool {
-	e, ok := err.(*templateError)
-	if ok {
-		*te = e
-	}
-	return ok
 }
 
 // value renders a template whose value does not depend on where it goes.
@@ -246,9 +244,9 @@ func (r *Renderer) value(s Step, t template) (string, error) {
 func (r *Renderer) literal(a literal) string {
 	switch a.kind {
 	case 's':
-		return r.c.Dialect.String(a.text)
+		return r.c.Dialect.StringLiteral(a.text)
 	case 'b':
-		return r.c.Dialect.Bool(a.text == "true")
+		return r.c.Dialect.BoolLiteral(a.text == "true")
 	case '0':
 		return "NULL"
 	}
@@ -263,9 +261,9 @@ func SQLLiteral(d Dialect, v any) (string, error) {
 	case nil:
 		return "NULL", nil
 	case string:
-		return d.String(x), nil
+		return d.StringLiteral(x), nil
 	case bool:
-		return d.Bool(x), nil
+		return d.BoolLiteral(x), nil
 	case int:
 		return strconv.Itoa(x), nil
 	case int64:
@@ -294,6 +292,9 @@ func SQLLiteral(d Dialect, v any) (string, error) {
 // the interval's zone, or in UTC for the _utc names.
 func (r *Renderer) interval(name string) (string, error) {
 	iv := r.c.Interval
+	if iv == nil && r.c.AnyInterval {
+		return r.c.Dialect.StringLiteral(name), nil
+	}
 	if iv == nil {
 		return "", templateErrorf("this run has no data interval (scheduled and backfilled runs have one)")
 	}
@@ -312,7 +313,7 @@ func (r *Renderer) interval(name string) (string, error) {
 			return "", templateErrorf("the run's data interval has an unknown time zone %s", engine.QuoteText(iv.Timezone))
 		}
 	}
-	return r.c.Dialect.String(t.In(loc).Format(time.RFC3339)), nil
+	return r.c.Dialect.StringLiteral(t.In(loc).Format(time.RFC3339)), nil
 }
 
 // RenderThis replaces {{ this }} in an incremental filter with the quoted
@@ -353,11 +354,13 @@ func CheckContext(full, p *Plan, c Context) error {
 	if len(problems) == 0 {
 		return nil
 	}
-	return &engine.Error{Code: engine.CodePlanInvalid, Msg: fmt.Sprintf("plan %s: %s; nothing was run or recorded", engine.QuoteText(engine.OrUnknown(p.PlanID)), engine.JoinLimited(problems, "; ", maxListed)), Meta: map[string]any{"problems": problems}}
+	return &engine.Error{Code: engine.CodePlanInvalid, Msg: fmt.Sprintf("plan %s: %s", engine.QuoteText(engine.OrUnknown(p.PlanID)), engine.JoinLimited(problems, "; ", maxListed)), Meta: map[string]any{"problems": problems}}
 }
 
+// messageOf is err's sentence without its code, to list it among others.
 func messageOf(err error) string {
-	if e, ok := err.(*engine.Error); ok {
+	var e *engine.Error
+	if errors.As(err, &e) {
 		return e.Msg
 	}
 	return err.Error()

@@ -56,8 +56,9 @@ func templateErrorf(format string, args ...any) error {
 // parseTemplates finds the {{ … }} of sql that are code, in order. A
 // template inside a quoted string or identifier is an error (the renderer
 // writes literals and names itself, quoted: inside quotes it would be
-// quoted twice); one inside a comment is left as written, not rendered and
-// not a dependency.
+// quoted twice), while braces there that are no template ('{{%') are the
+// string's; one inside a comment is left as written, not rendered and not
+// a dependency.
 func parseTemplates(sql string) ([]template, error) {
 	var out []template
 	for i := 0; i < len(sql); {
@@ -68,8 +69,7 @@ func parseTemplates(sql string) ([]template, error) {
 			i = skipUntil(sql, i+2, "*/")
 		case c == '\'' || c == '"' || c == '`':
 			j := skipQuoted(sql, i, c)
-			if k := strings.Index(sql[i:j], "{{"); k >= 0 {
-				t, _ := cutTemplate(sql, i+k)
+			if t := quotedTemplate(sql[i:j]); t != "" {
 				return nil, templateErrorf("%s is inside a quoted string or name; write it bare (values are rendered as quoted literals, names as quoted names)", t)
 			}
 			i = j
@@ -92,6 +92,26 @@ func parseTemplates(sql string) ([]template, error) {
 		}
 	}
 	return out, nil
+}
+
+// quotedTemplate returns the first template of a quoted token that would
+// render outside quotes, as written, or "": other text in braces (a
+// pattern such as '{{%') is the token's own.
+func quotedTemplate(token string) string {
+	for k := 0; ; {
+		at := strings.Index(token[k:], "{{")
+		if at < 0 {
+			return ""
+		}
+		text, end := cutTemplate(token, k+at)
+		if end < 0 {
+			return ""
+		}
+		if _, err := parseTemplate(token[k+at+2 : end-2]); err == nil {
+			return text
+		}
+		k += at + 2
+	}
 }
 
 // cutTemplate returns the template starting at i as written (shortened for

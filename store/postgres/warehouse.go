@@ -56,6 +56,9 @@ type Warehouse struct {
 	q     map[string]string
 	opts  WarehouseOptions
 	merge bool // the server has MERGE (Postgres 15 or later)
+	// schema is current_schema() when the warehouse opened: where a step's
+	// unqualified relation is built, and the renderer's schema (Relation).
+	schema string
 }
 
 // WarehouseOptions configures OpenWarehouse.
@@ -125,6 +128,7 @@ func OpenWarehouse(ctx context.Context, dsn string, opts WarehouseOptions) (*War
 		return nil, w.classify(ctx, "", err)
 	}
 	w.merge = version >= 150000
+	w.schema = schema.String
 	if _, err := w.db.ExecContext(ctx, "BEGIN;\n"+w.q["create_ledger"]+";\nCOMMIT"); err != nil {
 		w.db.Close()
 		return nil, w.classify(ctx, "", err)

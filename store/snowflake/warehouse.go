@@ -48,7 +48,10 @@ type Warehouse struct {
 	fenceMu sync.Mutex
 	fences  map[string]*runFence // by run id: the fence tables made sure of (warehouse_fence.go)
 	schema  string               // DB.SCHEMA of the sessions, once asked
-	legacy  atomic.Int32         // the shared dvt_run_fences of earlier versions: legacyUnknown, legacyAbsent or legacyPresent
+	// database and schemaName are the DSN's (either may be ""): the
+	// renderer's qualified names (Relation).
+	database, schemaName string
+	legacy               atomic.Int32 // the shared dvt_run_fences of earlier versions: legacyUnknown, legacyAbsent or legacyPresent
 }
 
 // WarehouseOptions configures OpenWarehouse.
@@ -98,6 +101,9 @@ func OpenWarehouse(ctx context.Context, dsn string, opts WarehouseOptions) (*War
 		q:       q,
 		opts:    opts,
 		fences:  map[string]*runFence{},
+
+		database:   cfg.Database,
+		schemaName: cfg.Schema,
 	}
 	if err := w.Ping(ctx); err != nil {
 		w.db.Close()

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -85,7 +86,35 @@ func postgresNaming(dsn string) (lineage.Naming, error) {
 	if strings.HasPrefix(host, "/") {
 		host = "localhost"
 	}
-	return lineage.PostgresNaming(host, int(cfg.Port), cfg.Database, "public"), nil
+	return lineage.PostgresNaming(host, int(cfg.Port), cfg.Database, searchSchema(searchPath(cfg.RuntimeParams))), nil
+}
+
+// optionsSearchPath finds search_path in libpq's options parameter.
+var optionsSearchPath = regexp.MustCompile(`(?:-c\s*|--)search_path=(\S+)`)
+
+// searchPath is the search_path a DSN sets, as a parameter of its own or
+// in options ("-c search_path=…").
+func searchPath(params map[string]string) string {
+	if p := params["search_path"]; p != "" {
+		return p
+	}
+	if m := optionsSearchPath.FindStringSubmatch(params["options"]); m != nil {
+		return m[1]
+	}
+	return ""
+}
+
+// searchSchema is the schema unqualified relations are built in: the first
+// of a DSN's search_path that is not "$user" (the warehouse builds in the
+// session's current schema), else public.
+func searchSchema(path string) string {
+	for _, s := range strings.Split(path, ",") {
+		s = strings.Trim(strings.TrimSpace(s), `"`)
+		if s != "" && s != "$user" {
+			return s
+		}
+	}
+	return "public"
 }
 
 // storePlans reads a run's plan bundle from the state store.

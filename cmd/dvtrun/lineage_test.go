@@ -621,3 +621,19 @@ func TestOpenLineageOnPostgresWarehouse(t *testing.T) {
 		t.Errorf("%d outputs completed, want 9", outputs)
 	}
 }
+
+func TestPostgresNaming(t *testing.T) {
+	for _, tc := range []struct{ dsn, namespace, dataset string }{
+		{"postgres://u@db.example:5433/wh", "postgres://db.example:5433", "wh.public.t"},
+		{"postgres://u@db.example/wh?search_path=marts", "postgres://db.example:5432", "wh.marts.t"},
+		{"host=/run/pg port=5544 dbname=wh options='-c search_path=\"$user\",dev'", "postgres://localhost:5544", "wh.dev.t"},
+	} {
+		n, err := postgresNaming(tc.dsn)
+		if err != nil || n.Namespace != tc.namespace || n.DatasetName("t") != tc.dataset {
+			t.Errorf("%s: %q %q %v; want %q %q", tc.dsn, n.Namespace, n.DatasetName("t"), err, tc.namespace, tc.dataset)
+		}
+	}
+	if _, err := postgresNaming("postgres://u@db.example:5433"); engine.CodeOf(err) != engine.CodeInvalidArgument {
+		t.Errorf("no database: %v", err)
+	}
+}

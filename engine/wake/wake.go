@@ -60,8 +60,8 @@ func Wait(ctx context.Context, ids <-chan string, match func(id string) bool, d 
 // it. Delivery never blocks the publisher: a subscriber whose buffer is
 // full already has a wake-up pending, and one is all it needs.
 type Hub struct {
-	mu     sync.Mutex
-	subs   map[Topic]map[*sub]struct{}
+	mu      sync.Mutex
+	subs    map[Topic]map[*sub]struct{}
 	onFirst func() // called (once) when the first subscription starts
 	once    sync.Once
 }

@@ -12,3 +12,7 @@ import (
 func (s *Store) ProjectRows(ctx context.Context, query string, args ...any) (map[string]engine.Snapshot, error) {
 	return s.projectRows(ctx, query, args...)
 }
+
+// Listening is closed once the store's wake-up connection LISTENs (after
+// the first subscription): a test that measures wake-ups starts there.
+func (s *Store) Listening() <-chan struct{} { return s.wake.connected }

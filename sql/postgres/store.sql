@@ -75,7 +75,10 @@ WITH ins AS (
                idempotency_key, emitted_at, payload)
     RETURNING run_id, run_seq
 )
-INSERT INTO dvt_outbox (run_id, run_seq) SELECT run_id, run_seq FROM ins;
+-- The run's wake-up (store/postgres/wake.go) goes with the same statement:
+-- NOTIFY dvt_events, the run id, sent at commit, once per transaction.
+INSERT INTO dvt_outbox (run_id, run_seq)
+SELECT ins.run_id, ins.run_seq FROM ins CROSS JOIN (SELECT pg_notify('dvt_events', $1)) AS wake;
 
 -- name: update_seq
 UPDATE dvt_run_seq SET next_seq = $1, status = $2 WHERE run_id = $3;

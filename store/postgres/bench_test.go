@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
-
 	"github.com/dvtrun/dvtrun/engine"
 	"github.com/dvtrun/dvtrun/engine/eventgen"
 	"github.com/dvtrun/dvtrun/engine/queue"
@@ -254,10 +252,7 @@ func benchClaims(b *testing.B, claim func(ctx context.Context, s *postgres.Store
 		workers = append(workers, s)
 	}
 	for i := 0; i < b.N; i++ {
-		r := queue.Request{RequestID: uuid.NewString(), TenantID: "acme", ProjectID: "shop", EnvironmentID: "dev",
-			PlanID: "shop", PlanVersion: "1", RunRequestID: fmt.Sprint("bench-", i), PlanPath: "plan.yaml", PlanSHA256: "ab12", State: queue.StatePending}
-		r.Key = queue.Key(r.TenantID, r.ProjectID, r.EnvironmentID, r.PlanID, r.PlanVersion, r.RunRequestID)
-		if _, _, err := workers[0].EnqueueRequest(ctx, r, nil); err != nil {
+		if _, _, err := workers[0].EnqueueRequest(ctx, newRequest(i), nil); err != nil {
 			b.Fatal(err)
 		}
 	}

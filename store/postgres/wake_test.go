@@ -23,6 +23,7 @@ import (
 // at commit; a local server delivers it in milliseconds.
 const wakeWithin = 5 * time.Second
 
+// newRequest is a fresh PENDING request, number i.
 func newRequest(i int) queue.Request {
 	r := queue.Request{RequestID: uuid.NewString(), TenantID: "acme", ProjectID: "shop", EnvironmentID: "dev",
 		PlanID: "shop", PlanVersion: "1", RunRequestID: fmt.Sprint("wake-", i, "-", uuid.NewString()[:8]), PlanPath: "plan.yaml", PlanSHA256: "ab12", State: queue.StatePending}

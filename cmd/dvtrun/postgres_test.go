@@ -182,7 +182,7 @@ func TestPostgresFollowWokenByNotify(t *testing.T) {
 			"status", f.Meta.RunID, "--follow", "--interval", "1h")
 	}()
 	// The follower subscribes before its LISTEN connection opens; once the
-	// LISTEN shows, an append wakes it.
+	// LISTEN has run (the session is idle after it), an append wakes it.
 	waitUntil(t, "the follower's LISTEN connection", func() bool {
 		select {
 		case r := <-done:
@@ -191,7 +191,7 @@ func TestPostgresFollowWokenByNotify(t *testing.T) {
 		}
 		var n int
 		err := st.DB().QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND query LIKE 'LISTEN dvt_%'`).Scan(&n)
+			WHERE datname = current_database() AND query LIKE 'LISTEN dvt_%' AND state = 'idle'`).Scan(&n)
 		return err == nil && n == 1
 	})
 	if _, err := st.AppendAndEnqueue(ctx, f.Meta.RunID, []engine.RunEventWrite{f.Event(engine.RunCompleted, "", 1)}); err != nil {

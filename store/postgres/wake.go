@@ -24,6 +24,9 @@ import (
 // channelTopics maps the NOTIFY channels onto wake topics.
 var channelTopics = map[string]wake.Topic{"dvt_queue": wake.Queue, "dvt_events": wake.Events}
 
+// listenSQL subscribes the listening connection to channelTopics' channels.
+const listenSQL = "LISTEN dvt_queue; LISTEN dvt_events"
+
 const (
 	// listenConnectTimeout bounds one attempt to open the listening
 	// connection.
@@ -119,10 +122,10 @@ func (l *listener) listen(ctx context.Context, reconnect bool, ok func()) error 
 		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	for ch := range channelTopics {
-		if _, err := conn.Exec(ctx, "LISTEN "+ch); err != nil { // fixed channel names
-			return err
-		}
+	// One statement (fixed text): both channels are listened to once it
+	// returns.
+	if _, err := conn.Exec(ctx, listenSQL); err != nil {
+		return err
 	}
 	ok()
 	select {

@@ -355,3 +355,44 @@ func requireVariety(t *testing.T, streams map[string][]engine.RunEventRecord) {
 		}
 	}
 }
+
+// TestAuditViewsMigrateForward: a store made before migration 0600 (its
+// views another text: here a stale dvt_run_snapshots) gets the views from
+// the single projection text when it is next opened.
+func TestAuditViewsMigrateForward(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "state.db")
+	s, err := sqlite.Open(ctx, path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	streams := benchStreams(20)
+	insertRaw(t, s, streams)
+	for _, stmt := range []string{
+		`DROP VIEW dvt_run_snapshots`,
+		`CREATE VIEW dvt_run_snapshots AS SELECT run_id, 'STALE' AS status FROM dvt_runs`,
+		`DELETE FROM dvt_schema_version WHERE version = 600`,
+	} {
+		if _, err := s.DB().ExecContext(ctx, stmt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Close()
+	if s, err = sqlite.Open(ctx, path, sqlite.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var applied int
+	if err := s.DB().QueryRowContext(ctx, `SELECT COUNT(*) FROM dvt_schema_version WHERE version = 600`).Scan(&applied); err != nil || applied != 1 {
+		t.Fatalf("migration 0600 applied %d times (%v), want once", applied, err)
+	}
+	for runID, events := range streams {
+		var status string
+		if err := s.DB().QueryRowContext(ctx, `SELECT status FROM dvt_run_snapshots WHERE run_id = ?`, runID).Scan(&status); err != nil {
+			t.Fatal(err)
+		}
+		if want := engine.Project(runID, events).Status; status != string(want) {
+			t.Errorf("run %s: dvt_run_snapshots says %s, the reducer %s", runID, status, want)
+		}
+	}
+}

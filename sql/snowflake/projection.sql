@@ -3,9 +3,14 @@
 -- that file's header for the rules it mirrors from engine/reducer.go), with
 -- Snowflake's types: TIMESTAMP_TZ(9) times, VARIANT payloads, BOOLEAN flags.
 --
--- `project` reads its events from a scope: Go replaces the /*scope*/ marker
--- with scope_run (one run) or scope_all (every run). Both are fixed text from
--- this file.
+-- The projection text exists once: `states` is the recursive CTEs (each
+-- event with the state before and after it), which the audit view
+-- dvt_event_states includes verbatim (sql/snowflake/audit.sql says /*include
+-- projection.sql states*/, expanded by sqlfiles.Migrations), and `project`
+-- is the snapshot query that follows them (sqlfiles.ProjectionOf prefixes
+-- WITH RECURSIVE and `states`). Over every run, /*scope*/ stays a comment;
+-- one run's projection replaces it with scope_run, fixed text from this
+-- file: nothing user-supplied is spliced in.
 --
 -- Portability notes (the statement also runs on the DuckDB-backed test
 -- server store/snowflake/sftest):

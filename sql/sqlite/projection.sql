@@ -2,10 +2,14 @@
 -- computes what the Go reducer (engine.Project) computes, field for field:
 -- the property tests in store/sqlite compare the two on generated streams.
 --
--- `project` reads its events from a scope: Go replaces the /*scope*/ marker
--- with scope_run (one run, through the primary key) or scope_all (every
--- run, one pass). Both are fixed text from this file; nothing user-supplied
--- is ever spliced in.
+-- The projection text exists once: `states` is the recursive CTEs (each
+-- event with the state before and after it), which the audit view
+-- dvt_event_states includes verbatim (sql/sqlite/audit.sql says /*include
+-- projection.sql states*/, expanded by sqlfiles.Migrations), and `project`
+-- is the snapshot query that follows them (sqlfiles.ProjectionOf prefixes
+-- WITH RECURSIVE and `states`). Over every run, /*scope*/ stays a comment;
+-- one run's projection replaces it with scope_run (through the primary
+-- key), fixed text from this file: nothing user-supplied is spliced in.
 --
 -- Rules mirrored from engine/reducer.go:
 --   * The transition table is dvt_transitions (shipped by the migrations, kept

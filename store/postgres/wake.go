@@ -48,6 +48,7 @@ type listener struct {
 	mu        sync.Mutex
 	stop      context.CancelFunc
 	done      chan struct{}
+	closed    bool          // the store is closed: no connection opens
 	connected chan struct{} // closed once the first LISTEN is in place
 }
 
@@ -70,6 +71,11 @@ func (s *Store) Wakeups() wake.Source {
 func (l *listener) start() {
 	ctx, cancel := context.WithCancel(context.Background())
 	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		cancel()
+		return
+	}
 	l.stop, l.done = cancel, make(chan struct{})
 	l.mu.Unlock()
 	go func() {
@@ -82,6 +88,7 @@ func (l *listener) start() {
 func (l *listener) close() {
 	l.mu.Lock()
 	stop, done := l.stop, l.done
+	l.closed = true
 	l.mu.Unlock()
 	if stop != nil {
 		stop()

@@ -28,6 +28,8 @@ type Config struct {
 	Pulse     Pulse        `yaml:"pulse"`
 	// StateStore is read key by key (see its UnmarshalYAML).
 	StateStore StateStore `yaml:"stateStore"`
+	// Audit is the tamper-evident log's checkpointing.
+	Audit Audit `yaml:"audit"`
 }
 
 // Parse decodes and validates a configuration document; name is the file's
@@ -56,6 +58,9 @@ func (c *Config) validate() error {
 		return err
 	}
 	if err := c.Pulse.validate(); err != nil {
+		return err
+	}
+	if err := c.Audit.validate(); err != nil {
 		return err
 	}
 	return c.Limits.validate()

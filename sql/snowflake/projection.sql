@@ -5,7 +5,7 @@
 --
 -- The projection text exists once: `states` is the recursive CTEs (each
 -- event with the state before and after it), which the audit view
--- dvt_event_states includes verbatim (sql/snowflake/audit.sql says /*include
+-- dvt_event_states includes verbatim (sql/snowflake/audit_views.sql says /*include
 -- projection.sql states*/, expanded by sqlfiles.Migrations), and `project`
 -- is the snapshot query that follows them (sqlfiles.ProjectionOf prefixes
 -- WITH RECURSIVE and `states`). Over every run, /*scope*/ stays a comment;

@@ -3,4 +3,4 @@
 -- per-run projection and dvt_event_states cannot drift. Stores created
 -- before get the views again from that single text; what they compute is
 -- unchanged.
-/*include audit.sql views*/;
+/*include audit_views.sql views*/;

@@ -1,4 +1,4 @@
 -- Policy A (RunEvents §5.3, issue 8): dvt_step_snapshots lists a step only
 -- once an event applied to it, ordered by that event (first_seq). The view
--- this migration recreated is now defined once, in audit.sql; 0100 creates
+-- this migration recreated is now defined once, in audit_views.sql; 0100 creates
 -- it and 0600 recreated it on stores that ran this migration's old text.

@@ -1,5 +1,5 @@
 -- Issue 20: a step run again after a resume is timed by that attempt (its
 -- outcome's payload.attemptStartedAt). The views this migration recreated
 -- (dvt_event_states, dvt_step_timeline) are now defined once, in
--- audit.sql; 0100 creates them and 0600 recreated them on stores that ran
+-- audit_views.sql; 0100 creates them and 0600 recreated them on stores that ran
 -- this migration's old text.

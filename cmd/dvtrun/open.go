@@ -152,7 +152,12 @@ func (c *cli) openWarehouse(ctx context.Context) (warehouse, string, error) {
 // openWarehouseHeldBy is openWarehouse whose lock waits name, through
 // holder, who probably holds the lock.
 func (c *cli) openWarehouseHeldBy(ctx context.Context, holder func(*engine.LockWait)) (warehouse, string, error) {
-	t, err := c.parseTarget("warehouse", c.g.warehouse)
+	return c.openWarehouseURL(ctx, c.g.warehouse, holder)
+}
+
+// openWarehouseURL opens the warehouse at raw (a --warehouse URL).
+func (c *cli) openWarehouseURL(ctx context.Context, raw string, holder func(*engine.LockWait)) (warehouse, string, error) {
+	t, err := c.parseTarget("warehouse", raw)
 	if err != nil {
 		return nil, "", err
 	}
@@ -161,7 +166,8 @@ func (c *cli) openWarehouseHeldBy(ctx context.Context, holder func(*engine.LockW
 		wh, err := c.openSnowflakeWarehouse(ctx, t.dsn)
 		return wh, "snowflake", err
 	case "postgres":
-		return nil, "", engine.Errorf(engine.CodeInvalidArgument, "--warehouse: Postgres is a state store only so far (its warehouse is not built yet); use sqlite: or snowflake://")
+		wh, err := postgres.OpenWarehouse(ctx, t.dsn, postgres.WarehouseOptions{LockWait: c.g.lockWait, OnWait: c.reportWait})
+		return wh, "postgres", err
 	default:
 		wh, err := openSQLiteWarehouse(ctx, t.path, sqlite.WarehouseOptions{LockWait: c.g.lockWait, OnWait: c.reportWait, Holder: holder})
 		return wh, "sqlite", err

@@ -99,6 +99,7 @@ func cmdPlanImportDBT(_ context.Context, c *cli, args []string) error {
 	planID := fs.String("plan-id", "", "the plan's `ID` (default: the dbt project name)")
 	planVersion := fs.String("plan-version", "", "the plan's `VERSION` (default 1)")
 	strict := fs.Bool("strict", false, "refuse the manifest (PLAN_INVALID, exit 2) if any node could not be imported")
+	keepSchemas := fs.Bool("keep-schemas", false, "keep relation names schema-qualified (schema.name), for --warehouse postgres://…; by default they become one part, for SQLite")
 	pos, err := c.parse(fs, args, 1, 1)
 	if err != nil {
 		return err
@@ -115,7 +116,7 @@ func cmdPlanImportDBT(_ context.Context, c *cli, args []string) error {
 	if *out != "" {
 		outDir = filepath.Dir(*out)
 	}
-	res, err := dbt.Import(data, dbt.Options{ProjectDir: dir, OutDir: outDir, PlanID: *planID, PlanVersion: *planVersion})
+	res, err := dbt.Import(data, dbt.Options{ProjectDir: dir, OutDir: outDir, PlanID: *planID, PlanVersion: *planVersion, KeepSchemas: *keepSchemas})
 	if err != nil {
 		return err
 	}

@@ -97,8 +97,7 @@ func pgtestRedacted(s, secret string) string { return strings.ReplaceAll(s, secr
 // TestProcessSchedulersAndWorkersPostgres is TestProcessSchedulersAndWorkers
 // on the Postgres state store: two scheduler and two worker processes, a
 // schedule every second for 20+ ticks, one request and one run per tick,
-// every run COMPLETED (the warehouse is SQLite: a Postgres warehouse is not
-// built yet).
+// every run COMPLETED (the warehouse is SQLite).
 func TestProcessSchedulersAndWorkersPostgres(t *testing.T) {
 	bin := buildBinary(t)
 	dsn := pgtest.URL(t)

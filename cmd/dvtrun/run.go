@@ -128,6 +128,8 @@ type runFlags struct {
 	writeBudget time.Duration
 	spoolDir    string
 	spool       *spool.Dir
+	// engine is --engine: local (the runner in this process) or temporal.
+	engine string
 }
 
 func (f *runFlags) register(fs *flag.FlagSet) {
@@ -140,6 +142,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 // with the worker, which runs its claimed requests the same way.
 func (f *runFlags) registerExec(fs *flag.FlagSet) {
 	fs.IntVar(&f.threads, "threads", 4, "run up to `N` steps in parallel")
+	fs.StringVar(&f.engine, "engine", "", "`ENGINE` that executes the run: local (default) or temporal, a workflow per run on the config's temporal server (env DVT_ENGINE)")
 	fs.StringVar(&f.secretsFile, "secrets-file", "", "`FILE` of KEY=VALUE secrets (DVT_SECRET_<NAME> in the environment wins)")
 	// A runner that dies keeps its lease until it expires; then `resume`
 	// (from any machine) or another worker may take the run over.
@@ -151,6 +154,9 @@ func (f *runFlags) registerExec(fs *flag.FlagSet) {
 }
 
 func (f runFlags) check() error {
+	if err := checkEngine(f.engine); err != nil {
+		return err
+	}
 	if f.threads < 1 {
 		return engine.Errorf(engine.CodeInvalidArgument, "--threads must be at least 1")
 	}
@@ -244,7 +250,7 @@ func cmdRun(ctx context.Context, c *cli, args []string) error {
 	if err != nil {
 		return err
 	}
-	return c.startAndExecute(ctx, f, b, engine.StartRequest{Plan: p, Ref: b.Ref, RunRequestID: *reqID, Selection: sel, FullRefresh: *fullRefresh}, "")
+	return c.startAndExecute(ctx, f, b, engine.StartRequest{Plan: p, Ref: b.Ref, RunRequestID: *reqID, Selection: sel, FullRefresh: *fullRefresh, Target: c.targetName()}, "")
 }
 
 // startAndExecute stores the bundle b, records a new run of its plan
@@ -296,6 +302,13 @@ func (c *cli) startAndExecute(ctx context.Context, f runFlags, b *plan.Bundle, r
 		fmt.Fprintln(c.stdout, c.clean(intro))
 	}
 	con.start = time.Now()
+	if c.onTemporal(f.engine) {
+		steps := p.InlineEphemeral()
+		con.Report(runner.Progress{Phase: runner.PhaseRunStarted, RunID: runID, Threads: f.threads, Total: len(steps.Steps)})
+		snap, err := c.executeOnTemporal(ctx, f, cfg, st, wh, lookup, runID)
+		reportSteps(con, steps, snap)
+		return c.finishRun(ctx, con, runID, snap, err)
+	}
 	rn := c.newRunner(st, f, con, lookup)
 	rn.Signals = cfg.Signals
 	stopPulse, err := c.joinPulse(ctx, rn, st, f, cfg)
@@ -377,6 +390,10 @@ func cmdResume(ctx context.Context, c *cli, args []string) error {
 		return nil
 	case snap.Status.Terminal():
 		return engine.Errorf(engine.CodeInvalidArgument, "run %s is already %s and cannot be resumed; start a new run", meta.RunID, snap.Status)
+	}
+	// The run continues where it ran: its target's warehouse.
+	if err := c.useRecordedTarget(meta.RunID, recorded.Target); err != nil {
+		return err
 	}
 	wh, targetName, err := c.openWarehouseHeldBy(ctx, c.previousHolder(ctx, st, meta.RunID))
 	if err != nil {

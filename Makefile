@@ -20,7 +20,7 @@ build: ## build bin/dvtrun
 	$(GO) build -o bin/dvtrun ./cmd/dvtrun
 
 test: ## run every test (what CI runs), the Temporal e2e module's too
-	$(GO) test -count=1 -timeout 30m $(PKGS)
+	$(GO) test -count=1 -timeout 45m $(PKGS)
 	$(MAKE) test-temporal
 
 test-temporal: ## the Temporal adapter against a real in-process Temporal server (first build: minutes)

@@ -525,7 +525,7 @@ func (c *cli) daemon(ctx context.Context, name string, args []string, withSchedu
 		m.pulse = pl
 		w = &worker.Worker{
 			Store: st, ID: owner, Limits: claimLimits(cfg.Limits), Slots: d.slots,
-			HeartbeatTTL: d.exec.leaseTTL, Poll: d.poll, Grace: d.grace,
+			HeartbeatTTL: d.exec.leaseTTL, Poll: d.poll, Wakeups: wakeupsOf(st), Grace: d.grace,
 			Clock: engine.ClockFunc(time.Now), IDs: engine.IDFunc(newID), Sleep: sleepCtx, Log: log, Metrics: &worker.Counters{},
 			Exec: &cliExec{c: c, st: &timedAppends{queueStore: st, lat: &m.appends}, wh: wh, lookup: lookup, owner: owner,
 				f: d.exec, pulse: pl, log: log, runs: &m.runs, cfg: cfg},

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/wake"
 	"github.com/dvtrun/dvtrun/store"
 	"github.com/dvtrun/dvtrun/store/postgres"
 	"github.com/dvtrun/dvtrun/store/snowflake"
@@ -91,10 +92,19 @@ func (c *cli) openStore(ctx context.Context, mustExist bool) (stateStore, error)
 	case "snowflake":
 		return c.openSnowflakeStore(ctx, t.dsn, mustExist)
 	case "postgres":
-		return postgres.Open(ctx, t.dsn, postgres.Options{MustExist: mustExist, LockWait: c.g.lockWait, OnWait: c.reportWait})
+		return postgres.Open(ctx, t.dsn, postgres.Options{MustExist: mustExist, LockWait: c.g.lockWait, OnWait: c.reportWait, Log: c.jsonLogger("wakeups")})
 	default:
 		return sqlite.Open(ctx, t.path, sqlite.Options{MustExist: mustExist, LockWait: c.g.lockWait, OnWait: c.reportWait})
 	}
+}
+
+// wakeupsOf is the store's wake-up source (Postgres's LISTEN/NOTIFY), nil
+// when the store is only polled.
+func wakeupsOf(st any) wake.Source {
+	if w, ok := st.(interface{ Wakeups() wake.Source }); ok {
+		return w.Wakeups()
+	}
+	return nil
 }
 
 // warehouse is an engine.Warehouse the CLI must close.

@@ -8,9 +8,11 @@
 package lineage
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -128,7 +130,7 @@ func PostgresNaming(host string, port int, database, schema string) Naming {
 	if port == 0 {
 		port = 5432
 	}
-	return Naming{Namespace: "postgres://" + host + ":" + strconv.Itoa(port), Database: database, Schema: cmpOr(schema, "public"), Source: "postgres"}
+	return Naming{Namespace: "postgres://" + host + ":" + strconv.Itoa(port), Database: database, Schema: cmp.Or(schema, "public"), Source: "postgres"}
 }
 
 // SQLiteNaming is dvtrun's choice for SQLite, which OpenLineage's naming
@@ -159,6 +161,16 @@ func (n Naming) DatasetName(relation string) string {
 	return n.up(joinNonEmpty(parts))
 }
 
+// SourceName is a source table's dataset name: its own database when the
+// plan declares one, else the warehouse's.
+func (n Naming) SourceName(src plan.SourceRef) string {
+	parts := []string{cmp.Or(src.Database, n.Database), src.Schema, src.Table}
+	if n.NamespaceHoldsDatabase {
+		parts = parts[1:]
+	}
+	return n.up(joinNonEmpty(parts))
+}
+
 // JobName is the job name of a step that builds relation: db.schema.table.
 func (n Naming) JobName(relation string) string {
 	return n.up(joinNonEmpty(n.qualify(relation)))
@@ -182,13 +194,6 @@ func joinNonEmpty(parts []string) string {
 		}
 	}
 	return strings.Join(out, ".")
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // idSpace is the namespace of dvtrun's name-based (v5) run ids. Fixed
@@ -246,8 +251,8 @@ func NewMapper(o Options) (*Mapper, error) {
 	if o.Plans == nil {
 		return nil, engine.Errorf(engine.CodeInvalidArgument, "the openlineage mapper needs the runs' plans")
 	}
-	o.Namespace = cmpOr(o.Namespace, DefaultNamespace)
-	o.EngineVersion = cmpOr(o.EngineVersion, "unknown")
+	o.Namespace = cmp.Or(o.Namespace, DefaultNamespace)
+	o.EngineVersion = cmp.Or(o.EngineVersion, "unknown")
 	return &Mapper{o: o, plans: map[string]*runPlan{}}, nil
 }
 
@@ -360,7 +365,7 @@ func (m *Mapper) Map(ctx context.Context, rec engine.RunEventRecord) (*Event, er
 	}
 	relation, naming := s.Relation(), p.naming
 	ev.Job = Job{Namespace: m.o.Namespace, Name: naming.JobName(relation), Facets: map[string]any{"jobType": jobType(strings.ToUpper(s.Kind))}}
-	if q := cmpOr(pl.SQL, p.stepSQL(s)); q != "" {
+	if q := cmp.Or(pl.SQL, p.stepSQL(s)); q != "" {
 		ev.Job.Facets["sql"] = map[string]any{"_producer": Producer, "_schemaURL": sqlSchema, "query": q}
 	}
 	parent := ref(PlanRunID(rec.RunID), m.o.Namespace, rec.PlanID)
@@ -370,11 +375,14 @@ func (m *Mapper) Map(ctx context.Context, rec engine.RunEventRecord) (*Event, er
 		// The last query is the one that built the relation (earlier ones
 		// prepare it).
 		runFacets["externalQuery"] = map[string]any{"_producer": Producer, "_schemaURL": queryIDSchema,
-			"externalQueryId": pl.QueryIDs[n-1], "source": cmpOr(naming.Source, "warehouse")}
+			"externalQueryId": pl.QueryIDs[n-1], "source": cmp.Or(naming.Source, "warehouse")}
 	}
 	ev.Run = Run{RunID: StepRunID(rec.RunID, rec.StepID, rec.LogicalAttemptID), Facets: runFacets}
 	for _, in := range p.inputs(s) {
 		ev.Inputs = append(ev.Inputs, Dataset{Namespace: naming.Namespace, Name: naming.DatasetName(in)})
+	}
+	for _, src := range p.sources(s) {
+		ev.Inputs = append(ev.Inputs, Dataset{Namespace: naming.Namespace, Name: naming.SourceName(src)})
 	}
 	if Builds(s) {
 		out := Dataset{Namespace: naming.Namespace, Name: naming.DatasetName(relation)}
@@ -432,6 +440,33 @@ func (p *runPlan) inputs(s plan.Step) []string {
 		}
 	}
 	walk(s.DependsOn)
+	return out
+}
+
+// sources are the source tables step s reads ({{ source(…) }}), its own
+// and, through the ephemeral models it reads, theirs; each once.
+func (p *runPlan) sources(s plan.Step) []plan.SourceRef {
+	if p.bundle == nil {
+		return nil
+	}
+	var out []plan.SourceRef
+	seen := map[string]bool{}
+	var walk func(s plan.Step)
+	walk = func(s plan.Step) {
+		s.SQL = p.stepSQL(s)
+		for _, ref := range p.bundle.Plan.SourcesOf(s) {
+			if !slices.Contains(out, ref) {
+				out = append(out, ref)
+			}
+		}
+		for _, id := range s.DependsOn {
+			if d, ok := p.steps[id]; ok && !seen[id] && d.Kind == plan.KindModel && d.Materialized == plan.MaterializedEphemeral {
+				seen[id] = true
+				walk(d)
+			}
+		}
+	}
+	walk(s)
 	return out
 }
 

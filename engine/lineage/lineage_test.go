@@ -315,6 +315,40 @@ steps:
 	}
 }
 
+// TestMapSources: the source tables a step reads through {{ source(…) }}
+// are inputs too, its own and those of the ephemeral models it reads,
+// named in the warehouse's database unless the source names its own.
+func TestMapSources(t *testing.T) {
+	ctx := context.Background()
+	planYAML := `planId: src
+planVersion: "1"
+schemaVersion: "1"
+sources:
+  - {name: raw, tables: [orders, customers]}
+  - {name: crm, database: CRMDB, schema: PUBLIC, tables: [accounts]}
+steps:
+  - {id: model.base, kind: model, materialized: ephemeral, sql: "select * from {{ source('raw', 'customers') }}"}
+  - {id: model.final, kind: model, materialized: table, sql: "select * from {{ source('raw', 'orders') }} o join {{ ref('base') }} b using (id) join {{ source('crm', 'accounts') }} a using (id) union all select * from {{ source('raw', 'orders') }}"}
+`
+	b, err := plan.LoadBundle(mapSource(fstest.MapFS{"plan.yaml": {Data: []byte(planYAML)}}), "plan.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := lineage.NewMapper(lineage.Options{Naming: lineage.SnowflakeNaming("org-acct", "db", "sc"), Plans: bundles{runID: b}})
+	ev, err := m.Map(ctx, rec(engine.StepStarted, "model.final", 1, `{}`))
+	if err != nil || ev == nil {
+		t.Fatalf("%v %v", ev, err)
+	}
+	var got []string
+	for _, in := range ev.Inputs {
+		got = append(got, in.Name)
+	}
+	want := []string{"DB.RAW.ORDERS", "CRMDB.PUBLIC.ACCOUNTS", "DB.RAW.CUSTOMERS"}
+	if !slices.Equal(got, want) {
+		t.Errorf("inputs %q, want %q", got, want)
+	}
+}
+
 // TestValidateRejects: the validator catches what the schemas forbid, in
 // the event and in a facet.
 func TestValidateRejects(t *testing.T) {

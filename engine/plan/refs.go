@@ -1,12 +1,41 @@
 package plan
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
 
 	"github.com/dvtrun/dvtrun/engine"
 )
+
+// SourceRef is a source table a step reads through {{ source('src',
+// 'table') }}, resolved against the plan's declared sources: Schema
+// defaults to the source's name, Database "" is the warehouse's own.
+type SourceRef struct {
+	Database, Schema, Table string
+}
+
+// SourcesOf lists the source tables s reads (its SQL and incremental
+// filter), in the order written, each once. A source or table the plan
+// does not declare is left out: validation names it.
+func (p *Plan) SourcesOf(s Step) []SourceRef {
+	var out []SourceRef
+	for _, t := range templatesOf(s) {
+		if t.name != "source" || len(t.args) != 2 {
+			continue
+		}
+		i := slices.IndexFunc(p.Sources, func(src SourceTables) bool { return src.Name == t.args[0].text })
+		if i < 0 || !slices.Contains(p.Sources[i].Tables, t.args[1].text) {
+			continue
+		}
+		ref := SourceRef{Database: p.Sources[i].Database, Schema: cmp.Or(p.Sources[i].Schema, p.Sources[i].Name), Table: t.args[1].text}
+		if !slices.Contains(out, ref) {
+			out = append(out, ref)
+		}
+	}
+	return out
+}
 
 // templatesOf returns the templates of s's SQL and incremental filter (nil
 // when one does not parse: Problems reports it).

@@ -223,7 +223,8 @@ type dag struct {
 
 type node struct {
 	X, Y   int
-	ID     string
+	ID     string // the label: the step id, cut to fit
+	Step   string
 	Href   string
 	Class  string
 	Status string
@@ -297,7 +298,7 @@ func buildDAG(nodes []GraphNode, snap engine.Snapshot, runID string) dag {
 		if r := []rune(label); len(r) > dagMaxLabel {
 			label = string(r[:dagMaxLabel-1]) + "…"
 		}
-		d.Nodes = append(d.Nodes, node{X: pos[i][0], Y: pos[i][1], ID: label, Href: stepHref(runID, n.ID),
+		d.Nodes = append(d.Nodes, node{X: pos[i][0], Y: pos[i][1], ID: label, Step: n.ID, Href: stepHref(runID, n.ID),
 			Class: statusClass(status), Status: status, Mark: statusMark(status)})
 		for _, dep := range n.DependsOn {
 			if j, ok := idx[dep]; ok {

@@ -26,6 +26,7 @@ type Config struct {
 	Schedules []Schedule   `yaml:"schedules"`
 	Limits    Limits       `yaml:"limits"`
 	Pulse     Pulse        `yaml:"pulse"`
+	Console   Console      `yaml:"console"`
 	// StateStore is read key by key (see its UnmarshalYAML).
 	StateStore StateStore `yaml:"stateStore"`
 }
@@ -56,6 +57,9 @@ func (c *Config) validate() error {
 		return err
 	}
 	if err := c.Pulse.validate(); err != nil {
+		return err
+	}
+	if err := c.Console.validate(); err != nil {
 		return err
 	}
 	return c.Limits.validate()

@@ -76,13 +76,20 @@ type GraphNode struct {
 	DependsOn []string
 }
 
-// Schedule is a row of the schedules page.
+// Schedule is a row of the schedules page (and of `dvtrun schedule
+// list --json`): a schedule, its next ticks and what its cursor recorded.
 type Schedule struct {
-	Name, Cron, Timezone, Overlap string
-	NextTicks                     []time.Time
-	LastTick                      time.Time
-	LastRequestID, LastState      string
-	Fired, Missed, Skipped        int64
+	Name          string      `json:"name"`
+	Cron          string      `json:"cron"`
+	Timezone      string      `json:"timezone"`
+	Overlap       string      `json:"overlap"`
+	NextTicks     []time.Time `json:"nextTicks"`
+	LastTick      time.Time   `json:"lastTick,omitzero"`
+	LastRequestID string      `json:"lastRequestId,omitempty"`
+	LastState     string      `json:"lastState,omitempty"`
+	Fired         int64       `json:"fired"`
+	Missed        int64       `json:"missed"`
+	Skipped       int64       `json:"skipped"`
 }
 
 // Auth is the console's optional authentication. Both empty: none (the

@@ -27,6 +27,7 @@ import (
 	"github.com/dvtrun/dvtrun/engine/schedule"
 	"github.com/dvtrun/dvtrun/engine/service"
 	"github.com/dvtrun/dvtrun/engine/worker"
+	"github.com/dvtrun/dvtrun/store"
 )
 
 // daemonFlags are shared by scheduler, worker and serve.
@@ -45,7 +46,7 @@ func (d *daemonFlags) register(c *cli, name string, worker bool) *flag.FlagSet {
 	fs := c.newFlagSet(name, "", daemonHelp[name])
 	// On Snowflake every poll wakes a warehouse: seconds, not milliseconds.
 	fs.DurationVar(&d.poll, "poll", 2*time.Second, "pause between polls of the store when idle")
-	fs.StringVar(&d.http, "http", "", "serve /livez, /readyz and /metrics on this loopback `ADDR` (e.g. 127.0.0.1:9464)")
+	fs.StringVar(&d.http, "http", "", "serve /livez, /readyz and /metrics on `ADDR` (e.g. 127.0.0.1:9464; a non-loopback address is served as given, with a warning)")
 	fs.BoolVar(&d.ui, "ui", false, "also serve the operator console (as `dvtrun ui`) on the --http address")
 	d.uiFlags.register(fs)
 	if worker {
@@ -74,12 +75,8 @@ func (d daemonFlags) check(worker bool) error {
 		return engine.Errorf(engine.CodeInvalidArgument, "--ui serves the console on the --http address: give --http ADDR too")
 	}
 	if d.http != "" {
-		host, _, err := net.SplitHostPort(d.http)
-		if err != nil {
+		if _, _, err := net.SplitHostPort(d.http); err != nil {
 			return engine.Errorf(engine.CodeInvalidArgument, "--http %q: %v", d.http, err)
-		}
-		if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-			return engine.Errorf(engine.CodeInvalidArgument, "--http %q: serve on a loopback address (127.0.0.1, ::1 or localhost)", d.http)
 		}
 	}
 	if worker {
@@ -142,6 +139,10 @@ func cmdSchedule(ctx context.Context, c *cli, args []string) error {
 	sub := ""
 	if len(args) > 0 {
 		sub, args = args[0], args[1:]
+	}
+	if sub == "--help" || sub == "-h" || sub == "help" {
+		fmt.Fprintln(c.stdout, "Usage: dvtrun schedule list\n       dvtrun schedule trigger NAME\n       dvtrun schedule backfill NAME --from T --to T\n\nRun `dvtrun schedule SUBCOMMAND --help` for its flags.")
+		return errHelp
 	}
 	fs := c.newFlagSet("schedule "+sub, "list | trigger NAME | backfill NAME --from T --to T",
 		"Show the configured schedules (next ticks, last run), fire one now, or enqueue the ticks of a past range\nthrough the run queue (a tick already requested is not requested again).")
@@ -277,6 +278,8 @@ type cliExec struct {
 	lookup engine.SecretLookup
 	owner  string
 	pulse  *pulse.Pulse // the process's: every run's lease is owner's
+	log    *slog.Logger
+	runs   *runDurations // nil: not measured
 }
 
 // plan reads the request's plan bundle from the state store by the
@@ -342,7 +345,39 @@ func (x *cliExec) Run(ctx context.Context, r queue.Request, runID string) (engin
 	} else {
 		snap, err = rn.Execute(ctx, runID, p, x.wh)
 	}
+	x.ended(p.PlanID, snap)
 	return snap.Status, err
+}
+
+// ended measures a run that reached its end in this worker and, for a
+// failed one, logs at ERROR which steps failed and the first error: the
+// line an operator's log alert looks for.
+func (x *cliExec) ended(planID string, snap engine.Snapshot) {
+	if !snap.Status.Terminal() {
+		return
+	}
+	x.runs.observe(planID, snap.Status, time.Duration(snap.DurationMs)*time.Millisecond)
+	if snap.Status != engine.StatusFailed || x.log == nil {
+		return
+	}
+	var failed []string
+	var first *engine.ErrorInfo
+	for _, st := range snap.Steps {
+		if st.Status == engine.StepStatusFailed {
+			failed = append(failed, st.StepID)
+			if first == nil {
+				first = st.Error
+			}
+		}
+	}
+	if first == nil {
+		first = snap.Error
+	}
+	args := []any{"run", snap.RunID, "plan", planID, "failedSteps", failed}
+	if first != nil {
+		args = append(args, "code", first.Code, "error", x.c.cleanLine(first.Message))
+	}
+	x.log.Error("run failed", args...)
 }
 
 func cmdScheduler(ctx context.Context, c *cli, args []string) error {
@@ -386,6 +421,9 @@ func (c *cli) daemon(ctx context.Context, name string, args []string, withSchedu
 	}
 	var group service.Group
 	m := &metrics{st: st}
+	for _, def := range cfg.Schedules {
+		m.schedules = append(m.schedules, def.Name)
+	}
 	if withScheduler {
 		s, err := c.newScheduler(st, cfg, d.poll, log)
 		if err != nil {
@@ -424,7 +462,7 @@ func (c *cli) daemon(ctx context.Context, name string, args []string, withSchedu
 			HeartbeatTTL: d.exec.leaseTTL, Poll: d.poll, Grace: d.grace,
 			Clock: engine.ClockFunc(time.Now), IDs: engine.IDFunc(newID), Sleep: sleepCtx, Log: log, Metrics: &worker.Counters{},
 			Exec: &cliExec{c: c, st: &timedAppends{queueStore: st, lat: &m.appends}, wh: wh, lookup: lookup, owner: owner,
-				f: d.exec, pulse: pl},
+				f: d.exec, pulse: pl, log: log, runs: &m.runs},
 		}
 		m.worker = w.Metrics
 		// Delivery and the projector go before the worker, so they stop
@@ -518,7 +556,17 @@ func (c *cli) serveHTTP(addr string, m *metrics, ready func() bool, ui http.Hand
 	if ui != nil {
 		log.Info("console", "url", "http://"+ln.Addr().String()+"/runs")
 	}
+	if !isLoopback(ln.Addr()) {
+		log.Warn("http is served on a non-loopback address: anyone who reaches it can read /metrics (plan and schedule names, queue depth)", "addr", ln.Addr().String())
+	}
 	return srv, nil
+}
+
+// isLoopback reports whether a listener's address is reachable from this
+// machine only.
+func isLoopback(a net.Addr) bool {
+	tcp, ok := a.(*net.TCPAddr)
+	return ok && tcp.IP.IsLoopback()
 }
 
 // metrics writes the Prometheus text exposition by hand: a handful of
@@ -531,7 +579,85 @@ type metrics struct {
 	delivery  *delivery.Service   // nil: no sinks
 	projector *projection.Service // nil: no projector
 	appends   latency
+	runs      runDurations
+	schedules []string // the config's schedule names
 	mu        sync.Mutex
+}
+
+// runDurationBuckets are the histogram's upper bounds in seconds: batch
+// runs take seconds to hours.
+var runDurationBuckets = []float64{1, 5, 15, 60, 300, 900, 1800, 3600, 7200, 14400}
+
+// runDurations is the histogram of the run durations a worker saw end, by
+// plan and final status: both bounded sets (the plans deployed, the
+// terminal statuses), never run ids.
+type runDurations struct {
+	mu sync.Mutex
+	by map[[2]string]*histogram
+}
+
+type histogram struct {
+	counts []int64 // per bucket, not cumulative
+	sum    float64
+	count  int64
+}
+
+func (r *runDurations) observe(plan string, status engine.RunStatus, d time.Duration) {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.by == nil {
+		r.by = map[[2]string]*histogram{}
+	}
+	k := [2]string{plan, string(status)}
+	h := r.by[k]
+	if h == nil {
+		h = &histogram{counts: make([]int64, len(runDurationBuckets))}
+		r.by[k] = h
+	}
+	sec := d.Seconds()
+	for i, b := range runDurationBuckets {
+		if sec <= b {
+			h.counts[i]++
+			break
+		}
+	}
+	h.sum += sec
+	h.count++
+}
+
+// write prints the histogram in the text exposition format.
+func (r *runDurations) write(p func(format string, args ...any)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p("# HELP dvtrun_run_duration_seconds Duration of the runs this worker saw end (RunStarted to the terminal event), by plan and final status.")
+	p("# TYPE dvtrun_run_duration_seconds histogram")
+	keys := make([][2]string, 0, len(r.by))
+	for k := range r.by {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		return keys[i][0] < keys[j][0] || keys[i][0] == keys[j][0] && keys[i][1] < keys[j][1]
+	})
+	for _, k := range keys {
+		h := r.by[k]
+		labels := fmt.Sprintf(`plan="%s",status="%s"`, promLabel(k[0]), promLabel(k[1]))
+		var cum int64
+		for i, b := range runDurationBuckets {
+			cum += h.counts[i]
+			p(`dvtrun_run_duration_seconds_bucket{%s,le="%g"} %d`, labels, b, cum)
+		}
+		p(`dvtrun_run_duration_seconds_bucket{%s,le="+Inf"} %d`, labels, h.count)
+		p(`dvtrun_run_duration_seconds_sum{%s} %g`, labels, h.sum)
+		p(`dvtrun_run_duration_seconds_count{%s} %d`, labels, h.count)
+	}
+}
+
+// promLabel escapes a label value for the text exposition format.
+func promLabel(v string) string {
+	return strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`).Replace(v)
 }
 
 // latency sums durations for a Prometheus summary without quantiles.
@@ -660,6 +786,24 @@ func (m *metrics) write(ctx context.Context, w interface{ Write([]byte) (int, er
 		p("# HELP dvtrun_projector_lag_seconds Age of the oldest event the projector's last poll fetched anew (0: nothing new).")
 		p("# TYPE dvtrun_projector_lag_seconds gauge")
 		p("dvtrun_projector_lag_seconds %g", m.projector.Lag().Seconds())
+	}
+	if m.worker != nil {
+		m.runs.write(p)
+	}
+	if len(m.schedules) > 0 {
+		// From the store, not from this process: whichever replica ran the
+		// schedule's last good run, and across restarts.
+		p("# HELP dvt_schedule_last_success_timestamp_seconds When the newest COMPLETED run of a schedule ended (absent: none yet).")
+		p("# TYPE dvt_schedule_last_success_timestamp_seconds gauge")
+		for _, name := range m.schedules {
+			runs, err := m.st.ListRuns(ctx, store.RunFilter{Schedule: name, Status: engine.StatusCompleted, Limit: 1})
+			if err != nil {
+				return err
+			}
+			if len(runs) == 1 && !runs[0].EndedAt.IsZero() {
+				p(`dvt_schedule_last_success_timestamp_seconds{schedule="%s"} %d`, promLabel(name), runs[0].EndedAt.Unix())
+			}
+		}
 	}
 	if m.sched != nil {
 		s := m.sched.Snapshot()

@@ -249,3 +249,68 @@ func TestDaemonLogsLockWaitsAsJSON(t *testing.T) {
 		t.Fatalf("no lock-wait record in the worker's log:\n%s", r.stderr)
 	}
 }
+
+// A daemon's worker logs a failed run at ERROR with its failing steps and
+// first error, and /metrics has run durations by plan and status and, per
+// configured schedule, when its newest COMPLETED run ended (read from the
+// store: any replica's run counts).
+func TestDaemonReportsFailuresAndScheduleSuccess(t *testing.T) {
+	h := newHarness(t)
+	abs, _ := filepath.Abs(fixture("ok", "plan.yaml"))
+	cfg := h.writeConfig(`schedules:
+  - {name: nightly, cron: "0 2 * * *", timezone: UTC, plan: ` + abs + `}
+  - {name: never, cron: "0 3 * * *", timezone: UTC, plan: ` + abs + `}
+`)
+	if r := h.run("schedule", "trigger", "nightly", "--config", cfg); r.code != 0 {
+		t.Fatalf("trigger: %+v", r)
+	}
+	if r := h.run("enqueue", fixture("failing", "plan.yaml")); r.code != 0 {
+		t.Fatalf("enqueue: %+v", r)
+	}
+	addr := freeAddr(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan result, 1)
+	go func() { done <- h.runCtx(ctx, "serve", "--config", cfg, "--poll", "100ms", "--http", addr) }()
+	var metrics string
+	deadline := time.Now().Add(60 * time.Second)
+	for !strings.Contains(metrics, `dvtrun_queue_requests{state="DONE"} 2`) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the requests never finished; /metrics:\n%s", metrics)
+		}
+		time.Sleep(100 * time.Millisecond)
+		_, metrics = get("http://" + addr + "/metrics")
+	}
+	for _, want := range []*regexp.Regexp{
+		regexp.MustCompile(`(?m)^dvt_schedule_last_success_timestamp_seconds\{schedule="nightly"\} 1[0-9]{9}$`),
+		regexp.MustCompile(`(?m)^dvtrun_run_duration_seconds_count\{plan="cli_ok",status="COMPLETED"\} 1$`),
+		regexp.MustCompile(`(?m)^dvtrun_run_duration_seconds_bucket\{plan="cli_failing",status="FAILED",le="\+Inf"\} 1$`),
+	} {
+		if !want.MatchString(metrics) {
+			t.Errorf("/metrics lacks %s:\n%s", want, metrics)
+		}
+	}
+	if strings.Contains(metrics, `schedule="never"`) {
+		t.Errorf("a schedule with no successful run has a last-success time:\n%s", metrics)
+	}
+	cancel()
+	r := <-done
+	var failed struct {
+		Level       string   `json:"level"`
+		Msg         string   `json:"msg"`
+		Plan        string   `json:"plan"`
+		FailedSteps []string `json:"failedSteps"`
+		Code, Error string
+	}
+	for _, line := range strings.Split(r.stderr, "\n") {
+		if strings.Contains(line, `"msg":"run failed"`) {
+			if err := json.Unmarshal([]byte(line), &failed); err != nil {
+				t.Fatalf("%v: %s", err, line)
+			}
+		}
+	}
+	if failed.Level != "ERROR" || failed.Plan != "cli_failing" || len(failed.FailedSteps) != 1 || failed.FailedSteps[0] != "model.broken" ||
+		!strings.Contains(failed.Error, "no_such_table") {
+		t.Fatalf("no ERROR record naming model.broken and its error: %+v\n%s", failed, r.stderr)
+	}
+}

@@ -301,3 +301,57 @@ func TestExitCodesOnSignals(t *testing.T) {
 		})
 	}
 }
+
+// TestResumeWaitsForTheLease: resume of a run whose lease another runner
+// holds exits 3 at once, saying until when and how to wait; with --wait
+// longer than the lease it waits, saying for whom, and then resumes; with
+// a shorter --wait it gives up with exit 3 when the wait runs out.
+func TestResumeWaitsForTheLease(t *testing.T) {
+	cases := []struct {
+		name  string
+		lease time.Duration
+		wait  string
+		exit  int
+		want  []string // in stderr
+	}{
+		{"no wait", time.Minute, "", exitLease, []string{"LEASE_HELD", "another-runner", "--wait"}},
+		{"wait shorter than the lease", time.Minute, "1s", exitLease, []string{"waiting for the lease", "--wait 1s ran out"}},
+		{"wait outlasts the lease", 2 * time.Second, "30s", exitOK, []string{"waiting for the lease of run", "held by another-runner"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			plan := fixture("slow", "plan.yaml")
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			out := &cancelAfter{n: 1, cancel: cancel}
+			var errb bytes.Buffer
+			if code := run(ctx, []string{"run", "--threads", "1", plan}, out, &errb, func(k string) string { return h.env[k] }); code != exitInterrupted {
+				t.Fatalf("the interrupted run exited %d: %s", code, errb.String())
+			}
+			runID := h.onlyRun()
+			st, err := sqlite.Open(context.Background(), h.statePath(), sqlite.Options{MustExist: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = st.AcquireLease(context.Background(), runID, "another-runner", tc.lease)
+			st.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			args := []string{"resume", runID}
+			if tc.wait != "" {
+				args = append(args, "--wait", tc.wait)
+			}
+			r := h.run(args...)
+			if r.code != tc.exit {
+				t.Fatalf("exit %d, want %d: %s", r.code, tc.exit, r.stderr)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(r.stderr, w) {
+					t.Errorf("stderr lacks %q:\n%s", w, r.stderr)
+				}
+			}
+		})
+	}
+}

@@ -116,6 +116,9 @@ type globals struct {
 	// scoped names the scope flags given explicitly (flag or environment):
 	// verify --all checks every run unless one narrows it.
 	scoped map[string]bool
+	// noColor turns colour off even on a terminal (--no-color; NO_COLOR does
+	// the same from the environment).
+	noColor bool
 }
 
 // check refuses scope ids a run could not be recorded under: they become
@@ -156,6 +159,7 @@ func (g *globals) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.project, "project", g.project, "project id (env DVT_PROJECT)")
 	fs.StringVar(&g.environment, "environment", g.environment, "environment id (env DVT_ENVIRONMENT)")
 	fs.DurationVar(&g.lockWait, "lock-wait", g.lockWait, "longest wait for a lock another process holds, then exit 4 (env DVT_LOCK_WAIT)")
+	fs.BoolVar(&g.noColor, "no-color", g.noColor, "never colour the output (colour is used on a terminal only, and never with NO_COLOR set)")
 }
 
 func envOr(env func(string) string, key, def string) string {
@@ -225,6 +229,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, env func(
 	top := flag.NewFlagSet("dvtrun", flag.ContinueOnError)
 	top.SetOutput(io.Discard)
 	c.g.register(top)
+	showVersion := top.Bool("version", false, "print the version and the revision dvtrun was built from, and exit")
 	top.Usage = func() {}
 	err := top.Parse(args)
 	switch {
@@ -233,6 +238,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, env func(
 		return exitOK
 	case err != nil:
 		return c.fail(engine.Errorf(engine.CodeInvalidArgument, "%v (see dvtrun --help)", err))
+	case *showVersion:
+		fmt.Fprintln(stdout, version())
+		return exitOK
 	}
 	c.g.markScoped(top)
 	if err := c.g.check(); err != nil {
@@ -251,6 +259,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, env func(
 			return exitOK
 		}
 	}
+	var names []string
 	for _, cmd := range commands() {
 		if cmd.name == rest[0] {
 			err := cmd.run(ctx, c, rest[1:])
@@ -259,8 +268,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, env func(
 			}
 			return c.fail(err)
 		}
+		names = append(names, cmd.name)
+	}
+	if s := suggest(rest[0], names); s != "" {
+		return c.fail(engine.Errorf(engine.CodeInvalidArgument, "unknown command %q: did you mean %q? (see dvtrun --help)", rest[0], s))
 	}
 	return c.fail(engine.Errorf(engine.CodeInvalidArgument, "unknown command %q (see dvtrun --help)", rest[0]))
+}
+
+// colored wraps s in the ANSI colour code when colour is on (a terminal,
+// no NO_COLOR, no --no-color). Colour only repeats what the text says.
+func (c *cli) colored(code, s string) string {
+	if c.g.noColor || c.env == nil || !colorEnabled(c.stdout, c.env) {
+		return s
+	}
+	return "\x1b[" + code + "m" + s + "\x1b[0m"
 }
 
 func (c *cli) usage(w io.Writer, top *flag.FlagSet) {
@@ -271,9 +293,7 @@ func (c *cli) usage(w io.Writer, top *flag.FlagSet) {
 		fmt.Fprintf(w, "  %-9s %-40s %s\n", cmd.name, cmd.args, cmd.summary)
 	}
 	fmt.Fprintln(w, "\nGlobal flags (also accepted after the command):")
-	top.SetOutput(w)
-	top.PrintDefaults()
-	top.SetOutput(io.Discard)
+	printFlags(w, top)
 	fmt.Fprintln(w, "\n"+exitCodesHelp)
 	fmt.Fprintln(w, "Run `dvtrun COMMAND --help` for a command's flags.")
 }
@@ -419,9 +439,7 @@ func (c *cli) newFlagSet(name, args, summary string) *flag.FlagSet {
 
 func (c *cli) printHelp(fs *flag.FlagSet) {
 	fmt.Fprint(c.stdout, c.help[fs])
-	fs.SetOutput(c.stdout)
-	fs.PrintDefaults()
-	fs.SetOutput(io.Discard)
+	printFlags(c.stdout, fs)
 }
 
 // parse parses flags and positional arguments in any order (Go's flag

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -309,12 +310,16 @@ func cmdResume(ctx context.Context, c *cli, args []string) error {
 	fs := c.newFlagSet("resume", "RUN_ID [PLAN]", "Continue an interrupted run from its event log: no SUCCESS step runs again. It runs the plan bundle\nthe state store kept for the run; given PLAN, it first checks that PLAN is that bundle (same sha256,\nelse PLAN_HASH_MISMATCH naming what changed). A run recorded before bundles were stored needs PLAN.")
 	var f runFlags
 	f.register(fs)
+	wait := fs.Duration("wait", 0, "while another runner's lease holds the run (a runner that died keeps it for --lease-ttl), wait up to `D` for it instead of exiting 3")
 	pos, err := c.parse(fs, args, 1, 2)
 	if err != nil {
 		return err
 	}
 	if err := f.check(); err != nil {
 		return err
+	}
+	if *wait < 0 {
+		return engine.Errorf(engine.CodeInvalidArgument, "--wait must not be negative")
 	}
 	var b *engine.PlanBundle
 	if len(pos) == 2 {
@@ -386,9 +391,53 @@ func cmdResume(ctx context.Context, c *cli, args []string) error {
 	}
 	defer stopPulse()
 	fmt.Fprintf(c.stdout, "Resuming run %s of plan %s@%s\n", c.clean(meta.RunID), c.clean(p.PlanID), c.clean(p.PlanVersion))
-	con.start = time.Now()
-	snap, err = rn.Resume(ctx, meta.RunID, p, wh)
+	deadline := time.Now().Add(*wait)
+	for {
+		con.start = time.Now() // the wait for the lease is not the run's
+		snap, err = rn.Resume(ctx, meta.RunID, p, wh)
+		if !errors.Is(err, engine.ErrLeaseHeld) {
+			break
+		}
+		// Nothing was written: the lease is taken before any event.
+		if err := c.waitForLease(ctx, st, meta.RunID, deadline, *wait); err != nil {
+			return err
+		}
+	}
 	return c.finishRun(ctx, con, meta.RunID, snap, err)
+}
+
+// waitForLease sleeps until the run's lease expires (a step at most, then
+// the caller tries again), printing who holds it until when; past deadline
+// it returns LEASE_HELD with what to do next.
+func (c *cli) waitForLease(ctx context.Context, st stateStore, runID string, deadline time.Time, budget time.Duration) error {
+	l, ok, err := st.GetLease(ctx, runID)
+	if err != nil {
+		return err
+	}
+	if !ok { // released meanwhile: try again at once
+		return nil
+	}
+	left := time.Until(deadline)
+	if left <= 0 {
+		hint := "retry once it expires, or wait for it with --wait " + roundUp(time.Until(l.ExpiresAt)+2*time.Second).String()
+		if budget > 0 {
+			hint = "--wait " + budget.String() + " ran out"
+		}
+		return engine.Errorf(engine.CodeLeaseHeld, "run %s is owned by %s until %s (in %s); a runner that died keeps its lease that long: %s",
+			runID, c.clean(l.Owner), l.ExpiresAt.UTC().Format(time.RFC3339), roundUp(time.Until(l.ExpiresAt)), hint)
+	}
+	step := min(max(time.Until(l.ExpiresAt)+200*time.Millisecond, 200*time.Millisecond), left, 5*time.Second)
+	fmt.Fprintf(c.stderr, "dvtrun: waiting for the lease of run %s: held by %s until %s (%s left of --wait)\n",
+		c.clean(runID), c.clean(l.Owner), l.ExpiresAt.UTC().Format(time.RFC3339), roundUp(left))
+	return sleepCtx(ctx, step)
+}
+
+// roundUp is d rounded up to a whole second, for messages.
+func roundUp(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	return (d + time.Second - 1).Truncate(time.Second)
 }
 
 // previousHolder names, in a wait for the warehouse's lock, the runner
@@ -489,10 +538,87 @@ type console struct {
 	pass, warn, errs, skip int
 	cancelled              int // steps a CANCEL stopped in flight: not errors
 	failures               []string
+
+	// On a terminal, a live line at the bottom names the steps running
+	// longer than liveAfter; every other line first erases it.
+	tty       bool
+	running   map[string]time.Time // step id -> when it started here
+	liveShown bool
+	stopLive  chan struct{}
 }
 
+// liveAfter is how long a step runs before the live line names it: quick
+// steps would only flicker.
+const liveAfter = 3 * time.Second
+
 func newConsole(c *cli, target string) *console {
-	return &console{c: c, w: c.stdout, target: target, start: time.Now()}
+	o := &console{c: c, w: c.stdout, target: target, start: time.Now(), running: map[string]time.Time{}}
+	if isTerminal(c.stdout) {
+		o.tty = true
+		o.stopLive = make(chan struct{})
+		go func() {
+			t := time.NewTicker(time.Second)
+			defer t.Stop()
+			for {
+				select {
+				case <-o.stopLive:
+					return
+				case now := <-t.C:
+					o.mu.Lock()
+					o.drawLive(now)
+					o.mu.Unlock()
+				}
+			}
+		}()
+	}
+	return o
+}
+
+// drawLive redraws the live line: the steps running for liveAfter or more,
+// longest first, with their time so far. Callers hold mu.
+func (o *console) drawLive(now time.Time) {
+	type run struct {
+		id string
+		d  time.Duration
+	}
+	var long []run
+	for id, at := range o.running {
+		if d := now.Sub(at); d >= liveAfter {
+			long = append(long, run{id, d})
+		}
+	}
+	o.clearLive()
+	if len(long) == 0 {
+		return
+	}
+	sort.Slice(long, func(i, j int) bool { return long[i].d > long[j].d || long[i].d == long[j].d && long[i].id < long[j].id })
+	parts := make([]string, len(long))
+	for i, r := range long {
+		parts[i] = fmt.Sprintf("%s %ds", r.id, int(r.d.Seconds()))
+	}
+	line := "  running: " + strings.Join(parts, ", ")
+	if len(line) > 100 {
+		line = line[:97] + "..."
+	}
+	fmt.Fprint(o.w, o.c.clean(line))
+	o.liveShown = true
+}
+
+// clearLive erases the live line, if shown, so the next line takes its
+// place. Callers hold mu.
+func (o *console) clearLive() {
+	if o.liveShown {
+		fmt.Fprint(o.w, "\r\x1b[K")
+		o.liveShown = false
+	}
+}
+
+// statusColors colour a step line's [STATUS] by its first word, on a
+// terminal only; the word itself always says it.
+var statusColors = map[string]string{
+	"OK": "32", "PASS": "32", "INSERT": "32",
+	"WARN": "33", "SKIP": "33", "CANCELLED": "33",
+	"ERROR": "31", "FAIL": "31",
 }
 
 // statusColumn is where the [STATUS] of a step line starts, as in dbt: the
@@ -506,6 +632,11 @@ func (o *console) line(left, right string) {
 	if dots < 3 {
 		dots = 3
 	}
+	word, _, _ := strings.Cut(strings.TrimPrefix(right, "["), " ")
+	if code, ok := statusColors[strings.TrimSuffix(word, "]")]; ok {
+		right = o.c.colored(code, right)
+	}
+	o.clearLive()
 	fmt.Fprintf(o.w, "%s %s %s\n", left, strings.Repeat(".", dots), right)
 }
 
@@ -532,6 +663,7 @@ func secs(d time.Duration) string { return fmt.Sprintf("%.2fs", d.Seconds()) }
 func (o *console) Report(p runner.Progress) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	o.clearLive() // redrawn within a second
 	prefix := ""
 	if p.Index > 0 && p.Total > 0 {
 		prefix = fmt.Sprintf("%d of %d ", p.Index, p.Total)
@@ -547,6 +679,7 @@ func (o *console) Report(p runner.Progress) {
 			// A step an earlier runner left in flight, run again on resume.
 			again = fmt.Sprintf(" (engine attempt %d)", p.EngineAttempt)
 		}
+		o.running[p.Step.ID] = time.Now()
 		o.line(prefix+"START "+describe(p.Step)+again, "[RUN]")
 	case runner.PhaseStepRetry:
 		msg := ""
@@ -555,6 +688,7 @@ func (o *console) Report(p runner.Progress) {
 		}
 		fmt.Fprintf(o.w, "%sRETRY %s (engine attempt %d)%s\n", prefix, o.c.clean(describe(p.Step)), p.EngineAttempt, o.c.clean(msg))
 	case runner.PhaseStepDone:
+		delete(o.running, p.Step.ID)
 		o.stepDone(p, prefix, rel)
 	case runner.PhaseSignal:
 		o.signal(p)
@@ -676,6 +810,11 @@ type runEnd struct {
 func (o *console) summary(end runEnd) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	if o.stopLive != nil {
+		close(o.stopLive)
+		o.stopLive = nil
+	}
+	o.clearLive()
 	done := o.pass + o.warn + o.errs + o.skip + o.cancelled
 	n := done
 	if o.total > 0 {
@@ -700,7 +839,7 @@ func (o *console) summary(end runEnd) {
 	case end.status == engine.StatusCancelled:
 		fmt.Fprintf(o.w, "\nCancelled: %d step(s) stopped in flight, %d skipped.\n", o.cancelled, o.skip)
 	case len(o.failures) > 0:
-		fmt.Fprintf(o.w, "\nCompleted with %d error(s):\n", len(o.failures))
+		fmt.Fprintf(o.w, "\n%s\n", o.c.colored("31", fmt.Sprintf("Completed with %d error(s):", len(o.failures))))
 		for _, f := range o.failures {
 			fmt.Fprintf(o.w, "  %s\n", o.c.clean(f))
 		}
@@ -708,7 +847,7 @@ func (o *console) summary(end runEnd) {
 		// Failed by an earlier runner of the run, or before any step.
 		fmt.Fprintf(o.w, "\nFailed: %s\n", o.c.clean(oneLine(o.c.redact(cmp.Or(end.reason, "the run failed")))))
 	case end.status == engine.StatusCompleted:
-		fmt.Fprintln(o.w, "\nCompleted successfully")
+		fmt.Fprintln(o.w, "\n"+o.c.colored("32", "Completed successfully"))
 	default:
 		fmt.Fprintf(o.w, "\nStopped with the run %s. Continue with: %s\n", end.status, o.c.clean(end.resume))
 	}

@@ -47,15 +47,41 @@ func (c *cli) choose(p *engine.Plan, f selectFlags, refuse bool) (*engine.Select
 		return nil, err
 	}
 	if refuse && f.set() && len(res.Steps) == 0 {
-		return nil, engine.Errorf(engine.CodeInvalidArgument, "%s selects no step of plan %s (see dvtrun ls)", describeSelection(f), p.PlanID)
+		hint := ""
+		if len(res.Unmatched) > 0 {
+			hint = didYouMeanStep(p, res.Unmatched[0])
+		}
+		return nil, engine.Errorf(engine.CodeInvalidArgument, "%s selects no step of plan %s%s (see dvtrun ls)", describeSelection(f), p.PlanID, hint)
 	}
 	for _, u := range res.Unmatched {
-		fmt.Fprintf(c.stderr, "dvtrun: warning: the selection criterion %q does not match any step of plan %s\n", u, p.PlanID)
+		fmt.Fprintf(c.stderr, "dvtrun: warning: the selection criterion %q does not match any step of plan %s%s\n", u, p.PlanID, didYouMeanStep(p, u))
 	}
 	if !f.set() {
 		return nil, nil
 	}
 	return &engine.Selection{Select: f.sel, Exclude: f.exc, IndirectSelection: string(mode), Steps: res.Steps}, nil
+}
+
+// didYouMeanStep suggests, for a selector that names a step and matched
+// none, the step name or id closest to it: "; did you mean \"orders\"?".
+// Method selectors (tag:, path:…) get no guess.
+func didYouMeanStep(p *engine.Plan, selector string) string {
+	name := strings.TrimLeft(selector, "@+")
+	name = strings.TrimRight(strings.TrimRight(name, "0123456789"), "+")
+	if name == "" || strings.Contains(name, ":") || strings.ContainsAny(name, "*?[") {
+		return ""
+	}
+	var names []string
+	for _, s := range p.Steps {
+		names = append(names, s.ID)
+		if _, short, ok := strings.Cut(s.ID, "."); ok {
+			names = append(names, short)
+		}
+	}
+	if s := suggest(name, names); s != "" {
+		return fmt.Sprintf("; did you mean %q?", s)
+	}
+	return ""
 }
 
 // describeSelection is the --select/--exclude part of a message.

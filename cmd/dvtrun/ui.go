@@ -78,11 +78,6 @@ func cmdUI(ctx context.Context, c *cli, args []string) error {
 	return nil
 }
 
-func isLoopback(a net.Addr) bool {
-	ta, ok := a.(*net.TCPAddr)
-	return ok && ta.IP.IsLoopback()
-}
-
 // consoleHandler wires the console to the state store (history, queue,
 // outbox, leases, SQL projection, stored plan bundles), the config's
 // schedules, the warehouse's ledger when there is one, and the configured

@@ -90,7 +90,7 @@ func (c *cli) consoleHandler(ctx context.Context, st queueStore, cfg *config.Con
 	cc := webui.Config{
 		History: st, Clock: engine.ClockFunc(time.Now),
 		TenantID: c.g.tenant, ProjectID: c.g.project, EnvironmentID: c.g.environment,
-		Requests: st, Leases: st, Auth: auth, Poll: u.poll,
+		Requests: st, Workers: st, Leases: st, Auth: auth, Poll: u.poll,
 		Log: c.jsonLogger("ui"),
 		PlanGraph: func(ctx context.Context, sha string) ([]webui.GraphNode, bool, error) {
 			data, ok, err := st.GetPlanBundle(ctx, sha)

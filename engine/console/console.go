@@ -59,6 +59,11 @@ type Requests interface {
 	ListRequests(ctx context.Context, all bool) ([]queue.Request, error)
 }
 
+// Workers lists the workers' heartbeats (queue.Store).
+type Workers interface {
+	ListWorkers(ctx context.Context) ([]queue.Worker, error)
+}
+
 // Deliveries lists the outbox (delivery.Store).
 type Deliveries interface {
 	ListDeliveries(ctx context.Context, f delivery.Filter) ([]delivery.Delivery, error)
@@ -113,6 +118,7 @@ type Config struct {
 	Projector  Projector
 	Ledger     engine.Ledger // the warehouse's step ledger, for step pages
 	Requests   Requests
+	Workers    Workers
 	Deliveries Deliveries
 	Leases     Leases
 	// PlanGraph returns the steps of the plan bundle with this sha256, for

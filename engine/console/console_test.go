@@ -15,6 +15,7 @@ import (
 
 	"github.com/dvtrun/dvtrun/engine"
 	"github.com/dvtrun/dvtrun/engine/console"
+	"github.com/dvtrun/dvtrun/engine/queue"
 )
 
 // get serves one GET and returns its status, body and response.
@@ -71,7 +72,7 @@ func TestPages(t *testing.T) {
 		{"events of a completed run are all shown", "/runs/" + ok + "/events", []string{"<td>RunQueued</td>", "<td>RunCompleted</td>"}, []string{"Showing errors only"}},
 		{"schedules", "/schedules", []string{"nightly", "0 2 * * *", "<strong>2</strong>"}, nil},
 		{"queue", "/queue", []string{"0 waiting, 0 claimed, 0 running", "The run queue is empty."}, nil},
-		{"workers", "/workers", []string{"No worker holds a request."}, nil},
+		{"workers", "/workers", []string{"No worker has a heartbeat or holds a request."}, nil},
 		{"outbox", "/outbox", []string{"Dead letters", "Pending", failed, "audit-sink", "RunFailed"}, nil},
 		{"static css", "/static/console.css", []string{"prefers-color-scheme: dark"}, nil},
 		{"static script", "/static/live.js", []string{"EventSource", "Last-Event-ID"}, nil},
@@ -366,5 +367,64 @@ func TestEventsPageBoundedOnABigRun(t *testing.T) {
 	status, body, _ := get(t, srv, base)
 	if status != 200 || !strings.Contains(body, "Showing 500 of 600 steps") || strings.Count(body, "<tr data-step=") != 500 {
 		t.Fatalf("run page of 600 steps: %d, %d step rows", status, strings.Count(body, "<tr data-step="))
+	}
+}
+
+// TestQueueAndWorkers: the queue page counts the scope's requests; the
+// workers page shows each heartbeat, the requests a worker holds and its
+// runs' leases, and a worker the queue names without a heartbeat row.
+func TestQueueAndWorkers(t *testing.T) {
+	w := newWorld(t)
+	req := func(id string) queue.Request {
+		r := queue.Request{RequestID: "req-" + id, TenantID: "acme", ProjectID: "shop", EnvironmentID: "dev", PlanID: "shop_plan", PlanVersion: "7",
+			RunRequestID: id, PlanPath: "plans/shop/plan.yaml", PlanSHA256: "ab12", State: queue.StatePending}
+		r.Key = queue.Key(r.TenantID, r.ProjectID, r.EnvironmentID, r.PlanID, r.PlanVersion, r.RunRequestID)
+		if _, _, err := w.st.EnqueueRequest(ctx, r, nil); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	running := req("a")
+	req("b")
+	other := queue.Request{RequestID: "req-other", TenantID: "umbrella", ProjectID: "shop", EnvironmentID: "dev", PlanID: "p", PlanVersion: "1",
+		RunRequestID: "x", PlanPath: "p.yaml", PlanSHA256: "ab12", State: queue.StatePending}
+	other.Key = queue.Key(other.TenantID, other.ProjectID, other.EnvironmentID, other.PlanID, other.PlanVersion, other.RunRequestID)
+	if _, _, err := w.st.EnqueueRequest(ctx, other, nil); err != nil {
+		t.Fatal(err)
+	}
+	got, ok, err := w.st.ClaimRequest(ctx, "worker-1", time.Hour, queue.ClaimLimits{})
+	if err != nil || !ok || got.RequestID != running.RequestID {
+		t.Fatalf("claim: %+v %v %v", got, ok, err)
+	}
+	live := w.live.Meta.RunID
+	if err := w.st.SetRequestRun(ctx, got.RequestID, "worker-1", live); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.st.AcquireFencedLease(ctx, live, "worker-1", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.st.Heartbeat(ctx, "worker-idle", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	srv := w.server(t, nil)
+	for _, c := range []struct {
+		path string
+		want []string
+	}{
+		{"/queue", []string{`id="queue-depth">1 waiting, 0 claimed, 1 running`, "req-b", `href="/runs/` + live + `"`}},
+		{"/workers", []string{`data-worker="worker-1"`, "✓ live", `href="/runs/` + live + `"`, "lease held by worker-1", `data-worker="worker-idle"`}},
+	} {
+		status, body, _ := get(t, srv, c.path)
+		if status != 200 {
+			t.Fatalf("GET %s: %d", c.path, status)
+		}
+		for _, s := range c.want {
+			if !strings.Contains(body, s) {
+				t.Errorf("GET %s: no %q in\n%s", c.path, s, body)
+			}
+		}
+		if strings.Contains(body, "req-other") {
+			t.Errorf("GET %s shows another tenant's request", c.path)
+		}
 	}
 }

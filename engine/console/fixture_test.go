@@ -128,7 +128,7 @@ func (w *world) config() console.Config {
 	m := w.ok.Meta
 	return console.Config{
 		History: w.st, Clock: fixedClock, TenantID: m.TenantID, ProjectID: m.ProjectID, EnvironmentID: m.EnvironmentID,
-		Projector: w.st, Requests: w.st, Deliveries: w.st, Leases: w.st, PlanGraph: graph,
+		Projector: w.st, Requests: w.st, Workers: w.st, Deliveries: w.st, Leases: w.st, PlanGraph: graph,
 		Poll: 20 * time.Millisecond,
 	}
 }

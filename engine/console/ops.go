@@ -3,7 +3,6 @@ package console
 import (
 	"net/http"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/dvtrun/dvtrun/engine/delivery"
@@ -84,15 +83,15 @@ func (s *Server) queue(r *http.Request) (page, error) {
 	return page{name: "queue", title: "Queue", nav: "queue", data: p}, nil
 }
 
-// workerRow is a worker as the queue sees it: the requests it holds, its
-// runs' leases (the pulse renews them: their expiry is its heartbeat) and
-// the requests it took over from another worker.
+// workerRow is a worker: its heartbeat (none when the queue names an
+// owner whose row is gone), the requests it holds with their runs' leases,
+// and how many of them it took over from another worker.
 type workerRow struct {
 	Owner     string
+	Heartbeat *queue.Worker
 	Requests  int
 	Runs      []workerRun
 	TakenOver int // requests claimed more than once (after a worker died or handed back)
-	LastClaim time.Time
 }
 
 type workerRun struct {
@@ -104,43 +103,54 @@ type workerRun struct {
 
 func (s *Server) workers(r *http.Request) (page, error) {
 	p := opsPage{Now: s.cfg.Clock.Now()}
-	if s.cfg.Requests == nil {
+	if s.cfg.Requests == nil || s.cfg.Workers == nil {
 		p.Missing = "a state store with a run queue"
 		return page{name: "workers", title: "Workers", nav: "workers", data: p}, nil
 	}
-	rs, err := s.cfg.Requests.ListRequests(r.Context(), false)
+	ctx := r.Context()
+	beats, err := s.cfg.Workers.ListWorkers(ctx)
+	if err != nil {
+		return page{}, err
+	}
+	rs, err := s.cfg.Requests.ListRequests(ctx, false)
 	if err != nil {
 		return page{}, err
 	}
 	byOwner := map[string]*workerRow{}
+	var order []string
+	row := func(owner string) *workerRow {
+		w := byOwner[owner]
+		if w == nil {
+			w = &workerRow{Owner: owner}
+			byOwner[owner] = w
+			order = append(order, owner)
+		}
+		return w
+	}
+	for i := range beats {
+		row(beats[i].ID).Heartbeat = &beats[i]
+	}
 	for _, x := range s.inScope(rs) {
 		if x.Owner == "" || (x.State != queue.StateClaimed && x.State != queue.StateRunning) {
 			continue
 		}
-		w := byOwner[x.Owner]
-		if w == nil {
-			w = &workerRow{Owner: x.Owner}
-			byOwner[x.Owner] = w
-		}
+		w := row(x.Owner)
 		w.Requests++
 		if x.Attempts > 1 {
 			w.TakenOver++
 		}
-		if x.ClaimedAt.After(w.LastClaim) {
-			w.LastClaim = x.ClaimedAt
-		}
 		wr := workerRun{RunID: x.RunID, RequestID: x.RequestID}
 		if x.RunID != "" && s.cfg.Leases != nil {
-			if wr.Lease, wr.HasLease, err = s.cfg.Leases.GetLease(r.Context(), x.RunID); err != nil {
+			if wr.Lease, wr.HasLease, err = s.cfg.Leases.GetLease(ctx, x.RunID); err != nil {
 				return page{}, err
 			}
 		}
 		w.Runs = append(w.Runs, wr)
 	}
-	for _, w := range byOwner {
-		p.Workers = append(p.Workers, *w)
+	slices.Sort(order)
+	for _, o := range order {
+		p.Workers = append(p.Workers, *byOwner[o])
 	}
-	slices.SortFunc(p.Workers, func(a, b workerRow) int { return strings.Compare(a.Owner, b.Owner) })
 	return page{name: "workers", title: "Workers", nav: "workers", data: p}, nil
 }
 

@@ -66,7 +66,7 @@ func cmdUI(ctx context.Context, c *cli, args []string) error {
 	fmt.Fprintf(c.stdout, "dvtrun console: http://%s/runs\n", ln.Addr())
 	select {
 	case err := <-done:
-		return engine.Errorf(engine.CodeStoreUnavailable, "the console stopped serving: %v", err)
+		return fmt.Errorf("the console stopped serving: %w", err)
 	case <-ctx.Done():
 	}
 	// Live streams end with the request contexts; 5s bounds the rest.

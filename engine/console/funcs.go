@@ -24,7 +24,7 @@ var funcs = template.FuncMap{
 	"runHref":    func(id string) string { return "/runs/" + url.PathEscape(id) },
 	"stepHref":   stepHref,
 	"eventsHref": func(id string) string { return "/runs/" + url.PathEscape(id) + "/events" },
-	"trigger":    triggerText,
+	"trigger":    store.RunSummary.TriggerText,
 	"lines":      func(s string) []string { return strings.Split(strings.TrimRight(s, "\n"), "\n") },
 	"add":        func(a, b int) int { return a + b },
 	"statusFilter": func(q runsQuery, status string) string {
@@ -61,17 +61,4 @@ func fmtTime(t time.Time) string {
 		return ""
 	}
 	return t.UTC().Format("2006-01-02 15:04:05.000Z")
-}
-
-// triggerText is how a run came to be, as `dvtrun runs` prints it.
-func triggerText(r store.RunSummary) string {
-	switch {
-	case r.Trigger == store.TriggerRetry:
-		return "retry of " + r.ParentRunID
-	case r.Schedule != "":
-		return string(r.Trigger) + ":" + r.Schedule
-	case r.TriggeredBy != "":
-		return string(r.Trigger) + " by " + r.TriggeredBy
-	}
-	return string(r.Trigger)
 }

@@ -48,10 +48,10 @@ func parseRunsQuery(q url.Values, now time.Time) (runsQuery, store.RunFilter, er
 		return rq, f, engine.Errorf(engine.CodeInvalidArgument, "view %s is not %s", engine.QuoteText(rq.View), failingView)
 	}
 	var err error
-	if f.Since, err = parseWhen("since", rq.Since, now); err != nil {
+	if f.Since, err = store.ParseWhen("since", rq.Since, now); err != nil {
 		return rq, f, err
 	}
-	if f.Until, err = parseWhen("until", rq.Until, now); err != nil {
+	if f.Until, err = store.ParseWhen("until", rq.Until, now); err != nil {
 		return rq, f, err
 	}
 	if rq.After != "" {
@@ -70,27 +70,6 @@ func parseRunsQuery(q url.Values, now time.Time) (runsQuery, store.RunFilter, er
 	}
 	f.Limit = rq.Limit
 	return rq, f, nil
-}
-
-// parseWhen reads since/until as `dvtrun runs` does: an RFC 3339 time, a
-// date (UTC midnight) or a duration before now; "" is no bound.
-func parseWhen(name, v string, now time.Time) (time.Time, error) {
-	if v == "" {
-		return time.Time{}, nil
-	}
-	var t time.Time
-	var err error
-	if d, derr := time.ParseDuration(v); derr == nil && d >= 0 {
-		t = now.Add(-d)
-	} else if t, err = time.Parse(time.RFC3339Nano, v); err != nil {
-		if t, err = time.Parse("2006-01-02", v); err != nil {
-			return time.Time{}, engine.Errorf(engine.CodeInvalidArgument, "%s %s: want an RFC 3339 time, a date YYYY-MM-DD or a duration such as 24h", name, engine.QuoteText(v))
-		}
-	}
-	if t.Year() < 1970 || t.Year() > 2199 {
-		return time.Time{}, engine.Errorf(engine.CodeInvalidArgument, "%s %s is outside the years 1970 to 2199", name, engine.QuoteText(v))
-	}
-	return t.UTC(), nil
 }
 
 // runsPage is runs.html's data.

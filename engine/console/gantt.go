@@ -231,13 +231,15 @@ type node struct {
 	Mark   string
 }
 
-type edge struct{ X1, Y1, X2, Y2 int }
+// edge is a dependency, drawn as a curve from the right of the step it
+// depends on to the left of the step: C1 and C2 are the control points.
+type edge struct{ X1, Y1, C1, C2, X2, Y2 int }
 
 const (
 	dagW, dagH  = 200, 40
 	dagGapX     = 60
 	dagGapY     = 14
-	dagMaxLabel = 28
+	dagMaxLabel = 26
 	dagPad      = 10
 )
 
@@ -281,11 +283,35 @@ func buildDAG(nodes []GraphNode, snap engine.Snapshot, runID string) dag {
 	}
 	d := dag{}
 	pos := make([][2]int, len(nodes))
+	row := make([]float64, len(nodes)) // a node's row in its layer
 	maxRowsInLayer := 0
 	for l, ids := range layers {
-		slices.SortFunc(ids, func(a, b int) int { return strings.Compare(nodes[a].ID, nodes[b].ID) })
+		// Barycentre ordering: a node sits near the mean row of its
+		// dependencies, which the layers before placed; fewer crossings.
+		key := make(map[int]float64, len(ids))
+		for _, i := range ids {
+			sum, n := 0.0, 0
+			for _, dep := range nodes[i].DependsOn {
+				if j, ok := idx[dep]; ok {
+					sum, n = sum+row[j], n+1
+				}
+			}
+			if n > 0 {
+				key[i] = sum / float64(n)
+			}
+		}
+		slices.SortStableFunc(ids, func(a, b int) int {
+			if key[a] != key[b] {
+				if key[a] < key[b] {
+					return -1
+				}
+				return 1
+			}
+			return strings.Compare(nodes[a].ID, nodes[b].ID)
+		})
 		maxRowsInLayer = max(maxRowsInLayer, len(ids))
 		for k, i := range ids {
+			row[i] = float64(k)
 			pos[i] = [2]int{dagPad + l*(dagW+dagGapX), dagPad + k*(dagH+dagGapY)}
 		}
 	}
@@ -302,7 +328,8 @@ func buildDAG(nodes []GraphNode, snap engine.Snapshot, runID string) dag {
 			Class: statusClass(status), Status: status, Mark: statusMark(status)})
 		for _, dep := range n.DependsOn {
 			if j, ok := idx[dep]; ok {
-				d.Edges = append(d.Edges, edge{X1: pos[j][0] + dagW, Y1: pos[j][1] + dagH/2, X2: pos[i][0], Y2: pos[i][1] + dagH/2})
+				x1, x2 := pos[j][0]+dagW, pos[i][0]
+				d.Edges = append(d.Edges, edge{X1: x1, Y1: pos[j][1] + dagH/2, C1: x1 + dagGapX/2, C2: x2 - dagGapX/2, X2: x2, Y2: pos[i][1] + dagH/2})
 			}
 		}
 	}

@@ -46,9 +46,19 @@ type Engine struct {
 	Config Config
 }
 
+// StartPlan is what StartRun needs of the plan it starts (engine/plan's
+// *plan.Plan): its identity, and the checks made before anything is written.
+type StartPlan interface {
+	// Identity is the plan's id and version.
+	Identity() (planID, planVersion string)
+	// CheckStart validates the plan, refuses one the local adapter cannot
+	// run, and checks that sel (nil: the whole plan) names steps it has.
+	CheckStart(sel *Selection) error
+}
+
 // StartRequest asks for a run of a plan.
 type StartRequest struct {
-	Plan         *Plan
+	Plan         StartPlan
 	Ref          PlanRef // from LoadBundle: the bundle's sha256 and files
 	RunRequestID string
 	// Selection, when set, limits the run to Selection.Steps (recorded in
@@ -74,22 +84,15 @@ func (e *Engine) StartRun(ctx context.Context, req StartRequest) (string, error)
 	if p == nil {
 		return "", Errorf(CodeInvalidArgument, "no plan")
 	}
-	if req.Ref.PlanID != "" && (req.Ref.PlanID != p.PlanID || req.Ref.PlanVersion != p.PlanVersion) {
-		return "", Errorf(CodePlanHashMismatch, "PlanRef names %s@%s but the plan is %s@%s", req.Ref.PlanID, req.Ref.PlanVersion, p.PlanID, p.PlanVersion)
+	planID, planVersion := p.Identity()
+	if req.Ref.PlanID != "" && (req.Ref.PlanID != planID || req.Ref.PlanVersion != planVersion) {
+		return "", Errorf(CodePlanHashMismatch, "PlanRef names %s@%s but the plan is %s@%s", req.Ref.PlanID, req.Ref.PlanVersion, planID, planVersion)
 	}
-	if err := p.Validate(); err != nil {
+	if sel := req.Selection; sel != nil && len(sel.Steps) == 0 {
+		return "", Errorf(CodeInvalidArgument, "the selection of plan %s has no steps", planID)
+	}
+	if err := p.CheckStart(req.Selection); err != nil {
 		return "", err
-	}
-	if err := CheckAdapter(p); err != nil {
-		return "", err
-	}
-	if sel := req.Selection; sel != nil {
-		if len(sel.Steps) == 0 {
-			return "", Errorf(CodeInvalidArgument, "the selection of plan %s has no steps", p.PlanID)
-		}
-		if _, err := p.Subset(sel.Steps); err != nil {
-			return "", err
-		}
 	}
 	runID := req.RunID
 	if runID == "" {
@@ -97,7 +100,7 @@ func (e *Engine) StartRun(ctx context.Context, req StartRequest) (string, error)
 	}
 	meta := RunMetadata{
 		RunID: runID, TenantID: cfg.TenantID, ProjectID: cfg.ProjectID, EnvironmentID: cfg.EnvironmentID,
-		PlanID: p.PlanID, PlanVersion: p.PlanVersion, PlanSHA256: req.Ref.SHA256, TargetAdapter: AdapterName,
+		PlanID: planID, PlanVersion: planVersion, PlanSHA256: req.Ref.SHA256, TargetAdapter: AdapterName,
 		RunRequestID: req.RunRequestID,
 	}
 	em := NewEmitter(e.Log, e.Clock, e.IDs, meta)
@@ -118,19 +121,6 @@ func (e *Engine) StartRun(ctx context.Context, req StartRequest) (string, error)
 		return "", err
 	}
 	return runID, nil
-}
-
-// CheckAdapter refuses a plan the local adapter cannot run: required
-// capabilities (it evaluates none) or another target adapter. StartRun and
-// `plan validate` both call it.
-func CheckAdapter(p *Plan) error {
-	if n := len(p.Metadata.RequiresCapabilities); n > 0 {
-		return Errorf(CodeCapabilitiesNotSupported, "plan %s requires capabilities %v; the %s adapter evaluates none", ShowText(p.PlanID), p.Metadata.RequiresCapabilities, AdapterName)
-	}
-	if t := p.Metadata.TargetAdapter; t != "" && t != "any" && t != AdapterName {
-		return Errorf(CodeTargetAdapterMismatch, "plan %s targets adapter %s; this is the %q adapter", ShowText(p.PlanID), QuoteText(t), AdapterName)
-	}
-	return nil
 }
 
 // GetRunStatus projects the run's snapshot from its log, recording any

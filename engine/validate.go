@@ -28,7 +28,9 @@ var printer = message.NewPrinter(language.English)
 //go:embed schemas/*.schema.json
 var schemaFiles embed.FS
 
-const schemaBase = "https://dvtrun.dev/schemas/"
+// SchemaBase is the $id prefix of dvtrun's JSON schemas (events here, the
+// plan's in engine/plan).
+const SchemaBase = "https://dvtrun.dev/schemas/"
 
 var schemas = sync.OnceValues(func() (map[EventType]*jsonschema.Schema, error) {
 	c := jsonschema.NewCompiler()
@@ -45,7 +47,7 @@ var schemas = sync.OnceValues(func() (map[EventType]*jsonschema.Schema, error) {
 		if err != nil {
 			return nil, fmt.Errorf("schema %s: %w", e.Name(), err)
 		}
-		if err := c.AddResource(schemaBase+e.Name(), doc); err != nil {
+		if err := c.AddResource(SchemaBase+e.Name(), doc); err != nil {
 			return nil, err
 		}
 	}
@@ -55,7 +57,7 @@ var schemas = sync.OnceValues(func() (map[EventType]*jsonschema.Schema, error) {
 		if t != "" {
 			name = string(t)
 		}
-		s, err := c.Compile(schemaBase + name + ".schema.json")
+		s, err := c.Compile(SchemaBase + name + ".schema.json")
 		if err != nil {
 			return nil, fmt.Errorf("compile %s schema: %w", name, err)
 		}
@@ -94,7 +96,7 @@ func Validate(e RunEventWrite) error {
 			s = all[""]
 		}
 		if verr := s.Validate(inst); verr != nil {
-			problems = append(problems, schemaProblems(verr)...)
+			problems = append(problems, SchemaProblems(verr)...)
 		}
 	}
 	if len(problems) == 0 {
@@ -111,7 +113,7 @@ func Validate(e RunEventWrite) error {
 	}
 	return &Error{
 		Code: CodeSchemaValidationFailed,
-		Msg:  fmt.Sprintf("%s event %s of run %s: %s", orUnknown(string(e.EventType)), orUnknown(e.EventID), orUnknown(e.RunID), strings.Join(problems, "; ")),
+		Msg:  fmt.Sprintf("%s event %s of run %s: %s", OrUnknown(string(e.EventType)), OrUnknown(e.EventID), OrUnknown(e.RunID), strings.Join(problems, "; ")),
 		Meta: map[string]any{"eventType": e.EventType, "eventId": e.EventID, "problems": problems},
 	}
 }
@@ -133,10 +135,11 @@ func ValidateMetadata(m RunMetadata) error {
 	if len(problems) == 0 {
 		return nil
 	}
-	return Errorf(CodeSchemaValidationFailed, "run metadata of %s: %s", orUnknown(m.RunID), strings.Join(problems, "; "))
+	return Errorf(CodeSchemaValidationFailed, "run metadata of %s: %s", OrUnknown(m.RunID), strings.Join(problems, "; "))
 }
 
-func orUnknown(s string) string {
+// OrUnknown shows an empty name as "(none)" in messages.
+func OrUnknown(s string) string {
 	if s == "" {
 		return "(none)"
 	}
@@ -214,9 +217,9 @@ func payloadRules(e RunEventWrite) bool {
 	return false
 }
 
-// schemaProblems flattens a validation error into one sentence per failing
+// SchemaProblems flattens a validation error into one sentence per failing
 // leaf, e.g. "/payload: missing property 'error'".
-func schemaProblems(err error) []string {
+func SchemaProblems(err error) []string {
 	ve, ok := err.(*jsonschema.ValidationError)
 	if !ok {
 		return []string{err.Error()}

@@ -14,7 +14,7 @@ import (
 // (engine.MaxBundleBytes of files, a third more once base64-encoded).
 const bundleChunk = 1 << 20
 
-// BundleSQL implements engine.BundleStore once for the SQL backends over
+// BundleSQL implements plan.BundleStore once for the SQL backends over
 // their statements (sql/<dialect>/bundles.sql). Each chunk row, then the
 // header row, is written by its own idempotent statement: a writer that
 // dies halfway leaves rows a later put completes, never a bundle that
@@ -31,7 +31,7 @@ type BundleSQL struct {
 	Now func() any
 }
 
-// PutPlanBundle implements engine.BundleStore.
+// PutPlanBundle implements plan.BundleStore.
 func (b BundleSQL) PutPlanBundle(ctx context.Context, sha256 string, data []byte) error {
 	if sha256 == "" || len(data) == 0 {
 		return engine.Errorf(engine.CodeInvalidArgument, "a stored plan bundle needs its sha256 and its content")
@@ -49,7 +49,7 @@ func (b BundleSQL) PutPlanBundle(ctx context.Context, sha256 string, data []byte
 	return b.Exec(ctx, b.Queries["put_bundle"], sha256, len(data), n, b.Now())
 }
 
-// GetPlanBundle implements engine.BundleStore.
+// GetPlanBundle implements plan.BundleStore.
 func (b BundleSQL) GetPlanBundle(ctx context.Context, sha256 string) ([]byte, bool, error) {
 	h, ok, err := b.header(ctx, sha256)
 	if err != nil || !ok {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/plan"
 )
 
 // Store is the state store.
@@ -105,7 +106,7 @@ type Store interface {
 
 	// PutPlanBundle and GetPlanBundle keep the plan bundles runs and
 	// requests were created with, by sha256 (BundleSQL).
-	engine.BundleStore
+	plan.BundleStore
 
 	Close() error
 }

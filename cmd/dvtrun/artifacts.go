@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/plan"
 	"github.com/dvtrun/dvtrun/engine/runresults"
 )
 
@@ -47,7 +48,7 @@ func (a artifactFiles) WriteArtifact(_ context.Context, runID, kind, name string
 		dir = filepath.Join(a.runs, runID)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return engine.ArtifactRef{}, engine.Errorf(engine.CodeArtifactWriteFailed, "cannot create %s: %v", dir, engine.PathErr(err))
+		return engine.ArtifactRef{}, engine.Errorf(engine.CodeArtifactWriteFailed, "cannot create %s: %v", dir, plan.PathErr(err))
 	}
 	data = []byte(a.c.redact(string(data)))
 	path, err := filepath.Abs(filepath.Join(dir, name))
@@ -71,7 +72,7 @@ func (a artifactFiles) WriteArtifact(_ context.Context, runID, kind, name string
 // keeps for the run; else (a run from before bundles) the file the run
 // recorded in RunQueued, when its sha256 is the run's. Otherwise
 // compiled_code is null and a note says why.
-func (c *cli) runResultsExport(ctx context.Context, st engine.BundleStore, meta engine.RunMetadata, evs []engine.RunEventRecord, planPath string) ([]byte, error) {
+func (c *cli) runResultsExport(ctx context.Context, st plan.BundleStore, meta engine.RunMetadata, evs []engine.RunEventRecord, planPath string) ([]byte, error) {
 	if planPath == "" {
 		q, err := engine.QueuedRequest(evs)
 		if err != nil {
@@ -86,19 +87,19 @@ func (c *cli) runResultsExport(ctx context.Context, st engine.BundleStore, meta 
 		}
 		planPath = q.PlanRef.URI
 	}
-	var plan *engine.Plan
+	var runPlan *plan.Plan
 	if planPath != "" {
-		p, ref, err := engine.LoadPlan(osSource{}, planPath)
+		p, ref, err := plan.Load(osSource{}, planPath)
 		switch {
 		case err != nil:
 			c.note("compiled_code left out: cannot read the run's plan %s: %s", planPath, oneLine(err.Error()))
 		case !strings.EqualFold(ref.SHA256, meta.PlanSHA256):
 			c.note("compiled_code left out: plan %s has changed since run %s (sha256 %s, the run's %s)", planPath, meta.RunID, ref.SHA256, meta.PlanSHA256)
 		default:
-			plan = p
+			runPlan = p
 		}
 	}
-	return runresults.Build(meta.RunID, evs, plan).JSON()
+	return runresults.Build(meta.RunID, evs, runPlan).JSON()
 }
 
 // note prints an informational line on stderr.

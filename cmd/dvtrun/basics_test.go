@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/plan"
 	"github.com/dvtrun/dvtrun/engine/runner"
 )
 
@@ -98,8 +99,8 @@ func TestEveryCommandHelp(t *testing.T) {
 // TestColor: colour on a terminal (CLICOLOR_FORCE stands for one here)
 // and never with NO_COLOR or --no-color, nor into a file or pipe.
 func TestColor(t *testing.T) {
-	ok := runner.Progress{Phase: runner.PhaseStepDone, Step: engine.PlanStep{ID: "model.a", Kind: engine.KindModel}, Status: engine.StepStatusSuccess}
-	bad := runner.Progress{Phase: runner.PhaseStepDone, Step: engine.PlanStep{ID: "model.b", Kind: engine.KindModel}, Status: engine.StepStatusFailed,
+	ok := runner.Progress{Phase: runner.PhaseStepDone, Step: plan.Step{ID: "model.a", Kind: plan.KindModel}, Status: engine.StepStatusSuccess}
+	bad := runner.Progress{Phase: runner.PhaseStepDone, Step: plan.Step{ID: "model.b", Kind: plan.KindModel}, Status: engine.StepStatusFailed,
 		Err: engine.Errorf(engine.CodeStepFailed, "boom")}
 	cases := []struct {
 		name    string
@@ -152,7 +153,7 @@ func TestLiveLine(t *testing.T) {
 	if !strings.Contains(live, "running: model.slow 7s") || strings.Contains(live, "model.quick") || strings.Contains(live, "\n") {
 		t.Fatalf("live line %q: want model.slow 7s only, no newline", live)
 	}
-	con.Report(runner.Progress{Phase: runner.PhaseStepDone, Step: engine.PlanStep{ID: "model.slow", Kind: engine.KindModel}, Status: engine.StepStatusSuccess})
+	con.Report(runner.Progress{Phase: runner.PhaseStepDone, Step: plan.Step{ID: "model.slow", Kind: plan.KindModel}, Status: engine.StepStatusSuccess})
 	rest := strings.TrimPrefix(out.String(), live)
 	if !strings.HasPrefix(rest, "\r\x1b[K") {
 		t.Fatalf("the next line does not erase the live line first: %q", rest)

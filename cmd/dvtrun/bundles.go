@@ -6,14 +6,15 @@ import (
 	"strings"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/plan"
 )
 
 // storeBundle keeps b in the state store by its sha256 before a run or
 // request records it: what a worker, `resume`, `retry` or `plan show` on
 // any machine reads instead of the path this process saw. A bundle over
 // engine.MaxBundleBytes is refused (PLAN_INVALID) with nothing recorded.
-func storeBundle(ctx context.Context, st engine.BundleStore, b *engine.PlanBundle) error {
-	data, err := engine.EncodeBundle(b)
+func storeBundle(ctx context.Context, st plan.BundleStore, b *plan.Bundle) error {
+	data, err := plan.EncodeBundle(b)
 	if err != nil {
 		return err
 	}
@@ -23,7 +24,7 @@ func storeBundle(ctx context.Context, st engine.BundleStore, b *engine.PlanBundl
 // storedBundle reads bundle sha256 from the state store; ok is false when
 // it is not there (a run or request recorded before bundles were stored).
 // uri, when set, is what the run recorded as the plan's path (messages).
-func storedBundle(ctx context.Context, st engine.BundleStore, sha256, uri string) (*engine.PlanBundle, bool, error) {
+func storedBundle(ctx context.Context, st plan.BundleStore, sha256, uri string) (*plan.Bundle, bool, error) {
 	if sha256 == "" {
 		return nil, false, nil
 	}
@@ -31,7 +32,7 @@ func storedBundle(ctx context.Context, st engine.BundleStore, sha256, uri string
 	if err != nil || !ok {
 		return nil, false, err
 	}
-	b, err := engine.DecodeBundle(sha256, data)
+	b, err := plan.DecodeBundle(sha256, data)
 	if err != nil {
 		return nil, false, err
 	}
@@ -44,7 +45,7 @@ func storedBundle(ctx context.Context, st engine.BundleStore, sha256, uri string
 // runBundle is the bundle run meta ran, from the state store;
 // INVALID_ARGUMENT naming the command to use with a plan file when the run
 // was recorded before bundles were stored.
-func (c *cli) runBundle(ctx context.Context, st engine.BundleStore, meta engine.RunMetadata, recorded engine.PlanRef, command string) (*engine.PlanBundle, error) {
+func (c *cli) runBundle(ctx context.Context, st plan.BundleStore, meta engine.RunMetadata, recorded engine.PlanRef, command string) (*plan.Bundle, error) {
 	b, ok, err := storedBundle(ctx, st, recorded.SHA256, recorded.URI)
 	if err != nil {
 		return nil, fmt.Errorf("run %s: %w", meta.RunID, err)

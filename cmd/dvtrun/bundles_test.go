@@ -8,20 +8,20 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/plan"
 	"github.com/dvtrun/dvtrun/store/sqlite"
 )
 
 // storeBundleOf stores plan's bundle in the harness's state store, as
 // `run`, `enqueue` and the scheduler do before recording a run or request.
-func storeBundleOf(t *testing.T, h *harness, plan string) {
+func storeBundleOf(t *testing.T, h *harness, planFile string) {
 	t.Helper()
 	st, err := sqlite.Open(context.Background(), h.statePath(), sqlite.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	b, err := loadPlan(plan, "")
+	b, err := loadPlan(planFile, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,16 +39,16 @@ func TestResumeWithoutPlan(t *testing.T) {
 		name := map[bool]string{true: "stored bundle", false: "recorded before bundles"}[stored]
 		t.Run(name, func(t *testing.T) {
 			h := newHarness(t)
-			plan := writeBundle(t)
-			runID := queueRunOf(t, h, plan) // QUEUED, as a runner that died before RunStarted leaves it
+			planFile := writeBundle(t)
+			runID := queueRunOf(t, h, planFile) // QUEUED, as a runner that died before RunStarted leaves it
 			if stored {
-				storeBundleOf(t, h, plan)
-				if err := os.RemoveAll(filepath.Dir(plan)); err != nil {
+				storeBundleOf(t, h, planFile)
+				if err := os.RemoveAll(filepath.Dir(planFile)); err != nil {
 					t.Fatal(err)
 				}
 			} else {
 				wantError(t, h.run("resume", runID), exitUsage, "INVALID_ARGUMENT", runID, "no stored plan bundle", "dvtrun resume "+runID+" PLAN")
-				if r := h.run("resume", runID, plan); r.code != 0 {
+				if r := h.run("resume", runID, planFile); r.code != 0 {
 					t.Fatalf("resume with PLAN: %+v", r)
 				}
 			}
@@ -70,22 +70,22 @@ func TestResumeWithoutPlan(t *testing.T) {
 // stored bundle is INVALID_ARGUMENT.
 func TestPlanShow(t *testing.T) {
 	h := newHarness(t)
-	plan := writeBundle(t)
+	planFile := writeBundle(t)
 	files := map[string]string{}
 	for _, f := range []string{"plan.yaml", "models/x.sql", "seeds/people.csv"} {
-		b, err := os.ReadFile(filepath.Join(filepath.Dir(plan), f))
+		b, err := os.ReadFile(filepath.Join(filepath.Dir(planFile), f))
 		if err != nil {
 			t.Fatal(err)
 		}
 		files[f] = string(b)
 	}
-	r := h.run("run", plan)
+	r := h.run("run", planFile)
 	if r.code != 0 {
 		t.Fatalf("run: %+v", r)
 	}
 	runID := runIDFrom(t, r.stdout)
 	legacy := queueRunOf(t, h, fixture("ok", "plan.yaml")) // no bundle stored for it
-	if err := os.RemoveAll(filepath.Dir(plan)); err != nil {
+	if err := os.RemoveAll(filepath.Dir(planFile)); err != nil {
 		t.Fatal(err)
 	}
 	cases := []struct {
@@ -127,15 +127,15 @@ func TestPlanShow(t *testing.T) {
 // is recorded.
 func TestOversizedBundleIsRefused(t *testing.T) {
 	dir := t.TempDir()
-	plan := filepath.Join(dir, "plan.yaml")
-	if err := os.WriteFile(plan, []byte("planId: big\nplanVersion: \"1\"\nsteps:\n  - {id: sql.a, kind: sql, path: a.sql}\n"), 0o644); err != nil {
+	planFile := filepath.Join(dir, "plan.yaml")
+	if err := os.WriteFile(planFile, []byte("planId: big\nplanVersion: \"1\"\nsteps:\n  - {id: sql.a, kind: sql, path: a.sql}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	big := append([]byte("select 1 -- "), bytes.Repeat([]byte("x"), engine.MaxBundleBytes)...)
+	big := append([]byte("select 1 -- "), bytes.Repeat([]byte("x"), plan.MaxBundleBytes)...)
 	if err := os.WriteFile(filepath.Join(dir, "a.sql"), big, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for _, args := range [][]string{{"run", plan}, {"enqueue", plan}} {
+	for _, args := range [][]string{{"run", planFile}, {"enqueue", planFile}} {
 		t.Run(args[0], func(t *testing.T) {
 			h := newHarness(t)
 			wantError(t, h.run(args...), exitUsage, "PLAN_INVALID", "up to 16777216 bytes")

@@ -6,6 +6,7 @@ import (
 
 	"github.com/dvtrun/dvtrun/engine"
 	"github.com/dvtrun/dvtrun/engine/config"
+	"github.com/dvtrun/dvtrun/engine/plan"
 )
 
 // loadConfig reads the --config file (DVT_CONFIG). Without one the
@@ -17,7 +18,7 @@ func (c *cli) loadConfig() (*config.Config, error) {
 	}
 	data, err := os.ReadFile(c.g.config)
 	if err != nil {
-		return nil, &exitError{code: exitUsage, err: engine.Errorf(engine.CodeConfigInvalid, "cannot read the configuration file %s: %v", c.g.config, engine.PathErr(err))}
+		return nil, &exitError{code: exitUsage, err: engine.Errorf(engine.CodeConfigInvalid, "cannot read the configuration file %s: %v", c.g.config, plan.PathErr(err))}
 	}
 	cfg, err := config.Parse(data, c.g.config)
 	if err != nil {

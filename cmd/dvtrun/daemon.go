@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+
 	// Schedules name IANA zones; the binary carries the zone database so
 	// that a host or container without one still loads them.
 	_ "time/tzdata"
@@ -21,6 +22,7 @@ import (
 	"github.com/dvtrun/dvtrun/engine/config"
 	webui "github.com/dvtrun/dvtrun/engine/console"
 	"github.com/dvtrun/dvtrun/engine/delivery"
+	"github.com/dvtrun/dvtrun/engine/plan"
 	"github.com/dvtrun/dvtrun/engine/projection"
 	"github.com/dvtrun/dvtrun/engine/pulse"
 	"github.com/dvtrun/dvtrun/engine/queue"
@@ -275,7 +277,7 @@ type cliExec struct {
 	st     queueStore
 	wh     warehouse
 	f      runFlags
-	lookup engine.SecretLookup
+	lookup plan.SecretLookup
 	owner  string
 	pulse  *pulse.Pulse // the process's: every run's lease is owner's
 	log    *slog.Logger
@@ -287,7 +289,7 @@ type cliExec struct {
 // wherever it was started. A request enqueued before bundles were stored
 // has none: its plan path is read, and refused (PLAN_HASH_MISMATCH) when
 // its sha256 is no longer the recorded one.
-func (x *cliExec) plan(ctx context.Context, r queue.Request) (*engine.PlanBundle, error) {
+func (x *cliExec) plan(ctx context.Context, r queue.Request) (*plan.Bundle, error) {
 	b, ok, err := storedBundle(ctx, x.st, r.PlanSHA256, r.PlanPath)
 	if err != nil || ok {
 		return b, err

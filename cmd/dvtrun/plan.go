@@ -10,6 +10,7 @@ import (
 
 	"github.com/dvtrun/dvtrun/engine"
 	"github.com/dvtrun/dvtrun/engine/dbt"
+	"github.com/dvtrun/dvtrun/engine/plan"
 )
 
 func cmdPlan(ctx context.Context, c *cli, args []string) error {
@@ -45,7 +46,7 @@ func cmdPlanValidate(_ context.Context, c *cli, args []string) error {
 	}
 	b, err := loadPlan(pos[0], *wantSHA)
 	if err == nil {
-		err = engine.CheckAdapter(b.Plan) // run refuses these before writing too
+		err = plan.CheckAdapter(b.Plan) // run refuses these before writing too
 	}
 	if *asJSON {
 		v := planVerdict{Valid: err == nil, Problems: []string{}}
@@ -104,7 +105,7 @@ func cmdPlanImportDBT(_ context.Context, c *cli, args []string) error {
 	}
 	data, err := os.ReadFile(pos[0])
 	if err != nil {
-		return engine.Errorf(engine.CodeInvalidArgument, "cannot read the dbt manifest %s: %v", pos[0], engine.PathErr(err))
+		return engine.Errorf(engine.CodeInvalidArgument, "cannot read the dbt manifest %s: %v", pos[0], plan.PathErr(err))
 	}
 	dir := *projectDir
 	if dir == "" {

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dvtrun/dvtrun/engine"
 	"github.com/dvtrun/dvtrun/engine/dbt"
+	"github.com/dvtrun/dvtrun/engine/plan"
 )
 
 func TestImportDBT(t *testing.T) {
@@ -53,7 +53,7 @@ func TestImportDBT(t *testing.T) {
 		if r.code != 0 {
 			t.Fatalf("exit %d: %s", r.code, r.stderr)
 		}
-		p, err := engine.ParsePlan([]byte(r.stdout), "stdout")
+		p, err := plan.Parse([]byte(r.stdout), "stdout")
 		if err != nil || len(p.Steps) != len(want.Plan.Steps) {
 			t.Fatalf("stdout is not the plan: %v", err)
 		}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/dvtrun/dvtrun/engine"
 	"github.com/dvtrun/dvtrun/engine/config"
+	"github.com/dvtrun/dvtrun/engine/plan"
 	"github.com/dvtrun/dvtrun/engine/queue"
 	"github.com/dvtrun/dvtrun/engine/schedule"
 	"github.com/dvtrun/dvtrun/store/postgres"
@@ -67,9 +68,9 @@ func relativeTo(file, p string) string {
 
 // planDigest is what a run request records of its plan: id, version and
 // the plan bundle's sha256 (the plan and every file it references, as
-// engine.LoadBundle hashes them). The bundle is stored first: the worker
+// plan.LoadBundle hashes them). The bundle is stored first: the worker
 // runs it from the store by that sha256, wherever it was started.
-func planDigest(ctx context.Context, st engine.BundleStore, path string) (schedule.PlanInfo, error) {
+func planDigest(ctx context.Context, st plan.BundleStore, path string) (schedule.PlanInfo, error) {
 	b, err := loadPlan(path, "")
 	if err != nil {
 		return schedule.PlanInfo{}, err
@@ -80,7 +81,7 @@ func planDigest(ctx context.Context, st engine.BundleStore, path string) (schedu
 	return planInfo(b), nil
 }
 
-func planInfo(b *engine.PlanBundle) schedule.PlanInfo {
+func planInfo(b *plan.Bundle) schedule.PlanInfo {
 	return schedule.PlanInfo{PlanID: b.Plan.PlanID, PlanVersion: b.Plan.PlanVersion, SHA256: b.Ref.SHA256}
 }
 

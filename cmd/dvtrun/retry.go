@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/plan"
 	"github.com/dvtrun/dvtrun/engine/selection"
 )
 
@@ -58,7 +59,7 @@ type parentRun struct {
 	meta   engine.RunMetadata
 	queued engine.RunQueuedRequest
 	snap   engine.Snapshot
-	bundle *engine.PlanBundle // withBundle: the plan bundle the run ran
+	bundle *plan.Bundle // withBundle: the plan bundle the run ran
 }
 
 // readParent reads a finished run: a run still in progress (or
@@ -108,7 +109,7 @@ func (c *cli) readParent(ctx context.Context, runID string, withBundle bool) (pa
 // selection, are not run (as dbt retry). Ephemeral models never have
 // events and never run on their own: they are left out. gone lists the
 // parent's steps p no longer has.
-func retrySteps(p *engine.Plan, q engine.RunQueuedRequest, snap engine.Snapshot) (steps, gone []string) {
+func retrySteps(p *plan.Plan, q engine.RunQueuedRequest, snap engine.Snapshot) (steps, gone []string) {
 	var scope []string
 	if q.Selection != nil {
 		scope = q.Selection.Steps

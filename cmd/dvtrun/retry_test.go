@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/plan"
 )
 
 // executions reads the side-effect table of testdata/retry: one row per
@@ -35,13 +36,13 @@ func retryFixture(t *testing.T) string {
 
 // fixRetryFixture is the analyst's fix: model.flaky reads a table that
 // exists.
-func fixRetryFixture(t *testing.T, plan string) {
+func fixRetryFixture(t *testing.T, planFile string) {
 	t.Helper()
-	b, err := os.ReadFile(plan)
+	b, err := os.ReadFile(planFile)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(plan, []byte(strings.Replace(string(b), "select id from not_built_yet", "select id from customers", 1)), 0o644); err != nil {
+	if err := os.WriteFile(planFile, []byte(strings.Replace(string(b), "select id from not_built_yet", "select id from customers", 1)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -53,8 +54,8 @@ func fixRetryFixture(t *testing.T, plan string) {
 // Retrying the retry finds nothing to do.
 func TestRetry(t *testing.T) {
 	h := newHarness(t)
-	plan := retryFixture(t)
-	r := h.run("run", "--threads", "1", plan)
+	planFile := retryFixture(t)
+	r := h.run("run", "--threads", "1", planFile)
 	wantError(t, r, exitFailed, "STEP_FAILED", "model.flaky")
 	parent := runIDFrom(t, r.stdout)
 	if got := h.executions(); got["setup"] != 1 || got["independent"] != 1 || got["after_flaky"] != 0 {
@@ -65,8 +66,8 @@ func TestRetry(t *testing.T) {
 	wantError(t, h.run("retry", parent), exitFailed, "STEP_FAILED", "model.flaky")
 
 	// Without PLAN, retry runs the stored bundle: the fix is passed as PLAN.
-	fixRetryFixture(t, plan)
-	r = h.run("retry", parent, plan)
+	fixRetryFixture(t, planFile)
+	r = h.run("retry", parent, planFile)
 	if r.code != 0 {
 		t.Fatalf("retry: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
@@ -99,7 +100,7 @@ func TestRetry(t *testing.T) {
 
 	// Nothing failed in the retry: nothing to retry, exit 0, no new run.
 	n := len(h.run("runs", "--json").stdout)
-	if r := h.run("retry", child, plan); r.code != 0 || !strings.Contains(r.stdout, "Nothing to retry") {
+	if r := h.run("retry", child, planFile); r.code != 0 || !strings.Contains(r.stdout, "Nothing to retry") {
 		t.Errorf("retry of a completed run: exit %d %q %q", r.code, r.stdout, r.stderr)
 	}
 	if m := len(h.run("runs", "--json").stdout); m != n {
@@ -113,12 +114,12 @@ func TestRetry(t *testing.T) {
 // TestRetrySteps: what retry runs again of a finished run.
 func TestRetrySteps(t *testing.T) {
 	// a -> b -> c, d alone.
-	p := &engine.Plan{PlanID: "p", PlanVersion: "1", Steps: []engine.PlanStep{
-		{ID: "a", Kind: engine.KindSQL, SQL: "x"},
-		{ID: "b", Kind: engine.KindSQL, SQL: "x", DependsOn: []string{"a"}},
-		{ID: "c", Kind: engine.KindSQL, SQL: "x", DependsOn: []string{"b"}},
-		{ID: "d", Kind: engine.KindSQL, SQL: "x"},
-		{ID: "e", Kind: engine.KindModel, Materialized: "ephemeral", SQL: "x"}, // never has events
+	p := &plan.Plan{PlanID: "p", PlanVersion: "1", Steps: []plan.Step{
+		{ID: "a", Kind: plan.KindSQL, SQL: "x"},
+		{ID: "b", Kind: plan.KindSQL, SQL: "x", DependsOn: []string{"a"}},
+		{ID: "c", Kind: plan.KindSQL, SQL: "x", DependsOn: []string{"b"}},
+		{ID: "d", Kind: plan.KindSQL, SQL: "x"},
+		{ID: "e", Kind: plan.KindModel, Materialized: "ephemeral", SQL: "x"}, // never has events
 	}}
 	snap := func(st map[string]engine.StepStatus) engine.Snapshot {
 		var s engine.Snapshot
@@ -164,16 +165,16 @@ func TestRetrySteps(t *testing.T) {
 func TestRetryKeepsFullRefresh(t *testing.T) {
 	for _, full := range []bool{false, true} {
 		h := newHarness(t)
-		plan := retryFixture(t)
-		args := []string{"run", "--threads", "1", plan}
+		planFile := retryFixture(t)
+		args := []string{"run", "--threads", "1", planFile}
 		if full {
-			args = []string{"run", "--full-refresh", "--threads", "1", plan}
+			args = []string{"run", "--full-refresh", "--threads", "1", planFile}
 		}
 		r := h.run(args...)
 		wantError(t, r, exitFailed, "STEP_FAILED", "model.flaky")
 		parent := runIDFrom(t, r.stdout)
-		fixRetryFixture(t, plan)
-		r = h.run("retry", parent, plan)
+		fixRetryFixture(t, planFile)
+		r = h.run("retry", parent, planFile)
 		if r.code != 0 {
 			t.Fatalf("retry: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 		}

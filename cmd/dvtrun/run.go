@@ -22,6 +22,7 @@ import (
 
 	"github.com/dvtrun/dvtrun/engine"
 	"github.com/dvtrun/dvtrun/engine/config"
+	"github.com/dvtrun/dvtrun/engine/plan"
 	"github.com/dvtrun/dvtrun/engine/runner"
 	"github.com/dvtrun/dvtrun/engine/spool"
 )
@@ -40,8 +41,8 @@ func (osSource) ReadFile(name string) ([]byte, error) { return os.ReadFile(name)
 // loadPlan reads the plan bundle (the plan and every file it references)
 // and runs every check a run makes before anything is written; with wantSHA
 // it also refuses a bundle whose sha256 is not that.
-func loadPlan(path, wantSHA string) (*engine.PlanBundle, error) {
-	b, err := engine.LoadBundle(osSource{}, path)
+func loadPlan(path, wantSHA string) (*plan.Bundle, error) {
+	b, err := plan.LoadBundle(osSource{}, path)
 	if err != nil {
 		return nil, err
 	}
@@ -56,7 +57,7 @@ func loadPlan(path, wantSHA string) (*engine.PlanBundle, error) {
 // secretLookup resolves secrets at step time: DVT_SECRET_<NAME> from the
 // environment first, then the secrets file. Every value handed out is
 // remembered for redaction.
-func (c *cli) secretLookup(file string) (engine.SecretLookup, error) {
+func (c *cli) secretLookup(file string) (plan.SecretLookup, error) {
 	fileVals := map[string]string{}
 	if file != "" {
 		var err error
@@ -80,12 +81,12 @@ func (c *cli) secretLookup(file string) (engine.SecretLookup, error) {
 // checkSecrets resolves every secret the run will need — the steps of p
 // as the runner executes them: ephemeral models inlined, sel applied — so
 // that a missing one is refused before anything is written.
-func checkSecrets(p *engine.Plan, sel *engine.Selection, lookup engine.SecretLookup) error {
-	run, err := engine.RunQueuedRequest{Selection: sel}.Selected(p.InlineEphemeral())
+func checkSecrets(p *plan.Plan, sel *engine.Selection, lookup plan.SecretLookup) error {
+	run, err := plan.Selected(p.InlineEphemeral(), engine.RunQueuedRequest{Selection: sel})
 	if err != nil {
 		return err
 	}
-	return engine.CheckSecrets(run, lookup)
+	return plan.CheckSecrets(run, lookup)
 }
 
 // readSecretsFile reads KEY=VALUE lines; blank lines and # comments are
@@ -93,7 +94,7 @@ func checkSecrets(p *engine.Plan, sel *engine.Selection, lookup engine.SecretLoo
 func readSecretsFile(path string) (map[string]string, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, engine.Errorf(engine.CodeInvalidArgument, "cannot read the secrets file %s: %v", path, engine.PathErr(err))
+		return nil, engine.Errorf(engine.CodeInvalidArgument, "cannot read the secrets file %s: %v", path, plan.PathErr(err))
 	}
 	out := map[string]string{}
 	sc := bufio.NewScanner(bytes.NewReader(data))
@@ -191,7 +192,7 @@ func (c *cli) withStateStore(f runFlags, s config.StateStore) (runFlags, error) 
 
 // newRunner is the runner of `run` and `resume`, with the clock and ID
 // source of engineFor.
-func (c *cli) newRunner(st stateStore, f runFlags, obs runner.Observer, lookup engine.SecretLookup) *runner.Runner {
+func (c *cli) newRunner(st stateStore, f runFlags, obs runner.Observer, lookup plan.SecretLookup) *runner.Runner {
 	eng := c.engineFor(st)
 	host, _ := os.Hostname()
 	rn := &runner.Runner{
@@ -249,7 +250,7 @@ func cmdRun(ctx context.Context, c *cli, args []string) error {
 // startAndExecute stores the bundle b, records a new run of its plan
 // (selected or not) and executes it; intro, when set, is printed once the
 // run id is known.
-func (c *cli) startAndExecute(ctx context.Context, f runFlags, b *engine.PlanBundle, req engine.StartRequest, intro string) error {
+func (c *cli) startAndExecute(ctx context.Context, f runFlags, b *plan.Bundle, req engine.StartRequest, intro string) error {
 	p := b.Plan
 	lookup, err := c.secretLookup(f.secretsFile)
 	if err != nil {
@@ -321,7 +322,7 @@ func cmdResume(ctx context.Context, c *cli, args []string) error {
 	if *wait < 0 {
 		return engine.Errorf(engine.CodeInvalidArgument, "--wait must not be negative")
 	}
-	var b *engine.PlanBundle
+	var b *plan.Bundle
 	if len(pos) == 2 {
 		if b, err = loadPlan(pos[1], ""); err != nil {
 			return err
@@ -640,18 +641,18 @@ func (o *console) line(left, right string) {
 	fmt.Fprintf(o.w, "%s %s %s\n", left, strings.Repeat(".", dots), right)
 }
 
-func describe(s engine.PlanStep) string {
+func describe(s plan.Step) string {
 	rel := s.Relation()
 	switch s.Kind {
-	case engine.KindSeed:
+	case plan.KindSeed:
 		return "seed file " + rel
-	case engine.KindModel:
+	case plan.KindModel:
 		m := s.Materialized
 		if m == "" {
-			m = engine.MaterializedView // dbt's default, and the runner's
+			m = plan.MaterializedView // dbt's default, and the runner's
 		}
 		return "sql " + m + " model " + rel
-	case engine.KindTest:
+	case plan.KindTest:
 		return "test " + rel
 	default:
 		return "sql operation " + rel
@@ -733,16 +734,16 @@ func (o *console) stepDone(p runner.Progress, prefix, rel string) {
 	switch p.Status {
 	case engine.StepStatusSuccess:
 		switch {
-		case s.Kind == engine.KindSeed:
+		case s.Kind == plan.KindSeed:
 			o.pass++
 			o.line(prefix+"OK loaded "+describe(s), fmt.Sprintf("[INSERT %d in %s]", p.Result.RowCount, in))
-		case s.Kind == engine.KindTest && p.Result.Failures > 0:
+		case s.Kind == plan.KindTest && p.Result.Failures > 0:
 			o.warn++
 			o.line(fmt.Sprintf("%sWARN %d %s", prefix, p.Result.Failures, rel), fmt.Sprintf("[WARN %d in %s]", p.Result.Failures, in))
-		case s.Kind == engine.KindTest:
+		case s.Kind == plan.KindTest:
 			o.pass++
 			o.line(prefix+"PASS "+rel, "[PASS in "+in+"]")
-		case s.Kind == engine.KindModel:
+		case s.Kind == plan.KindModel:
 			o.pass++
 			o.line(prefix+"OK created "+describe(s), "[OK in "+in+"]")
 		default:
@@ -766,13 +767,13 @@ func (o *console) stepDone(p runner.Progress, prefix, rel string) {
 		}
 		o.failures = append(o.failures, detail)
 		switch {
-		case s.Kind == engine.KindTest && p.Result.Failures > 0:
+		case s.Kind == plan.KindTest && p.Result.Failures > 0:
 			o.line(fmt.Sprintf("%sFAIL %d %s", prefix, p.Result.Failures, rel), fmt.Sprintf("[FAIL %d in %s]", p.Result.Failures, in))
-		case s.Kind == engine.KindSeed:
+		case s.Kind == plan.KindSeed:
 			o.line(prefix+"ERROR loading "+describe(s), "[ERROR in "+in+"]")
-		case s.Kind == engine.KindModel:
+		case s.Kind == plan.KindModel:
 			o.line(prefix+"ERROR creating "+describe(s), "[ERROR in "+in+"]")
-		case s.Kind == engine.KindTest:
+		case s.Kind == plan.KindTest:
 			o.line(prefix+"ERROR "+describe(s), "[ERROR in "+in+"]")
 		default:
 			o.line(prefix+"ERROR executing "+describe(s), "[ERROR in "+in+"]")
@@ -781,9 +782,9 @@ func (o *console) stepDone(p runner.Progress, prefix, rel string) {
 		o.skip++
 		what := "relation " + rel
 		switch s.Kind {
-		case engine.KindTest:
+		case plan.KindTest:
 			what = "test " + rel
-		case engine.KindSQL:
+		case plan.KindSQL:
 			what = "sql operation " + rel
 		}
 		if p.SkipReason != "" {

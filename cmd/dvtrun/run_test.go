@@ -16,6 +16,7 @@ import (
 	"testing"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/plan"
 	"github.com/dvtrun/dvtrun/store/postgres"
 	"github.com/dvtrun/dvtrun/store/snowflake"
 	"github.com/dvtrun/dvtrun/store/sqlite"
@@ -114,13 +115,13 @@ func (h *harness) checkLog(runID string) engine.Snapshot {
 }
 
 func TestRunShopPlan(t *testing.T) {
-	plan := filepath.Join(repoRoot(t), "plans", "shop", "plan.yaml")
-	p, _, err := engine.LoadPlan(osSource{}, plan)
+	planFile := filepath.Join(repoRoot(t), "plans", "shop", "plan.yaml")
+	p, _, err := plan.Load(osSource{}, planFile)
 	if err != nil {
 		t.Fatalf("the example plan: %v", err)
 	}
 	h := newHarness(t)
-	r := h.run("run", plan)
+	r := h.run("run", planFile)
 	if r.code != 0 {
 		t.Fatalf("exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
@@ -355,12 +356,12 @@ func (w *cancelAfter) Write(p []byte) (int, error) {
 
 func TestInterruptAndResume(t *testing.T) {
 	h := newHarness(t)
-	plan := fixture("ok", "plan.yaml")
+	planFile := fixture("ok", "plan.yaml")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	out := &cancelAfter{n: 2, cancel: cancel}
 	var errb bytes.Buffer
-	code := run(ctx, []string{"run", "--threads", "1", plan}, out, &errb, func(k string) string { return h.env[k] })
+	code := run(ctx, []string{"run", "--threads", "1", planFile}, out, &errb, func(k string) string { return h.env[k] })
 	r := result{code, out.buf.String(), errb.String()}
 	wantError(t, r, exitInterrupted, "INTERRUPTED", "dvtrun resume")
 	runID := h.onlyRun()
@@ -378,11 +379,11 @@ func TestInterruptAndResume(t *testing.T) {
 		t.Fatalf("%d steps succeeded before the interrupt, want at least 2", len(done))
 	}
 
-	r = h.run("resume", runID, plan)
+	r = h.run("resume", runID, planFile)
 	if r.code != 0 {
 		t.Fatalf("resume: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
-	if again := h.run("resume", runID, plan); again.code != 0 || !strings.Contains(again.stdout, "already COMPLETED") {
+	if again := h.run("resume", runID, planFile); again.code != 0 || !strings.Contains(again.stdout, "already COMPLETED") {
 		t.Errorf("resuming a completed run: exit %d, %q %q", again.code, again.stdout, again.stderr)
 	}
 	after := h.checkLog(runID)
@@ -395,7 +396,7 @@ func TestInterruptAndResume(t *testing.T) {
 		}
 	}
 	for id := range done {
-		p, _, _ := engine.LoadPlan(osSource{}, plan)
+		p, _, _ := plan.Load(osSource{}, planFile)
 		st, _ := p.Step(id)
 		if strings.Contains(r.stdout, "START "+describe(st)+" ") {
 			t.Errorf("resume ran %s again", id)

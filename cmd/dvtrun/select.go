@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/plan"
 	"github.com/dvtrun/dvtrun/engine/selection"
 )
 
@@ -37,7 +38,7 @@ func (f *selectFlags) set() bool { return len(f.sel) > 0 || len(f.exc) > 0 }
 // and warns, as dbt does, about each selector that matches nothing — unless
 // nothing at all is selected and refuse is set: then the one error line
 // says so.
-func (c *cli) choose(p *engine.Plan, f selectFlags, refuse bool) (*engine.Selection, error) {
+func (c *cli) choose(p *plan.Plan, f selectFlags, refuse bool) (*engine.Selection, error) {
 	mode, err := selection.ParseMode(f.indirect)
 	if err != nil {
 		return nil, err
@@ -65,7 +66,7 @@ func (c *cli) choose(p *engine.Plan, f selectFlags, refuse bool) (*engine.Select
 // didYouMeanStep suggests, for a selector that names a step and matched
 // none, the step name or id closest to it: "; did you mean \"orders\"?".
 // Method selectors (tag:, path:…) get no guess.
-func didYouMeanStep(p *engine.Plan, selector string) string {
+func didYouMeanStep(p *plan.Plan, selector string) string {
 	name := strings.TrimLeft(selector, "@+")
 	name = strings.TrimRight(strings.TrimRight(name, "0123456789"), "+")
 	if name == "" || strings.Contains(name, ":") || strings.ContainsAny(name, "*?[") {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/plan"
 	"github.com/dvtrun/dvtrun/engine/runner"
 )
 
@@ -51,12 +52,12 @@ var runIDLineRE = regexp.MustCompile(`as run (\S+)`)
 func TestSummaryFollowsTheRunsEnd(t *testing.T) {
 	t.Run("interrupted", func(t *testing.T) {
 		h := newHarness(t)
-		plan := fixture("ok", "plan.yaml")
+		planFile := fixture("ok", "plan.yaml")
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		out := &cancelAfter{n: 2, cancel: cancel}
 		var errb bytes.Buffer
-		code := run(ctx, []string{"run", "--threads", "1", plan}, out, &errb, func(k string) string { return h.env[k] })
+		code := run(ctx, []string{"run", "--threads", "1", planFile}, out, &errb, func(k string) string { return h.env[k] })
 		r := result{code, out.buf.String(), errb.String()}
 		wantError(t, r, exitInterrupted, "INTERRUPTED", "dvtrun resume")
 		runID := h.onlyRun()
@@ -129,12 +130,12 @@ func TestSummaryFollowsTheRunsEnd(t *testing.T) {
 // TestConsoleSummary: each way a run ends gets its own closing lines,
 // whatever the console counted.
 func TestConsoleSummary(t *testing.T) {
-	ok := runner.Progress{Phase: runner.PhaseStepDone, Step: engine.PlanStep{ID: "model.a", Kind: engine.KindModel}, Status: engine.StepStatusSuccess}
-	failed := runner.Progress{Phase: runner.PhaseStepDone, Step: engine.PlanStep{ID: "model.b", Kind: engine.KindModel}, Status: engine.StepStatusFailed,
+	ok := runner.Progress{Phase: runner.PhaseStepDone, Step: plan.Step{ID: "model.a", Kind: plan.KindModel}, Status: engine.StepStatusSuccess}
+	failed := runner.Progress{Phase: runner.PhaseStepDone, Step: plan.Step{ID: "model.b", Kind: plan.KindModel}, Status: engine.StepStatusFailed,
 		Err: engine.Errorf(engine.CodeStepFailed, "model.b: no such table")}
-	stopped := runner.Progress{Phase: runner.PhaseStepDone, Step: engine.PlanStep{ID: "model.c", Kind: engine.KindModel}, Status: engine.StepStatusFailed,
+	stopped := runner.Progress{Phase: runner.PhaseStepDone, Step: plan.Step{ID: "model.c", Kind: plan.KindModel}, Status: engine.StepStatusFailed,
 		Err: engine.Errorf(engine.CodeStepCancelled, "step model.c was cancelled")}
-	skipped := runner.Progress{Phase: runner.PhaseStepDone, Step: engine.PlanStep{ID: "model.d", Kind: engine.KindModel}, Status: engine.StepStatusSkipped, SkipReason: "run cancelled"}
+	skipped := runner.Progress{Phase: runner.PhaseStepDone, Step: plan.Step{ID: "model.d", Kind: plan.KindModel}, Status: engine.StepStatusSkipped, SkipReason: "run cancelled"}
 	started := runner.Progress{Phase: runner.PhaseRunStarted, Total: 4, Threads: 1}
 	cases := []struct {
 		name    string
@@ -189,7 +190,7 @@ func TestConsoleSummary(t *testing.T) {
 // before the resume are not execution); the SQL projection agrees.
 func TestResumeTimesTheStepItRunsAgain(t *testing.T) {
 	h := newHarness(t)
-	plan := fixture("slow", "plan.yaml")
+	planFile := fixture("slow", "plan.yaml")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	runCtx, interrupt := context.WithCancel(ctx)
@@ -199,7 +200,7 @@ func TestResumeTimesTheStepItRunsAgain(t *testing.T) {
 		interrupt()
 	}}
 	var errb bytes.Buffer
-	code := run(runCtx, []string{"run", "--threads", "1", plan}, out, &errb, func(k string) string { return h.env[k] })
+	code := run(runCtx, []string{"run", "--threads", "1", planFile}, out, &errb, func(k string) string { return h.env[k] })
 	wantError(t, result{code, out.String(), errb.String()}, exitInterrupted, "INTERRUPTED")
 	runID := h.onlyRun()
 	if s := stepOf(h.statusOf(runID), "model.slow"); s.Status != engine.StepStatusRunning {
@@ -208,7 +209,7 @@ func TestResumeTimesTheStepItRunsAgain(t *testing.T) {
 	const gap = 1500 * time.Millisecond
 	time.Sleep(gap) // the interruption lasts a while
 	resumed := time.Now()
-	r := h.runCtx(ctx, "resume", runID, plan)
+	r := h.runCtx(ctx, "resume", runID, planFile)
 	if r.code != 0 {
 		t.Fatalf("resume: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}

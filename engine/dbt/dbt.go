@@ -34,7 +34,7 @@
 // unit test…)
 // is listed in Result.Problems with its unique_id, and so is every node that
 // depends on it, since its step could not run. The plan always passes
-// engine.Plan.Validate; Import returns an error (PLAN_INVALID) if the
+// plan.Plan.Validate; Import returns an error (PLAN_INVALID) if the
 // manifest is unreadable, its schema version unsupported, or no node at all
 // could be imported.
 package dbt
@@ -54,6 +54,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/plan"
 )
 
 // Options configures Import.
@@ -78,12 +79,12 @@ func (p Problem) String() string { return p.NodeID + ": " + p.Message }
 
 // Result is an imported plan and what could not be imported.
 type Result struct {
-	Plan          *engine.Plan
+	Plan          *plan.Plan
 	Problems      []Problem
 	SchemaVersion int // the manifest's schema version, 4..12
 }
 
-// YAML renders the plan as the YAML engine.ParsePlan reads. Multi-line SQL
+// YAML renders the plan as the YAML plan.Parse reads. Multi-line SQL
 // is written as a literal block where that keeps it byte for byte, and
 // double-quoted otherwise (leading blank lines or indentation, trailing
 // blanks, CR): yaml.v3 block scalars do not round-trip those.
@@ -251,7 +252,7 @@ func Import(data []byte, opts Options) (*Result, error) {
 	if err != nil || ver < MinSchemaVersion || ver > MaxSchemaVersion {
 		return nil, engine.Errorf(engine.CodePlanInvalid, "dbt manifest schema v%s is not supported (v%d to v%d are)", sm[1], MinSchemaVersion, MaxSchemaVersion)
 	}
-	im := &importer{m: &m, opts: opts, version: ver, steps: map[string]*engine.PlanStep{}, stepOf: map[string]string{}, failed: map[string]string{}}
+	im := &importer{m: &m, opts: opts, version: ver, steps: map[string]*plan.Step{}, stepOf: map[string]string{}, failed: map[string]string{}}
 	return im.run()
 }
 
@@ -260,10 +261,10 @@ type importer struct {
 	opts    Options
 	version int
 
-	ids      []string                    // node ids, sorted
-	steps    map[string]*engine.PlanStep // by node id
-	stepOf   map[string]string           // node id → step id
-	failed   map[string]string           // node id → why it is not a step
+	ids      []string              // node ids, sorted
+	steps    map[string]*plan.Step // by node id
+	stepOf   map[string]string     // node id → step id
+	failed   map[string]string     // node id → why it is not a step
 	problems []Problem
 	renames  []rename // relation names in compiled SQL → one-part names
 }
@@ -340,14 +341,14 @@ func (im *importer) run() (*Result, error) {
 			n := im.m.Nodes[id]
 			h := strings.TrimPrefix(id, "test."+n.PackageName+"."+n.Name+".")
 			alt := st.ID + "_" + h
-			if st.Kind != engine.KindTest || h == id || h == "" || strings.Contains(h, ".") || seenStep[alt] != "" {
+			if st.Kind != plan.KindTest || h == id || h == "" || strings.Contains(h, ".") || seenStep[alt] != "" {
 				im.fail(id, "its step id %s is taken by %s", st.ID, other)
 				continue
 			}
 			st.ID = alt
 			im.stepOf[id] = alt
 		}
-		if st.Kind != engine.KindTest {
+		if st.Kind != plan.KindTest {
 			rel := strings.ToLower(st.Relation())
 			if other, dup := seenRel[rel]; dup {
 				im.fail(id, "builds relation %s, which %s builds too (SQLite has one schema)", st.Relation(), other)
@@ -395,11 +396,11 @@ func (im *importer) run() (*Result, error) {
 		}
 	}
 
-	p := &engine.Plan{
+	p := &plan.Plan{
 		PlanID:        im.opts.PlanID,
 		PlanVersion:   im.opts.PlanVersion,
-		SchemaVersion: engine.PlanSchemaVersion,
-		Metadata: engine.PlanMetadata{
+		SchemaVersion: plan.SchemaVersion,
+		Metadata: plan.Metadata{
 			Name:          fmt.Sprintf("imported from dbt project %s (dbt %s, manifest v%d)", orDefault(im.m.Metadata.ProjectName, "?"), orDefault(im.m.Metadata.DbtVersion, "?"), im.version),
 			TargetAdapter: "any",
 		},
@@ -411,7 +412,7 @@ func (im *importer) run() (*Result, error) {
 		p.PlanVersion = "1"
 	}
 	// Steps in a stable order: seeds, models, tests, each by node id.
-	rank := map[string]int{engine.KindSeed: 0, engine.KindModel: 1, engine.KindTest: 2}
+	rank := map[string]int{plan.KindSeed: 0, plan.KindModel: 1, plan.KindTest: 2}
 	var order []string
 	for _, id := range im.ids {
 		if _, ok := im.steps[id]; ok {
@@ -514,13 +515,13 @@ func (n *node) compiled() string {
 	return n.CompiledSQL
 }
 
-func (im *importer) newStep(n *node, kind string) (*engine.PlanStep, bool) {
+func (im *importer) newStep(n *node, kind string) (*plan.Step, bool) {
 	name := n.stepName()
 	if name == "" {
 		im.fail(n.UniqueID, "the node has no name")
 		return nil, false
 	}
-	st := &engine.PlanStep{ID: kind + "." + name, Kind: kind, OriginalFilePath: n.OriginalFilePath, DbtUniqueID: n.UniqueID}
+	st := &plan.Step{ID: kind + "." + name, Kind: kind, OriginalFilePath: n.OriginalFilePath, DbtUniqueID: n.UniqueID}
 	// For node selection: tag:, fqn (jaffle_shop.staging.*) and path:.
 	for _, t := range n.Tags {
 		if t != "" && !slices.Contains(st.Tags, t) {
@@ -534,7 +535,7 @@ func (im *importer) newStep(n *node, kind string) (*engine.PlanStep, bool) {
 		im.fail(n.UniqueID, "its name %q contains '|', which step ids may not", name)
 		return nil, false
 	}
-	if kind != engine.KindTest {
+	if kind != plan.KindTest {
 		rel := n.relationName()
 		if !identRE.MatchString(rel) {
 			im.fail(n.UniqueID, "relation name %q is not a plain identifier (letters, digits, _ and $)", rel)
@@ -547,7 +548,7 @@ func (im *importer) newStep(n *node, kind string) (*engine.PlanStep, bool) {
 	return st, true
 }
 
-// identRE is engine.Plan's rule for relation names.
+// identRE is plan.Plan's rule for relation names.
 var identRE = regexp.MustCompile(`^[A-Za-z_\p{L}][A-Za-z0-9_$\p{L}\p{N}]*$`)
 
 func (im *importer) seed(n *node) {
@@ -576,7 +577,7 @@ func (im *importer) seed(n *node) {
 		im.fail(n.UniqueID, "seed CSV %s: %v", path, err)
 		return
 	}
-	st, ok := im.newStep(n, engine.KindSeed)
+	st, ok := im.newStep(n, plan.KindSeed)
 	if !ok {
 		return
 	}
@@ -607,16 +608,16 @@ func (im *importer) model(n *node) {
 	var key []string
 	switch m := strings.ToLower(n.Config.Materialized); m {
 	case "table", "dynamic_table":
-		mat = engine.MaterializedTable
+		mat = plan.MaterializedTable
 	case "incremental":
 		mat, key = incremental(n)
 	case "view", "materialized_view", "":
-		mat = engine.MaterializedView
+		mat = plan.MaterializedView
 	case "ephemeral":
 		// Not built: dbt has already inlined it, as a __dbt__cte__ CTE, in
 		// its readers' compiled SQL (so the plan adds nothing there); a
 		// test rendered from test_metadata gets it inlined by the plan.
-		mat = engine.MaterializedEphemeral
+		mat = plan.MaterializedEphemeral
 	default:
 		im.fail(n.UniqueID, "materialization %q is not supported", n.Config.Materialized)
 		return
@@ -630,7 +631,7 @@ func (im *importer) model(n *node) {
 		im.fail(n.UniqueID, "its compiled SQL reads its own table: dbt compiled the is_incremental() branch, which cannot build the table on a first run (compile with `dbt compile --full-refresh` and import again)")
 		return
 	}
-	st, ok := im.newStep(n, engine.KindModel)
+	st, ok := im.newStep(n, plan.KindModel)
 	if !ok {
 		return
 	}
@@ -652,7 +653,7 @@ func incremental(n *node) (string, []string) {
 	switch strings.ToLower(n.Config.IncrementalStrategy) {
 	case "", "merge", "delete+insert":
 	default:
-		return engine.MaterializedTable, nil
+		return plan.MaterializedTable, nil
 	}
 	var key []string
 	switch k := n.Config.UniqueKey.(type) {
@@ -662,20 +663,20 @@ func incremental(n *node) (string, []string) {
 		for _, c := range k {
 			s, ok := c.(string)
 			if !ok {
-				return engine.MaterializedTable, nil
+				return plan.MaterializedTable, nil
 			}
 			key = append(key, s)
 		}
 	}
 	if len(key) == 0 {
-		return engine.MaterializedTable, nil
+		return plan.MaterializedTable, nil
 	}
 	for _, c := range key {
 		if !identRE.MatchString(c) {
-			return engine.MaterializedTable, nil
+			return plan.MaterializedTable, nil
 		}
 	}
-	return engine.MaterializedIncremental, key
+	return plan.MaterializedIncremental, key
 }
 
 // readsItself reports whether compiled SQL names the node's own relation,
@@ -709,13 +710,13 @@ func (im *importer) test(n *node) {
 			return
 		}
 	}
-	st, ok := im.newStep(n, engine.KindTest)
+	st, ok := im.newStep(n, plan.KindTest)
 	if !ok {
 		return
 	}
 	st.SQL = sql
 	if strings.EqualFold(n.Config.Severity, "warn") {
-		st.Severity = engine.SeverityWarn
+		st.Severity = plan.SeverityWarn
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/dvtrun/dvtrun/engine"
 	"github.com/dvtrun/dvtrun/engine/dbt"
+	"github.com/dvtrun/dvtrun/engine/plan"
 	"github.com/dvtrun/dvtrun/store/sqlite"
 )
 
@@ -30,7 +31,7 @@ func readFixture(t *testing.T, name string) []byte {
 	return b
 }
 
-func stepIDs(p *engine.Plan) []string {
+func stepIDs(p *plan.Plan) []string {
 	var ids []string
 	for _, s := range p.Steps {
 		ids = append(ids, s.ID)
@@ -171,7 +172,7 @@ func TestImportFixtures(t *testing.T) {
 						t.Errorf("%s SQL lacks %q:\n%s", s.ID, want, s.SQL)
 					}
 				}
-				if s.Kind == engine.KindSeed && filepath.IsAbs(s.Path) {
+				if s.Kind == plan.KindSeed && filepath.IsAbs(s.Path) {
 					t.Errorf("%s: seed path %s is not relative to OutDir", s.ID, s.Path)
 				}
 			}
@@ -185,7 +186,7 @@ func TestImportFixtures(t *testing.T) {
 			if err := os.WriteFile(planFile, y, 0o644); err != nil {
 				t.Fatal(err)
 			}
-			back, _, err := engine.LoadPlan(osSource{}, planFile)
+			back, _, err := plan.Load(osSource{}, planFile)
 			if err != nil {
 				t.Fatalf("%v\n%s", err, y)
 			}
@@ -199,7 +200,7 @@ func TestImportFixtures(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := engine.ParsePlan(j, "plan.json"); err != nil {
+			if _, err := plan.Parse(j, "plan.json"); err != nil {
 				t.Fatal(err)
 			}
 
@@ -215,7 +216,7 @@ func (osSource) ReadFile(name string) ([]byte, error) { return os.ReadFile(name)
 
 // runOnSQLite runs every step of p in order on a fresh warehouse and checks
 // test failures (0 unless listed) and row counts.
-func runOnSQLite(t *testing.T, p *engine.Plan, setup string, failures, rows map[string]int64) {
+func runOnSQLite(t *testing.T, p *plan.Plan, setup string, failures, rows map[string]int64) {
 	t.Helper()
 	ctx := context.Background()
 	w, err := sqlite.OpenWarehouse(ctx, filepath.Join(t.TempDir(), "wh.db"))
@@ -230,17 +231,17 @@ func runOnSQLite(t *testing.T, p *engine.Plan, setup string, failures, rows map[
 	}
 	for _, s := range p.Order() {
 		req := engine.StepRequest{StepID: s.ID, Kind: s.Kind, Materialized: s.Materialized, SQL: s.SQL, Severity: s.Severity}
-		if s.Kind == engine.KindSeed || s.Kind == engine.KindModel {
+		if s.Kind == plan.KindSeed || s.Kind == plan.KindModel {
 			req.Relation = s.Relation()
 		}
-		if s.Kind == engine.KindSeed {
+		if s.Kind == plan.KindSeed {
 			req.SeedPath = filepath.Join(p.Dir, s.Path)
 		}
 		res, err := w.RunStep(ctx, req)
 		if err != nil {
 			t.Fatalf("%s: %v\n%s", s.ID, err, s.SQL)
 		}
-		if s.Kind == engine.KindTest && res.Failures != failures[s.ID] {
+		if s.Kind == plan.KindTest && res.Failures != failures[s.ID] {
 			t.Errorf("%s returned %d rows, want %d\n%s", s.ID, res.Failures, failures[s.ID], s.SQL)
 		}
 		if want, ok := rows[s.ID]; ok && res.RowCount != want {
@@ -345,7 +346,7 @@ func TestYAMLRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		back, err := engine.ParsePlan(y, "plan.yaml")
+		back, err := plan.Parse(y, "plan.yaml")
 		if err != nil {
 			t.Fatalf("#%d: %v\n%s", i, err, y)
 		}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/dvtrun/dvtrun/engine"
 	"github.com/dvtrun/dvtrun/engine/dbt"
+	"github.com/dvtrun/dvtrun/engine/plan"
 )
 
 // FuzzImportManifest: any bytes give a PLAN_INVALID error or a valid plan
@@ -46,7 +47,7 @@ func FuzzImportManifest(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		back, err := engine.ParsePlan(y, "fuzz.yaml")
+		back, err := plan.Parse(y, "fuzz.yaml")
 		if err != nil {
 			t.Fatalf("YAML does not read back: %v\n%s", err, y)
 		}

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dvtrun/dvtrun/engine"
 	"github.com/dvtrun/dvtrun/engine/dbt"
+	"github.com/dvtrun/dvtrun/engine/plan"
 )
 
 // referenceDir finds the shared reference material (../shared/reference
@@ -61,7 +61,7 @@ func TestImportJaffleShopReference(t *testing.T) {
 	for _, s := range res.Plan.Steps {
 		kinds[s.Kind]++
 	}
-	if kinds[engine.KindSeed] != 3 || kinds[engine.KindModel] != 5 || kinds[engine.KindTest] != 20 {
+	if kinds[plan.KindSeed] != 3 || kinds[plan.KindModel] != 5 || kinds[plan.KindTest] != 20 {
 		t.Fatalf("steps by kind %v, want 3 seeds, 5 models, 20 tests", kinds)
 	}
 	y, err := res.YAML()
@@ -72,7 +72,7 @@ func TestImportJaffleShopReference(t *testing.T) {
 	if err := os.WriteFile(planFile, y, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	p, _, err := engine.LoadPlan(osSource{}, planFile)
+	p, _, err := plan.Load(osSource{}, planFile)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dvtrun/dvtrun/engine"
 	"github.com/dvtrun/dvtrun/engine/dbt"
+	"github.com/dvtrun/dvtrun/engine/plan"
 	"github.com/dvtrun/dvtrun/engine/selection"
 )
 
@@ -95,7 +95,7 @@ func TestSelectJaffleShopReference(t *testing.T) {
 }
 
 // assertDependencyOrder: no step comes before a selected step it depends on.
-func assertDependencyOrder(t *testing.T, p *engine.Plan, ids []string) {
+func assertDependencyOrder(t *testing.T, p *plan.Plan, ids []string) {
 	t.Helper()
 	pos := map[string]int{}
 	for i, id := range ids {
@@ -131,7 +131,7 @@ func TestImportKeepsSelectionAttributes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := engine.ParsePlan(y, "plan.yaml")
+	p, err := plan.Parse(y, "plan.yaml")
 	if err != nil {
 		t.Fatalf("%v\n%s", err, y)
 	}

@@ -46,7 +46,7 @@ type Request struct {
 	PlanVersion   string `json:"planVersion"`
 	RunRequestID  string `json:"runRequestId"`
 	// PlanSHA256 names the plan bundle the worker must run, stored in the
-	// state store by it before the request (engine.BundleStore); PlanPath
+	// state store by it before the request (plan.BundleStore); PlanPath
 	// is where it was read, for people, and for a request enqueued before
 	// bundles were stored the file the worker reads, refusing it if its
 	// sha256 changed since.

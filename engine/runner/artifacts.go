@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/plan"
 	"github.com/dvtrun/dvtrun/engine/runresults"
 )
 
@@ -13,13 +14,13 @@ import (
 // closing batch, through
 // the Runner's ArtifactWriter. A document that cannot be written is
 // reported to the Observer; the run's end is recorded without it.
-func (e *Runner) runResults(runID string, plan *engine.Plan, logSoFar func(ctx context.Context) ([]engine.RunEventRecord, error)) engine.CloseHook {
+func (e *Runner) runResults(runID string, runPlan *plan.Plan, logSoFar func(ctx context.Context) ([]engine.RunEventRecord, error)) engine.CloseHook {
 	return func(ctx context.Context, pending []engine.RunEventWrite) []engine.ArtifactRef {
 		recs, err := logSoFar(ctx)
 		if err == nil {
 			recs = withPending(recs, pending)
 			var data []byte
-			data, err = runresults.Build(runID, recs, plan).JSON()
+			data, err = runresults.Build(runID, recs, runPlan).JSON()
 			if err == nil {
 				var ref engine.ArtifactRef
 				ref, err = e.Artifacts.WriteArtifact(ctx, runID, runresults.ArtifactKind, runresults.FileName, data)

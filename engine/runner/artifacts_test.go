@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/plan"
 	"github.com/dvtrun/dvtrun/engine/runner"
 	"github.com/dvtrun/dvtrun/engine/runresults"
 	"github.com/dvtrun/dvtrun/engine/runresults/runresultstest"
@@ -43,11 +44,11 @@ func (m *memArtifacts) WriteArtifact(_ context.Context, runID, kind, name string
 // runresults.Build makes of the log afterwards, and the closing event
 // references it. A writer that fails costs the reference, not the run.
 func TestRunResultsArtifact(t *testing.T) {
-	plan := func() *engine.Plan {
-		return &engine.Plan{PlanID: "p", PlanVersion: "1", Steps: []engine.PlanStep{
-			{ID: "model.a", Kind: engine.KindModel, SQL: "select 1"},
-			{ID: "model.b", Kind: engine.KindModel, SQL: "select * from a", DependsOn: []string{"model.a"}},
-			{ID: "test.t", Kind: engine.KindTest, SQL: "select * from b where 0", DependsOn: []string{"model.b"}},
+	testPlan := func() *plan.Plan {
+		return &plan.Plan{PlanID: "p", PlanVersion: "1", Steps: []plan.Step{
+			{ID: "model.a", Kind: plan.KindModel, SQL: "select 1"},
+			{ID: "model.b", Kind: plan.KindModel, SQL: "select * from a", DependsOn: []string{"model.a"}},
+			{ID: "test.t", Kind: plan.KindTest, SQL: "select * from b where 0", DependsOn: []string{"model.b"}},
 		}}
 	}
 	tests := []struct {
@@ -72,7 +73,7 @@ func TestRunResultsArtifact(t *testing.T) {
 			w := &memArtifacts{}
 			h.rn.Artifacts = w
 			tc.setup(h, w)
-			p := plan()
+			p := testPlan()
 			runID := h.start(p)
 			if _, err := h.rn.Execute(h.ctx, runID, p, h.wh); err != nil {
 				t.Fatal(err)
@@ -135,9 +136,9 @@ func TestRunResultsArtifact(t *testing.T) {
 func TestIncrementalAndEphemeralRequests(t *testing.T) {
 	for _, full := range []bool{false, true} {
 		h := newHarness(t)
-		p := &engine.Plan{PlanID: "p", PlanVersion: "1", Steps: []engine.PlanStep{
-			{ID: "model.eph", Kind: engine.KindModel, Materialized: engine.MaterializedEphemeral, SQL: "select 1 as id"},
-			{ID: "model.inc", Kind: engine.KindModel, Materialized: engine.MaterializedIncremental, SQL: "select id from eph",
+		p := &plan.Plan{PlanID: "p", PlanVersion: "1", Steps: []plan.Step{
+			{ID: "model.eph", Kind: plan.KindModel, Materialized: plan.MaterializedEphemeral, SQL: "select 1 as id"},
+			{ID: "model.inc", Kind: plan.KindModel, Materialized: plan.MaterializedIncremental, SQL: "select id from eph",
 				UniqueKey: []string{"id"}, IncrementalFilter: "id > (select max(id) from {{ this }})", DependsOn: []string{"model.eph"}},
 		}}
 		runID, err := h.eng.StartRun(h.ctx, engine.StartRequest{Plan: p, FullRefresh: full})
@@ -156,7 +157,7 @@ func TestIncrementalAndEphemeralRequests(t *testing.T) {
 			t.Fatalf("%d requests for model.inc", len(reqs))
 		}
 		r := reqs[0]
-		if r.Materialized != engine.MaterializedIncremental || strings.Join(r.UniqueKey, ",") != "id" || r.IncrementalFilter != p.Steps[1].IncrementalFilter ||
+		if r.Materialized != plan.MaterializedIncremental || strings.Join(r.UniqueKey, ",") != "id" || r.IncrementalFilter != p.Steps[1].IncrementalFilter ||
 			r.FullRefresh != full || r.SQL != "WITH eph AS (\nselect 1 as id\n)\nselect id from eph" {
 			t.Errorf("full refresh %v: request %+v", full, r)
 		}
@@ -174,7 +175,7 @@ func TestAbortStartWritesRunResults(t *testing.T) {
 	h := newHarness(t)
 	w := &memArtifacts{}
 	h.rn.Artifacts = w
-	p := &engine.Plan{PlanID: "p", PlanVersion: "1", Steps: []engine.PlanStep{{ID: "sql.a", Kind: engine.KindSQL, SQL: "select 1"}}}
+	p := &plan.Plan{PlanID: "p", PlanVersion: "1", Steps: []plan.Step{{ID: "sql.a", Kind: plan.KindSQL, SQL: "select 1"}}}
 	runID := h.start(p)
 	if err := h.rn.AbortStart(h.ctx, runID, errors.New("no warehouse")); err != nil {
 		t.Fatal(err)

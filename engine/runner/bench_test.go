@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/plan"
 	"github.com/dvtrun/dvtrun/engine/runner"
 	"github.com/dvtrun/dvtrun/store/sqlite"
 )
@@ -25,10 +26,10 @@ import (
 // benchPlan is n trivial sql steps; every third depends on the step seven
 // before it and every fifth on the one before, so the DAG has both chains
 // and independent branches for the threads.
-func benchPlan(n int) *engine.Plan {
-	p := &engine.Plan{PlanID: "bench", PlanVersion: "1"}
+func benchPlan(n int) *plan.Plan {
+	p := &plan.Plan{PlanID: "bench", PlanVersion: "1"}
 	for i := range n {
-		s := engine.PlanStep{ID: fmt.Sprintf("sql.s%05d", i), Kind: engine.KindSQL, SQL: "select 1"}
+		s := plan.Step{ID: fmt.Sprintf("sql.s%05d", i), Kind: plan.KindSQL, SQL: "select 1"}
 		if i%3 == 0 && i >= 7 {
 			s.DependsOn = append(s.DependsOn, fmt.Sprintf("sql.s%05d", i-7))
 		}
@@ -55,7 +56,7 @@ func (b *benchIDs) NewID() string {
 // benchRun opens a fresh state store and warehouse, runs p once and
 // returns how long StartRun + Execute took and the warehouse (open; the
 // caller closes it).
-func benchRun(b *testing.B, p *engine.Plan, threads int) (time.Duration, *sqlite.Warehouse) {
+func benchRun(b *testing.B, p *plan.Plan, threads int) (time.Duration, *sqlite.Warehouse) {
 	b.Helper()
 	ctx := context.Background()
 	dir := b.TempDir()
@@ -90,7 +91,7 @@ func benchRun(b *testing.B, p *engine.Plan, threads int) (time.Duration, *sqlite
 // direct runs the plan's statements one after another through the
 // warehouse's RunStep (what a step costs without the runner) and through
 // the database handle alone.
-func direct(b *testing.B, wh *sqlite.Warehouse, p *engine.Plan) (runStep, exec time.Duration) {
+func direct(b *testing.B, wh *sqlite.Warehouse, p *plan.Plan) (runStep, exec time.Duration) {
 	b.Helper()
 	ctx := context.Background()
 	start := time.Now()

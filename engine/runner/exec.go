@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/plan"
 	"github.com/dvtrun/dvtrun/engine/pulse"
 )
 
@@ -66,7 +67,7 @@ type flight struct {
 type execution struct {
 	e     *Runner
 	cfg   Config
-	p     *engine.Plan
+	p     *plan.Plan
 	wh    engine.Warehouse
 	meta  engine.RunMetadata
 	em    *engine.Emitter
@@ -75,7 +76,7 @@ type execution struct {
 	// records and reports.
 	redact *engine.Redactor
 
-	steps      []engine.PlanStep
+	steps      []plan.Step
 	pos        map[string]int // step id -> index in steps (plan order)
 	deps       [][]int
 	dependents [][]int
@@ -121,7 +122,7 @@ type execution struct {
 	stopping error // an outcome's stop: no new work, the loop returns it
 }
 
-func (e *Runner) execute(ctx context.Context, runID string, p *engine.Plan, wh engine.Warehouse) (engine.Snapshot, error) {
+func (e *Runner) execute(ctx context.Context, runID string, p *plan.Plan, wh engine.Warehouse) (engine.Snapshot, error) {
 	if e.Log == nil || e.Clock == nil || e.IDs == nil {
 		return engine.Snapshot{}, engine.Errorf(engine.CodeInvalidArgument, "Execute needs an engine with a state store, a clock and an ID source (run %s)", runID)
 	}
@@ -291,7 +292,7 @@ func (r *execution) rebuild(ctx context.Context) error {
 	}
 	// So is --full-refresh.
 	r.fullRefresh = q.FullRefresh
-	if r.p, err = q.Selected(r.p); err != nil {
+	if r.p, err = plan.Selected(r.p, q); err != nil {
 		return err
 	}
 	n := len(r.p.Steps)
@@ -766,23 +767,23 @@ func (r *execution) launch(ctx context.Context, starts []int) {
 	}
 }
 
-func startedPayload(s engine.PlanStep) map[string]any {
+func startedPayload(s plan.Step) map[string]any {
 	m := map[string]any{"kind": s.Kind}
-	if s.Kind == engine.KindSeed || s.Kind == engine.KindModel {
+	if s.Kind == plan.KindSeed || s.Kind == plan.KindModel {
 		m["relation"] = s.Relation()
 	}
-	if s.Kind == engine.KindModel {
+	if s.Kind == plan.KindModel {
 		m["materialized"] = materialized(s)
 	}
 	return m
 }
 
-func materialized(s engine.PlanStep) string {
-	if s.Kind != engine.KindModel {
+func materialized(s plan.Step) string {
+	if s.Kind != plan.KindModel {
 		return ""
 	}
 	if s.Materialized == "" {
-		return engine.MaterializedView // dbt's default
+		return plan.MaterializedView // dbt's default
 	}
 	return s.Materialized
 }
@@ -943,7 +944,7 @@ func (r *execution) redactPayload(pl stepPayload) json.RawMessage {
 // redactor knows every secret value the plan's steps resolve: each step's
 // output is redacted of all of them, declared by that step or not (a step
 // may read back what another one stored).
-func (e *Runner) redactor(p *engine.Plan) *engine.Redactor {
+func (e *Runner) redactor(p *plan.Plan) *engine.Redactor {
 	red := engine.NewRedactor()
 	if e.Secrets == nil {
 		return red

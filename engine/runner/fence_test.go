@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/plan"
 )
 
 // TestRerunCommittedStepCompletesFromLedger: a step the log shows RUNNING
@@ -296,7 +297,7 @@ func TestResumeEndsStaleTransactions(t *testing.T) {
 				t.Fatalf("the runner that started the run: %v, want only step a (nothing to end)", first)
 			}
 
-			snap, _ := h.finish(runID, p, func(ctx context.Context, id string, p *engine.Plan, _ engine.Warehouse) (engine.Snapshot, error) {
+			snap, _ := h.finish(runID, p, func(ctx context.Context, id string, p *plan.Plan, _ engine.Warehouse) (engine.Snapshot, error) {
 				return h.rn.Resume(ctx, id, p, wh)
 			})
 			if snap.Status != engine.StatusCompleted {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/plan"
 	"github.com/dvtrun/dvtrun/engine/runner"
 	"github.com/dvtrun/dvtrun/store/sqlite"
 )
@@ -299,7 +300,7 @@ func newHarness(t *testing.T) *harness {
 }
 
 // start bootstraps a run of p with RunQueued.
-func (h *harness) start(p *engine.Plan) string {
+func (h *harness) start(p *plan.Plan) string {
 	h.t.Helper()
 	id, err := h.eng.StartRun(h.ctx, engine.StartRequest{Plan: p})
 	if err != nil {
@@ -328,7 +329,7 @@ func (h *harness) status(runID string) engine.Snapshot {
 
 // finish runs runID to its end with run (h.rn.Execute or h.rn.Resume);
 // see finished.
-func (h *harness) finish(runID string, p *engine.Plan, run func(context.Context, string, *engine.Plan, engine.Warehouse) (engine.Snapshot, error)) (engine.Snapshot, []engine.RunEventRecord) {
+func (h *harness) finish(runID string, p *plan.Plan, run func(context.Context, string, *plan.Plan, engine.Warehouse) (engine.Snapshot, error)) (engine.Snapshot, []engine.RunEventRecord) {
 	h.t.Helper()
 	snap, err := run(h.ctx, runID, p, h.wh)
 	return h.finished(runID, execResult{snap, err})
@@ -346,7 +347,7 @@ func (h *harness) finished(runID string, res execResult) (engine.Snapshot, []eng
 }
 
 // execAsync runs Execute in a goroutine.
-func (h *harness) execAsync(ctx context.Context, runID string, p *engine.Plan) <-chan execResult {
+func (h *harness) execAsync(ctx context.Context, runID string, p *plan.Plan) <-chan execResult {
 	done := make(chan execResult, 1)
 	go func() {
 		s, err := h.rn.Execute(ctx, runID, p, h.wh)
@@ -461,9 +462,9 @@ func payloadOf(t *testing.T, e engine.RunEventRecord) map[string]any {
 	return m
 }
 
-func loadShop(t *testing.T) *engine.Plan {
+func loadShop(t *testing.T) *plan.Plan {
 	t.Helper()
-	p, _, err := engine.LoadPlan(os.DirFS("testdata").(engine.PlanSource), "shop.json")
+	p, _, err := plan.Load(os.DirFS("testdata").(plan.Source), "shop.json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -471,10 +472,10 @@ func loadShop(t *testing.T) *engine.Plan {
 }
 
 // chain builds a plan of sql steps; deps maps a step to its dependencies.
-func chain(ids []string, deps map[string][]string) *engine.Plan {
-	p := &engine.Plan{PlanID: "p", PlanVersion: "1"}
+func chain(ids []string, deps map[string][]string) *plan.Plan {
+	p := &plan.Plan{PlanID: "p", PlanVersion: "1"}
 	for _, id := range ids {
-		p.Steps = append(p.Steps, engine.PlanStep{ID: id, Kind: engine.KindSQL, SQL: "select 1", DependsOn: deps[id]})
+		p.Steps = append(p.Steps, plan.Step{ID: id, Kind: plan.KindSQL, SQL: "select 1", DependsOn: deps[id]})
 	}
 	return p
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/plan"
 	"github.com/dvtrun/dvtrun/engine/pulse"
 )
 
@@ -111,7 +112,7 @@ type Runner struct {
 	IDs     engine.IDSource
 	Rand    func() float64                                   // uniform in [0,1), for jitter (nil: no jitter)
 	Sleep   func(ctx context.Context, d time.Duration) error // waits d or until ctx ends (nil: a timer)
-	Secrets engine.SecretLookup
+	Secrets plan.SecretLookup
 	Observe Observer // nil: no progress reports
 	Config  Config
 	// Signals decides who may send which signal (engine/config's
@@ -214,7 +215,7 @@ type Progress struct {
 	Threads       int
 	Index         int // 1-based position of the step in start order
 	Total         int // number of steps in the plan
-	Step          engine.PlanStep
+	Step          plan.Step
 	Status        engine.StepStatus // SUCCESS, FAILED or SKIPPED for PhaseStepDone
 	Result        engine.StepResult
 	Err           error  // the step's error (secrets redacted), PhaseStepDone/PhaseStepRetry
@@ -260,12 +261,12 @@ func (e *Runner) report(p Progress) {
 // only they get events and the snapshot counts only them.
 //
 // Models without a materialization are built as views, dbt's default.
-func (e *Runner) Execute(ctx context.Context, runID string, p *engine.Plan, wh engine.Warehouse) (engine.Snapshot, error) {
+func (e *Runner) Execute(ctx context.Context, runID string, p *plan.Plan, wh engine.Warehouse) (engine.Snapshot, error) {
 	return e.execute(ctx, runID, p, wh)
 }
 
 // Resume rebuilds a run's state from its log and carries on where it
 // stopped: no SUCCESS step runs again and nothing is duplicated in the log.
-func (e *Runner) Resume(ctx context.Context, runID string, p *engine.Plan, wh engine.Warehouse) (engine.Snapshot, error) {
+func (e *Runner) Resume(ctx context.Context, runID string, p *plan.Plan, wh engine.Warehouse) (engine.Snapshot, error) {
 	return e.Execute(ctx, runID, p, wh)
 }

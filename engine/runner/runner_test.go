@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/plan"
 	"github.com/dvtrun/dvtrun/engine/runner"
 )
 
@@ -49,15 +50,15 @@ func TestExecuteAllSuccess(t *testing.T) {
 
 	// The requests the warehouse got.
 	seed := h.wh.requests("seed.customers")[0]
-	if seed.SeedPath != "customers.csv" || seed.Relation != "customers" || seed.Kind != engine.KindSeed {
+	if seed.SeedPath != "customers.csv" || seed.Relation != "customers" || seed.Kind != plan.KindSeed {
 		t.Errorf("seed request %+v", seed)
 	}
-	for id, want := range map[string]string{"model.stg_customers": engine.MaterializedView, "model.orders": engine.MaterializedTable} {
+	for id, want := range map[string]string{"model.stg_customers": plan.MaterializedView, "model.orders": plan.MaterializedTable} {
 		if got := h.wh.requests(id)[0].Materialized; got != want {
 			t.Errorf("%s materialized %q, want %q", id, got, want)
 		}
 	}
-	if got := h.wh.requests("test.not_null_orders_id")[0].Severity; got != engine.SeverityWarn {
+	if got := h.wh.requests("test.not_null_orders_id")[0].Severity; got != plan.SeverityWarn {
 		t.Errorf("test severity %q", got)
 	}
 	var tag map[string]any
@@ -98,14 +99,14 @@ func TestTestSeverity(t *testing.T) {
 		severity string
 		want     engine.StepStatus
 	}{
-		{engine.SeverityWarn, engine.StepStatusSuccess},
-		{engine.SeverityError, engine.StepStatusFailed},
+		{plan.SeverityWarn, engine.StepStatusSuccess},
+		{plan.SeverityError, engine.StepStatusFailed},
 		{"", engine.StepStatusFailed},
 	} {
 		t.Run("severity="+tc.severity, func(t *testing.T) {
 			h := newHarness(t)
-			p := &engine.Plan{PlanID: "p", PlanVersion: "1", Steps: []engine.PlanStep{
-				{ID: "test.unique_id", Kind: engine.KindTest, SQL: "select id from t group by id having count(*) > 1", Severity: tc.severity},
+			p := &plan.Plan{PlanID: "p", PlanVersion: "1", Steps: []plan.Step{
+				{ID: "test.unique_id", Kind: plan.KindTest, SQL: "select id from t group by id having count(*) > 1", Severity: tc.severity},
 			}}
 			h.wh.set("test.unique_id", func(context.Context, engine.StepRequest, int) (engine.StepResult, error) {
 				return engine.StepResult{Failures: 3}, nil
@@ -279,7 +280,7 @@ func TestNonTransientErrorIsNotRetried(t *testing.T) {
 func TestStepTimeout(t *testing.T) {
 	h := newHarness(t)
 	p := chain([]string{"slow", "after"}, map[string][]string{"after": {"slow"}})
-	p.Steps[0].Timeout = engine.Duration{Duration: 20 * time.Millisecond}
+	p.Steps[0].Timeout = plan.Duration{Duration: 20 * time.Millisecond}
 	h.wh.set("slow", blockUntilDone(nil))
 	runID := h.start(p)
 	snap, _ := h.finish(runID, p, h.rn.Execute)
@@ -529,13 +530,13 @@ func TestSecretsNeverLeak(t *testing.T) {
 	const secret = "hun'ter2\"very\\secret\nend"
 	h := newHarness(t)
 	h.rn.Secrets = func(name string) (string, bool) { return secret, name == "API_KEY" }
-	p := &engine.Plan{PlanID: "p", PlanVersion: "1", Steps: []engine.PlanStep{
-		{ID: "sql.fails", Kind: engine.KindSQL, SQL: "select * from api where key = {{ secret('API_KEY') }}", Secrets: []engine.SecretRef{{Name: "API_KEY"}}},
-		{ID: "sql.echoes", Kind: engine.KindSQL, SQL: "select {{ secret('API_KEY') }}", Secrets: []engine.SecretRef{{Name: "API_KEY"}}},
-		{ID: "sql.undeclared", Kind: engine.KindSQL, SQL: "select {{ secret('OTHER') }}", Secrets: []engine.SecretRef{{Name: "OTHER"}}},
+	p := &plan.Plan{PlanID: "p", PlanVersion: "1", Steps: []plan.Step{
+		{ID: "sql.fails", Kind: plan.KindSQL, SQL: "select * from api where key = {{ secret('API_KEY') }}", Secrets: []plan.SecretRef{{Name: "API_KEY"}}},
+		{ID: "sql.echoes", Kind: plan.KindSQL, SQL: "select {{ secret('API_KEY') }}", Secrets: []plan.SecretRef{{Name: "API_KEY"}}},
+		{ID: "sql.undeclared", Kind: plan.KindSQL, SQL: "select {{ secret('OTHER') }}", Secrets: []plan.SecretRef{{Name: "OTHER"}}},
 		// Declares no secret, but reads back what sql.echoes stored: its
 		// warehouse error quotes the value SQL-escaped, upper-cased too.
-		{ID: "sql.readback", Kind: engine.KindSQL, SQL: "select * from audit_log"},
+		{ID: "sql.readback", Kind: plan.KindSQL, SQL: "select * from audit_log"},
 	}}
 	h.wh.set("sql.readback", func(context.Context, engine.StepRequest, int) (engine.StepResult, error) {
 		return engine.StepResult{}, errors.New("bad value '" + strings.ReplaceAll(secret, "'", "''") + "' (" + strings.ToUpper(secret) + ")")
@@ -692,7 +693,7 @@ func TestExecuteRefuses(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		runID string
-		plan  *engine.Plan
+		plan  *plan.Plan
 		wh    engine.Warehouse
 		want  engine.Code
 	}{

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/plan"
 )
 
 // queryTag is StepRequest.QueryTag: what lets an auditor join the
@@ -51,7 +52,7 @@ func (r *execution) runStep(runCtx, sctx context.Context, i, logical, engineAtte
 		UniqueKey: s.UniqueKey, IncrementalFilter: s.IncrementalFilter, FullRefresh: r.fullRefresh,
 		LogicalAttempt: logical, Fence: r.lease.Fence}
 	switch s.Kind {
-	case engine.KindSeed:
+	case plan.KindSeed:
 		// The bytes LoadBundle hashed (and the store keeps), not the file;
 		// the path names it in messages (and is read for a plan built
 		// without LoadBundle).
@@ -61,17 +62,17 @@ func (r *execution) runStep(runCtx, sctx context.Context, i, logical, engineAtte
 		if lookup == nil {
 			lookup = func(string) (string, bool) { return "", false }
 		}
-		sql, params, err := engine.ResolveSecrets(s.SQL, s.Secrets, lookup)
+		sql, params, err := plan.ResolveSecrets(s.SQL, s.Secrets, lookup)
 		if err != nil {
 			return fail(engine.CodeOf(err), errMessage(err), false, err)
 		}
 		req.SQL, req.Params = sql, params
 		o.sql = sql
 	}
-	if s.Kind == engine.KindTest {
+	if s.Kind == plan.KindTest {
 		req.Severity = s.Severity
 		if req.Severity == "" {
-			req.Severity = engine.SeverityError
+			req.Severity = plan.SeverityError
 		}
 	}
 	ctx := sctx
@@ -94,8 +95,8 @@ func (r *execution) runStep(runCtx, sctx context.Context, i, logical, engineAtte
 		res, err := r.wh.RunStep(ctx, req)
 		o.res = res
 		if err == nil && ctx.Err() == nil {
-			if s.Kind == engine.KindTest && res.Failures > 0 {
-				if req.Severity == engine.SeverityWarn {
+			if s.Kind == plan.KindTest && res.Failures > 0 {
+				if req.Severity == plan.SeverityWarn {
 					o.warning = fmt.Sprintf("test %s returned %d row(s); its severity is warn", s.ID, res.Failures)
 					return o
 				}
@@ -138,7 +139,7 @@ func (r *execution) runStep(runCtx, sctx context.Context, i, logical, engineAtte
 
 // interrupted classifies a step whose context ended: the run stopped
 // (record nothing), the operator cancelled, or the step's timeout passed.
-func (r *execution) interrupted(runCtx, sctx, ctx context.Context, s engine.PlanStep, fail func(engine.Code, string, bool, error) outcome) (bool, outcome) {
+func (r *execution) interrupted(runCtx, sctx, ctx context.Context, s plan.Step, fail func(engine.Code, string, bool, error) outcome) (bool, outcome) {
 	switch {
 	case ctx.Err() == nil:
 		return false, outcome{}

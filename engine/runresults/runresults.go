@@ -41,6 +41,7 @@ import (
 	"time"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/plan"
 )
 
 // SchemaVersion is metadata.dbt_schema_version.
@@ -112,7 +113,7 @@ type stepEvents struct {
 // Build makes the document of run runID from its log (in runSeq order)
 // and the plan it executed (nil when it is not at hand: compiled_code is
 // then null). Events after the run's closing event change nothing.
-func Build(runID string, events []engine.RunEventRecord, plan *engine.Plan) *Document {
+func Build(runID string, events []engine.RunEventRecord, runPlan *plan.Plan) *Document {
 	snap := engine.Project(runID, events)
 	steps := map[string]*stepEvents{}
 	var started json.RawMessage
@@ -159,10 +160,10 @@ scan:
 		doc.ElapsedTime = seconds(end.Sub(snap.StartedAt))
 	}
 
-	var planSteps map[string]engine.PlanStep
-	if plan != nil {
-		planSteps = map[string]engine.PlanStep{}
-		for _, s := range plan.InlineEphemeral().Steps {
+	var planSteps map[string]plan.Step
+	if runPlan != nil {
+		planSteps = map[string]plan.Step{}
+		for _, s := range runPlan.InlineEphemeral().Steps {
 			planSteps[s.ID] = s
 		}
 	}
@@ -186,7 +187,7 @@ scan:
 		if inPlan && ps.DbtUniqueID != "" {
 			r.UniqueID = ps.DbtUniqueID
 		}
-		if inPlan && ps.Kind != engine.KindSeed {
+		if inPlan && ps.Kind != plan.KindSeed {
 			r.Compiled, r.CompiledCode = ptr(true), ptr(ps.SQL)
 		} else if inPlan {
 			r.Compiled = ptr(false)
@@ -240,7 +241,7 @@ func result(st engine.StepSnapshot, se *stepEvents, kind string) Result {
 			r.AdapterResponse["query_ids"] = p.QueryIDs
 		}
 	}
-	test := kind == engine.KindTest
+	test := kind == plan.KindTest
 	if test && (st.Status == engine.StepStatusSuccess || p.Failures > 0) {
 		// pass, warn, fail; an error or a skip has no count (dbt's null)
 		r.Failures = ptr(p.Failures)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/plan"
 	"github.com/dvtrun/dvtrun/engine/runresults"
 	"github.com/dvtrun/dvtrun/engine/runresults/runresultstest"
 )
@@ -64,21 +65,21 @@ type want struct {
 }
 
 func TestBuild(t *testing.T) {
-	plan := &engine.Plan{PlanID: "shop", PlanVersion: "1", Steps: []engine.PlanStep{
-		{ID: "seed.raw", Kind: engine.KindSeed, Path: "raw.csv"},
-		{ID: "model.eph", Kind: engine.KindModel, Materialized: engine.MaterializedEphemeral, SQL: "select * from raw", DependsOn: []string{"seed.raw"}},
-		{ID: "model.orders", Kind: engine.KindModel, Materialized: engine.MaterializedTable, SQL: "select * from eph", DependsOn: []string{"model.eph"}},
-		{ID: "test.t_pass", Kind: engine.KindTest, SQL: "select 1 where 0", DependsOn: []string{"model.orders"}},
-		{ID: "test.t_warn", Kind: engine.KindTest, Severity: engine.SeverityWarn, SQL: "select 1", DependsOn: []string{"model.orders"}},
-		{ID: "test.t_fail", Kind: engine.KindTest, SQL: "select 1", DependsOn: []string{"model.orders"}},
-		{ID: "test.t_error", Kind: engine.KindTest, SQL: "select nope", DependsOn: []string{"model.orders"}},
-		{ID: "model.after", Kind: engine.KindModel, SQL: "select 1", DependsOn: []string{"test.t_error"}},
-		{ID: "sql.slow", Kind: engine.KindSQL, SQL: "update orders set x = {{ secret('TOKEN') }}", Secrets: []engine.SecretRef{{Name: "TOKEN"}}},
+	shopPlan := &plan.Plan{PlanID: "shop", PlanVersion: "1", Steps: []plan.Step{
+		{ID: "seed.raw", Kind: plan.KindSeed, Path: "raw.csv"},
+		{ID: "model.eph", Kind: plan.KindModel, Materialized: plan.MaterializedEphemeral, SQL: "select * from raw", DependsOn: []string{"seed.raw"}},
+		{ID: "model.orders", Kind: plan.KindModel, Materialized: plan.MaterializedTable, SQL: "select * from eph", DependsOn: []string{"model.eph"}},
+		{ID: "test.t_pass", Kind: plan.KindTest, SQL: "select 1 where 0", DependsOn: []string{"model.orders"}},
+		{ID: "test.t_warn", Kind: plan.KindTest, Severity: plan.SeverityWarn, SQL: "select 1", DependsOn: []string{"model.orders"}},
+		{ID: "test.t_fail", Kind: plan.KindTest, SQL: "select 1", DependsOn: []string{"model.orders"}},
+		{ID: "test.t_error", Kind: plan.KindTest, SQL: "select nope", DependsOn: []string{"model.orders"}},
+		{ID: "model.after", Kind: plan.KindModel, SQL: "select 1", DependsOn: []string{"test.t_error"}},
+		{ID: "sql.slow", Kind: plan.KindSQL, SQL: "update orders set x = {{ secret('TOKEN') }}", Secrets: []plan.SecretRef{{Name: "TOKEN"}}},
 	}}
 	tests := []struct {
 		name    string
 		log     []ev
-		plan    *engine.Plan
+		plan    *plan.Plan
 		want    []want
 		elapsed float64
 		closing int // index of the closing event, when not the last
@@ -99,7 +100,7 @@ func TestBuild(t *testing.T) {
 				{engine.StepCompleted, "test.t_pass", `{"durationMs": 300}`},
 				{engine.RunCompleted, "", `{"steps": 4, "artifacts": [{"uri": "file:///x", "kind": "dbt-run-results"}]}`},
 			},
-			plan: plan,
+			plan: shopPlan,
 			want: []want{
 				{"seed.shop.raw", "success", "OK", nil, "raw", nil, 0.1},
 				{"model.shop.orders", "success", "OK", nil, "orders", "q2", 0.2},
@@ -200,10 +201,10 @@ func TestBuild(t *testing.T) {
 // and null for seeds and without the plan; unique_id is the dbt node a step
 // was imported from when the plan says so.
 func TestBuildCompiledCode(t *testing.T) {
-	plan := &engine.Plan{PlanID: "shop", PlanVersion: "1", Steps: []engine.PlanStep{
-		{ID: "seed.raw", Kind: engine.KindSeed, Path: "raw.csv"},
-		{ID: "model.eph", Kind: engine.KindModel, Materialized: engine.MaterializedEphemeral, SQL: "select * from raw", DependsOn: []string{"seed.raw"}},
-		{ID: "model.orders", Kind: engine.KindModel, Materialized: engine.MaterializedTable, SQL: "select {{ secret('K') }} as k, * from eph", DependsOn: []string{"model.eph"}, Secrets: []engine.SecretRef{{Name: "K"}},
+	shopPlan := &plan.Plan{PlanID: "shop", PlanVersion: "1", Steps: []plan.Step{
+		{ID: "seed.raw", Kind: plan.KindSeed, Path: "raw.csv"},
+		{ID: "model.eph", Kind: plan.KindModel, Materialized: plan.MaterializedEphemeral, SQL: "select * from raw", DependsOn: []string{"seed.raw"}},
+		{ID: "model.orders", Kind: plan.KindModel, Materialized: plan.MaterializedTable, SQL: "select {{ secret('K') }} as k, * from eph", DependsOn: []string{"model.eph"}, Secrets: []plan.SecretRef{{Name: "K"}},
 			DbtUniqueID: "model.jaffle.orders"},
 	}}
 	log := runLog(t,
@@ -214,11 +215,11 @@ func TestBuildCompiledCode(t *testing.T) {
 	)
 	for _, tc := range []struct {
 		name string
-		plan *engine.Plan
+		plan *plan.Plan
 		want []any
 		ids  []any
 	}{
-		{"with the plan", plan, []any{nil, "WITH eph AS (\nselect * from raw\n)\nselect {{ secret('K') }} as k, * from eph"}, []any{"seed.shop.raw", "model.jaffle.orders"}},
+		{"with the plan", shopPlan, []any{nil, "WITH eph AS (\nselect * from raw\n)\nselect {{ secret('K') }} as k, * from eph"}, []any{"seed.shop.raw", "model.jaffle.orders"}},
 		{"without", nil, []any{nil, nil}, []any{"seed.shop.raw", "model.shop.orders"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

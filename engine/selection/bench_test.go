@@ -4,16 +4,16 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/plan"
 	"github.com/dvtrun/dvtrun/engine/selection"
 )
 
 // widePlan is n models in layers of 10 (each model reads two of the layer
 // above) with two tests each, every tenth model tagged nightly.
-func widePlan(n int) *engine.Plan {
-	p := &engine.Plan{PlanID: "wide", PlanVersion: "1"}
+func widePlan(n int) *plan.Plan {
+	p := &plan.Plan{PlanID: "wide", PlanVersion: "1"}
 	for i := 0; i < n; i++ {
-		st := engine.PlanStep{ID: fmt.Sprintf("model.m%d", i), Kind: engine.KindModel, SQL: "select 1", Path: fmt.Sprintf("models/layer%d/m%d.sql", i/10, i)}
+		st := plan.Step{ID: fmt.Sprintf("model.m%d", i), Kind: plan.KindModel, SQL: "select 1", Path: fmt.Sprintf("models/layer%d/m%d.sql", i/10, i)}
 		if i >= 10 {
 			st.DependsOn = []string{fmt.Sprintf("model.m%d", i-10), fmt.Sprintf("model.m%d", i-10+(i+1)%10-i%10)}
 		}
@@ -24,7 +24,7 @@ func widePlan(n int) *engine.Plan {
 	}
 	for i := 0; i < n; i++ {
 		for _, kind := range []string{"unique", "not_null"} {
-			p.Steps = append(p.Steps, engine.PlanStep{ID: fmt.Sprintf("test.%s_m%d", kind, i), Kind: engine.KindTest, SQL: "select 1", DependsOn: []string{fmt.Sprintf("model.m%d", i)}})
+			p.Steps = append(p.Steps, plan.Step{ID: fmt.Sprintf("test.%s_m%d", kind, i), Kind: plan.KindTest, SQL: "select 1", DependsOn: []string{fmt.Sprintf("model.m%d", i)}})
 		}
 	}
 	return p

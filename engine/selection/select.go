@@ -5,14 +5,14 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/plan"
 )
 
 // Select evaluates spec on the plan, as dbt does: each selector's method
 // matches steps, its graph operators add relatives, tests are added by
 // indirect selection; then unions, intersections and the exclusion
 // combine the sets. The plan must be valid.
-func Select(p *engine.Plan, spec Spec) (Result, error) {
+func Select(p *plan.Plan, spec Spec) (Result, error) {
 	mode, err := ParseMode(string(spec.Indirect))
 	if err != nil {
 		return Result{}, err
@@ -93,13 +93,13 @@ func (s set) minus(t set) set {
 }
 
 type graph struct {
-	p                 *engine.Plan
+	p                 *plan.Plan
 	mode              Mode
-	steps             []engine.PlanStep
+	steps             []plan.Step
 	parents, children [][]int
 }
 
-func newGraph(p *engine.Plan, mode Mode) *graph {
+func newGraph(p *plan.Plan, mode Mode) *graph {
 	g := &graph{p: p, mode: mode, steps: p.Steps}
 	pos := make(map[string]int, len(p.Steps))
 	for i, s := range p.Steps {
@@ -220,7 +220,7 @@ func (g *graph) expand(selected set) (set, set) {
 	}
 	for i := range selected {
 		for _, t := range g.children[i] {
-			if g.steps[t].Kind != engine.KindTest {
+			if g.steps[t].Kind != plan.KindTest {
 				continue
 			}
 			switch {
@@ -265,7 +265,7 @@ func (g *graph) parentsIn(i int, s set) bool {
 }
 
 // match says whether the selector's method selects the step.
-func (g *graph) match(s Selector, st engine.PlanStep) bool {
+func (g *graph) match(s Selector, st plan.Step) bool {
 	v := s.Value
 	switch s.Method {
 	case MethodFQN:
@@ -294,12 +294,12 @@ func (g *graph) match(s Selector, st engine.PlanStep) bool {
 		case "tags":
 			return slices.Contains(st.Tags, v)
 		case "severity":
-			if st.Kind != engine.KindTest {
+			if st.Kind != plan.KindTest {
 				return false
 			}
 			sev := st.Severity
 			if sev == "" {
-				sev = engine.SeverityError
+				sev = plan.SeverityError
 			}
 			return strings.EqualFold(sev, v)
 		}
@@ -316,13 +316,13 @@ const materializedEphemeral = "ephemeral"
 // model does not (it runs inside the steps that read it, which the
 // runner's plan keeps), so it is never in a selection, as dbt never runs
 // one — selecting it still selects its relatives through + and @.
-func Executes(st engine.PlanStep) bool {
-	return st.Kind != engine.KindModel || st.Materialized != materializedEphemeral
+func Executes(st plan.Step) bool {
+	return st.Kind != plan.KindModel || st.Materialized != materializedEphemeral
 }
 
 // FQN is the step's fully qualified name, what fqn selectors match:
 // PlanStep.FQN (from a dbt manifest) or [planId, name].
-func FQN(p *engine.Plan, st engine.PlanStep) []string {
+func FQN(p *plan.Plan, st plan.Step) []string {
 	if len(st.FQN) > 0 {
 		return st.FQN
 	}
@@ -331,7 +331,7 @@ func FQN(p *engine.Plan, st engine.PlanStep) []string {
 
 // Name is a step's short name, dbt's node name: the part of its id after
 // the first dot (orders for model.orders).
-func Name(st engine.PlanStep) string {
+func Name(st plan.Step) string {
 	if _, after, ok := strings.Cut(st.ID, "."); ok {
 		return after
 	}
@@ -366,14 +366,14 @@ func fqnMatch(fqn []string, sel string) bool {
 
 // materialized is dbt's config.materialized of a step: a model's
 // materialization (view by default), seed for seeds, test for tests.
-func materialized(st engine.PlanStep) string {
+func materialized(st plan.Step) string {
 	switch st.Kind {
-	case engine.KindModel:
+	case plan.KindModel:
 		if st.Materialized == "" {
-			return engine.MaterializedView
+			return plan.MaterializedView
 		}
 		return st.Materialized
-	case engine.KindSeed, engine.KindTest:
+	case plan.KindSeed, plan.KindTest:
 		return st.Kind
 	}
 	return st.Materialized
@@ -381,7 +381,7 @@ func materialized(st engine.PlanStep) string {
 
 // files are the paths path: and file: look at: Path (relative to the plan
 // file) and OriginalFilePath (relative to the dbt project).
-func files(st engine.PlanStep) []string {
+func files(st plan.Step) []string {
 	var out []string
 	for _, f := range []string{st.Path, st.OriginalFilePath} {
 		if f != "" {

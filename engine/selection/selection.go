@@ -44,6 +44,7 @@ import (
 	"strings"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/plan"
 )
 
 // Mode is dbt's --indirect-selection.
@@ -107,7 +108,7 @@ var methods = []string{MethodFQN, MethodTag, MethodPath, MethodFile, MethodResou
 var configKeys = []string{"materialized", "tags", "severity"}
 
 // resourceTypes are the step kinds resource_type: accepts.
-var resourceTypes = []string{engine.KindSeed, engine.KindModel, engine.KindTest, engine.KindSQL}
+var resourceTypes = []string{plan.KindSeed, plan.KindModel, plan.KindTest, plan.KindSQL}
 
 // selectorRE is dbt's RAW_SELECTOR_PATTERN.
 var selectorRE = regexp.MustCompile(`^(@)?(?:(\d*)(\+))?(?:([\w.]+):)?(.*?)(?:(\+)(\d*))?$`)

@@ -9,16 +9,17 @@ import (
 	"testing"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/plan"
 	"github.com/dvtrun/dvtrun/engine/selection"
 )
 
-func loadDAG(t *testing.T) *engine.Plan {
+func loadDAG(t *testing.T) *plan.Plan {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join("testdata", "dag.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := engine.ParsePlan(data, "dag.yaml")
+	p, err := plan.Parse(data, "dag.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,10 +226,10 @@ func TestParseSelector(t *testing.T) {
 // that read it, never as a step: selecting through it keeps its relatives
 // and drops it, as dbt never runs an ephemeral node.
 func TestSelectLeavesOutEphemeral(t *testing.T) {
-	p := &engine.Plan{PlanID: "e", PlanVersion: "1", Steps: []engine.PlanStep{
-		{ID: "seed.raw", Kind: engine.KindSeed, Path: "raw.csv"},
-		{ID: "model.eph", Kind: engine.KindModel, Materialized: "ephemeral", SQL: "select * from raw", DependsOn: []string{"seed.raw"}},
-		{ID: "model.final", Kind: engine.KindModel, Materialized: "table", SQL: "select * from eph", DependsOn: []string{"model.eph"}},
+	p := &plan.Plan{PlanID: "e", PlanVersion: "1", Steps: []plan.Step{
+		{ID: "seed.raw", Kind: plan.KindSeed, Path: "raw.csv"},
+		{ID: "model.eph", Kind: plan.KindModel, Materialized: "ephemeral", SQL: "select * from raw", DependsOn: []string{"seed.raw"}},
+		{ID: "model.final", Kind: plan.KindModel, Materialized: "table", SQL: "select * from eph", DependsOn: []string{"model.eph"}},
 	}}
 	for sel, want := range map[string][]string{
 		"+final":                         {"seed.raw", "model.final"},

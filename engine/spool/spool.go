@@ -30,6 +30,7 @@ import (
 	"sync"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/plan"
 )
 
 // Dir is a spool directory. It is safe for concurrent use: Puts of
@@ -64,7 +65,7 @@ func Open(dir string) (*Dir, error) {
 	case err == nil && !fi.IsDir():
 		return nil, engine.Errorf(engine.CodeInvalidArgument, "spool directory %s is not a directory", dir)
 	case err != nil && !errors.Is(err, fs.ErrNotExist):
-		return nil, engine.Errorf(engine.CodeInvalidArgument, "spool directory %s: %v", dir, engine.PathErr(err))
+		return nil, engine.Errorf(engine.CodeInvalidArgument, "spool directory %s: %v", dir, plan.PathErr(err))
 	}
 	return &Dir{dir: dir, runs: map[string]*runFile{}}, nil
 }
@@ -168,14 +169,14 @@ func (d *Dir) openForAppend(path string) (f *os.File, created bool, err error) {
 		return f, false, nil
 	}
 	if !errors.Is(err, fs.ErrNotExist) {
-		return nil, false, unavailable("cannot open the spool file %s: %v", path, engine.PathErr(err))
+		return nil, false, unavailable("cannot open the spool file %s: %v", path, plan.PathErr(err))
 	}
 	if err := mkdirDurable(d.dir); err != nil {
 		return nil, false, err
 	}
 	f, err = os.OpenFile(path, os.O_RDWR|os.O_APPEND|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
-		return nil, false, unavailable("cannot create the spool file %s: %v", path, engine.PathErr(err))
+		return nil, false, unavailable("cannot create the spool file %s: %v", path, plan.PathErr(err))
 	}
 	return f, true, nil
 }
@@ -215,7 +216,7 @@ func (d *Dir) Pending(runID string) ([]engine.RunEventWrite, error) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, unavailable("cannot read the spool file %s: %v", path, engine.PathErr(err))
+		return nil, unavailable("cannot read the spool file %s: %v", path, plan.PathErr(err))
 	}
 	events, _, err := decode(data, runID)
 	if err != nil {
@@ -242,7 +243,7 @@ func (d *Dir) Clear(runID string) error {
 		return nil
 	}
 	if err != nil {
-		return unavailable("cannot remove the spool file %s: %v", path, engine.PathErr(err))
+		return unavailable("cannot remove the spool file %s: %v", path, plan.PathErr(err))
 	}
 	r.whole, r.dirPending = false, false
 	return syncDir(d.dir)
@@ -259,7 +260,7 @@ func mkdirDurable(dir string) error {
 		return nil
 	}
 	if !errors.Is(err, fs.ErrNotExist) {
-		return unavailable("spool directory %s: %v", dir, engine.PathErr(err))
+		return unavailable("spool directory %s: %v", dir, plan.PathErr(err))
 	}
 	parent := filepath.Dir(dir)
 	if parent != dir {
@@ -268,7 +269,7 @@ func mkdirDurable(dir string) error {
 		}
 	}
 	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
-		return unavailable("cannot create the spool directory %s: %v", dir, engine.PathErr(err))
+		return unavailable("cannot create the spool directory %s: %v", dir, plan.PathErr(err))
 	}
 	return syncDir(parent)
 }
@@ -277,7 +278,7 @@ func mkdirDurable(dir string) error {
 func syncDir(dir string) error {
 	f, err := os.Open(dir)
 	if err != nil {
-		return unavailable("cannot open the spool directory %s: %v", dir, engine.PathErr(err))
+		return unavailable("cannot open the spool directory %s: %v", dir, plan.PathErr(err))
 	}
 	defer f.Close()
 	if err := f.Sync(); err != nil {

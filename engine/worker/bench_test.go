@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/plan"
 	"github.com/dvtrun/dvtrun/engine/queue"
 	"github.com/dvtrun/dvtrun/engine/service/servicetest"
 	"github.com/dvtrun/dvtrun/engine/worker"
@@ -21,7 +22,7 @@ import (
 // steps: the benchmark measures the queue's side, claim to started run.
 type startExec struct {
 	eng  *engine.Engine
-	plan *engine.Plan
+	plan *plan.Plan
 }
 
 func (x *startExec) Run(ctx context.Context, r queue.Request, runID string) (engine.RunStatus, error) {
@@ -40,7 +41,7 @@ func BenchmarkTwoWorkersClaimAndStart(b *testing.B) {
 		return servicetest.OpenSQLite(b, path)
 	}
 	st := open()
-	plan, err := engine.ParsePlan([]byte("planId: bench\nplanVersion: \"1\"\nsteps:\n  - {id: model.a, kind: model, sql: select 1}\n"), "bench.yaml")
+	benchPlan, err := plan.Parse([]byte("planId: bench\nplanVersion: \"1\"\nsteps:\n  - {id: model.a, kind: model, sql: select 1}\n"), "bench.yaml")
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -57,7 +58,7 @@ func BenchmarkTwoWorkersClaimAndStart(b *testing.B) {
 		ws := open()
 		eng := &engine.Engine{Log: ws, Clock: engine.ClockFunc(time.Now), IDs: engine.IDFunc(uuid.NewString),
 			Config: engine.Config{TenantID: "a", ProjectID: "p", EnvironmentID: "e"}}
-		w := newWorker(ws, &startExec{eng: eng, plan: plan}, fmt.Sprint("bench-", i))
+		w := newWorker(ws, &startExec{eng: eng, plan: benchPlan}, fmt.Sprint("bench-", i))
 		w.Poll = 5 * time.Millisecond
 		w.HeartbeatTTL = 30 * time.Second
 		if err := w.Start(ctx); err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/plan"
 	"github.com/dvtrun/dvtrun/engine/runner"
 	"github.com/dvtrun/dvtrun/store/snowflake"
 	"github.com/dvtrun/dvtrun/store/snowflake/sftest"
@@ -49,7 +50,7 @@ func TestExactlyOnceDMLStep(t *testing.T) {
 	if _, err := w.DB().ExecContext(ctx, "CREATE TABLE effects (n INTEGER)"); err != nil {
 		t.Fatal(err)
 	}
-	p, err := engine.ParsePlan([]byte(`
+	p, err := plan.Parse([]byte(`
 planId: sf_effects
 planVersion: "1"
 steps:

@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/plan"
 	"github.com/dvtrun/dvtrun/store/snowflake"
 	"github.com/dvtrun/dvtrun/store/snowflake/sftest"
 	"github.com/dvtrun/dvtrun/store/storetest"
@@ -158,14 +159,14 @@ func TestStartRunIsOneRequest(t *testing.T) {
 	tr := &sftest.CountingTransport{}
 	s := openStore(t, srv.DSN("dvt", "start_trips"), snowflake.Options{Transporter: tr})
 	defer s.Close()
-	plan, err := engine.ParsePlan([]byte("planId: start\nplanVersion: \"1\"\nsteps:\n  - {id: model.a, kind: model, sql: select 1}\n"), "start.yaml")
+	startPlan, err := plan.Parse([]byte("planId: start\nplanVersion: \"1\"\nsteps:\n  - {id: model.a, kind: model, sql: select 1}\n"), "start.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
 	eng := &engine.Engine{Log: s, Clock: engine.ClockFunc(time.Now), IDs: engine.IDFunc(uuid.NewString),
 		Config: engine.Config{TenantID: "acme", ProjectID: "shop", EnvironmentID: "dev"}}
 	tr.Reset()
-	runID, err := eng.StartRun(ctx, engine.StartRequest{Plan: plan})
+	runID, err := eng.StartRun(ctx, engine.StartRequest{Plan: startPlan})
 	if err != nil {
 		t.Fatal(err)
 	}

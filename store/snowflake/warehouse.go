@@ -18,6 +18,7 @@ import (
 	"github.com/snowflakedb/gosnowflake"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/plan"
 	"github.com/dvtrun/dvtrun/store"
 )
 
@@ -25,7 +26,7 @@ import (
 // and is safe for concurrent use.
 //
 // Step semantics (as the SQLite warehouse's):
-//   - seed: the CSV at SeedPath (engine.ReadSeed) becomes table Relation:
+//   - seed: the CSV at SeedPath (plan.ReadSeed) becomes table Relation:
 //     CREATE OR REPLACE TABLE with NUMBER/FLOAT/VARCHAR columns, then
 //     INSERTs with bind arrays.
 //   - model: CREATE OR REPLACE TABLE|VIEW Relation AS SQL (view by default,
@@ -243,13 +244,13 @@ func (w *Warehouse) RunStep(ctx context.Context, req engine.StepRequest) (engine
 	r := &stepRun{w: w, ctx: ctx, conn: conn, lw: lockWaiter{w: w}}
 	var res engine.StepResult
 	switch req.Kind {
-	case engine.KindSeed:
+	case plan.KindSeed:
 		res, err = r.seed(req)
-	case engine.KindModel:
+	case plan.KindModel:
 		res, err = r.model(req)
-	case engine.KindTest:
+	case plan.KindTest:
 		res, err = r.test(req)
-	case engine.KindSQL:
+	case plan.KindSQL:
 		res, err = r.sql(req, conn)
 	default:
 		err = engine.Errorf(engine.CodeInvalidArgument, "step %s: unknown kind %q (want seed, model, test or sql)", req.StepID, req.Kind)
@@ -279,7 +280,7 @@ func (r *stepRun) seed(req engine.StepRequest) (engine.StepResult, error) {
 		return engine.StepResult{}, engine.Errorf(engine.CodePlanInvalid, "seed %s: cannot read its CSV file: %w", req.StepID, err)
 	}
 	defer f.Close()
-	seed, err := engine.ReadSeed(f, req.SeedPath)
+	seed, err := plan.ReadSeed(f, req.SeedPath)
 	if err != nil {
 		return engine.StepResult{}, err
 	}
@@ -355,15 +356,15 @@ func (r *stepRun) seed(req engine.StepRequest) (engine.StepResult, error) {
 }
 
 // seedArray is column c of the given rows as a typed bind array.
-func seedArray(seed *engine.SeedTable, c int, rows []int) any {
+func seedArray(seed *plan.SeedTable, c int, rows []int) any {
 	switch seed.Types[c] {
-	case engine.TypeInteger:
+	case plan.TypeInteger:
 		a := make([]int64, len(rows))
 		for i, r := range rows {
 			a[i] = seed.Rows[r][c].(int64)
 		}
 		return gosnowflake.Array(a)
-	case engine.TypeReal:
+	case plan.TypeReal:
 		a := make([]float64, len(rows))
 		for i, r := range rows {
 			a[i] = seed.Rows[r][c].(float64)
@@ -380,9 +381,9 @@ func seedArray(seed *engine.SeedTable, c int, rows []int) any {
 
 func snowflakeType(seedType string) string {
 	switch seedType {
-	case engine.TypeInteger:
+	case plan.TypeInteger:
 		return "NUMBER(38, 0)"
-	case engine.TypeReal:
+	case plan.TypeReal:
 		return "FLOAT"
 	default:
 		return "VARCHAR"
@@ -399,7 +400,7 @@ func (r *stepRun) model(req engine.StepRequest) (engine.StepResult, error) {
 		return engine.StepResult{}, engine.Errorf(engine.CodePlanInvalid, "model %s: %w", req.StepID, err)
 	}
 	switch mat := req.Materialized; mat {
-	case engine.MaterializedTable:
+	case plan.MaterializedTable:
 		if _, err := r.exec("CREATE OR REPLACE TABLE "+rel+" AS\n"+body+"\n", req.Params...); err != nil {
 			return engine.StepResult{}, err
 		}
@@ -408,7 +409,7 @@ func (r *stepRun) model(req engine.StepRequest) (engine.StepResult, error) {
 			return engine.StepResult{}, err
 		}
 		return engine.StepResult{RowCount: n}, nil
-	case engine.MaterializedView, "":
+	case plan.MaterializedView, "":
 		if len(req.Params) > 0 {
 			return engine.StepResult{}, engine.Errorf(engine.CodePlanInvalid, "model %s: a view cannot take parameters (Snowflake stores its text)", req.StepID)
 		}
@@ -416,7 +417,7 @@ func (r *stepRun) model(req engine.StepRequest) (engine.StepResult, error) {
 			return engine.StepResult{}, err
 		}
 		return engine.StepResult{}, nil
-	case engine.MaterializedIncremental:
+	case plan.MaterializedIncremental:
 		return r.incremental(req, rel, body)
 	default:
 		return engine.StepResult{}, engine.Errorf(engine.CodePlanInvalid, "model %s: materialized %q is not table, view or incremental", req.StepID, req.Materialized)

@@ -14,6 +14,7 @@ import (
 	"github.com/snowflakedb/gosnowflake"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/plan"
 )
 
 // The fence of a run lives in a table of its own (issue 16, see
@@ -50,7 +51,7 @@ type runFence struct {
 
 // fenceStmt is a fence statement of warehouse.sql for table (quoted).
 func (w *Warehouse) fenceStmt(name, table string) (string, error) {
-	return engine.RenderThis(w.q[name], table)
+	return plan.RenderThis(w.q[name], table)
 }
 
 // ensureFence creates runID's fence table and row outside any transaction,

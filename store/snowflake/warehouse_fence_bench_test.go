@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/plan"
 	"github.com/dvtrun/dvtrun/store/snowflake"
 	"github.com/dvtrun/dvtrun/store/snowflake/sftest"
 )
@@ -45,7 +46,7 @@ func BenchmarkLedgeredRunsInParallel(b *testing.B) {
 					wg.Go(func() {
 						run := fmt.Sprintf("%s-%d", batch, k)
 						for s := range steps {
-							req := engine.StepRequest{RunID: run, StepID: fmt.Sprintf("sql.s%d", s), Kind: engine.KindSQL,
+							req := engine.StepRequest{RunID: run, StepID: fmt.Sprintf("sql.s%d", s), Kind: plan.KindSQL,
 								SQL: fmt.Sprintf("INSERT INTO effects SELECT '%s', 'sql.s%d'", run, s), LogicalAttempt: 1, EngineAttempt: 1, Fence: 1}
 							if _, err := w.RunStep(ctx, req); err != nil {
 								b.Errorf("%s: %v", run, err)

@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/plan"
 	"github.com/dvtrun/dvtrun/engine/runner"
 	"github.com/dvtrun/dvtrun/store/snowflake"
 	"github.com/dvtrun/dvtrun/store/snowflake/sftest"
@@ -57,7 +58,7 @@ func openWarehouseOpts(t *testing.T, srv *sftest.Server, opts snowflake.Warehous
 // effectStep is a ledgered DML step of run that inserts one row naming
 // the run and step into effects.
 func effectStep(run, step string, fence int64) engine.StepRequest {
-	return engine.StepRequest{RunID: run, StepID: step, Kind: engine.KindSQL,
+	return engine.StepRequest{RunID: run, StepID: step, Kind: plan.KindSQL,
 		SQL:            fmt.Sprintf("INSERT INTO effects SELECT '%s', '%s'", run, step),
 		LogicalAttempt: 1, EngineAttempt: 1, Fence: fence}
 }
@@ -302,7 +303,7 @@ func TestRunnerLockWaitNotMultipliedByRetries(t *testing.T) {
 	t.Cleanup(func() { st.Close() })
 	dead := openWarehouseOpts(t, srv, snowflake.WarehouseOptions{})
 	createEffects(t, dead)
-	p, err := engine.ParsePlan([]byte(`
+	p, err := plan.Parse([]byte(`
 planId: sf_wait
 planVersion: "1"
 steps:

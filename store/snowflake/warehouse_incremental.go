@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/plan"
 	sqlfiles "github.com/dvtrun/dvtrun/sql"
 )
 
@@ -58,7 +59,7 @@ func (r *stepRun) incremental(req engine.StepRequest, rel, body string) (engine.
 
 	source := "SELECT * FROM (\n" + body + "\n)"
 	if req.IncrementalFilter != "" {
-		filter, err := engine.RenderThis(req.IncrementalFilter, rel)
+		filter, err := plan.RenderThis(req.IncrementalFilter, rel)
 		if err != nil {
 			return engine.StepResult{}, err
 		}
@@ -66,7 +67,7 @@ func (r *stepRun) incremental(req engine.StepRequest, rel, body string) (engine.
 	}
 	// The new rows' columns are not fetched (a round trip): a table column
 	// they lack fails the MERGE itself.
-	m, err := engine.MergeColumns(req.StepID, table, nil, req.UniqueKey)
+	m, err := plan.MergeColumns(req.StepID, table, nil, req.UniqueKey)
 	if err != nil {
 		return engine.StepResult{}, err
 	}
@@ -94,7 +95,7 @@ func (r *stepRun) incremental(req engine.StepRequest, rel, body string) (engine.
 			return engine.StepResult{}, err
 		}
 		if dups > 0 {
-			return engine.StepResult{}, engine.DuplicateKeyError(req.StepID, m.Key, dups)
+			return engine.StepResult{}, plan.DuplicateKeyError(req.StepID, m.Key, dups)
 		}
 		set := make([]string, len(cols))
 		for i := range cols {

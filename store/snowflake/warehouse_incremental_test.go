@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/plan"
 	sqlfiles "github.com/dvtrun/dvtrun/sql"
 	"github.com/dvtrun/dvtrun/store/storetest"
 )
@@ -48,8 +49,8 @@ func TestRelationTypeAsDocumented(t *testing.T) {
 		}
 		return res
 	}
-	run(engine.StepRequest{StepID: "model.t", Kind: engine.KindModel, Relation: "doc_t", Materialized: engine.MaterializedTable, SQL: "select 1 as id"})
-	run(engine.StepRequest{StepID: "model.v", Kind: engine.KindModel, Relation: "doc_v", Materialized: engine.MaterializedView, SQL: "select 1 as id"})
+	run(engine.StepRequest{StepID: "model.t", Kind: plan.KindModel, Relation: "doc_t", Materialized: plan.MaterializedTable, SQL: "select 1 as id"})
+	run(engine.StepRequest{StepID: "model.v", Kind: plan.KindModel, Relation: "doc_v", Materialized: plan.MaterializedView, SQL: "select 1 as id"})
 	for name, want := range map[string]string{"DOC_T": "BASE TABLE", "DOC_V": "VIEW", "doc_t": ""} {
 		var kind, col string
 		err := w.DB().QueryRowContext(ctx, q["relation_columns"], name).Scan(&kind, &col)
@@ -66,7 +67,7 @@ func TestRelationTypeAsDocumented(t *testing.T) {
 			t.Errorf("%s: TABLE_TYPE %q, column %q (%v), want %q and ID", name, kind, col, err, want)
 		}
 	}
-	inc := engine.StepRequest{StepID: "model.v", Kind: engine.KindModel, Relation: "doc_v", Materialized: engine.MaterializedIncremental, SQL: "select 2 as id", UniqueKey: []string{"id"}}
+	inc := engine.StepRequest{StepID: "model.v", Kind: plan.KindModel, Relation: "doc_v", Materialized: plan.MaterializedIncremental, SQL: "select 2 as id", UniqueKey: []string{"id"}}
 	if res := run(inc); res.RowCount != 1 {
 		t.Fatalf("incremental over a view: %+v", res)
 	}

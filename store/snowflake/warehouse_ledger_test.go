@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/plan"
 	"github.com/dvtrun/dvtrun/store/snowflake"
 )
 
@@ -27,7 +28,7 @@ func TestWarehouseLedgerOnce(t *testing.T) {
 	if _, err := w.DB().ExecContext(ctx, "CREATE TABLE effects (n INTEGER)"); err != nil {
 		t.Fatal(err)
 	}
-	req := engine.StepRequest{RunID: "r-1", StepID: "sql.insert", Kind: engine.KindSQL, SQL: "INSERT INTO effects VALUES (1); INSERT INTO effects VALUES (2)",
+	req := engine.StepRequest{RunID: "r-1", StepID: "sql.insert", Kind: plan.KindSQL, SQL: "INSERT INTO effects VALUES (1); INSERT INTO effects VALUES (2)",
 		LogicalAttempt: 1, EngineAttempt: 1, Fence: 3, QueryTag: tag("sql.insert")}
 	first, err := w.RunStep(ctx, req)
 	if err != nil || first.RowsAffected != 2 || first.Ledger != nil || len(first.QueryIDs) != 2 {
@@ -64,7 +65,7 @@ func TestWarehouseLedgerOnce(t *testing.T) {
 	if n := countRows(t, w, "effects"); n != 4 {
 		t.Fatalf("effects = %d rows after logical attempt 2, want 4", n)
 	}
-	ddl := engine.StepRequest{RunID: "r-1", StepID: "sql.ddl", Kind: engine.KindSQL, SQL: "CREATE TABLE other (n INTEGER); INSERT INTO other VALUES (1)", LogicalAttempt: 1, Fence: 3}
+	ddl := engine.StepRequest{RunID: "r-1", StepID: "sql.ddl", Kind: plan.KindSQL, SQL: "CREATE TABLE other (n INTEGER); INSERT INTO other VALUES (1)", LogicalAttempt: 1, Fence: 3}
 	if _, err := w.RunStep(ctx, ddl); err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +82,7 @@ func TestWarehouseLedgerFence(t *testing.T) {
 		t.Fatal(err)
 	}
 	step := func(id string, fence int64) engine.StepRequest {
-		return engine.StepRequest{RunID: "r-1", StepID: id, Kind: engine.KindSQL, SQL: "INSERT INTO effects VALUES (1)", LogicalAttempt: 1, Fence: fence}
+		return engine.StepRequest{RunID: "r-1", StepID: id, Kind: plan.KindSQL, SQL: "INSERT INTO effects VALUES (1)", LogicalAttempt: 1, Fence: fence}
 	}
 	for _, r := range []engine.StepRequest{step("sql.a", 1), step("sql.b", 2)} {
 		if _, err := w.RunStep(ctx, r); err != nil {
@@ -137,7 +138,7 @@ func TestWarehouseLedgerSerialisedAsDocumented(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				res, err := w.RunStep(ctx, engine.StepRequest{RunID: "r-1", StepID: id, Kind: engine.KindSQL,
+				res, err := w.RunStep(ctx, engine.StepRequest{RunID: "r-1", StepID: id, Kind: plan.KindSQL,
 					SQL: "INSERT INTO effects SELECT '" + id + "'", LogicalAttempt: 1, EngineAttempt: k + 1, Fence: 1})
 				if err != nil {
 					t.Errorf("%s on session %d: %v", id, k, err)
@@ -164,8 +165,8 @@ func TestWarehouseLedgerSerialisedAsDocumented(t *testing.T) {
 // and commits with its ledger row: the same attempt again appends nothing.
 func TestWarehouseLedgerIncrementalMerge(t *testing.T) {
 	w, _ := openWarehouse(t)
-	inc := engine.StepRequest{RunID: "r-1", StepID: "model.events", Kind: engine.KindModel, Relation: "events",
-		Materialized: engine.MaterializedIncremental, SQL: "select 1 as id", LogicalAttempt: 1, Fence: 1}
+	inc := engine.StepRequest{RunID: "r-1", StepID: "model.events", Kind: plan.KindModel, Relation: "events",
+		Materialized: plan.MaterializedIncremental, SQL: "select 1 as id", LogicalAttempt: 1, Fence: 1}
 	if _, err := w.RunStep(ctx, inc); err != nil { // first run: the table is built (DDL, not ledgered)
 		t.Fatal(err)
 	}

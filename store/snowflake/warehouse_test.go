@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/plan"
 	"github.com/dvtrun/dvtrun/store/snowflake"
 	"github.com/dvtrun/dvtrun/store/snowflake/sftest"
 )
@@ -54,7 +55,7 @@ func logged(srv *sftest.Server, ids []string) []sftest.LoggedQuery {
 
 func TestWarehouseSteps(t *testing.T) {
 	w, srv := openWarehouse(t)
-	seed, err := w.RunStep(ctx, engine.StepRequest{RunID: "r-1", StepID: "seed.customers", Kind: engine.KindSeed, Relation: "customers",
+	seed, err := w.RunStep(ctx, engine.StepRequest{RunID: "r-1", StepID: "seed.customers", Kind: plan.KindSeed, Relation: "customers",
 		SeedPath: seedFile(t, customers), QueryTag: tag("seed.customers")})
 	if err != nil {
 		t.Fatal(err)
@@ -92,17 +93,17 @@ func TestWarehouseSteps(t *testing.T) {
 		read string // a query whose count checks what the step built
 		n    int64
 	}{
-		{name: "table model", req: engine.StepRequest{StepID: "model.big", Kind: engine.KindModel, Relation: "big_customers", Materialized: engine.MaterializedTable,
+		{name: "table model", req: engine.StepRequest{StepID: "model.big", Kind: plan.KindModel, Relation: "big_customers", Materialized: plan.MaterializedTable,
 			SQL: "select id, name from customers where score > 2;"}, want: engine.StepResult{RowCount: 3}, read: "SELECT COUNT(*) FROM big_customers", n: 3},
-		{name: "table model replaced", req: engine.StepRequest{StepID: "model.big", Kind: engine.KindModel, Relation: "big_customers", Materialized: engine.MaterializedTable,
+		{name: "table model replaced", req: engine.StepRequest{StepID: "model.big", Kind: plan.KindModel, Relation: "big_customers", Materialized: plan.MaterializedTable,
 			SQL: "select id, name from customers where score > 4"}, want: engine.StepResult{RowCount: 1}, read: "SELECT COUNT(*) FROM big_customers", n: 1},
-		{name: "view model", req: engine.StepRequest{StepID: "model.v", Kind: engine.KindModel, Relation: "named", Materialized: engine.MaterializedView,
+		{name: "view model", req: engine.StepRequest{StepID: "model.v", Kind: plan.KindModel, Relation: "named", Materialized: plan.MaterializedView,
 			SQL: "select * from customers where name is not null -- trailing comment"}, read: "SELECT COUNT(*) FROM named", n: 5},
-		{name: "passing test", req: engine.StepRequest{StepID: "test.not_null_id", Kind: engine.KindTest, SQL: "select * from customers where id is null"}, want: engine.StepResult{}},
-		{name: "failing test", req: engine.StepRequest{StepID: "test.score", Kind: engine.KindTest, SQL: "select * from customers where score is null or score < 2"}, want: engine.StepResult{Failures: 2}},
-		{name: "sql step", req: engine.StepRequest{StepID: "sql.fix", Kind: engine.KindSQL, SQL: "update customers set note = 'none' where note is null; delete from customers where id = 5"},
+		{name: "passing test", req: engine.StepRequest{StepID: "test.not_null_id", Kind: plan.KindTest, SQL: "select * from customers where id is null"}, want: engine.StepResult{}},
+		{name: "failing test", req: engine.StepRequest{StepID: "test.score", Kind: plan.KindTest, SQL: "select * from customers where score is null or score < 2"}, want: engine.StepResult{Failures: 2}},
+		{name: "sql step", req: engine.StepRequest{StepID: "sql.fix", Kind: plan.KindSQL, SQL: "update customers set note = 'none' where note is null; delete from customers where id = 5"},
 			want: engine.StepResult{RowsAffected: 3}, read: "SELECT COUNT(*) FROM customers WHERE note = 'none'", n: 2},
-		{name: "sql step with a bound parameter", req: engine.StepRequest{StepID: "sql.param", Kind: engine.KindSQL, SQL: "delete from customers where name = ?", Params: []any{"O'Hara, Cy"}},
+		{name: "sql step with a bound parameter", req: engine.StepRequest{StepID: "sql.param", Kind: plan.KindSQL, SQL: "delete from customers where name = ?", Params: []any{"O'Hara, Cy"}},
 			want: engine.StepResult{RowsAffected: 1}, read: "SELECT COUNT(*) FROM customers", n: 3},
 	}
 	for _, c := range cases {
@@ -147,11 +148,11 @@ func TestWarehouseErrors(t *testing.T) {
 		req  engine.StepRequest
 		code engine.Code
 	}{
-		{"unknown table", engine.StepRequest{StepID: "model.x", Kind: engine.KindModel, Relation: "x", Materialized: engine.MaterializedTable, SQL: "select * from no_such_table"}, engine.CodeStepFailed},
-		{"bad relation name", engine.StepRequest{StepID: "model.x", Kind: engine.KindModel, Relation: `x"; drop table y; --`, SQL: "select 1"}, engine.CodePlanInvalid},
-		{"two statements in a model", engine.StepRequest{StepID: "model.x", Kind: engine.KindModel, Relation: "x", SQL: "select 1; select 2"}, engine.CodePlanInvalid},
+		{"unknown table", engine.StepRequest{StepID: "model.x", Kind: plan.KindModel, Relation: "x", Materialized: plan.MaterializedTable, SQL: "select * from no_such_table"}, engine.CodeStepFailed},
+		{"bad relation name", engine.StepRequest{StepID: "model.x", Kind: plan.KindModel, Relation: `x"; drop table y; --`, SQL: "select 1"}, engine.CodePlanInvalid},
+		{"two statements in a model", engine.StepRequest{StepID: "model.x", Kind: plan.KindModel, Relation: "x", SQL: "select 1; select 2"}, engine.CodePlanInvalid},
 		{"unknown kind", engine.StepRequest{StepID: "x", Kind: "python"}, engine.CodeInvalidArgument},
-		{"missing seed file", engine.StepRequest{StepID: "seed.x", Kind: engine.KindSeed, Relation: "x", SeedPath: "/nonexistent.csv"}, engine.CodePlanInvalid},
+		{"missing seed file", engine.StepRequest{StepID: "seed.x", Kind: plan.KindSeed, Relation: "x", SeedPath: "/nonexistent.csv"}, engine.CodePlanInvalid},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -167,13 +168,13 @@ func TestWarehouseErrors(t *testing.T) {
 // server, and the warehouse stays usable.
 func TestWarehouseCancel(t *testing.T) {
 	w, srv := openWarehouse(t)
-	if _, err := w.RunStep(ctx, engine.StepRequest{StepID: "seed.n", Kind: engine.KindSeed, Relation: "n", SeedPath: seedFile(t, "i\n"+strings.Repeat("1\n", 2000))}); err != nil {
+	if _, err := w.RunStep(ctx, engine.StepRequest{StepID: "seed.n", Kind: plan.KindSeed, Relation: "n", SeedPath: seedFile(t, "i\n"+strings.Repeat("1\n", 2000))}); err != nil {
 		t.Fatal(err)
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	time.AfterFunc(500*time.Millisecond, cancel)
 	t0 := time.Now()
-	_, err := w.RunStep(cctx, engine.StepRequest{StepID: "test.slow", Kind: engine.KindTest, QueryTag: tag("test.slow"),
+	_, err := w.RunStep(cctx, engine.StepRequest{StepID: "test.slow", Kind: plan.KindTest, QueryTag: tag("test.slow"),
 		SQL: "select a.i from n a, n b, n c where a.i + b.i + c.i = 0"})
 	took := time.Since(t0)
 	if !errors.Is(err, context.Canceled) {

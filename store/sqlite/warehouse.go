@@ -17,6 +17,7 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/plan"
 	sqlfiles "github.com/dvtrun/dvtrun/sql"
 	"github.com/dvtrun/dvtrun/store"
 )
@@ -26,7 +27,7 @@ import (
 // use.
 //
 // Step semantics:
-//   - seed: the CSV at SeedPath (engine.ReadSeed) becomes table Relation.
+//   - seed: the CSV at SeedPath (plan.ReadSeed) becomes table Relation.
 //   - model: SQL is one SELECT; Materialized "table" builds a table, "view"
 //     (also the default, as in dbt) a view. RowCount is set for tables.
 //   - test: SQL is one query; Failures is the number of rows it returns.
@@ -145,13 +146,13 @@ func (w *Warehouse) RunStep(ctx context.Context, req engine.StepRequest) (engine
 		err error
 	)
 	switch req.Kind {
-	case engine.KindSeed:
+	case plan.KindSeed:
 		res, err = w.runSeed(ctx, req)
-	case engine.KindModel:
+	case plan.KindModel:
 		res, err = w.runModel(ctx, req)
-	case engine.KindTest:
+	case plan.KindTest:
 		res, err = w.runTest(ctx, req)
-	case engine.KindSQL:
+	case plan.KindSQL:
 		res, err = w.runSQL(ctx, req)
 	default:
 		err = engine.Errorf(engine.CodeInvalidArgument, "step %s: unknown kind %q (want seed, model, test or sql)", req.StepID, req.Kind)
@@ -172,7 +173,7 @@ func (w *Warehouse) runSeed(ctx context.Context, req engine.StepRequest) (engine
 		return engine.StepResult{}, engine.Errorf(engine.CodePlanInvalid, "seed %s: cannot read its CSV file: %w", req.StepID, err)
 	}
 	defer f.Close()
-	seed, err := engine.ReadSeed(f, req.SeedPath)
+	seed, err := plan.ReadSeed(f, req.SeedPath)
 	if err != nil {
 		return engine.StepResult{}, err
 	}
@@ -182,7 +183,7 @@ func (w *Warehouse) runSeed(ctx context.Context, req engine.StepRequest) (engine
 	}
 	return w.write(ctx, req, func(tx *sql.Tx) (engine.StepResult, error) {
 		var n int64
-		err := w.replace(ctx, tx, rel, engine.MaterializedTable, func(target string) error {
+		err := w.replace(ctx, tx, rel, plan.MaterializedTable, func(target string) error {
 			return insertSeed(ctx, tx, target, cols, seed.Rows)
 		}, &n)
 		return engine.StepResult{RowCount: n, RowsAffected: int64(len(seed.Rows))}, err
@@ -212,22 +213,22 @@ func (w *Warehouse) runModel(ctx context.Context, req engine.StepRequest) (engin
 	if err != nil {
 		return engine.StepResult{}, err
 	}
-	body, err := engine.SingleStatement(req.SQL)
+	body, err := plan.SingleStatement(req.SQL)
 	if err != nil {
 		return engine.StepResult{}, engine.Errorf(engine.CodePlanInvalid, "model %s: %w", req.StepID, err)
 	}
 	mat := req.Materialized
 	if mat == "" {
-		mat = engine.MaterializedView
+		mat = plan.MaterializedView
 	}
 	var build func(tx *sql.Tx, target string) error
 	switch mat {
-	case engine.MaterializedTable:
+	case plan.MaterializedTable:
 		build = func(tx *sql.Tx, target string) error {
 			_, err := tx.ExecContext(ctx, "CREATE TABLE "+target+" AS\n"+body+"\n", req.Params...)
 			return err
 		}
-	case engine.MaterializedView:
+	case plan.MaterializedView:
 		if len(req.Params) > 0 {
 			return engine.StepResult{}, engine.Errorf(engine.CodePlanInvalid, "model %s: a view cannot take parameters (SQLite stores its text)", req.StepID)
 		}
@@ -243,7 +244,7 @@ func (w *Warehouse) runModel(ctx context.Context, req engine.StepRequest) (engin
 			}
 			return rows.Close()
 		}
-	case engine.MaterializedIncremental:
+	case plan.MaterializedIncremental:
 		return w.runIncremental(ctx, req, rel, body)
 	default:
 		return engine.StepResult{}, engine.Errorf(engine.CodePlanInvalid, "model %s: materialized %q is not table, view or incremental", req.StepID, req.Materialized)
@@ -251,7 +252,7 @@ func (w *Warehouse) runModel(ctx context.Context, req engine.StepRequest) (engin
 	return w.write(ctx, req, func(tx *sql.Tx) (engine.StepResult, error) {
 		var n int64
 		count := &n
-		if mat == engine.MaterializedView {
+		if mat == plan.MaterializedView {
 			count = nil
 		}
 		err := w.replace(ctx, tx, rel, mat, func(target string) error { return build(tx, target) }, count)
@@ -282,7 +283,7 @@ func (w *Warehouse) replace(ctx context.Context, tx *sql.Tx, rel, mat string, bu
 		}
 		return nil
 	}
-	if mat == engine.MaterializedView {
+	if mat == plan.MaterializedView {
 		if err := dropOld(); err != nil {
 			return err
 		}
@@ -313,7 +314,7 @@ func (w *Warehouse) replace(ctx context.Context, tx *sql.Tx, rel, mat string, bu
 }
 
 func (w *Warehouse) runTest(ctx context.Context, req engine.StepRequest) (engine.StepResult, error) {
-	body, err := engine.SingleStatement(req.SQL)
+	body, err := plan.SingleStatement(req.SQL)
 	if err != nil {
 		return engine.StepResult{}, engine.Errorf(engine.CodePlanInvalid, "test %s: %w", req.StepID, err)
 	}
@@ -344,7 +345,7 @@ func (w *Warehouse) runSQL(ctx context.Context, req engine.StepRequest) (engine.
 	if strings.TrimSpace(req.SQL) == "" {
 		return engine.StepResult{}, engine.Errorf(engine.CodePlanInvalid, "sql step %s: SQL is empty", req.StepID)
 	}
-	if stmt := engine.TransactionControl(req.SQL); stmt != "" {
+	if stmt := plan.TransactionControl(req.SQL); stmt != "" {
 		return engine.StepResult{}, engine.Errorf(engine.CodePlanInvalid, "sql step %s: %q controls the transaction; the step already runs in one", req.StepID, stmt)
 	}
 	return w.write(ctx, req, func(tx *sql.Tx) (engine.StepResult, error) {

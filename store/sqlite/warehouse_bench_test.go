@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/plan"
 )
 
 // BenchmarkWarehouseSeed10k loads a 10,000-row, 4-column seed (parse, type
@@ -30,7 +31,7 @@ func BenchmarkWarehouseSeed10k(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer w.Close()
-	req := engine.StepRequest{StepID: "seed.big", Kind: engine.KindSeed, Relation: "big", SeedPath: csv}
+	req := engine.StepRequest{StepID: "seed.big", Kind: plan.KindSeed, Relation: "big", SeedPath: csv}
 	for b.Loop() {
 		res, err := w.RunStep(context.Background(), req)
 		if err != nil || res.RowCount != 10000 {
@@ -53,11 +54,11 @@ func BenchmarkWarehouseModelRebuild(b *testing.B) {
 	if _, err := w.DB().Exec(`CREATE TABLE src AS WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < 10000) SELECT i, i % 7 AS k FROM c`); err != nil {
 		b.Fatal(err)
 	}
-	model := engine.StepRequest{StepID: "model.m", Kind: engine.KindModel, Relation: "m", Materialized: "table", SQL: "select k, i * 2 as j from src"}
+	model := engine.StepRequest{StepID: "model.m", Kind: plan.KindModel, Relation: "m", Materialized: "table", SQL: "select k, i * 2 as j from src"}
 	if _, err := w.RunStep(ctx, model); err != nil {
 		b.Fatal(err)
 	}
-	if _, err := w.RunStep(ctx, engine.StepRequest{StepID: "model.v", Kind: engine.KindModel, Relation: "v", Materialized: "view", SQL: "select k, sum(j) from m group by k"}); err != nil {
+	if _, err := w.RunStep(ctx, engine.StepRequest{StepID: "model.v", Kind: plan.KindModel, Relation: "v", Materialized: "view", SQL: "select k, sum(j) from m group by k"}); err != nil {
 		b.Fatal(err)
 	}
 	for b.Loop() {
@@ -85,10 +86,10 @@ func BenchmarkWarehouseIncremental1kInto100k(b *testing.B) {
 				SELECT i AS id, 'row ' || i AS label, 0 AS version FROM n`); err != nil {
 				b.Fatal(err)
 			}
-			req := engine.StepRequest{StepID: "model.inc", Kind: engine.KindModel, Relation: "inc", Materialized: engine.MaterializedIncremental,
+			req := engine.StepRequest{StepID: "model.inc", Kind: plan.KindModel, Relation: "inc", Materialized: plan.MaterializedIncremental,
 				SQL: "select id, label, version from src", UniqueKey: []string{"id"}, IncrementalFilter: "version > (select max(version) from {{ this }})"}
 			if mode == "rebuild" {
-				req.Materialized, req.UniqueKey, req.IncrementalFilter = engine.MaterializedTable, nil, ""
+				req.Materialized, req.UniqueKey, req.IncrementalFilter = plan.MaterializedTable, nil, ""
 			}
 			if _, err := w.RunStep(ctx, req); err != nil {
 				b.Fatal(err)

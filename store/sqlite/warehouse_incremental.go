@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/plan"
 )
 
 // runIncremental builds an incremental model. On its first run, when the
@@ -30,7 +31,7 @@ func (w *Warehouse) runIncremental(ctx context.Context, req engine.StepRequest, 
 		}
 		if old != "table" || req.FullRefresh {
 			var n int64
-			err := w.replace(ctx, tx, rel, engine.MaterializedTable, func(target string) error {
+			err := w.replace(ctx, tx, rel, plan.MaterializedTable, func(target string) error {
 				_, err := tx.ExecContext(ctx, "CREATE TABLE "+target+" AS\n"+body+"\n", req.Params...)
 				return err
 			}, &n)
@@ -46,7 +47,7 @@ func (w *Warehouse) mergeInto(ctx context.Context, tx *sql.Tx, req engine.StepRe
 	target := quoteIdent(rel)
 	source := "SELECT * FROM (\n" + body + "\n) AS dvt_new"
 	if req.IncrementalFilter != "" {
-		filter, err := engine.RenderThis(req.IncrementalFilter, target)
+		filter, err := plan.RenderThis(req.IncrementalFilter, target)
 		if err != nil {
 			return engine.StepResult{}, err
 		}
@@ -69,18 +70,18 @@ func (w *Warehouse) mergeInto(ctx context.Context, tx *sql.Tx, req engine.StepRe
 	if err != nil {
 		return engine.StepResult{}, err
 	}
-	plan, err := engine.MergeColumns(req.StepID, cols, newCols, req.UniqueKey)
+	merge, err := plan.MergeColumns(req.StepID, cols, newCols, req.UniqueKey)
 	if err != nil {
 		return engine.StepResult{}, err
 	}
-	quoted := make([]string, len(plan.Columns))
-	for i, c := range plan.Columns {
+	quoted := make([]string, len(merge.Columns))
+	for i, c := range merge.Columns {
 		quoted[i] = quoteIdent(c)
 	}
-	if len(plan.Key) > 0 {
-		keys := make([]string, len(plan.Key))
-		notNull := make([]string, len(plan.Key))
-		for i, k := range plan.Key {
+	if len(merge.Key) > 0 {
+		keys := make([]string, len(merge.Key))
+		notNull := make([]string, len(merge.Key))
+		for i, k := range merge.Key {
 			keys[i] = quoteIdent(k)
 			notNull[i] = keys[i] + " IS NOT NULL"
 		}
@@ -91,7 +92,7 @@ func (w *Warehouse) mergeInto(ctx context.Context, tx *sql.Tx, req engine.StepRe
 			return engine.StepResult{}, err
 		}
 		if dups > 0 {
-			return engine.StepResult{}, engine.DuplicateKeyError(req.StepID, plan.Key, dups)
+			return engine.StepResult{}, plan.DuplicateKeyError(req.StepID, merge.Key, dups)
 		}
 		// A row-value IN: SQLite indexes the subquery's keys once (a
 		// correlated EXISTS would scan the new rows for every table row).

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/plan"
 )
 
 // TestWarehouseLedgerOnce: every step kind that writes commits its ledger
@@ -19,17 +20,17 @@ func TestWarehouseLedgerOnce(t *testing.T) {
 	if _, ok, err := w.LookupStep(ctx, "run-1", "sql.insert", 1); ok || err != nil {
 		t.Fatalf("LookupStep on a new warehouse: %v %v, want not found", ok, err)
 	}
-	whRun(t, w, engine.StepRequest{StepID: "setup", Kind: engine.KindSQL, SQL: "CREATE TABLE effects (n INTEGER)"})
+	whRun(t, w, engine.StepRequest{StepID: "setup", Kind: plan.KindSQL, SQL: "CREATE TABLE effects (n INTEGER)"})
 	seed := whWriteCSV(t, "s.csv", "id\n1\n2\n")
 	cases := []struct {
 		name string
 		req  engine.StepRequest
 		want engine.StepResult
 	}{
-		{"sql", engine.StepRequest{StepID: "sql.insert", Kind: engine.KindSQL, SQL: "INSERT INTO effects VALUES (1)"}, engine.StepResult{RowsAffected: 1}},
-		{"seed", engine.StepRequest{StepID: "seed.s", Kind: engine.KindSeed, Relation: "s", SeedPath: seed}, engine.StepResult{RowCount: 2, RowsAffected: 2}},
-		{"model table", engine.StepRequest{StepID: "model.t", Kind: engine.KindModel, Relation: "t", Materialized: engine.MaterializedTable, SQL: "select * from s"}, engine.StepResult{RowCount: 2}},
-		{"model view", engine.StepRequest{StepID: "model.v", Kind: engine.KindModel, Relation: "v", Materialized: engine.MaterializedView, SQL: "select * from s"}, engine.StepResult{}},
+		{"sql", engine.StepRequest{StepID: "sql.insert", Kind: plan.KindSQL, SQL: "INSERT INTO effects VALUES (1)"}, engine.StepResult{RowsAffected: 1}},
+		{"seed", engine.StepRequest{StepID: "seed.s", Kind: plan.KindSeed, Relation: "s", SeedPath: seed}, engine.StepResult{RowCount: 2, RowsAffected: 2}},
+		{"model table", engine.StepRequest{StepID: "model.t", Kind: plan.KindModel, Relation: "t", Materialized: plan.MaterializedTable, SQL: "select * from s"}, engine.StepResult{RowCount: 2}},
+		{"model view", engine.StepRequest{StepID: "model.v", Kind: plan.KindModel, Relation: "v", Materialized: plan.MaterializedView, SQL: "select * from s"}, engine.StepResult{}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -60,7 +61,7 @@ func TestWarehouseLedgerOnce(t *testing.T) {
 		t.Fatalf("effects = %s rows, want 1", got[0])
 	}
 	// A new logical attempt (RETRY_STEP) is new work.
-	whRun(t, w, engine.StepRequest{RunID: "run-1", StepID: "sql.insert", Kind: engine.KindSQL, SQL: "INSERT INTO effects VALUES (2)", LogicalAttempt: 2, Fence: 7})
+	whRun(t, w, engine.StepRequest{RunID: "run-1", StepID: "sql.insert", Kind: plan.KindSQL, SQL: "INSERT INTO effects VALUES (2)", LogicalAttempt: 2, Fence: 7})
 	if got := whQueryStrings(t, w, "SELECT count(*) FROM effects"); got[0] != "2" {
 		t.Fatalf("effects = %s rows after logical attempt 2, want 2", got[0])
 	}
@@ -71,9 +72,9 @@ func TestWarehouseLedgerOnce(t *testing.T) {
 // writes nothing; other runs are not affected.
 func TestWarehouseLedgerFence(t *testing.T) {
 	w := openWarehouseT(t)
-	whRun(t, w, engine.StepRequest{StepID: "setup", Kind: engine.KindSQL, SQL: "CREATE TABLE effects (n INTEGER)"})
+	whRun(t, w, engine.StepRequest{StepID: "setup", Kind: plan.KindSQL, SQL: "CREATE TABLE effects (n INTEGER)"})
 	step := func(run, id string, fence int64) engine.StepRequest {
-		return engine.StepRequest{RunID: run, StepID: id, Kind: engine.KindSQL, SQL: "INSERT INTO effects VALUES (1)", LogicalAttempt: 1, Fence: fence}
+		return engine.StepRequest{RunID: run, StepID: id, Kind: plan.KindSQL, SQL: "INSERT INTO effects VALUES (1)", LogicalAttempt: 1, Fence: fence}
 	}
 	whRun(t, w, step("run-1", "sql.a", 1))
 	whRun(t, w, step("run-1", "sql.b", 2)) // the successor commits
@@ -102,7 +103,7 @@ func TestWarehouseLedgerRace(t *testing.T) {
 		t.Cleanup(func() { w.Close() })
 		ws[i] = w
 	}
-	whRun(t, ws[0], engine.StepRequest{StepID: "setup", Kind: engine.KindSQL, SQL: "CREATE TABLE effects (step TEXT)"})
+	whRun(t, ws[0], engine.StepRequest{StepID: "setup", Kind: plan.KindSQL, SQL: "CREATE TABLE effects (step TEXT)"})
 	const attempts = 20
 	for i := range attempts {
 		id := "sql.s" + string(rune('a'+i))
@@ -112,7 +113,7 @@ func TestWarehouseLedgerRace(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				res, err := w.RunStep(ctx, engine.StepRequest{RunID: "run-1", StepID: id, Kind: engine.KindSQL,
+				res, err := w.RunStep(ctx, engine.StepRequest{RunID: "run-1", StepID: id, Kind: plan.KindSQL,
 					SQL: "INSERT INTO effects VALUES ('" + id + "')", LogicalAttempt: 1, EngineAttempt: k + 1, Fence: 1})
 				if err != nil {
 					t.Errorf("%s on handle %d: %v", id, k, err)

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/plan"
 )
 
 // whOSSource reads plan files from the real file system.
@@ -16,12 +17,12 @@ func (whOSSource) ReadFile(name string) ([]byte, error) { return os.ReadFile(nam
 
 // requestFor builds the request the runner sends for a step of a loaded
 // plan: seed paths resolve against the plan's directory.
-func whRequestFor(p *engine.Plan, s engine.PlanStep) engine.StepRequest {
+func whRequestFor(p *plan.Plan, s plan.Step) engine.StepRequest {
 	req := engine.StepRequest{RunID: "run-1", StepID: s.ID, Kind: s.Kind, Materialized: s.Materialized, SQL: s.SQL, Severity: s.Severity}
-	if s.Kind == engine.KindSeed || s.Kind == engine.KindModel {
+	if s.Kind == plan.KindSeed || s.Kind == plan.KindModel {
 		req.Relation = s.Relation()
 	}
-	if s.Kind == engine.KindSeed {
+	if s.Kind == plan.KindSeed {
 		req.SeedPath = filepath.Join(p.Dir, s.Path)
 	}
 	return req
@@ -30,7 +31,7 @@ func whRequestFor(p *engine.Plan, s engine.PlanStep) engine.StepRequest {
 // TestShopPlanRuns runs the example project end to end, twice (a rerun
 // replaces every relation and must give the same answers).
 func TestShopPlanRuns(t *testing.T) {
-	p, ref, err := engine.LoadPlan(whOSSource{}, filepath.Join("..", "..", "plans", "shop", "plan.yaml"))
+	p, ref, err := plan.Load(whOSSource{}, filepath.Join("..", "..", "plans", "shop", "plan.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,10 +61,10 @@ func TestShopPlanRuns(t *testing.T) {
 			if want, ok := wantRows[s.ID]; ok && res.RowCount != want {
 				t.Errorf("pass %d: %s RowCount %d, want %d", pass, s.ID, res.RowCount, want)
 			}
-			if s.Kind == engine.KindTest && res.Failures != 0 {
+			if s.Kind == plan.KindTest && res.Failures != 0 {
 				t.Errorf("pass %d: %s (%s) returned %d rows", pass, s.ID, s.Severity, res.Failures)
 			}
-			if s.Kind == engine.KindSQL {
+			if s.Kind == plan.KindSQL {
 				// Pass 1 inserts one row per day; pass 2 deletes them and
 				// inserts them again.
 				var n int64
@@ -76,7 +77,7 @@ func TestShopPlanRuns(t *testing.T) {
 			}
 		}
 	}
-	if kinds[engine.KindSeed] != 3 || kinds[engine.KindModel] != 6 || kinds[engine.KindSQL] != 1 || kinds[engine.KindTest] < 8 {
+	if kinds[plan.KindSeed] != 3 || kinds[plan.KindModel] != 6 || kinds[plan.KindSQL] != 1 || kinds[plan.KindTest] < 8 {
 		t.Errorf("step kinds %v", kinds)
 	}
 	// Customers who never ordered are in the summary with zero, not NULL.

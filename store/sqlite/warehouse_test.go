@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/plan"
 	"github.com/dvtrun/dvtrun/store"
 )
 
@@ -102,7 +103,7 @@ func TestWarehouseSeeds(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			w := openWarehouseT(t)
-			res := whRun(t, w, engine.StepRequest{StepID: "seed.s", Kind: engine.KindSeed, Relation: "s", SeedPath: whWriteCSV(t, "s.csv", tc.csv)})
+			res := whRun(t, w, engine.StepRequest{StepID: "seed.s", Kind: plan.KindSeed, Relation: "s", SeedPath: whWriteCSV(t, "s.csv", tc.csv)})
 			if res.RowCount != tc.rows {
 				t.Errorf("RowCount %d, want %d", res.RowCount, tc.rows)
 			}
@@ -127,26 +128,26 @@ func TestWarehouseSeeds(t *testing.T) {
 
 func TestWarehouseStepErrors(t *testing.T) {
 	w := openWarehouseT(t)
-	whRun(t, w, engine.StepRequest{StepID: "seed.base", Kind: engine.KindSeed, Relation: "base", SeedPath: whWriteCSV(t, "base.csv", "id\n1\n2\n")})
+	whRun(t, w, engine.StepRequest{StepID: "seed.base", Kind: plan.KindSeed, Relation: "base", SeedPath: whWriteCSV(t, "base.csv", "id\n1\n2\n")})
 	tests := []struct {
 		name string
 		req  engine.StepRequest
 		code engine.Code
 		want string
 	}{
-		{"malformed CSV row names file:line", engine.StepRequest{StepID: "seed.bad", Kind: engine.KindSeed, Relation: "bad", SeedPath: whWriteCSV(t, "bad.csv", "a,b\r\n1,2\r\n3\r\n")}, engine.CodePlanInvalid, "bad.csv:3: the row has 1 fields"},
-		{"missing CSV", engine.StepRequest{StepID: "seed.gone", Kind: engine.KindSeed, Relation: "gone", SeedPath: filepath.Join(t.TempDir(), "nope.csv")}, engine.CodePlanInvalid, "seed seed.gone: cannot read its CSV file"},
-		{"model syntax error", engine.StepRequest{StepID: "model.m", Kind: engine.KindModel, Relation: "m", Materialized: "table", SQL: "selec 1"}, engine.CodeStepFailed, "step model.m:"},
-		{"view over a missing table", engine.StepRequest{StepID: "model.v", Kind: engine.KindModel, Relation: "v", Materialized: "view", SQL: "select * from missing_table"}, engine.CodeStepFailed, "missing_table"},
-		{"test syntax error", engine.StepRequest{StepID: "test.t", Kind: engine.KindTest, SQL: "select * from"}, engine.CodeStepFailed, "step test.t:"},
-		{"model with two statements", engine.StepRequest{StepID: "model.two", Kind: engine.KindModel, Relation: "two", Materialized: "table", SQL: "select 1; drop table base"}, engine.CodePlanInvalid, "several statements"},
-		{"relation name that would need splicing", engine.StepRequest{StepID: "model.x", Kind: engine.KindModel, Relation: `x"; drop table base; --`, SQL: "select 1"}, engine.CodePlanInvalid, "not a valid identifier"},
-		{"reserved relation prefix", engine.StepRequest{StepID: "model.x", Kind: engine.KindModel, Relation: "sqlite_stat9", SQL: "select 1"}, engine.CodePlanInvalid, "reserved prefix"},
-		{"unknown materialization", engine.StepRequest{StepID: "model.inc", Kind: engine.KindModel, Relation: "inc", Materialized: "snapshot", SQL: "select 1"}, engine.CodePlanInvalid, "not table, view or incremental"},
+		{"malformed CSV row names file:line", engine.StepRequest{StepID: "seed.bad", Kind: plan.KindSeed, Relation: "bad", SeedPath: whWriteCSV(t, "bad.csv", "a,b\r\n1,2\r\n3\r\n")}, engine.CodePlanInvalid, "bad.csv:3: the row has 1 fields"},
+		{"missing CSV", engine.StepRequest{StepID: "seed.gone", Kind: plan.KindSeed, Relation: "gone", SeedPath: filepath.Join(t.TempDir(), "nope.csv")}, engine.CodePlanInvalid, "seed seed.gone: cannot read its CSV file"},
+		{"model syntax error", engine.StepRequest{StepID: "model.m", Kind: plan.KindModel, Relation: "m", Materialized: "table", SQL: "selec 1"}, engine.CodeStepFailed, "step model.m:"},
+		{"view over a missing table", engine.StepRequest{StepID: "model.v", Kind: plan.KindModel, Relation: "v", Materialized: "view", SQL: "select * from missing_table"}, engine.CodeStepFailed, "missing_table"},
+		{"test syntax error", engine.StepRequest{StepID: "test.t", Kind: plan.KindTest, SQL: "select * from"}, engine.CodeStepFailed, "step test.t:"},
+		{"model with two statements", engine.StepRequest{StepID: "model.two", Kind: plan.KindModel, Relation: "two", Materialized: "table", SQL: "select 1; drop table base"}, engine.CodePlanInvalid, "several statements"},
+		{"relation name that would need splicing", engine.StepRequest{StepID: "model.x", Kind: plan.KindModel, Relation: `x"; drop table base; --`, SQL: "select 1"}, engine.CodePlanInvalid, "not a valid identifier"},
+		{"reserved relation prefix", engine.StepRequest{StepID: "model.x", Kind: plan.KindModel, Relation: "sqlite_stat9", SQL: "select 1"}, engine.CodePlanInvalid, "reserved prefix"},
+		{"unknown materialization", engine.StepRequest{StepID: "model.inc", Kind: plan.KindModel, Relation: "inc", Materialized: "snapshot", SQL: "select 1"}, engine.CodePlanInvalid, "not table, view or incremental"},
 		{"unknown kind", engine.StepRequest{StepID: "x.y", Kind: "snapshot"}, engine.CodeInvalidArgument, "unknown kind"},
-		{"sql step with COMMIT", engine.StepRequest{StepID: "sql.c", Kind: engine.KindSQL, SQL: "delete from base; commit; insert into base values (3)"}, engine.CodePlanInvalid, `"commit" controls the transaction`},
-		{"sql step with BEGIN after a comment", engine.StepRequest{StepID: "sql.b", Kind: engine.KindSQL, SQL: "/* x */ -- y\n Begin immediate; delete from base"}, engine.CodePlanInvalid, "controls the transaction"},
-		{"sql step failing midway rolls back", engine.StepRequest{StepID: "sql.s", Kind: engine.KindSQL, SQL: "delete from base; insert into nowhere values (1)"}, engine.CodeStepFailed, "nowhere"},
+		{"sql step with COMMIT", engine.StepRequest{StepID: "sql.c", Kind: plan.KindSQL, SQL: "delete from base; commit; insert into base values (3)"}, engine.CodePlanInvalid, `"commit" controls the transaction`},
+		{"sql step with BEGIN after a comment", engine.StepRequest{StepID: "sql.b", Kind: plan.KindSQL, SQL: "/* x */ -- y\n Begin immediate; delete from base"}, engine.CodePlanInvalid, "controls the transaction"},
+		{"sql step failing midway rolls back", engine.StepRequest{StepID: "sql.s", Kind: plan.KindSQL, SQL: "delete from base; insert into nowhere values (1)"}, engine.CodeStepFailed, "nowhere"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -171,12 +172,12 @@ func TestWarehouseStepErrors(t *testing.T) {
 func TestWarehouseAtomicReplace(t *testing.T) {
 	w := openWarehouseT(t)
 	seed := func(body string) engine.StepResult {
-		return whRun(t, w, engine.StepRequest{StepID: "seed.items", Kind: engine.KindSeed, Relation: "items", SeedPath: whWriteCSV(t, "items.csv", body)})
+		return whRun(t, w, engine.StepRequest{StepID: "seed.items", Kind: plan.KindSeed, Relation: "items", SeedPath: whWriteCSV(t, "items.csv", body)})
 	}
 	seed("id,price\n1,10\n2,20\n")
-	whRun(t, w, engine.StepRequest{StepID: "model.items_v", Kind: engine.KindModel, Relation: "items_v", Materialized: "view", SQL: "select id, price * 2 as double_price from items"})
+	whRun(t, w, engine.StepRequest{StepID: "model.items_v", Kind: plan.KindModel, Relation: "items_v", Materialized: "view", SQL: "select id, price * 2 as double_price from items"})
 	model := func(sql string) (engine.StepResult, error) {
-		return w.RunStep(context.Background(), engine.StepRequest{StepID: "model.totals", Kind: engine.KindModel, Relation: "totals", Materialized: "table", SQL: sql})
+		return w.RunStep(context.Background(), engine.StepRequest{StepID: "model.totals", Kind: plan.KindModel, Relation: "totals", Materialized: "table", SQL: sql})
 	}
 	res, err := model("select sum(double_price) as total from items_v;")
 	if err != nil || res.RowCount != 1 {
@@ -209,7 +210,7 @@ func TestWarehouseAtomicReplace(t *testing.T) {
 
 	// A table model may become a view and back.
 	for _, mat := range []string{"view", "table"} {
-		res := whRun(t, w, engine.StepRequest{StepID: "model.totals", Kind: engine.KindModel, Relation: "totals", Materialized: mat, SQL: "select 1 as total"})
+		res := whRun(t, w, engine.StepRequest{StepID: "model.totals", Kind: plan.KindModel, Relation: "totals", Materialized: mat, SQL: "select 1 as total"})
 		kind := whQueryStrings(t, w, `SELECT type FROM sqlite_master WHERE name = 'totals'`)
 		if len(kind) != 1 || kind[0] != mat {
 			t.Errorf("totals is %v, want %s", kind, mat)
@@ -222,7 +223,7 @@ func TestWarehouseAtomicReplace(t *testing.T) {
 
 func TestWarehouseTestsAndSQL(t *testing.T) {
 	w := openWarehouseT(t)
-	whRun(t, w, engine.StepRequest{StepID: "seed.p", Kind: engine.KindSeed, Relation: "p", SeedPath: whWriteCSV(t, "p.csv", "id,status\n1,ok\n2,bad\n3,\n4,bad\n")})
+	whRun(t, w, engine.StepRequest{StepID: "seed.p", Kind: plan.KindSeed, Relation: "p", SeedPath: whWriteCSV(t, "p.csv", "id,status\n1,ok\n2,bad\n3,\n4,bad\n")})
 	tests := []struct {
 		name     string
 		sql      string
@@ -238,14 +239,14 @@ func TestWarehouseTestsAndSQL(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			res := whRun(t, w, engine.StepRequest{StepID: "test.x", Kind: engine.KindTest, SQL: tc.sql, Params: tc.params, Severity: engine.SeverityWarn})
+			res := whRun(t, w, engine.StepRequest{StepID: "test.x", Kind: plan.KindTest, SQL: tc.sql, Params: tc.params, Severity: plan.SeverityWarn})
 			if res.Failures != tc.failures {
 				t.Errorf("Failures %d, want %d", res.Failures, tc.failures)
 			}
 		})
 	}
 
-	res := whRun(t, w, engine.StepRequest{StepID: "sql.fix", Kind: engine.KindSQL, SQL: "create table audit(n);\nupdate p set status = ? where status = 'bad';\ninsert into audit values (1);", Params: []any{"fixed"}})
+	res := whRun(t, w, engine.StepRequest{StepID: "sql.fix", Kind: plan.KindSQL, SQL: "create table audit(n);\nupdate p set status = ? where status = 'bad';\ninsert into audit values (1);", Params: []any{"fixed"}})
 	if res.RowsAffected != 3 {
 		t.Errorf("RowsAffected %d, want 3 (2 updates + 1 insert)", res.RowsAffected)
 	}
@@ -258,7 +259,7 @@ func TestWarehouseTestsAndSQL(t *testing.T) {
 // (at most engine.FailingRowsSample), with its columns; a passing one none.
 func TestWarehouseFailingRows(t *testing.T) {
 	w := openWarehouseT(t)
-	whRun(t, w, engine.StepRequest{StepID: "seed.p", Kind: engine.KindSeed, Relation: "p", SeedPath: whWriteCSV(t, "p.csv", "id,status\n1,ok\n2,bad\n3,\n4,bad\n")})
+	whRun(t, w, engine.StepRequest{StepID: "seed.p", Kind: plan.KindSeed, Relation: "p", SeedPath: whWriteCSV(t, "p.csv", "id,status\n1,ok\n2,bad\n3,\n4,bad\n")})
 	tests := []struct {
 		name     string
 		sql      string
@@ -275,7 +276,7 @@ func TestWarehouseFailingRows(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			res := whRun(t, w, engine.StepRequest{StepID: "test.x", Kind: engine.KindTest, SQL: tc.sql})
+			res := whRun(t, w, engine.StepRequest{StepID: "test.x", Kind: plan.KindTest, SQL: tc.sql})
 			if res.Failures != tc.failures {
 				t.Fatalf("Failures %d, want %d", res.Failures, tc.failures)
 			}
@@ -300,13 +301,13 @@ func TestWarehouseCancellation(t *testing.T) {
 	w := openWarehouseT(t)
 	// A query that runs for minutes unless interrupted.
 	slow := "with recursive c(i) as (select 1 union all select i + 1 from c where i < 1000000000) select i from c where i < 0"
-	for _, kind := range []string{engine.KindTest, engine.KindModel, engine.KindSQL} {
+	for _, kind := range []string{plan.KindTest, plan.KindModel, plan.KindSQL} {
 		t.Run(kind, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 			defer cancel()
 			start := time.Now()
 			sql := slow
-			if kind == engine.KindSQL {
+			if kind == plan.KindSQL {
 				sql = "create table slow as " + slow
 			}
 			_, err := w.RunStep(ctx, engine.StepRequest{StepID: kind + ".slow", Kind: kind, Relation: "slow", Materialized: "table", SQL: sql})
@@ -325,7 +326,7 @@ func TestWarehouseCancellation(t *testing.T) {
 	// An already cancelled context runs nothing.
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := w.RunStep(ctx, engine.StepRequest{StepID: "sql.x", Kind: engine.KindSQL, SQL: "create table x(a)"}); !errors.Is(err, context.Canceled) {
+	if _, err := w.RunStep(ctx, engine.StepRequest{StepID: "sql.x", Kind: plan.KindSQL, SQL: "create table x(a)"}); !errors.Is(err, context.Canceled) {
 		t.Errorf("got %v", err)
 	}
 }
@@ -399,7 +400,7 @@ func TestWarehouseLockWait(t *testing.T) {
 		}
 		return tx
 	}
-	req := engine.StepRequest{RunID: "r-new", StepID: "sql.t", Kind: engine.KindSQL, SQL: "create table if not exists t(a)", LogicalAttempt: 1, Fence: 1}
+	req := engine.StepRequest{RunID: "r-new", StepID: "sql.t", Kind: plan.KindSQL, SQL: "create table if not exists t(a)", LogicalAttempt: 1, Fence: 1}
 	step := func() (time.Duration, error) {
 		start := time.Now()
 		_, err := w.RunStep(ctx, req)
@@ -461,11 +462,11 @@ func TestWarehouseLockWait(t *testing.T) {
 // partly built.
 func TestWarehouseConcurrentSteps(t *testing.T) {
 	w := openWarehouseT(t)
-	whRun(t, w, engine.StepRequest{StepID: "seed.n", Kind: engine.KindSeed, Relation: "n", SeedPath: whWriteCSV(t, "n.csv", "i\n1\n2\n3\n")})
+	whRun(t, w, engine.StepRequest{StepID: "seed.n", Kind: plan.KindSeed, Relation: "n", SeedPath: whWriteCSV(t, "n.csv", "i\n1\n2\n3\n")})
 	const workers = 8
 	rel := func(g int) string { return "m" + string(rune('a'+g%workers)) }
 	build := func(g int) (engine.StepResult, error) {
-		return w.RunStep(context.Background(), engine.StepRequest{StepID: "model." + rel(g), Kind: engine.KindModel, Relation: rel(g), Materialized: []string{"table", "view"}[g%2], SQL: "select i * 2 as j from n"})
+		return w.RunStep(context.Background(), engine.StepRequest{StepID: "model." + rel(g), Kind: plan.KindModel, Relation: rel(g), Materialized: []string{"table", "view"}[g%2], SQL: "select i * 2 as j from n"})
 	}
 	for g := range workers {
 		if _, err := build(g); err != nil {
@@ -486,7 +487,7 @@ func TestWarehouseConcurrentSteps(t *testing.T) {
 				if g%2 == 0 && res.RowCount != 3 {
 					errs <- errors.New(rel(g) + ": wrong row count")
 				}
-				tr, err := w.RunStep(context.Background(), engine.StepRequest{StepID: "test." + rel(g+1), Kind: engine.KindTest, SQL: "select * from " + rel(g+1)})
+				tr, err := w.RunStep(context.Background(), engine.StepRequest{StepID: "test." + rel(g+1), Kind: plan.KindTest, SQL: "select * from " + rel(g+1)})
 				if err != nil {
 					errs <- err
 				} else if tr.Failures != 3 {

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/plan"
 )
 
 // Warehouse is a warehouse under test, with direct access to check what
@@ -36,14 +37,14 @@ func RunWarehouseIncremental(t *testing.T, wh Warehouse) {
 		if err := os.WriteFile(path, []byte(csv), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := wh.RunStep(ctx, engine.StepRequest{StepID: "seed.inc_src", Kind: engine.KindSeed, Relation: "inc_src", SeedPath: path}); err != nil {
+		if _, err := wh.RunStep(ctx, engine.StepRequest{StepID: "seed.inc_src", Kind: plan.KindSeed, Relation: "inc_src", SeedPath: path}); err != nil {
 			t.Fatalf("seed: %v", err)
 		}
 	}
 	const body = "select id, val, updated from inc_src"
 	incremental := func(rel, sql string, key []string, fullRefresh bool) (engine.StepResult, error) {
 		return wh.RunStep(ctx, engine.StepRequest{
-			StepID: "model." + rel, Kind: engine.KindModel, Relation: rel, Materialized: engine.MaterializedIncremental,
+			StepID: "model." + rel, Kind: plan.KindModel, Relation: rel, Materialized: plan.MaterializedIncremental,
 			SQL: sql, UniqueKey: key, FullRefresh: fullRefresh,
 			IncrementalFilter: "updated > (select coalesce(max(updated), 0) from {{ this }})",
 		})
@@ -70,7 +71,7 @@ func RunWarehouseIncremental(t *testing.T, wh Warehouse) {
 	}
 	rebuild := func() string {
 		t.Helper()
-		if _, err := wh.RunStep(ctx, engine.StepRequest{StepID: "model.inc_full", Kind: engine.KindModel, Relation: "inc_full", Materialized: engine.MaterializedTable, SQL: body}); err != nil {
+		if _, err := wh.RunStep(ctx, engine.StepRequest{StepID: "model.inc_full", Kind: plan.KindModel, Relation: "inc_full", Materialized: plan.MaterializedTable, SQL: body}); err != nil {
 			t.Fatalf("full rebuild: %v", err)
 		}
 		return rows("inc_full")
@@ -158,7 +159,7 @@ func RunWarehouseSeedData(t *testing.T, wh Warehouse) {
 		t.Fatal(err)
 	}
 	for _, path := range []string{onDisk, filepath.Join(t.TempDir(), "gone.csv")} {
-		res, err := wh.RunStep(ctx, engine.StepRequest{StepID: "seed.people", Kind: engine.KindSeed, Relation: "people",
+		res, err := wh.RunStep(ctx, engine.StepRequest{StepID: "seed.people", Kind: plan.KindSeed, Relation: "people",
 			SeedPath: path, SeedData: []byte("id\n1\n2\n")})
 		if err != nil {
 			t.Fatalf("seed with SeedPath %s: %v", path, err)

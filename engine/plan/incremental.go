@@ -1,9 +1,11 @@
-package engine
+package plan
 
 import (
 	"fmt"
 	"regexp"
 	"strings"
+
+	"github.com/dvtrun/dvtrun/engine"
 )
 
 // thisRE matches {{ this }}, the existing table in an incremental filter.
@@ -13,7 +15,7 @@ var thisRE = regexp.MustCompile(`\{\{\s*this\s*\}\}`)
 var templateRE = regexp.MustCompile(`\{\{.*?\}\}`)
 
 // incrementalProblems lists what is wrong with s's incremental settings.
-func incrementalProblems(s PlanStep) []string {
+func incrementalProblems(s Step) []string {
 	var out []string
 	incremental := s.Kind == KindModel && s.Materialized == MaterializedIncremental
 	if !incremental {
@@ -54,12 +56,12 @@ func incrementalProblems(s PlanStep) []string {
 func RenderThis(filter, quotedRelation string) (string, error) {
 	out := thisRE.ReplaceAllLiteralString(filter, quotedRelation)
 	if m := templateRE.FindString(out); m != "" {
-		return "", Errorf(CodePlanInvalid, "incrementalFilter: %s is not supported (only {{ this }})", m)
+		return "", engine.Errorf(engine.CodePlanInvalid, "incrementalFilter: %s is not supported (only {{ this }})", m)
 	}
 	return out, nil
 }
 
-func isEphemeral(s PlanStep) bool {
+func isEphemeral(s Step) bool {
 	return s.Kind == KindModel && s.Materialized == MaterializedEphemeral
 }
 
@@ -95,14 +97,14 @@ func MergeColumns(stepID string, table, incoming, key []string) (Merge, error) {
 	var m Merge
 	for _, c := range table {
 		if _, ok := find(incoming, c); !ok && incoming != nil {
-			return Merge{}, Errorf(CodeStepFailed, "incremental model %s: the model's new rows have no column %s, which its table has (run with --full-refresh to rebuild the table)", stepID, c)
+			return Merge{}, engine.Errorf(engine.CodeStepFailed, "incremental model %s: the model's new rows have no column %s, which its table has (run with --full-refresh to rebuild the table)", stepID, c)
 		}
 		m.Columns = append(m.Columns, c)
 	}
 	for _, k := range key {
 		c, ok := find(table, k)
 		if !ok {
-			return Merge{}, Errorf(CodeStepFailed, "incremental model %s: unique key column %s is not a column of its table", stepID, k)
+			return Merge{}, engine.Errorf(engine.CodeStepFailed, "incremental model %s: unique key column %s is not a column of its table", stepID, k)
 		}
 		m.Key = append(m.Key, c)
 	}
@@ -114,5 +116,5 @@ func MergeColumns(stepID string, table, incoming, key []string) (Merge, error) {
 // would win is undefined (Snowflake's MERGE fails with "Duplicate row
 // detected" when they match a row of the table).
 func DuplicateKeyError(stepID string, key []string, n int64) error {
-	return Errorf(CodeStepFailed, "incremental model %s: %d value(s) of the unique key (%s) occur more than once in the new rows; the table was left as it was", stepID, n, strings.Join(key, ", "))
+	return engine.Errorf(engine.CodeStepFailed, "incremental model %s: %d value(s) of the unique key (%s) occur more than once in the new rows; the table was left as it was", stepID, n, strings.Join(key, ", "))
 }

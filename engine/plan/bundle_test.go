@@ -1,4 +1,4 @@
-package engine
+package plan
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"testing/fstest"
+
+	"github.com/dvtrun/dvtrun/engine"
 )
 
 // bundleFS is a plan whose model SQL and seed live in files.
@@ -44,10 +46,10 @@ func TestLoadBundle(t *testing.T) {
 	if err := b.Ref.CheckSHA256(strings.ToUpper(b.Ref.SHA256)); err != nil {
 		t.Error(err)
 	}
-	if err := b.Ref.CheckSHA256(hexSum(fsys["proj/plan.yaml"].Data)); CodeOf(err) != CodePlanHashMismatch {
+	if err := b.Ref.CheckSHA256(hexSum(fsys["proj/plan.yaml"].Data)); engine.CodeOf(err) != engine.CodePlanHashMismatch {
 		t.Errorf("the plan file's own sha256 must not pass for the bundle's: %v", err)
 	}
-	if err := b.Ref.CheckSHA256("abc"); CodeOf(err) != CodeInvalidArgument {
+	if err := b.Ref.CheckSHA256("abc"); engine.CodeOf(err) != engine.CodeInvalidArgument {
 		t.Errorf("short sha256: %v", err)
 	}
 	if err := b.Ref.Compare(b.Ref); err != nil {
@@ -79,22 +81,22 @@ func TestLoadBundle(t *testing.T) {
 				t.Fatal(err)
 			}
 			err = nb.Ref.Compare(b.Ref)
-			if CodeOf(err) != CodePlanHashMismatch || !strings.Contains(err.Error(), tc.want) {
+			if engine.CodeOf(err) != engine.CodePlanHashMismatch || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("got %v, want PLAN_HASH_MISMATCH naming %s", err, tc.want)
 			}
 		})
 	}
 
 	// A run recorded before bundles (no files) is compared by sha256 alone.
-	if err := b.Ref.Compare(PlanRef{SHA256: strings.Repeat("0", 64)}); CodeOf(err) != CodePlanHashMismatch {
+	if err := b.Ref.Compare(engine.PlanRef{SHA256: strings.Repeat("0", 64)}); engine.CodeOf(err) != engine.CodePlanHashMismatch {
 		t.Errorf("old ref: %v", err)
 	}
 
 	delete(fsys, "proj/models/final.sql")
-	if _, err := LoadBundle(fsys, "proj/plan.yaml"); CodeOf(err) != CodePlanInvalid || !strings.Contains(err.Error(), "step model.final: cannot read models/final.sql") {
+	if _, err := LoadBundle(fsys, "proj/plan.yaml"); engine.CodeOf(err) != engine.CodePlanInvalid || !strings.Contains(err.Error(), "step model.final: cannot read models/final.sql") {
 		t.Errorf("missing SQL file: %v", err)
 	}
-	if _, err := LoadBundle(fsys, "proj/none.yaml"); CodeOf(err) != CodePlanInvalid {
+	if _, err := LoadBundle(fsys, "proj/none.yaml"); engine.CodeOf(err) != engine.CodePlanInvalid {
 		t.Errorf("missing plan: %v", err)
 	}
 }
@@ -114,7 +116,7 @@ func TestLoadBundlePreflight(t *testing.T) {
 			m := bundleFS()
 			m["proj/seeds/raw.csv"] = &fstest.MapFile{Data: []byte(tc.csv)}
 			_, err := LoadBundle(m, "proj/plan.yaml")
-			if CodeOf(err) != CodePlanInvalid || !strings.Contains(err.Error(), "step seed.raw: seed "+tc.want) {
+			if engine.CodeOf(err) != engine.CodePlanInvalid || !strings.Contains(err.Error(), "step seed.raw: seed "+tc.want) {
 				t.Fatalf("got %v, want PLAN_INVALID with %q", err, tc.want)
 			}
 			if len(err.Error()) > 400 {
@@ -124,9 +126,9 @@ func TestLoadBundlePreflight(t *testing.T) {
 	}
 }
 
-type oneRunLog []RunEventRecord
+type oneRunLog []engine.RunEventRecord
 
-func (l oneRunLog) ListEvents(_ context.Context, _ string, _ int64, limit int) ([]RunEventRecord, error) {
+func (l oneRunLog) ListEvents(_ context.Context, _ string, _ int64, limit int) ([]engine.RunEventRecord, error) {
 	if limit > 0 && limit < len(l) {
 		return l[:limit], nil
 	}
@@ -139,12 +141,12 @@ func TestRecordedPlanRef(t *testing.T) {
 		t.Fatal(err)
 	}
 	payload, _ := json.Marshal(map[string]any{"planRef": b.Ref})
-	meta := RunMetadata{RunID: "r", PlanSHA256: "old", PlanID: "p", PlanVersion: "3"}
-	got, err := RecordedPlanRef(context.Background(), oneRunLog{{RunEventWrite: RunEventWrite{EventType: RunQueued, Payload: payload}}}, meta)
+	meta := engine.RunMetadata{RunID: "r", PlanSHA256: "old", PlanID: "p", PlanVersion: "3"}
+	got, err := engine.RecordedPlanRef(context.Background(), oneRunLog{{RunEventWrite: engine.RunEventWrite{EventType: engine.RunQueued, Payload: payload}}}, meta)
 	if err != nil || got.SHA256 != b.Ref.SHA256 || len(got.Files) != 3 {
 		t.Errorf("recorded %+v, %v", got, err)
 	}
-	got, err = RecordedPlanRef(context.Background(), oneRunLog{{RunEventWrite: RunEventWrite{EventType: RunQueued, Payload: []byte(`{}`)}}}, meta)
+	got, err = engine.RecordedPlanRef(context.Background(), oneRunLog{{RunEventWrite: engine.RunEventWrite{EventType: engine.RunQueued, Payload: []byte(`{}`)}}}, meta)
 	if err != nil || got.SHA256 != "old" || got.Files != nil {
 		t.Errorf("without planRef %+v, %v", got, err)
 	}

@@ -1,4 +1,4 @@
-package engine
+package plan
 
 import (
 	"errors"
@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/dvtrun/dvtrun/engine"
 )
 
 // basePlan is a small valid plan; the tests below break it one way at a
@@ -36,7 +38,7 @@ func TestParsePlan(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			p, err := ParsePlan([]byte(tc.text), "p.yaml")
+			p, err := Parse([]byte(tc.text), "p.yaml")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -48,7 +50,7 @@ func TestParsePlan(t *testing.T) {
 			}
 		})
 	}
-	p, _ := ParsePlan([]byte(basePlan), "p.yaml")
+	p, _ := Parse([]byte(basePlan), "p.yaml")
 	final, _ := p.Step("model.final")
 	if final.Timeout.Duration != 30*time.Second || final.Retries != 2 || final.Relation() != "final" {
 		t.Errorf("model.final = %+v", final)
@@ -69,11 +71,11 @@ func TestParsePlanRejects(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := ParsePlan([]byte(tc.text), "bad.yaml")
+			_, err := Parse([]byte(tc.text), "bad.yaml")
 			if err == nil {
 				t.Fatal("accepted")
 			}
-			if CodeOf(err) != CodePlanInvalid || !strings.Contains(err.Error(), "bad.yaml") || !strings.Contains(err.Error(), tc.want) {
+			if engine.CodeOf(err) != engine.CodePlanInvalid || !strings.Contains(err.Error(), "bad.yaml") || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("got %v, want PLAN_INVALID naming bad.yaml and %q", err, tc.want)
 			}
 		})
@@ -114,7 +116,7 @@ func TestValidate(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			p, err := ParsePlan([]byte(basePlan), "p.yaml")
+			p, err := Parse([]byte(basePlan), "p.yaml")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -123,8 +125,8 @@ func TestValidate(t *testing.T) {
 			if err == nil {
 				t.Fatal("valid")
 			}
-			if CodeOf(err) != CodePlanInvalid {
-				t.Errorf("code %q", CodeOf(err))
+			if engine.CodeOf(err) != engine.CodePlanInvalid {
+				t.Errorf("code %q", engine.CodeOf(err))
 			}
 			for _, w := range tc.want {
 				if !strings.Contains(err.Error(), w) {
@@ -161,14 +163,14 @@ func TestValidateHostile(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			p, err := ParsePlan([]byte(tc.text), "p.yaml")
+			p, err := Parse([]byte(tc.text), "p.yaml")
 			if err == nil {
 				err = p.Validate()
 			}
-			if CodeOf(err) != CodePlanInvalid || !strings.Contains(err.Error(), tc.want) {
+			if engine.CodeOf(err) != engine.CodePlanInvalid || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("got %v\nwant PLAN_INVALID with %s", err, tc.want)
 			}
-			if HasControl(err.Error()) || len(err.Error()) > 1000 {
+			if engine.HasControl(err.Error()) || len(err.Error()) > 1000 {
 				t.Errorf("the error holds control characters or is %d bytes long", len(err.Error()))
 			}
 		})
@@ -180,19 +182,19 @@ func TestValidateHostile(t *testing.T) {
 	for i := range 1000 {
 		fmt.Fprintf(&b, "  - {id: sql.s%d, kind: sql, sql: \"commit\"}\n", i)
 	}
-	p, err := ParsePlan([]byte(b.String()), "p.yaml")
+	p, err := Parse([]byte(b.String()), "p.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
 	err = p.Validate()
-	var e *Error
+	var e *engine.Error
 	if !errors.As(err, &e) || len(e.Meta["problems"].([]string)) != 1000 || !strings.HasSuffix(e.Msg, "… and 990 more") || len(e.Msg) > 2000 {
 		t.Errorf("1000 problems: %d bytes: %.300s", len(err.Error()), err)
 	}
 }
 
 func TestOrder(t *testing.T) {
-	p := &Plan{PlanID: "p", PlanVersion: "1", Steps: []PlanStep{
+	p := &Plan{PlanID: "p", PlanVersion: "1", Steps: []Step{
 		{ID: "test.t", Kind: KindTest, SQL: "x", DependsOn: []string{"model.b", "model.a"}},
 		{ID: "model.b", Kind: KindModel, SQL: "x", DependsOn: []string{"seed.s"}},
 		{ID: "sql.free", Kind: KindSQL, SQL: "x"},
@@ -228,26 +230,26 @@ func FuzzParsePlan(f *testing.F) {
 		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		p, err := ParsePlan(data, "fuzz.yaml")
+		p, err := Parse(data, "fuzz.yaml")
 		if err != nil {
-			if CodeOf(err) != CodePlanInvalid {
-				t.Fatalf("ParsePlan error without PLAN_INVALID: %v", err)
+			if engine.CodeOf(err) != engine.CodePlanInvalid {
+				t.Fatalf("Parse error without PLAN_INVALID: %v", err)
 			}
 			return
 		}
 		if err := p.Validate(); err != nil {
-			if CodeOf(err) != CodePlanInvalid {
+			if engine.CodeOf(err) != engine.CodePlanInvalid {
 				t.Fatalf("Validate error without PLAN_INVALID: %v", err)
 			}
 			// Whatever the input, the sentence is one bounded line that a
 			// terminal can print as is.
-			if msg := err.Error(); HasControl(msg) || len(msg) > 8<<10 {
+			if msg := err.Error(); engine.HasControl(msg) || len(msg) > 8<<10 {
 				t.Fatalf("Validate error of %d bytes or with control characters: %.300q", len(msg), msg)
 			}
 			return
 		}
 		for _, s := range p.Steps {
-			if HasControl(s.ID) || HasControl(p.PlanID) || s.Timeout.Duration < 0 || s.Timeout.Duration > MaxStepTimeout {
+			if engine.HasControl(s.ID) || engine.HasControl(p.PlanID) || s.Timeout.Duration < 0 || s.Timeout.Duration > MaxStepTimeout {
 				t.Fatalf("a valid plan with step %q of plan %q, timeout %v", s.ID, p.PlanID, s.Timeout)
 			}
 		}
@@ -288,7 +290,7 @@ func FuzzReadSeed(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		tab, err := ReadSeed(strings.NewReader(string(data)), "fuzz.csv")
 		if err != nil {
-			if CodeOf(err) != CodePlanInvalid || !strings.Contains(err.Error(), "fuzz.csv:") && !strings.Contains(err.Error(), "seed fuzz.csv is empty") {
+			if engine.CodeOf(err) != engine.CodePlanInvalid || !strings.Contains(err.Error(), "fuzz.csv:") && !strings.Contains(err.Error(), "seed fuzz.csv is empty") {
 				t.Fatalf("error %v: want PLAN_INVALID naming the file and line", err)
 			}
 			if len(err.Error()) > 1024 {

@@ -1,10 +1,12 @@
-package engine
+package plan
 
 import (
 	"bytes"
 	"strings"
 	"testing"
 	"testing/fstest"
+
+	"github.com/dvtrun/dvtrun/engine"
 )
 
 // TestStoredBundleRoundTrip: a bundle encoded for the store decodes to the
@@ -57,7 +59,7 @@ func TestStoredBundleRoundTrip(t *testing.T) {
 			if c.name == "a file's bytes changed" && bytes.Equal(c.data, data) {
 				t.Fatal("the edit did not apply: the seed's encoding changed")
 			}
-			if _, err := DecodeBundle(c.sha, c.data); CodeOf(err) != CodeStoreCorrupt {
+			if _, err := DecodeBundle(c.sha, c.data); engine.CodeOf(err) != engine.CodeStoreCorrupt {
 				t.Fatalf("DecodeBundle: %v, want STORE_CORRUPT", err)
 			}
 		})
@@ -84,7 +86,7 @@ func TestStoredBundleSizeBound(t *testing.T) {
 			}
 			_, err = EncodeBundle(b)
 			switch {
-			case tc.wantErr && (CodeOf(err) != CodePlanInvalid || !strings.Contains(err.Error(), "up to 16777216 bytes")):
+			case tc.wantErr && (engine.CodeOf(err) != engine.CodePlanInvalid || !strings.Contains(err.Error(), "up to 16777216 bytes")):
 				t.Fatalf("EncodeBundle: %v, want PLAN_INVALID naming the limit", err)
 			case !tc.wantErr && err != nil:
 				t.Fatalf("EncodeBundle: %v", err)

@@ -1,10 +1,8 @@
 package engine
 
 import (
+	"context"
 	"encoding/json"
-	"fmt"
-	"slices"
-	"strings"
 )
 
 // Selection is the part of a plan a run executes — dbt's --select and
@@ -18,75 +16,6 @@ type Selection struct {
 	IndirectSelection string   `json:"indirectSelection,omitempty"`
 	// Steps are the selected step ids, in execution order.
 	Steps []string `json:"steps"`
-}
-
-// Subset returns the plan restricted to the steps ids names, in plan
-// order. As in dbt, an edge through a step that is not selected is kept as
-// an edge between the selected steps on either side of it: if C needs B
-// needs A and only A and C are selected, C still waits for A (and is
-// skipped if A fails). Dependencies outside the selection are assumed to
-// exist already.
-func (p *Plan) Subset(ids []string) (*Plan, error) {
-	byID := make(map[string]int, len(p.Steps))
-	for i, s := range p.Steps {
-		byID[s.ID] = i
-	}
-	want := make(map[string]bool, len(ids))
-	var missing []string
-	for _, id := range ids {
-		if _, ok := byID[id]; !ok {
-			missing = append(missing, id)
-		}
-		want[id] = true
-	}
-	if len(missing) > 0 {
-		return nil, Errorf(CodePlanInvalid, "plan %s has no step %s", orUnknown(p.PlanID), strings.Join(missing, ", "))
-	}
-	// nearest[id]: the selected steps id depends on, directly or through
-	// steps that are not selected.
-	nearest := map[string][]string{}
-	var reach func(id string, seen map[string]bool) []string
-	reach = func(id string, seen map[string]bool) []string {
-		if r, ok := nearest[id]; ok {
-			return r
-		}
-		if seen[id] { // a cycle: Validate reports it
-			return nil
-		}
-		seen[id] = true
-		var out []string
-		for _, d := range p.Steps[byID[id]].DependsOn {
-			if _, ok := byID[d]; !ok {
-				continue
-			}
-			if want[d] {
-				out = appendNew(out, d)
-				continue
-			}
-			for _, x := range reach(d, seen) {
-				out = appendNew(out, x)
-			}
-		}
-		nearest[id] = out
-		return out
-	}
-	sub := *p
-	sub.Steps = make([]PlanStep, 0, len(want))
-	for _, s := range p.Steps {
-		if !want[s.ID] {
-			continue
-		}
-		s.DependsOn = slices.Clone(reach(s.ID, map[string]bool{}))
-		sub.Steps = append(sub.Steps, s)
-	}
-	return &sub, nil
-}
-
-func appendNew(s []string, v string) []string {
-	if slices.Contains(s, v) {
-		return s
-	}
-	return append(s, v)
 }
 
 // RunQueuedRequest is what a run's RunQueued payload says about what it
@@ -147,15 +76,27 @@ func QueuedRequest(events []RunEventRecord) (RunQueuedRequest, error) {
 	return RunQueuedRequest{}, nil
 }
 
-// Selected returns the part of p the request runs: p itself when there is
-// no selection.
-func (q RunQueuedRequest) Selected(p *Plan) (*Plan, error) {
-	if q.Selection == nil {
-		return p, nil
-	}
-	sub, err := p.Subset(q.Selection.Steps)
+// RecordedPlanRef returns the PlanRef a run was queued with (RunQueued's
+// planRef, with the bundle's files). A run whose RunQueued carries none
+// gets its metadata's sha256 alone.
+func RecordedPlanRef(ctx context.Context, log EventReader, meta RunMetadata) (PlanRef, error) {
+	q, err := RecordedRequest(ctx, log, meta)
+	return q.PlanRef, err
+}
+
+// RecordedRequest returns what a run was queued with (RunQueued's payload:
+// its selection, flags and PlanRef); its PlanRef is RecordedPlanRef's.
+func RecordedRequest(ctx context.Context, log EventReader, meta RunMetadata) (RunQueuedRequest, error) {
+	evs, err := log.ListEvents(ctx, meta.RunID, 0, 1)
 	if err != nil {
-		return nil, fmt.Errorf("the run's recorded selection does not fit the plan: %w", err)
+		return RunQueuedRequest{}, err
 	}
-	return sub, nil
+	q, err := QueuedRequest(evs)
+	if err != nil {
+		return RunQueuedRequest{}, err
+	}
+	if q.PlanRef.SHA256 == "" {
+		q.PlanRef = PlanRef{SHA256: meta.PlanSHA256, PlanID: meta.PlanID, PlanVersion: meta.PlanVersion}
+	}
+	return q, nil
 }

@@ -1,4 +1,4 @@
-package engine
+package plan
 
 import (
 	"errors"
@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"testing/iotest"
+
+	"github.com/dvtrun/dvtrun/engine"
 )
 
 func TestReadSeed(t *testing.T) {
@@ -113,8 +115,8 @@ func TestReadSeedErrors(t *testing.T) {
 			if err == nil {
 				t.Fatal("no error")
 			}
-			if CodeOf(err) != CodePlanInvalid {
-				t.Errorf("code %q, want %s", CodeOf(err), CodePlanInvalid)
+			if engine.CodeOf(err) != engine.CodePlanInvalid {
+				t.Errorf("code %q, want %s", engine.CodeOf(err), engine.CodePlanInvalid)
 			}
 			if !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("error %q does not contain %q", err, tc.want)
@@ -126,7 +128,7 @@ func TestReadSeedErrors(t *testing.T) {
 func TestReadSeedReadError(t *testing.T) {
 	boom := errors.New("disk on fire")
 	_, err := ReadSeed(iotest.ErrReader(boom), "s.csv")
-	if !errors.Is(err, boom) || CodeOf(err) != CodePlanInvalid || !strings.Contains(err.Error(), "s.csv") {
+	if !errors.Is(err, boom) || engine.CodeOf(err) != engine.CodePlanInvalid || !strings.Contains(err.Error(), "s.csv") {
 		t.Fatalf("got %v", err)
 	}
 }

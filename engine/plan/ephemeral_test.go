@@ -1,4 +1,4 @@
-package engine
+package plan
 
 import (
 	"reflect"
@@ -7,7 +7,7 @@ import (
 )
 
 func TestInlineEphemeral(t *testing.T) {
-	steps := []PlanStep{
+	steps := []Step{
 		{ID: "seed.raw", Kind: KindSeed, Path: "raw.csv"},
 		{ID: "model.base", Kind: KindModel, Materialized: MaterializedEphemeral, SQL: "select * from raw where id > 0;\n", DependsOn: []string{"seed.raw"}, Secrets: []SecretRef{{Name: "S"}}},
 		{ID: "model.named", Kind: KindModel, Materialized: MaterializedEphemeral, SQL: "select id from base -- trailing comment", DependsOn: []string{"model.base"}},
@@ -79,7 +79,7 @@ func FuzzInlineEphemeral(f *testing.F) {
 		if strings.TrimSpace(reader) == "" || strings.TrimSpace(eph) == "" {
 			return
 		}
-		p := &Plan{PlanID: "p", PlanVersion: "1", Steps: []PlanStep{
+		p := &Plan{PlanID: "p", PlanVersion: "1", Steps: []Step{
 			{ID: "model.eph", Kind: KindModel, Materialized: MaterializedEphemeral, SQL: eph},
 			{ID: "model.r", Kind: KindModel, SQL: reader, DependsOn: []string{"model.eph"}},
 		}}

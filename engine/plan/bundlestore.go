@@ -1,4 +1,4 @@
-package engine
+package plan
 
 import (
 	"cmp"
@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/dvtrun/dvtrun/engine"
 )
 
 // MaxBundleBytes bounds a stored plan bundle: the sum of its files' sizes.
@@ -41,19 +43,19 @@ type storedFile struct {
 
 // EncodeBundle is what the state store keeps of b: every file's bytes with
 // the manifest. PLAN_INVALID when the files exceed MaxBundleBytes.
-func EncodeBundle(b *PlanBundle) ([]byte, error) {
+func EncodeBundle(b *Bundle) ([]byte, error) {
 	sb := storedBundle{URI: b.Ref.URI}
 	total := 0
 	for _, f := range b.Ref.Files {
 		c, ok := b.Files[f.Path]
 		if !ok {
-			return nil, Errorf(CodePlanInvalid, "plan %s: file %s of the bundle was not read", QuoteText(b.Ref.URI), QuoteText(f.Path))
+			return nil, engine.Errorf(engine.CodePlanInvalid, "plan %s: file %s of the bundle was not read", engine.QuoteText(b.Ref.URI), engine.QuoteText(f.Path))
 		}
 		total += len(c)
 		sb.Files = append(sb.Files, storedFile{Path: f.Path, SHA256: f.SHA256, Content: c})
 	}
 	if total > MaxBundleBytes {
-		return nil, Errorf(CodePlanInvalid, "plan %s: its bundle (the plan and the %d file(s) it references) is %d bytes; the state store keeps bundles up to %d bytes", QuoteText(b.Ref.URI), len(b.Ref.Files)-1, total, MaxBundleBytes)
+		return nil, engine.Errorf(engine.CodePlanInvalid, "plan %s: its bundle (the plan and the %d file(s) it references) is %d bytes; the state store keeps bundles up to %d bytes", engine.QuoteText(b.Ref.URI), len(b.Ref.Files)-1, total, MaxBundleBytes)
 	}
 	return json.Marshal(sb)
 }
@@ -61,10 +63,10 @@ func EncodeBundle(b *PlanBundle) ([]byte, error) {
 // DecodeBundle loads a stored bundle (EncodeBundle's data) as LoadBundle
 // loads one from disk, and checks that it is bundle sha256: STORE_CORRUPT
 // when the bytes are not what they claim.
-func DecodeBundle(sha256 string, data []byte) (*PlanBundle, error) {
+func DecodeBundle(sha256 string, data []byte) (*Bundle, error) {
 	var sb storedBundle
 	if err := json.Unmarshal(data, &sb); err != nil || len(sb.Files) == 0 {
-		return nil, Errorf(CodeStoreCorrupt, "stored plan bundle %s cannot be read", sha256)
+		return nil, engine.Errorf(engine.CodeStoreCorrupt, "stored plan bundle %s cannot be read", sha256)
 	}
 	src := memSource{}
 	for _, f := range sb.Files {
@@ -75,14 +77,14 @@ func DecodeBundle(sha256 string, data []byte) (*PlanBundle, error) {
 		return nil, err
 	}
 	if !strings.EqualFold(b.Ref.SHA256, sha256) {
-		return nil, Errorf(CodeStoreCorrupt, "stored plan bundle %s hashes to %s", sha256, b.Ref.SHA256)
+		return nil, engine.Errorf(engine.CodeStoreCorrupt, "stored plan bundle %s hashes to %s", sha256, b.Ref.SHA256)
 	}
 	b.Ref.URI = cmp.Or(sb.URI, b.Ref.URI)
 	return b, nil
 }
 
 // BundleFileNames lists a bundle's files in manifest order.
-func (b *PlanBundle) BundleFileNames() []string {
+func (b *Bundle) BundleFileNames() []string {
 	names := make([]string, 0, len(b.Ref.Files))
 	for _, f := range b.Ref.Files {
 		names = append(names, f.Path)
@@ -92,11 +94,11 @@ func (b *PlanBundle) BundleFileNames() []string {
 
 // File returns one file of the bundle by its path as the plan names it
 // (the plan file by its base name).
-func (b *PlanBundle) File(path string) ([]byte, bool) {
+func (b *Bundle) File(path string) ([]byte, bool) {
 	if c, ok := b.Files[path]; ok {
 		return c, true
 	}
-	i := slices.IndexFunc(b.Ref.Files, func(f BundleFile) bool { return filepath.Clean(f.Path) == filepath.Clean(path) })
+	i := slices.IndexFunc(b.Ref.Files, func(f engine.BundleFile) bool { return filepath.Clean(f.Path) == filepath.Clean(path) })
 	if i < 0 {
 		return nil, false
 	}
@@ -112,5 +114,5 @@ func (m memSource) ReadFile(name string) ([]byte, error) {
 	if b, ok := m[filepath.Clean(name)]; ok {
 		return b, nil
 	}
-	return nil, Errorf(CodeStoreCorrupt, "the stored bundle has no file %s", QuoteText(name))
+	return nil, engine.Errorf(engine.CodeStoreCorrupt, "the stored bundle has no file %s", engine.QuoteText(name))
 }

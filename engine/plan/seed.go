@@ -1,4 +1,4 @@
-package engine
+package plan
 
 import (
 	"encoding/csv"
@@ -11,6 +11,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/dvtrun/dvtrun/engine"
 )
 
 // Column types a seed's columns are inferred as.
@@ -50,7 +52,7 @@ func ReadSeed(r io.Reader, name string) (*SeedTable, error) {
 	cr.ReuseRecord = false
 	header, err := cr.Read()
 	if errors.Is(err, io.EOF) {
-		return nil, Errorf(CodePlanInvalid, "seed %s is empty: it needs a header row", name)
+		return nil, engine.Errorf(engine.CodePlanInvalid, "seed %s is empty: it needs a header row", name)
 	}
 	if err != nil {
 		return nil, seedErr(name, nil, 0, err)
@@ -58,7 +60,7 @@ func ReadSeed(r io.Reader, name string) (*SeedTable, error) {
 	// Blank lines before the header are skipped; name the header's own line.
 	hline, _ := cr.FieldPos(0)
 	if len(header) > MaxSeedColumns {
-		return nil, Errorf(CodePlanInvalid, "seed %s:%d: the header has %d columns, more than the limit of %d", name, hline, len(header), MaxSeedColumns)
+		return nil, engine.Errorf(engine.CodePlanInvalid, "seed %s:%d: the header has %d columns, more than the limit of %d", name, hline, len(header), MaxSeedColumns)
 	}
 	if err := checkRecord(name, hline, header); err != nil {
 		return nil, err
@@ -70,16 +72,16 @@ func ReadSeed(r io.Reader, name string) (*SeedTable, error) {
 		}
 		h = strings.TrimSpace(h)
 		if h == "" {
-			return nil, Errorf(CodePlanInvalid, "seed %s:%d: column %d has no name", name, hline, i+1)
+			return nil, engine.Errorf(engine.CodePlanInvalid, "seed %s:%d: column %d has no name", name, hline, i+1)
 		}
 		// Headers become quoted SQL names in every warehouse: any printable
 		// text is safe, control and invalid characters are not.
 		if strings.ContainsFunc(h, func(r rune) bool { return r == unicode.ReplacementChar || !unicode.IsPrint(r) && r != ' ' }) {
-			return nil, Errorf(CodePlanInvalid, "seed %s:%d: column %s contains a control or invalid character", name, hline, QuoteText(h))
+			return nil, engine.Errorf(engine.CodePlanInvalid, "seed %s:%d: column %s contains a control or invalid character", name, hline, engine.QuoteText(h))
 		}
 		// SQL names are case-insensitive: Id and ID would be one column.
 		if seen[strings.ToLower(h)] {
-			return nil, Errorf(CodePlanInvalid, "seed %s:%d: column %s appears twice", name, hline, QuoteText(h))
+			return nil, engine.Errorf(engine.CodePlanInvalid, "seed %s:%d: column %s appears twice", name, hline, engine.QuoteText(h))
 		}
 		seen[strings.ToLower(h)] = true
 		header[i] = h
@@ -159,11 +161,11 @@ func checkRecord(name string, line int, rec []string) error {
 	for i, v := range rec {
 		size += len(v)
 		if strings.IndexByte(v, 0) >= 0 || !utf8.ValidString(v) {
-			return Errorf(CodePlanInvalid, "seed %s:%d: column %d holds binary content (a NUL byte or invalid UTF-8); a seed is UTF-8 text", name, line, i+1)
+			return engine.Errorf(engine.CodePlanInvalid, "seed %s:%d: column %d holds binary content (a NUL byte or invalid UTF-8); a seed is UTF-8 text", name, line, i+1)
 		}
 	}
 	if size > MaxSeedRowBytes {
-		return Errorf(CodePlanInvalid, "seed %s:%d: the row is %d bytes, more than the limit of %d", name, line, size, MaxSeedRowBytes)
+		return engine.Errorf(engine.CodePlanInvalid, "seed %s:%d: the row is %d bytes, more than the limit of %d", name, line, size, MaxSeedRowBytes)
 	}
 	return nil
 }
@@ -180,11 +182,11 @@ func seedErr(name string, rec []string, want int, err error) error {
 	if errors.As(err, &pe) {
 		if errors.Is(pe.Err, csv.ErrFieldCount) {
 			// The record's first line: a quoted field may span several.
-			return Errorf(CodePlanInvalid, "seed %s:%d: the row has %d fields, the header %d", name, pe.StartLine, len(rec), want)
+			return engine.Errorf(engine.CodePlanInvalid, "seed %s:%d: the row has %d fields, the header %d", name, pe.StartLine, len(rec), want)
 		}
-		return Errorf(CodePlanInvalid, "seed %s:%d: %v", name, pe.Line, pe.Err)
+		return engine.Errorf(engine.CodePlanInvalid, "seed %s:%d: %v", name, pe.Line, pe.Err)
 	}
-	return Errorf(CodePlanInvalid, "seed %s: %w", name, err)
+	return engine.Errorf(engine.CodePlanInvalid, "seed %s: %w", name, err)
 }
 
 // String renders a short description for messages.

@@ -1,7 +1,8 @@
-package engine
+package plan
 
 import (
 	"bytes"
+	_ "embed"
 	"encoding/json"
 	"fmt"
 	"regexp"
@@ -12,6 +13,8 @@ import (
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"gopkg.in/yaml.v3"
+
+	"github.com/dvtrun/dvtrun/engine"
 )
 
 // Step kinds.
@@ -22,9 +25,9 @@ const (
 	KindSQL   = "sql"
 )
 
-// PlanSchemaVersion is the plan format version engine/schemas/plan.schema.json
+// SchemaVersion is the plan format version engine/plan/plan.schema.json
 // describes; plans this code writes (dbt import) carry it.
-const PlanSchemaVersion = "1"
+const SchemaVersion = "1"
 
 // Materializations of a model.
 const (
@@ -32,7 +35,7 @@ const (
 	MaterializedView  = "view"
 	// MaterializedIncremental builds a table on the first run (and on a
 	// full refresh) and merges the model's new rows into it afterwards, on
-	// UniqueKey (see PlanStep).
+	// UniqueKey (see Step).
 	MaterializedIncremental = "incremental"
 	// MaterializedEphemeral is never built: its SQL is inlined as a CTE into
 	// the models and tests that read it (see Plan.InlineEphemeral).
@@ -47,13 +50,13 @@ const (
 )
 
 // Plan is a dbt-style DAG of steps. It is read from JSON or YAML (see
-// ParsePlan) and validated before anything is written.
+// Parse) and validated before anything is written.
 type Plan struct {
-	PlanID        string       `json:"planId" yaml:"planId"`
-	PlanVersion   string       `json:"planVersion" yaml:"planVersion"`
-	SchemaVersion string       `json:"schemaVersion" yaml:"schemaVersion"`
-	Metadata      PlanMetadata `json:"metadata" yaml:"metadata"`
-	Steps         []PlanStep   `json:"steps" yaml:"steps"`
+	PlanID        string   `json:"planId" yaml:"planId"`
+	PlanVersion   string   `json:"planVersion" yaml:"planVersion"`
+	SchemaVersion string   `json:"schemaVersion" yaml:"schemaVersion"`
+	Metadata      Metadata `json:"metadata" yaml:"metadata"`
+	Steps         []Step   `json:"steps" yaml:"steps"`
 
 	// Dir is the directory the plan was read from; step paths and seed files
 	// resolve against it. Not serialised.
@@ -64,17 +67,17 @@ type Plan struct {
 	Seeds map[string][]byte `json:"-" yaml:"-"`
 }
 
-// PlanMetadata holds the plan's adapter requirements.
-type PlanMetadata struct {
+// Metadata holds the plan's adapter requirements.
+type Metadata struct {
 	Name                 string   `json:"name,omitempty" yaml:"name,omitempty"`
 	TargetAdapter        string   `json:"targetAdapter,omitempty" yaml:"targetAdapter,omitempty"` // "any" or an adapter name
 	RequiresCapabilities []string `json:"requiresCapabilities,omitempty" yaml:"requiresCapabilities,omitempty"`
 }
 
-// PlanStep is one node of the DAG. ID is dbt-like: seed.customers,
+// Step is one node of the DAG. ID is dbt-like: seed.customers,
 // model.orders, test.not_null_orders_id. Name is the relation it builds
 // (defaults to the part of ID after the first dot).
-type PlanStep struct {
+type Step struct {
 	ID           string      `json:"id" yaml:"id"`
 	Kind         string      `json:"kind" yaml:"kind"`
 	Name         string      `json:"name,omitempty" yaml:"name,omitempty"`
@@ -113,19 +116,6 @@ type PlanStep struct {
 // substituted where the SQL says {{ secret('NAME') }}.
 type SecretRef struct {
 	Name string `json:"name" yaml:"name"`
-}
-
-// PlanRef identifies the exact plan a run executes. SHA256 is the digest of
-// the plan bundle (the plan file and every file it references, see
-// LoadBundle) and Files the digest of each; a mismatch is refused
-// (PLAN_HASH_MISMATCH).
-type PlanRef struct {
-	URI           string       `json:"uri"`
-	SHA256        string       `json:"sha256"`
-	SchemaVersion string       `json:"schemaVersion"`
-	PlanID        string       `json:"planId"`
-	PlanVersion   string       `json:"planVersion"`
-	Files         []BundleFile `json:"files,omitempty"`
 }
 
 // Duration is a time.Duration written as a Go duration string ("30s") or a
@@ -170,13 +160,13 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// ParsePlan reads a plan from JSON or YAML (YAML is a superset; name is
+// Parse reads a plan from JSON or YAML (YAML is a superset; name is
 // used in messages only) and checks it against the plan schema. It does not
 // validate the DAG: see Validate.
-func ParsePlan(data []byte, name string) (*Plan, error) {
+func Parse(data []byte, name string) (*Plan, error) {
 	var doc any
 	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return nil, Errorf(CodePlanInvalid, "%s: not valid YAML or JSON: %v", name, err)
+		return nil, engine.Errorf(engine.CodePlanInvalid, "%s: not valid YAML or JSON: %v", name, err)
 	}
 	doc = normalizeYAML(doc)
 	if m, ok := doc.(map[string]any); ok {
@@ -187,7 +177,7 @@ func ParsePlan(data []byte, name string) (*Plan, error) {
 	}
 	js, err := json.Marshal(doc)
 	if err != nil {
-		return nil, Errorf(CodePlanInvalid, "%s: %v", name, err)
+		return nil, engine.Errorf(engine.CodePlanInvalid, "%s: %v", name, err)
 	}
 	sch, err := planSchema()
 	if err != nil {
@@ -195,16 +185,16 @@ func ParsePlan(data []byte, name string) (*Plan, error) {
 	}
 	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(js))
 	if err != nil {
-		return nil, Errorf(CodePlanInvalid, "%s: %v", name, err)
+		return nil, engine.Errorf(engine.CodePlanInvalid, "%s: %v", name, err)
 	}
 	if err := sch.Validate(inst); err != nil {
-		return nil, Errorf(CodePlanInvalid, "%s does not match the plan schema: %s", name, strings.Join(schemaProblems(err), "; "))
+		return nil, engine.Errorf(engine.CodePlanInvalid, "%s does not match the plan schema: %s", name, strings.Join(engine.SchemaProblems(err), "; "))
 	}
 	var p Plan
 	dec := json.NewDecoder(bytes.NewReader(js))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&p); err != nil {
-		return nil, Errorf(CodePlanInvalid, "%s: %v", name, err)
+		return nil, engine.Errorf(engine.CodePlanInvalid, "%s: %v", name, err)
 	}
 	return &p, nil
 }
@@ -231,25 +221,24 @@ func normalizeYAML(v any) any {
 	return v
 }
 
+//go:embed plan.schema.json
+var planSchemaJSON []byte
+
 var planSchema = sync.OnceValues(func() (*jsonschema.Schema, error) {
-	b, err := schemaFiles.ReadFile("schemas/plan.schema.json")
-	if err != nil {
-		return nil, err
-	}
-	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(b))
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(planSchemaJSON))
 	if err != nil {
 		return nil, err
 	}
 	c := jsonschema.NewCompiler()
-	if err := c.AddResource(schemaBase+"plan.schema.json", doc); err != nil {
+	if err := c.AddResource(engine.SchemaBase+"plan.schema.json", doc); err != nil {
 		return nil, err
 	}
-	return c.Compile(schemaBase + "plan.schema.json")
+	return c.Compile(engine.SchemaBase + "plan.schema.json")
 })
 
-// PlanSource reads plan files and the files steps refer to. The CLI passes
+// Source reads plan files and the files steps refer to. The CLI passes
 // the real file system; tests pass fstest.MapFS.
-type PlanSource interface {
+type Source interface {
 	ReadFile(name string) ([]byte, error)
 }
 
@@ -257,7 +246,7 @@ var identRE = regexp.MustCompile(`^[A-Za-z_\p{L}][A-Za-z0-9_$\p{L}\p{N}]*$`)
 
 // Relation is the table or view a step builds: Name, or the part of the id
 // after its first dot.
-func (s PlanStep) Relation() string {
+func (s Step) Relation() string {
 	if s.Name != "" {
 		return s.Name
 	}
@@ -282,10 +271,10 @@ func (p *Plan) Validate() error {
 		switch {
 		case f.v == "":
 			add("%s is missing", f.name)
-		case HasControl(f.v):
-			add("%s %s contains a control character", f.name, QuoteText(f.v))
+		case engine.HasControl(f.v):
+			add("%s %s contains a control character", f.name, engine.QuoteText(f.v))
 		case strings.Contains(f.v, "|"):
-			add("%s %s contains '|'", f.name, QuoteText(f.v))
+			add("%s %s contains '|'", f.name, engine.QuoteText(f.v))
 		}
 	}
 	if len(p.Steps) == 0 {
@@ -298,14 +287,14 @@ func (p *Plan) Validate() error {
 			add("step #%d has no id", i+1)
 			continue
 		}
-		label := "step " + ShowText(s.ID) // as messages show it
-		if HasControl(s.ID) {
+		label := "step " + engine.ShowText(s.ID) // as messages show it
+		if engine.HasControl(s.ID) {
 			label = fmt.Sprintf("step #%d", i+1)
 		}
 		for _, msg := range s.Problems() {
 			add("%s: %s", label, msg)
 		}
-		if HasControl(s.ID) {
+		if engine.HasControl(s.ID) {
 			continue
 		}
 		if _, dup := ids[s.ID]; dup {
@@ -318,37 +307,37 @@ func (p *Plan) Validate() error {
 			if other, dup := relations[lower]; dup && identRE.MatchString(rel) && !reservedRelation(lower) {
 				add("%s: builds %s, which step %s builds too", label, rel, other)
 			} else if !dup {
-				relations[lower] = ShowText(s.ID)
+				relations[lower] = engine.ShowText(s.ID)
 			}
 		}
 	}
 	for _, s := range p.Steps {
-		if s.ID == "" || HasControl(s.ID) {
+		if s.ID == "" || engine.HasControl(s.ID) {
 			continue
 		}
-		id := ShowText(s.ID)
+		id := engine.ShowText(s.ID)
 		for _, d := range s.DependsOn {
 			if _, ok := ids[d]; !ok {
-				add("step %s: depends on unknown step %s", id, ShowText(d))
+				add("step %s: depends on unknown step %s", id, engine.ShowText(d))
 			} else if d == s.ID {
 				add("step %s: depends on itself", id)
 			} else if dep := p.Steps[ids[d]]; isEphemeral(dep) && s.Kind != KindModel && s.Kind != KindTest {
-				add("step %s: depends on ephemeral model %s, which only models and tests can read (it is inlined as a CTE)", id, ShowText(d))
+				add("step %s: depends on ephemeral model %s, which only models and tests can read (it is inlined as a CTE)", id, engine.ShowText(d))
 			}
 		}
 	}
 	if len(problems) == 0 {
 		if cycle := p.findCycle(); cycle != nil {
 			for i, id := range cycle {
-				cycle[i] = ShowText(id)
+				cycle[i] = engine.ShowText(id)
 			}
-			add("dependency cycle: %s", JoinLimited(cycle, " -> ", 20))
+			add("dependency cycle: %s", engine.JoinLimited(cycle, " -> ", 20))
 		}
 	}
 	if len(problems) == 0 {
 		return nil
 	}
-	return &Error{Code: CodePlanInvalid, Msg: fmt.Sprintf("plan %s: %s", QuoteText(orUnknown(p.PlanID)), JoinLimited(problems, "; ", maxListed)), Meta: map[string]any{"problems": problems}}
+	return &engine.Error{Code: engine.CodePlanInvalid, Msg: fmt.Sprintf("plan %s: %s", engine.QuoteText(engine.OrUnknown(p.PlanID)), engine.JoinLimited(problems, "; ", maxListed)), Meta: map[string]any{"problems": problems}}
 }
 
 // Problems lists what is wrong with the step on its own, each as a sentence
@@ -359,18 +348,18 @@ func (p *Plan) Validate() error {
 // secret name, the incremental-model rules. Validate adds what concerns
 // several steps (duplicates, dependencies, cycles); the dbt importer drops
 // a node with problems.
-func (s PlanStep) Problems() []string {
+func (s Step) Problems() []string {
 	var out []string
 	add := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
 	switch {
-	case HasControl(s.ID):
-		add("id %s contains a control character", QuoteText(s.ID))
+	case engine.HasControl(s.ID):
+		add("id %s contains a control character", engine.QuoteText(s.ID))
 	case strings.Contains(s.ID, "|"):
 		add("id contains '|'")
 	}
 	for _, f := range []struct{ name, v string }{{"name", s.Name}, {"path", s.Path}} {
-		if HasControl(f.v) {
-			add("%s %s contains a control character", f.name, QuoteText(f.v))
+		if engine.HasControl(f.v) {
+			add("%s %s contains a control character", f.name, engine.QuoteText(f.v))
 		}
 	}
 	switch s.Kind {
@@ -382,17 +371,17 @@ func (s PlanStep) Problems() []string {
 		switch s.Materialized {
 		case "", MaterializedTable, MaterializedView, MaterializedIncremental, MaterializedEphemeral:
 		default:
-			add("materialized %s is not table, view, incremental or ephemeral", QuoteText(s.Materialized))
+			add("materialized %s is not table, view, incremental or ephemeral", engine.QuoteText(s.Materialized))
 		}
 	case KindTest:
 		switch s.Severity {
 		case "", SeverityError, SeverityWarn:
 		default:
-			add("severity %s is not error or warn", QuoteText(s.Severity))
+			add("severity %s is not error or warn", engine.QuoteText(s.Severity))
 		}
 	case KindSQL:
 	default:
-		add("unknown kind %s (want seed, model, test or sql)", QuoteText(s.Kind))
+		add("unknown kind %s (want seed, model, test or sql)", engine.QuoteText(s.Kind))
 	}
 	if s.Kind != KindSeed {
 		out = append(out, sqlProblems(s)...)
@@ -400,9 +389,9 @@ func (s PlanStep) Problems() []string {
 	if s.Kind == KindSeed || s.Kind == KindModel {
 		switch rel := s.Relation(); {
 		case !identRE.MatchString(rel):
-			add("relation name %s is not a valid identifier", QuoteText(rel))
+			add("relation name %s is not a valid identifier", engine.QuoteText(rel))
 		case reservedRelation(strings.ToLower(rel)):
-			add("relation name %s uses a reserved prefix (sqlite_, dvt_tmp__)", QuoteText(rel))
+			add("relation name %s uses a reserved prefix (sqlite_, dvt_tmp__)", engine.QuoteText(rel))
 		}
 	}
 	if s.Retries < 0 {
@@ -412,11 +401,11 @@ func (s PlanStep) Problems() []string {
 		if bad == "" {
 			bad = s.Timeout.String()
 		}
-		add("timeout %s is out of range: want a duration from 0 to %s (a string like \"30s\" or a number of seconds)", QuoteText(bad), MaxStepTimeout)
+		add("timeout %s is out of range: want a duration from 0 to %s (a string like \"30s\" or a number of seconds)", engine.QuoteText(bad), MaxStepTimeout)
 	}
 	for _, ref := range s.Secrets {
 		if !secretNameRE.MatchString(ref.Name) {
-			add("secret name %s must be letters, digits and _", QuoteText(ref.Name))
+			add("secret name %s must be letters, digits and _", engine.QuoteText(ref.Name))
 		}
 	}
 	return append(out, incrementalProblems(s)...)
@@ -433,7 +422,7 @@ func reservedRelation(lower string) bool {
 }
 
 // sqlProblems lists what a warehouse would refuse in a step's SQL text.
-func sqlProblems(s PlanStep) []string {
+func sqlProblems(s Step) []string {
 	if strings.TrimSpace(s.SQL) == "" {
 		return []string{"SQL is empty"}
 	}
@@ -445,7 +434,7 @@ func sqlProblems(s PlanStep) []string {
 		}
 	case KindSQL:
 		if stmt := TransactionControl(s.SQL); stmt != "" {
-			out = append(out, fmt.Sprintf("%s controls the transaction; a sql step already runs in one", QuoteText(stmt)))
+			out = append(out, fmt.Sprintf("%s controls the transaction; a sql step already runs in one", engine.QuoteText(stmt)))
 		}
 	}
 	declared := map[string]bool{}
@@ -515,13 +504,13 @@ func (p *Plan) findCycle() []string {
 // Order returns the steps in a deterministic topological order: a step
 // comes after its dependencies; ties keep plan order. The plan must be
 // valid.
-func (p *Plan) Order() []PlanStep {
+func (p *Plan) Order() []Step {
 	indeg := map[string]int{}
 	dependents := p.Dependents()
 	for _, s := range p.Steps {
 		indeg[s.ID] = len(s.DependsOn)
 	}
-	var out []PlanStep
+	var out []Step
 	done := map[string]bool{}
 	for len(out) < len(p.Steps) {
 		progressed := false
@@ -556,11 +545,53 @@ func (p *Plan) Dependents() map[string][]string {
 }
 
 // Step returns the step with the given id.
-func (p *Plan) Step(id string) (PlanStep, bool) {
+func (p *Plan) Step(id string) (Step, bool) {
 	for _, s := range p.Steps {
 		if s.ID == id {
 			return s, true
 		}
 	}
-	return PlanStep{}, false
+	return Step{}, false
+}
+
+// CheckAdapter refuses a plan the local adapter cannot run: required
+// capabilities (it evaluates none) or another target adapter. StartRun and
+// `plan validate` both call it.
+func CheckAdapter(p *Plan) error {
+	if n := len(p.Metadata.RequiresCapabilities); n > 0 {
+		return engine.Errorf(engine.CodeCapabilitiesNotSupported, "plan %s requires capabilities %v; the %s adapter evaluates none", engine.ShowText(p.PlanID), p.Metadata.RequiresCapabilities, engine.AdapterName)
+	}
+	if t := p.Metadata.TargetAdapter; t != "" && t != "any" && t != engine.AdapterName {
+		return engine.Errorf(engine.CodeTargetAdapterMismatch, "plan %s targets adapter %s; this is the %q adapter", engine.ShowText(p.PlanID), engine.QuoteText(t), engine.AdapterName)
+	}
+	return nil
+}
+
+// Identity is the plan's id and version (engine.StartPlan).
+func (p *Plan) Identity() (planID, planVersion string) {
+	if p == nil {
+		return "", ""
+	}
+	return p.PlanID, p.PlanVersion
+}
+
+// CheckStart is what StartRun checks before anything is written
+// (engine.StartPlan): the plan is valid, the local adapter can run it, and
+// sel's steps are the plan's.
+func (p *Plan) CheckStart(sel *engine.Selection) error {
+	if p == nil {
+		return engine.Errorf(engine.CodeInvalidArgument, "no plan")
+	}
+	if err := p.Validate(); err != nil {
+		return err
+	}
+	if err := CheckAdapter(p); err != nil {
+		return err
+	}
+	if sel != nil {
+		if _, err := p.Subset(sel.Steps); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -1,4 +1,4 @@
-package engine
+package plan
 
 import (
 	"regexp"
@@ -22,7 +22,7 @@ import (
 // secrets are added to the reader's. The plan must be valid (Validate);
 // the receiver is not modified.
 func (p *Plan) InlineEphemeral() *Plan {
-	byID := make(map[string]PlanStep, len(p.Steps))
+	byID := make(map[string]Step, len(p.Steps))
 	has := false
 	for _, s := range p.Steps {
 		byID[s.ID] = s
@@ -41,7 +41,7 @@ func (p *Plan) InlineEphemeral() *Plan {
 		if len(s.DependsOn) == 0 {
 			s.DependsOn = nil
 		}
-		var chain []PlanStep // ephemeral ancestors, dependencies first
+		var chain []Step // ephemeral ancestors, dependencies first
 		seen := map[string]bool{}
 		var visit func(ids []string)
 		visit = func(ids []string) {
@@ -59,7 +59,7 @@ func (p *Plan) InlineEphemeral() *Plan {
 		// Keep the CTEs that are read: walk from the reader inwards (a CTE
 		// comes after everything it depends on in chain).
 		read := []string{s.SQL}
-		var ctes []PlanStep
+		var ctes []Step
 		for i := len(chain) - 1; i >= 0; i-- {
 			e := chain[i]
 			if !namesRelation(read, e.Relation()) {
@@ -86,7 +86,7 @@ func (p *Plan) InlineEphemeral() *Plan {
 
 // expandEphemeralDeps replaces ephemeral steps in deps by their own
 // dependencies, recursively, keeping the first occurrence of each id.
-func expandEphemeralDeps(deps []string, byID map[string]PlanStep, seen map[string]bool) []string {
+func expandEphemeralDeps(deps []string, byID map[string]Step, seen map[string]bool) []string {
 	var out []string
 	for _, d := range deps {
 		if seen[d] {
@@ -130,7 +130,7 @@ func cteName(rel string) string {
 
 // withCTEs puts the CTEs in front of sql, inside its WITH clause if it
 // starts with one (after blanks and comments).
-func withCTEs(sql string, ctes []PlanStep) string {
+func withCTEs(sql string, ctes []Step) string {
 	var b strings.Builder
 	for i, e := range ctes {
 		if i > 0 {

@@ -15,6 +15,7 @@ import (
 	"github.com/dvtrun/dvtrun/engine/config"
 	webui "github.com/dvtrun/dvtrun/engine/console"
 	"github.com/dvtrun/dvtrun/engine/delivery"
+	"github.com/dvtrun/dvtrun/engine/plan"
 )
 
 // uiFlags are the console's flags, on `ui` and (but --listen) on the daemons.
@@ -97,7 +98,7 @@ func (c *cli) consoleHandler(ctx context.Context, st queueStore, cfg *config.Con
 			if err != nil || !ok {
 				return nil, false, err
 			}
-			b, err := engine.DecodeBundle(sha, data)
+			b, err := plan.DecodeBundle(sha, data)
 			if err != nil {
 				return nil, false, err
 			}

@@ -428,3 +428,44 @@ func TestQueueAndWorkers(t *testing.T) {
 		}
 	}
 }
+
+// TestStreamOfAnEndedRun: a stream of a run that has ended sends what the
+// browser has not seen, then "end", and closes.
+func TestStreamOfAnEndedRun(t *testing.T) {
+	w := newWorld(t)
+	hs := httptest.NewServer(w.server(t, nil))
+	defer hs.Close()
+	for _, c := range []struct {
+		lastID string
+		want   []string // ids, then "end"
+	}{
+		{"", []string{"1", "2", "3", "4", "5", "6", "7", "end"}},
+		{"5", []string{"6", "7", "end"}},
+		{"7", []string{"end"}},
+	} {
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second) // the stream must close by itself well before
+		req, _ := http.NewRequestWithContext(ctx, "GET", hs.URL+"/runs/"+w.ok.Meta.RunID+"/events", nil)
+		req.Header.Set("Accept", "text/event-stream")
+		if c.lastID != "" {
+			req.Header.Set("Last-Event-ID", c.lastID)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs := readSSE(bufio.NewReader(res.Body), 100)
+		res.Body.Close()
+		cancel()
+		var got []string
+		for _, e := range evs {
+			if e.event == "end" {
+				got = append(got, "end")
+			} else {
+				got = append(got, e.id)
+			}
+		}
+		if strings.Join(got, " ") != strings.Join(c.want, " ") {
+			t.Errorf("after %q: %v, want %v", c.lastID, got, c.want)
+		}
+	}
+}

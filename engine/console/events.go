@@ -253,7 +253,10 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 		if len(evs) == eventsChunk {
 			continue // more already written: no pause
 		}
-		if ended || len(evs) == 0 && s.ended(r, sum.RunID) {
+		// A run that had ended when the stream opened ends it once every
+		// event is sent; one that ends meanwhile sends its terminal event.
+		// Either way an idle poll is one query.
+		if ended || len(evs) == 0 && sum.Status.Terminal() {
 			fmt.Fprintf(w, "event: end\ndata: {}\n\n")
 			flusher.Flush()
 			return
@@ -266,10 +269,4 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 		case <-tick.C:
 		}
 	}
-}
-
-// ended reports whether the run's status, as the store keeps it, is final.
-func (s *Server) ended(r *http.Request, runID string) bool {
-	sum, err := s.loadRun(r.Context(), runID)
-	return err == nil && sum.Status.Terminal()
 }

@@ -95,7 +95,7 @@ func BenchmarkBigRun(b *testing.B) {
 		{"run page without snapshot", false, func(id string) string { return "/runs/" + id }, "<tr data-step=", 500, 2 * time.Second},
 		{"events page", true, func(id string) string { return "/runs/" + id + "/events?after=40000" }, `<tr id="seq-`, 100, 100 * time.Millisecond},
 		{"events page filtered", true, func(id string) string { return "/runs/" + id + "/events?type=RunCompleted&errors=0&after=40000" }, `<tr id="seq-`, 1, 500 * time.Millisecond},
-		{"step page", true, func(id string) string { return "/runs/" + id + "/steps/model.m24999" }, "<tr>", 10, 2 * time.Second},
+		{"step page", true, func(id string) string { return "/runs/" + id + "/steps/model.m24999" }, "<tr>", 10, 500 * time.Millisecond},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			w, f := bigRun(b, c.saved)

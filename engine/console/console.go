@@ -42,6 +42,7 @@ type History interface {
 	GetRun(ctx context.Context, runID string) (engine.RunMetadata, error)
 	ListRuns(ctx context.Context, f store.RunFilter) ([]store.RunSummary, error)
 	ListEvents(ctx context.Context, runID string, afterSeq int64, limit int) ([]engine.RunEventRecord, error)
+	ListStepEvents(ctx context.Context, runID, stepID string) ([]engine.RunEventRecord, error)
 	ListSignals(ctx context.Context, runID string, afterSeq int64) ([]engine.Signal, error)
 	// LoadSnapshot is the live projection's stored state (store.SnapshotStore):
 	// a run page reduces only the events after it.

@@ -113,8 +113,20 @@ scan:
 			more = true
 			break
 		}
-		evs, err := s.cfg.History.ListEvents(ctx, sum.RunID, p.ScannedTo, chunk)
-		if err != nil {
+		var evs []engine.RunEventRecord
+		if p.Step != "" {
+			// A step's events are few: read them all, page them here.
+			all, err := s.cfg.History.ListStepEvents(ctx, sum.RunID, p.Step)
+			if err != nil {
+				return page{}, err
+			}
+			for _, e := range all {
+				if e.RunSeq > p.ScannedTo {
+					evs = append(evs, e)
+				}
+			}
+			chunk = len(evs) + 1 // one read is the whole step
+		} else if evs, err = s.cfg.History.ListEvents(ctx, sum.RunID, p.ScannedTo, chunk); err != nil {
 			return page{}, err
 		}
 		for _, e := range evs {

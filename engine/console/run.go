@@ -218,11 +218,17 @@ func (s *Server) step(r *http.Request) (page, error) {
 		return page{}, err
 	}
 	stepID := r.PathValue("stepId")
-	evs, err := s.cfg.History.ListEvents(ctx, sum.RunID, 0, 0)
+	// The run's state, and only this step's events: a step page of a big
+	// run reads neither the whole log nor every step.
+	snap, err := s.snapshot(ctx, sum.RunID)
 	if err != nil {
 		return page{}, err
 	}
-	v, err := stepview.Build(sum.RunID, engine.Project(sum.RunID, evs), evs, stepID)
+	evs, err := s.cfg.History.ListStepEvents(ctx, sum.RunID, stepID)
+	if err != nil {
+		return page{}, err
+	}
+	v, err := stepview.Build(sum.RunID, snap, evs, stepID)
 	if err != nil {
 		return page{}, notFound{err}
 	}

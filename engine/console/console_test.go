@@ -61,7 +61,8 @@ func TestPages(t *testing.T) {
 		{"run gantt keeps queue wait apart", "/runs/" + failed, []string{`id="gantt"`, `data-step="queue wait"`, `data-step="run"`, `fill="url(#hatch)"`}, nil},
 		{"run dag", "/runs/" + failed, []string{`id="dag"`, `data-step="model.report" data-status="SKIPPED"`, `data-step="test.positive_amount" data-status="FAILED"`,
 			`data-step="model.orders" data-status="SUCCESS"`, `data-step="seed.customers" data-status="PENDING"`, "✗ FAILED", `marker-end="url(#arrow)"`}, nil},
-		{"live run follows", "/runs/" + live, []string{`data-live="/runs/` + live + `/events?after=3"`, "▶ RUNNING", "dvtrun status " + live + " --follow"}, nil},
+		{"live run follows", "/runs/" + live, []string{`data-live="/runs/` + live + `/events?after=3"`, "▶ RUNNING", "dvtrun status " + live + " --follow",
+			"not verified: the run has not ended"}, []string{"verify now"}},
 		{"step", "/runs/" + failed + "/steps/test.positive_amount", []string{"SELECT * FROM orders WHERE amount &lt; 0 -- &lt;b&gt;not bold&lt;/b&gt;",
 			failingMsg, "TEST_FAILED", `id="step-error"`, "Failing rows"}, []string{"<b>not bold</b>"}},
 		{"completed step", "/runs/" + ok + "/steps/model.orders", []string{"CREATE TABLE orders AS SELECT 1", "Rows affected", "✓ SUCCESS"}, nil},
@@ -467,5 +468,43 @@ func TestStreamOfAnEndedRun(t *testing.T) {
 		if strings.Join(got, " ") != strings.Join(c.want, " ") {
 			t.Errorf("after %q: %v, want %v", c.lastID, got, c.want)
 		}
+	}
+}
+
+// TestVerifyOnRequest: a run with more events than VerifyMaxEvents is not
+// verified on load, offers it, and is verified when asked.
+func TestVerifyOnRequest(t *testing.T) {
+	w := newWorld(t)
+	srv := w.server(t, func(c *console.Config) { c.VerifyMaxEvents = 3 })
+	path := "/runs/" + w.failed.Meta.RunID
+	_, body, _ := get(t, srv, path)
+	if !strings.Contains(body, "not verified: 8 events: verified on request") || !strings.Contains(body, `<a href="`+path+`?verify=1">verify now</a>`) {
+		t.Fatalf("no offer to verify:\n%s", body)
+	}
+	_, body, _ = get(t, srv, path+"?verify=1")
+	if !strings.Contains(body, "✓ verified: SQL projection == Go reducer (3 steps, 8 events)") {
+		t.Fatalf("not verified when asked:\n%s", body)
+	}
+}
+
+// disagreeing is the store's SQL projection with one step's status
+// changed: a projection that drifted from the reducer.
+type disagreeing struct{ console.Projector }
+
+func (d disagreeing) ProjectSQL(ctx context.Context, runID string) (engine.Snapshot, error) {
+	s, err := d.Projector.ProjectSQL(ctx, runID)
+	if err == nil && len(s.Steps) > 0 {
+		s.Steps[0].Status = engine.StepStatusRunning
+	}
+	return s, err
+}
+
+func TestIntegrityBadgeShowsADifference(t *testing.T) {
+	w := newWorld(t)
+	srv := w.server(t, func(c *console.Config) { c.Projector = disagreeing{w.st} })
+	_, body, _ := get(t, srv, "/runs/"+w.failed.Meta.RunID)
+	if !strings.Contains(body, `class="badge failed" id="integrity"`) || !strings.Contains(body, "✗ 1 difference(s): SQL projection != Go reducer") ||
+		!strings.Contains(body, "<td>model.orders</td><td>status</td><td>RUNNING</td><td>SUCCESS</td>") {
+		t.Fatalf("the badge does not show the difference:\n%s", body)
 	}
 }

@@ -142,6 +142,7 @@ type integrity struct {
 	LedgerAsked, LedgerCommitted int
 	LedgerWhy                    string // not asked: why
 	VerifyURL                    string
+	Offer                        bool // not checked, but can be on request: link VerifyURL
 }
 
 // verify compares the store's SQL projection with the Go reducer, as
@@ -154,8 +155,15 @@ func (s *Server) verify(ctx context.Context, runID string, snap engine.Snapshot,
 		in.Why = "this state store has no SQL projection"
 		return in
 	}
+	// The two sides are read one after the other: on a run still being
+	// written they could see different logs and differ for no fault.
+	if !snap.Status.Terminal() {
+		in.Why = "the run has not ended; it is verified once it has"
+		return in
+	}
 	if snap.LastEventSeq > s.cfg.VerifyMaxEvents && !asked {
 		in.Why = strconv.FormatInt(snap.LastEventSeq, 10) + " events: verified on request"
+		in.Offer = true
 		return in
 	}
 	sqlSnap, err := s.cfg.Projector.ProjectSQL(ctx, runID)

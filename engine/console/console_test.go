@@ -56,7 +56,7 @@ func TestPages(t *testing.T) {
 		{"runs by plan and window", "/runs?plan=shop_plan&since=2026-01-01&until=2100-01-01", []string{ok, live}, []string{failed}},
 		{"failing view", "/runs?view=failing", []string{failed, "Failed and not succeeded since"}, []string{ok, live}},
 		{"run header", "/runs/" + failed, []string{"nightly_plan@7", "ab12", "prod", "schedule:nightly", "2026-04-01T00:00:00Z → 2026-04-02T00:00:00Z",
-			"dvtrun retry " + failed, "✓ verified", "TEST_FAILED", `href="/runs/` + failed + `/steps/test.positive_amount"`,
+			"dvtrun retry " + failed, "dvtrun schedule trigger nightly", "dvtrun plan show " + failed + " --list", "✓ verified", "TEST_FAILED", `href="/runs/` + failed + `/steps/test.positive_amount"`,
 			"ledger: ", "not checked: the console was started without the warehouse"}, []string{"data-live"}},
 		{"run gantt keeps queue wait apart", "/runs/" + failed, []string{`id="gantt"`, `data-step="queue wait"`, `data-step="run"`, `fill="url(#hatch)"`}, nil},
 		{"run dag", "/runs/" + failed, []string{`id="dag"`, `data-step="model.report" data-status="SKIPPED"`, `data-step="test.positive_amount" data-status="FAILED"`,

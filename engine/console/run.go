@@ -101,7 +101,9 @@ func (s *Server) run(r *http.Request) (page, error) {
 	return page{name: "run", title: "Run " + sum.RunID, nav: "runs", data: p}, nil
 }
 
-// commands are the dvtrun commands an operator copies from a run page.
+// commands are the dvtrun commands an operator copies from a run page:
+// inspect it, follow or retry it, run its schedule again, see and verify
+// what it ran.
 func commands(r store.RunSummary, snap engine.Snapshot) []string {
 	id := r.RunID
 	out := []string{"dvtrun status " + id}
@@ -112,7 +114,12 @@ func commands(r store.RunSummary, snap engine.Snapshot) []string {
 		out = append(out, "dvtrun retry "+id)
 	}
 	if r.Schedule != "" {
-		out = append(out, "dvtrun schedule "+shellQuote(r.Schedule))
+		out = append(out, "dvtrun schedule trigger "+shellQuote(r.Schedule))
+	}
+	if r.PlanSHA256 != "" {
+		// The stored bundle is what it ran: run it again with
+		// `dvtrun run PLAN --plan-sha256` over these files.
+		out = append(out, "dvtrun plan show "+id+" --list")
 	}
 	return append(out, "dvtrun verify "+id)
 }

@@ -27,6 +27,7 @@ func create(ctx context.Context, path string, now func() time.Time) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return engine.Errorf(engine.CodeStoreUnavailable, "cannot create the state store directory %s: %v", dir, pathErr(err))
 	}
+	removeAbandoned(dir, filepath.Base(path), now())
 	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".creating-*")
 	if err != nil {
 		return engine.Errorf(engine.CodeStoreUnavailable, "cannot create the state store %s: %v", path, pathErr(err))
@@ -64,6 +65,27 @@ func create(ctx context.Context, path string, now func() time.Time) error {
 	}
 	syncFile(dir) //nolint:errcheck // best effort: the link is in place either way
 	return nil
+}
+
+// abandonedAfter is the age past which a temporary file of create is
+// taken for one a killed process left: a creation takes well under a
+// second, so no live creator's file is this old.
+const abandonedAfter = 10 * time.Minute
+
+// removeAbandoned removes the temporary files of creations that a killed
+// process left beside the store (a SIGKILL skips create's clean-up), so
+// they do not pile up in the directory. Best effort: a file it cannot
+// remove is left for the next time.
+func removeAbandoned(dir, base string, now time.Time) {
+	matches, err := filepath.Glob(filepath.Join(dir, "."+base+".creating-*"))
+	if err != nil {
+		return
+	}
+	for _, m := range matches {
+		if fi, err := os.Stat(m); err == nil && now.Sub(fi.ModTime()) > abandonedAfter {
+			os.Remove(m)
+		}
+	}
 }
 
 // initStore migrates the new database at path in rollback-journal mode,

@@ -96,6 +96,37 @@ func TestCreateLeavesNoTemporaryFile(t *testing.T) {
 	}
 }
 
+// TestCreateRemovesAbandonedTemporaryFiles: the temporary file of a
+// creation a SIGKILL interrupted is removed by the next creation once it is
+// old enough to be nobody's; a recent one (a creator at work) is kept.
+func TestCreateRemovesAbandonedTemporaryFiles(t *testing.T) {
+	dir := t.TempDir()
+	old := filepath.Join(dir, ".state.db.creating-111")
+	recent := filepath.Join(dir, ".state.db.creating-222")
+	other := filepath.Join(dir, ".other.db.creating-333")
+	for _, p := range []string{old, recent, other} {
+		if err := os.WriteFile(p, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hourAgo := time.Now().Add(-time.Hour)
+	for _, p := range []string{old, other} {
+		if err := os.Chtimes(p, hourAgo, hourAgo); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := sqlite.Open(context.Background(), filepath.Join(dir, "state.db"), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	for p, want := range map[string]bool{old: false, recent: true, other: true} {
+		if _, err := os.Stat(p); (err == nil) != want {
+			t.Errorf("%s: exists %v, want %v", filepath.Base(p), err == nil, want)
+		}
+	}
+}
+
 // TestStoreLockWait: a write waits for another process's write lock at
 // most the lock-wait budget, reporting the state store it waits for, then
 // fails STORE_UNAVAILABLE, transient (the store is busy, not broken); an

@@ -75,7 +75,8 @@ func TestEveryCommandHelp(t *testing.T) {
 		args = append(args, []string{cmd.name, "--help"}, []string{"help", cmd.name})
 	}
 	for _, sub := range [][]string{{"plan", "validate"}, {"plan", "show"}, {"plan", "import-dbt"}, {"schedule", "list"},
-		{"schedule", "trigger"}, {"schedule", "backfill"}, {"outbox", "deliver"}, {"outbox", "dead"}, {"queue", "cancel"}} {
+		{"schedule", "trigger"}, {"schedule", "backfill"}, {"outbox", "deliver"}, {"outbox", "dead"}, {"queue", "cancel"},
+		{"audit", "verify"}, {"audit", "checkpoint"}, {"audit", "prove"}, {"audit", "key"}, {"audit", "doctor"}} {
 		args = append(args, append(sub, "--help"))
 	}
 	for _, a := range args {

@@ -488,6 +488,13 @@ func (c *cli) daemon(ctx context.Context, name string, args []string, withSchedu
 		}
 		group = append(group, m.projector, w)
 	}
+	if cfg.Audit.Every > 0 {
+		asvc, err := c.newAuditService(st, cfg, log)
+		if err != nil {
+			return err
+		}
+		group = append(group, asvc)
+	}
 	// Ready: every service runs, and the worker has its heartbeat and its
 	// runs their pulse.
 	ready := func() bool { return group.Running() && (w == nil || w.Ready() && m.pulse.Running()) }

@@ -29,6 +29,8 @@ type Config struct {
 	Console   Console      `yaml:"console"`
 	// StateStore is read key by key (see its UnmarshalYAML).
 	StateStore StateStore `yaml:"stateStore"`
+	// Audit is the tamper-evident log's checkpointing.
+	Audit Audit `yaml:"audit"`
 }
 
 // Parse decodes and validates a configuration document; name is the file's
@@ -60,6 +62,9 @@ func (c *Config) validate() error {
 		return err
 	}
 	if err := c.Console.validate(); err != nil {
+		return err
+	}
+	if err := c.Audit.validate(); err != nil {
 		return err
 	}
 	return c.Limits.validate()

@@ -20,7 +20,8 @@ INSERT INTO dvt_run_seq (run_id, next_seq, status) SELECT run_id, 1, 'NONE' FROM
 -- The append authority: the run's sequence row, locked until commit. Only
 -- the writers of this run wait on it, and AcquireFencedLease takes it too,
 -- so a takeover and a stale runner's append never interleave.
-SELECT s.next_seq, s.status, r.tenant_id, r.project_id, r.environment_id, r.plan_id, r.plan_version
+SELECT s.next_seq, s.status, r.tenant_id, r.project_id, r.environment_id, r.plan_id, r.plan_version,
+       s.last_hash
 FROM dvt_run_seq s JOIN dvt_runs r ON r.run_id = s.run_id
 WHERE s.run_id = $1
 FOR UPDATE OF s;
@@ -65,20 +66,22 @@ CROSS JOIN LATERAL (
 WITH ins AS (
     INSERT INTO dvt_run_events (run_id, run_seq, tenant_id, project_id, environment_id, event_id,
                                 event_type, step_id, plan_id, plan_version, logical_attempt_id,
-                                engine_attempt_id, idempotency_key, emitted_at, persisted_at, payload)
+                                engine_attempt_id, idempotency_key, emitted_at, persisted_at, payload,
+                                prev_hash, hash)
     SELECT $1, e.run_seq, $2, $3, $4, e.event_id, e.event_type, e.step_id, $5, $6,
            e.logical_attempt_id, e.engine_attempt_id, e.idempotency_key, e.emitted_at, $7,
-           e.payload::json
+           e.payload::json, e.prev_hash, e.hash
     FROM unnest($8::bigint[], $9::text[], $10::text[], $11::text[], $12::bigint[], $13::bigint[],
-                $14::text[], $15::text[], $16::text[])
+                $14::text[], $15::text[], $16::text[], $17::text[], $18::text[])
          AS e (run_seq, event_id, event_type, step_id, logical_attempt_id, engine_attempt_id,
-               idempotency_key, emitted_at, payload)
+               idempotency_key, emitted_at, payload, prev_hash, hash)
     RETURNING run_id, run_seq
 )
 INSERT INTO dvt_outbox (run_id, run_seq) SELECT run_id, run_seq FROM ins;
 
 -- name: update_seq
-UPDATE dvt_run_seq SET next_seq = $1, status = $2 WHERE run_id = $3;
+-- last_hash is the hash chain's head (issue 19), advanced with next_seq.
+UPDATE dvt_run_seq SET next_seq = $1, status = $2, last_hash = $3 WHERE run_id = $4;
 
 -- name: upsert_step_states
 INSERT INTO dvt_step_state (run_id, step_id, status, logical_attempt_id)

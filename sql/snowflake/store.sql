@@ -83,7 +83,8 @@ UPDATE dvt_run_seq SET next_seq = next_seq WHERE run_id = HEX_DECODE_STRING(/*:r
 --   DUPLICATE  every key of the batch is stored already (a retried append):
 --              nothing is written, 'E' rows hold the stored records;
 --   STALE      someone else wrote (or the client has no cached state): the
---              answer carries the run's row ('R'), the stored records of the
+--              answer carries the run's row ('R', with the hash chain's head
+--              in step_id), the stored records of the
 --              batch's keys ('E') and every step state ('S'); the client
 --              plans again and sends one more block;
 --   NOT_FOUND  the run has no sequence row.
@@ -147,7 +148,7 @@ BEGIN
   ELSE
     res := (
       SELECT 'R' AS kind, s.next_seq AS run_seq, r.tenant_id, r.project_id, r.environment_id,
-             NULL AS event_id, s.status AS event_type, NULL AS step_id, r.plan_id, r.plan_version,
+             NULL AS event_id, s.status AS event_type, s.last_hash AS step_id, r.plan_id, r.plan_version,
              NULL AS logical_attempt_id, NULL AS engine_attempt_id, NULL AS idempotency_key,
              NULL AS emitted_at, s.last_persisted_at AS persisted_at, NULL AS payload
       FROM dvt_run_seq s JOIN dvt_runs r ON r.run_id = s.run_id
@@ -250,14 +251,16 @@ SELECT HEX_DECODE_STRING(/*:run_id*/), HEX_DECODE_STRING(/*:tenant_id*/),
        CAST(HEX_DECODE_STRING(/*:created_at*/) AS TIMESTAMP_TZ(9));
 
 -- name: insert_seq
-INSERT INTO dvt_run_seq (run_id, next_seq, status, last_persisted_at)
+INSERT INTO dvt_run_seq (run_id, next_seq, status, last_persisted_at, last_hash)
 SELECT HEX_DECODE_STRING(/*:run_id*/), /*:next_seq*/, HEX_DECODE_STRING(/*:status*/),
-       CAST(HEX_DECODE_STRING(/*:persisted_at*/) AS TIMESTAMP_TZ(9));
+       CAST(HEX_DECODE_STRING(/*:persisted_at*/) AS TIMESTAMP_TZ(9)), HEX_DECODE_STRING(/*:last_hash*/);
 
 -- name: update_seq
+-- last_hash is the hash chain's head (issue 19), advanced with next_seq.
 UPDATE dvt_run_seq
 SET next_seq = /*:next_seq*/, status = HEX_DECODE_STRING(/*:status*/),
-    last_persisted_at = CAST(HEX_DECODE_STRING(/*:persisted_at*/) AS TIMESTAMP_TZ(9))
+    last_persisted_at = CAST(HEX_DECODE_STRING(/*:persisted_at*/) AS TIMESTAMP_TZ(9)),
+    last_hash = HEX_DECODE_STRING(/*:last_hash*/)
 WHERE run_id = HEX_DECODE_STRING(/*:run_id*/);
 
 -- name: merge_events
@@ -275,19 +278,22 @@ USING (
            HEX_DECODE_STRING(v.idempotency_key) AS idempotency_key,
            CAST(HEX_DECODE_STRING(v.emitted_at) AS TIMESTAMP_TZ(9)) AS emitted_at,
            CAST(HEX_DECODE_STRING(v.persisted_at) AS TIMESTAMP_TZ(9)) AS persisted_at,
-           PARSE_JSON(HEX_DECODE_STRING(v.payload)) AS payload
+           PARSE_JSON(HEX_DECODE_STRING(v.payload)) AS payload,
+           HEX_DECODE_STRING(v.prev_hash) AS prev_hash, HEX_DECODE_STRING(v.hash) AS hash,
+           HEX_DECODE_STRING(v.event_bytes) AS event_bytes
     FROM (VALUES /*rows*/) AS v (run_id, run_seq, tenant_id, project_id, environment_id, event_id,
                                  event_type, step_id, plan_id, plan_version, logical_attempt_id,
-                                 engine_attempt_id, idempotency_key, emitted_at, persisted_at, payload)
+                                 engine_attempt_id, idempotency_key, emitted_at, persisted_at, payload,
+                                 prev_hash, hash, event_bytes)
 ) s
 ON t.run_id = s.run_id AND t.idempotency_key = s.idempotency_key
 WHEN NOT MATCHED THEN INSERT
     (run_id, run_seq, tenant_id, project_id, environment_id, event_id, event_type, step_id,
      plan_id, plan_version, logical_attempt_id, engine_attempt_id, idempotency_key,
-     emitted_at, persisted_at, payload)
+     emitted_at, persisted_at, payload, prev_hash, hash, event_bytes)
 VALUES (s.run_id, s.run_seq, s.tenant_id, s.project_id, s.environment_id, s.event_id, s.event_type,
         s.step_id, s.plan_id, s.plan_version, s.logical_attempt_id, s.engine_attempt_id,
-        s.idempotency_key, s.emitted_at, s.persisted_at, s.payload);
+        s.idempotency_key, s.emitted_at, s.persisted_at, s.payload, s.prev_hash, s.hash, s.event_bytes);
 
 -- name: insert_outbox
 -- Enqueues what the MERGE stored in this transaction, by reference.

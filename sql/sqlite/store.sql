@@ -17,12 +17,14 @@ INSERT INTO dvt_run_seq (run_id, next_seq, status) VALUES (?, 1, 'NONE');
 -- Under BEGIN IMMEDIATE the database write lock is already ours, so no other
 -- writer can touch the run's sequence row until we commit: a plain read is
 -- enough here (Snowflake has no such lock and updates the row first).
-SELECT s.next_seq, s.status, r.tenant_id, r.project_id, r.environment_id, r.plan_id, r.plan_version
+SELECT s.next_seq, s.status, r.tenant_id, r.project_id, r.environment_id, r.plan_id, r.plan_version,
+       s.last_hash
 FROM dvt_run_seq s JOIN dvt_runs r ON r.run_id = s.run_id
 WHERE s.run_id = ?;
 
 -- name: update_seq
-UPDATE dvt_run_seq SET next_seq = ?, status = ? WHERE run_id = ?;
+-- last_hash is the hash chain's head (issue 19), advanced with next_seq.
+UPDATE dvt_run_seq SET next_seq = ?, status = ?, last_hash = ? WHERE run_id = ?;
 
 -- name: existing_event
 SELECT run_id, run_seq, tenant_id, project_id, environment_id, event_id, event_type, step_id,
@@ -46,8 +48,9 @@ ON CONFLICT (run_id, step_id) DO UPDATE SET status = excluded.status,
 -- name: insert_event
 INSERT INTO dvt_run_events (run_id, run_seq, tenant_id, project_id, environment_id, event_id,
                             event_type, step_id, plan_id, plan_version, logical_attempt_id,
-                            engine_attempt_id, idempotency_key, emitted_at, persisted_at, payload)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                            engine_attempt_id, idempotency_key, emitted_at, persisted_at, payload,
+                            prev_hash, hash)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (run_id, idempotency_key) DO NOTHING;
 
 -- name: insert_outbox

@@ -139,7 +139,7 @@ func (s *Store) readAppendBatch(br pgx.BatchResults, runID string, lease *engine
 		return row, nil, nil, err
 	}
 	var status string
-	err := br.QueryRow().Scan(&row.nextSeq, &status, &row.tenant, &row.project, &row.env, &row.planID, &row.planVersion)
+	err := br.QueryRow().Scan(&row.nextSeq, &status, &row.tenant, &row.project, &row.env, &row.planID, &row.planVersion, &row.lastHash)
 	row.status = engine.RunStatus(status)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return row, nil, nil, engine.Errorf(engine.CodeRunNotFound, "run %s does not exist (bootstrap it first); nothing was written", runID)

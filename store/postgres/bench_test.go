@@ -227,3 +227,45 @@ func benchClaims(b *testing.B, claim func(ctx context.Context, s *postgres.Store
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "claims/s")
 }
+
+// BenchmarkAppendChain appends batches of 10 events to two stores, one
+// with the hash chain and one without, alternating batch by batch so that
+// load falls on both alike, and reports each one's time per batch and
+// their ratio (target: chained/unchained ≤ 1.10).
+func BenchmarkAppendChain(b *testing.B) {
+	const batch = 10
+	ctx := context.Background()
+	open := func() (*postgres.Store, *storetest.Fixture) {
+		s, err := postgres.Open(ctx, pgtest.DSN(b), postgres.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { s.Close() })
+		f := storetest.NewFixture()
+		f.Bootstrap(b, s)
+		return s, f
+	}
+	chained, fc := open()
+	plain, fp := open()
+	postgres.Unchained(plain)
+	ec, ep := benchEvents(fc, b.N*batch), benchEvents(fp, b.N*batch)
+	var tc, tp time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		for _, chain := range []bool{i%2 == 0, i%2 != 0} {
+			s, f, ev, t := plain, fp, ep, &tp
+			if chain {
+				s, f, ev, t = chained, fc, ec, &tc
+			}
+			start := time.Now()
+			if _, err := s.AppendAndEnqueue(ctx, f.Meta.RunID, ev[i*batch:(i+1)*batch]); err != nil {
+				b.Fatal(err)
+			}
+			*t += time.Since(start)
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(tc.Microseconds())/float64(b.N), "chained-µs/batch")
+	b.ReportMetric(float64(tp.Microseconds())/float64(b.N), "unchained-µs/batch")
+	b.ReportMetric(float64(tc)/float64(tp), "chained/unchained")
+}

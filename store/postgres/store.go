@@ -28,6 +28,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/audit"
 	sqlfiles "github.com/dvtrun/dvtrun/sql"
 	"github.com/dvtrun/dvtrun/store"
 )
@@ -74,6 +75,12 @@ type Store struct {
 	*store.QueueSQL
 	// BundleSQL keeps the plan bundles of runs and requests.
 	store.BundleSQL
+	// AuditSQL reads the hash chains and keeps the global log.
+	*store.AuditSQL
+
+	// unchained appends without the hash chain: only the benchmark that
+	// measures the chain's cost sets it (export_test.go).
+	unchained bool
 }
 
 // Open connects to the database of dsn (a libpq URL or key=value DSN) and
@@ -113,6 +120,10 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 		return nil, err
 	}
 	if s.QueueSQL, err = s.newQueue(); err != nil {
+		db.Close()
+		return nil, err
+	}
+	if s.AuditSQL, err = s.newAudit(); err != nil {
 		db.Close()
 		return nil, err
 	}
@@ -325,6 +336,7 @@ type runRow struct {
 	status               engine.RunStatus
 	tenant, project, env string
 	planID, planVersion  string
+	lastHash             string // the hash chain's head (audit.Genesis before the first event)
 }
 
 func (r runRow) metadata(runID string) engine.RunMetadata {
@@ -345,7 +357,7 @@ func (s *Store) BootstrapRun(ctx context.Context, meta engine.RunMetadata, first
 	if err != nil {
 		return engine.AppendResult{}, err
 	}
-	row := runRow{nextSeq: 1, status: engine.StatusNone, tenant: meta.TenantID, project: meta.ProjectID, env: meta.EnvironmentID, planID: meta.PlanID, planVersion: meta.PlanVersion}
+	row := runRow{nextSeq: 1, status: engine.StatusNone, tenant: meta.TenantID, project: meta.ProjectID, env: meta.EnvironmentID, planID: meta.PlanID, planVersion: meta.PlanVersion, lastHash: audit.Genesis}
 	var res engine.AppendResult
 	err = s.tx(ctx, func(tx *sqlx.Tx) error {
 		now := s.now()
@@ -436,14 +448,19 @@ func (s *Store) appendTx(runID string, row runRow, b store.Batch, now string, st
 	var res engine.AppendResult
 	var fresh []engine.RunEventWrite
 	cols := eventColumns{}
-	seq := row.nextSeq
+	seq, head := row.nextSeq, row.lastHash
 	for _, e := range b.Events {
 		if r, ok := stored[e.IdempotencyKey]; ok {
 			res.Deduped = append(res.Deduped, r)
 			continue
 		}
-		cols.add(seq, e)
 		rec := engine.RunEventRecord{RunEventWrite: e, RunSeq: seq, PersistedAt: persisted}
+		link := audit.Chained{}
+		if !s.unchained {
+			link = audit.Chain(head, []engine.RunEventRecord{rec})[0]
+			head = link.Hash
+		}
+		cols.add(seq, e, link)
 		stored[e.IdempotencyKey] = rec
 		res.Appended = append(res.Appended, rec)
 		fresh = append(fresh, e)
@@ -460,10 +477,10 @@ func (s *Store) appendTx(runID string, row runRow, b store.Batch, now string, st
 		first := fresh[0]
 		if err := exec(s.q["insert_events"], runID, first.TenantID, first.ProjectID, first.EnvironmentID,
 			first.PlanID, first.PlanVersion, now, cols.seq, cols.eventID, cols.eventType, cols.stepID, cols.logical,
-			cols.engine, cols.key, cols.emitted, cols.payload); err != nil {
+			cols.engine, cols.key, cols.emitted, cols.payload, cols.prevHash, cols.hash); err != nil {
 			return engine.AppendResult{}, err
 		}
-		if err := exec(s.q["update_seq"], seq, string(status), runID); err != nil {
+		if err := exec(s.q["update_seq"], seq, string(status), head, runID); err != nil {
 			return engine.AppendResult{}, err
 		}
 		var ids, statuses []string
@@ -501,9 +518,20 @@ type eventColumns struct {
 	seq, logical, engine             []int64
 	eventID, eventType, key, emitted []string
 	stepID, payload                  []*string
+	prevHash, hash                   []*string
 }
 
-func (c *eventColumns) add(seq int64, e engine.RunEventWrite) {
+// nullText is NULL for "" (an unchained benchmark's hash columns).
+func nullText(v string) *string {
+	if v == "" {
+		return nil
+	}
+	return &v
+}
+
+func (c *eventColumns) add(seq int64, e engine.RunEventWrite, link audit.Chained) {
+	c.prevHash = append(c.prevHash, nullText(link.PrevHash))
+	c.hash = append(c.hash, nullText(link.Hash))
 	c.seq = append(c.seq, seq)
 	c.logical = append(c.logical, int64(e.LogicalAttemptID))
 	c.engine = append(c.engine, int64(e.EngineAttemptID))

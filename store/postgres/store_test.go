@@ -2,8 +2,12 @@ package postgres_test
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/dvtrun/dvtrun/engine/audit"
 	"github.com/dvtrun/dvtrun/store"
 	"github.com/dvtrun/dvtrun/store/postgres"
 	"github.com/dvtrun/dvtrun/store/postgres/pgtest"
@@ -32,4 +36,106 @@ func TestConformance(t *testing.T) {
 			return func(t *testing.T) store.Store { return openStore(t, dsn, postgres.Options{}) }
 		},
 	})
+}
+
+func TestTamperEvidence(t *testing.T) {
+	storetest.RunAudit(t, storetest.AuditBackend{
+		Fresh: func(t *testing.T) storetest.AuditStore {
+			s := openStore(t, pgtest.DSN(t), postgres.Options{}).(*postgres.Store)
+			t.Cleanup(func() { s.Close() })
+			return s
+		},
+		Tamper: func(t *testing.T, s storetest.AuditStore, stmts ...string) {
+			// The tables' owner can switch the triggers off: what the chain
+			// and the checkpoints are for.
+			db := s.(*postgres.Store).DB()
+			for _, table := range []string{"dvt_run_events", "dvt_audit_genesis", "dvt_audit_log", "dvt_audit_checkpoints"} {
+				stmts = append([]string{"ALTER TABLE " + table + " DISABLE TRIGGER USER"}, stmts...)
+			}
+			for _, q := range stmts {
+				if _, err := db.ExecContext(context.Background(), q); err != nil {
+					t.Fatalf("%s: %v", q, err)
+				}
+			}
+		},
+		Guarded: func(s storetest.AuditStore, stmt string) error {
+			_, err := s.(*postgres.Store).DB().ExecContext(context.Background(), stmt)
+			return err
+		},
+		JSON: func(quoted string) string { return quoted },
+		Rows: func(t *testing.T, s storetest.AuditStore, q string) []string {
+			var out []string
+			if err := s.(*postgres.Store).DB().SelectContext(context.Background(), &out, q); err != nil {
+				t.Fatalf("%s: %v", q, err)
+			}
+			return out
+		},
+	})
+}
+
+// TestAppendOnlyRole sets up README's role for dvtrun (no ownership, no
+// UPDATE, DELETE or TRUNCATE on the append-only tables) and checks that
+// doctor fails for the owner and passes for the role, that the role is
+// refused UPDATE and DELETE by privilege, and that it can still append,
+// checkpoint and verify.
+func TestAppendOnlyRole(t *testing.T) {
+	ctx := context.Background()
+	dsn := pgtest.DSN(t)
+	owner := openStore(t, dsn, postgres.Options{}).(*postgres.Store)
+	defer owner.Close()
+	f := storetest.SeedAudit(t, owner)
+	failed := func(s *postgres.Store) []string {
+		t.Helper()
+		gs, err := s.AuditGuards(ctx)
+		if err != nil || len(gs) != 12 {
+			t.Fatalf("guards: %v %v", gs, err)
+		}
+		var out []string
+		for _, g := range gs {
+			if !g.OK {
+				out = append(out, g.Check)
+			}
+		}
+		return out
+	}
+	if got := failed(owner); len(got) != 8 {
+		t.Fatalf("as the owner, failed checks %v: want owner and privileges of the 4 tables", got)
+	}
+	role := fmt.Sprintf("dvtrun_app_%d", time.Now().UnixNano()%1_000_000_000)
+	for _, q := range []string{
+		"CREATE ROLE " + role + " LOGIN",
+		"GRANT USAGE ON SCHEMA public TO " + role,
+		"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO " + role,
+		"REVOKE UPDATE, DELETE, TRUNCATE ON dvt_run_events, dvt_audit_genesis, dvt_audit_log, dvt_audit_checkpoints FROM " + role,
+	} {
+		if _, err := owner.DB().ExecContext(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	t.Cleanup(func() {
+		owner.DB().ExecContext(ctx, "DROP OWNED BY "+role)
+		owner.DB().ExecContext(ctx, "DROP ROLE "+role)
+	})
+	app := openStore(t, strings.Replace(dsn, "user=dvt", "user="+role, 1), postgres.Options{}).(*postgres.Store)
+	defer app.Close()
+	if got := failed(app); len(got) != 0 {
+		t.Fatalf("as the role, failed checks %v", got)
+	}
+	for _, q := range []string{
+		"UPDATE dvt_run_events SET payload = NULL WHERE run_id = '" + f.A + "'",
+		"DELETE FROM dvt_audit_log",
+		"TRUNCATE dvt_audit_checkpoints",
+	} {
+		if _, err := app.DB().ExecContext(ctx, q); err == nil || !strings.Contains(err.Error(), "permission denied") {
+			t.Errorf("%s: %v, want permission denied", q, err)
+		}
+	}
+	storetest.NewFixture().Bootstrap(t, app) // a run appended as the role
+	if cp := storetest.Checkpoint(t, app); cp.Size != 14 {
+		t.Fatalf("checkpoint as the role: %d events, want 14", cp.Size)
+	}
+	rep, err := audit.Verify(ctx, app, audit.VerifyOptions{PublicKey: storetest.TestPublicKey})
+	if err != nil || rep.Problem != nil || rep.Checkpoints != 2 {
+		t.Fatalf("verify as the role: %+v %v", rep, err)
+	}
 }

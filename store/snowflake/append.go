@@ -1,6 +1,7 @@
 package snowflake
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"database/sql/driver"
@@ -12,6 +13,7 @@ import (
 	"github.com/snowflakedb/gosnowflake"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/audit"
 	"github.com/dvtrun/dvtrun/store"
 )
 
@@ -95,6 +97,7 @@ type runRow struct {
 	tenant, project, env string
 	planID, planVersion  string
 	lastPersisted        time.Time
+	lastHash             string // the hash chain's head (audit.Genesis before the first event)
 }
 
 // metadata is the part of the run's dvt_runs row its events must match.
@@ -233,7 +236,7 @@ const maxReservedRounds = 3
 
 // bootstrapOnce plans the bootstrap of events and sends one block.
 func (s *Store) bootstrapOnce(ctx context.Context, meta engine.RunMetadata, events []engine.RunEventWrite) (engine.AppendResult, cachedRun, appendState, error) {
-	row := runRow{nextSeq: 1, status: engine.StatusNone, tenant: meta.TenantID, project: meta.ProjectID, env: meta.EnvironmentID, planID: meta.PlanID, planVersion: meta.PlanVersion}
+	row := runRow{nextSeq: 1, status: engine.StatusNone, tenant: meta.TenantID, project: meta.ProjectID, env: meta.EnvironmentID, planID: meta.PlanID, planVersion: meta.PlanVersion, lastHash: audit.Genesis}
 	b, err := store.FoldBatch(meta, events)
 	if err != nil {
 		return engine.AppendResult{}, cachedRun{}, appendState{}, err
@@ -439,7 +442,7 @@ func (s *Store) readAppendState(ctx context.Context, c querier, runID, q string,
 		case "R":
 			st.found = true
 			st.row = runRow{nextSeq: seq.Int64, status: engine.RunStatus(typ.String), tenant: tenant.String, project: project.String,
-				env: env.String, planID: planID.String, planVersion: planVersion.String}
+				env: env.String, planID: planID.String, planVersion: planVersion.String, lastHash: cmp.Or(step.String, audit.Genesis)}
 			if persisted.Valid {
 				st.row.lastPersisted = persisted.Time.UTC()
 			}
@@ -513,9 +516,16 @@ func (s *Store) planAppend(runID string, st appendState, b store.Batch, meta *en
 		}
 		status, after = engine.SkipInvalidTransitions(st.row.status, st.steps, fresh)
 	}
-	next.row.nextSeq, next.row.status, next.row.lastPersisted = seq, status, persisted
+	// The chain is planned with the rest: the block applies it only while
+	// next_seq is what was planned from, and then the head is too.
+	links := audit.Chain(st.row.lastHash, res.Appended)
+	head := st.row.lastHash
+	if len(links) > 0 {
+		head = links[len(links)-1].Hash
+	}
+	next.row.nextSeq, next.row.status, next.row.lastPersisted, next.row.lastHash = seq, status, persisted, head
 	next.steps = after
-	seqVals := map[string]string{"run_id": hexLit(runID), "next_seq": intLit(seq), "status": hexLit(string(status)), "persisted_at": hexLit(tsText(persisted))}
+	seqVals := map[string]string{"run_id": hexLit(runID), "next_seq": intLit(seq), "status": hexLit(string(status)), "persisted_at": hexLit(tsText(persisted)), "last_hash": hexLit(head)}
 	if meta != nil {
 		ins, err := render(s.q["insert_run"], map[string]string{
 			"run_id": hexLit(meta.RunID), "tenant_id": hexLit(meta.TenantID), "project_id": hexLit(meta.ProjectID),
@@ -549,7 +559,8 @@ func (s *Store) planAppend(runID string, st appendState, b store.Batch, meta *en
 			rows[i] = []string{hexLit(runID), intLit(r.RunSeq), hexLit(r.TenantID), hexLit(r.ProjectID), hexLit(r.EnvironmentID),
 				hexLit(r.EventID), hexLit(string(r.EventType)), hexOrNull(r.StepID), hexLit(r.PlanID), hexLit(r.PlanVersion),
 				intLit(int64(r.LogicalAttemptID)), intLit(int64(r.EngineAttemptID)), hexLit(r.IdempotencyKey),
-				hexLit(tsText(r.EmittedAt)), hexLit(tsText(r.PersistedAt)), hexOrNull(payload)}
+				hexLit(tsText(r.EmittedAt)), hexLit(tsText(r.PersistedAt)), hexOrNull(payload),
+				hexLit(links[i].PrevHash), hexLit(links[i].Hash), hexLit(string(links[i].EventBytes))}
 		}
 		merge, err := render(s.q["merge_events"], nil, rows)
 		if err != nil {

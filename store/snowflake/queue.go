@@ -43,9 +43,15 @@ func (s *Store) newQueue() (*store.QueueSQL, error) {
 
 // queueTx runs fn in one write transaction under the lock row.
 func (s *Store) queueTx(ctx context.Context, lock string, fn func(store.Tx) error) error {
+	return s.lockedTx(ctx, lock, "run queue", fn)
+}
+
+// lockedTx runs fn in one write transaction under a lock row; what names
+// the work in an error.
+func (s *Store) lockedTx(ctx context.Context, lock, what string, fn func(store.Tx) error) error {
 	return s.pinnedTx(ctx, lock, func(c *sql.Conn) (script, bool, error) {
 		if err := fn(c); err != nil {
-			return nil, false, s.classify("run queue", err)
+			return nil, false, s.classify(what, err)
 		}
 		return nil, true, nil
 	})

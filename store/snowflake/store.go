@@ -108,6 +108,9 @@ type Store struct {
 	*store.QueueSQL
 	// BundleSQL keeps the plan bundles of runs and requests.
 	store.BundleSQL
+	// AuditSQL reads the hash chains and keeps the global log.
+	*store.AuditSQL
+	aq map[string]string // audit.sql, for audit doctor
 }
 
 // Open connects to the database and schema a gosnowflake DSN names and
@@ -180,6 +183,10 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 		return nil, err
 	}
 	if s.QueueSQL, err = s.newQueue(); err != nil {
+		s.db.Close()
+		return nil, err
+	}
+	if s.AuditSQL, err = s.newAudit(); err != nil {
 		s.db.Close()
 		return nil, err
 	}

@@ -21,6 +21,7 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/audit"
 	sqlfiles "github.com/dvtrun/dvtrun/sql"
 	"github.com/dvtrun/dvtrun/store"
 )
@@ -57,6 +58,8 @@ type Store struct {
 	*store.QueueSQL
 	// BundleSQL keeps the plan bundles of runs and requests.
 	store.BundleSQL
+	// AuditSQL reads the hash chains and keeps the global log.
+	*store.AuditSQL
 
 	// writeMu serialises this process's write transactions: SQLite allows one
 	// writer at a time, and waiting on a mutex is cheaper and fairer than
@@ -64,6 +67,10 @@ type Store struct {
 	// IMMEDIATE and lock.
 	writeMu sync.Mutex
 	lock    *lockWaiter
+
+	// unchained appends without the hash chain: only the benchmark that
+	// measures the chain's cost sets it (export_test.go).
+	unchained bool
 }
 
 // Open opens (creating unless opts.MustExist) the state store at path and
@@ -115,6 +122,10 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		return nil, err
 	}
 	if s.QueueSQL, err = s.newQueue(); err != nil {
+		db.Close()
+		return nil, err
+	}
+	if s.AuditSQL, err = s.newAudit(); err != nil {
 		db.Close()
 		return nil, err
 	}
@@ -321,6 +332,7 @@ type runRow struct {
 	status               engine.RunStatus
 	tenant, project, env string
 	planID, planVersion  string
+	lastHash             string // the hash chain's head (audit.Genesis before the first event)
 }
 
 // metadata is the part of the run's dvt_runs row its events must match.
@@ -333,7 +345,7 @@ func (s *Store) BootstrapRun(ctx context.Context, meta engine.RunMetadata, first
 	if err := engine.ValidateMetadata(meta); err != nil {
 		return engine.AppendResult{}, err
 	}
-	row := runRow{nextSeq: 1, status: engine.StatusNone, tenant: meta.TenantID, project: meta.ProjectID, env: meta.EnvironmentID, planID: meta.PlanID, planVersion: meta.PlanVersion}
+	row := runRow{nextSeq: 1, status: engine.StatusNone, tenant: meta.TenantID, project: meta.ProjectID, env: meta.EnvironmentID, planID: meta.PlanID, planVersion: meta.PlanVersion, lastHash: audit.Genesis}
 	for _, e := range first {
 		if err := engine.Validate(e); err != nil {
 			return engine.AppendResult{}, err
@@ -417,7 +429,7 @@ func (s *Store) append(ctx context.Context, runID string, lease *engine.Lease, e
 	}
 	defer tx.Rollback()
 	var row runRow
-	err = tx.StmtContext(ctx, s.stmts["lock_seq"]).QueryRowContext(ctx, runID).Scan(&row.nextSeq, &row.status, &row.tenant, &row.project, &row.env, &row.planID, &row.planVersion)
+	err = tx.StmtContext(ctx, s.stmts["lock_seq"]).QueryRowContext(ctx, runID).Scan(&row.nextSeq, &row.status, &row.tenant, &row.project, &row.env, &row.planID, &row.planVersion, &row.lastHash)
 	if errors.Is(err, sql.ErrNoRows) {
 		return engine.AppendResult{}, engine.Errorf(engine.CodeRunNotFound, "run %s does not exist (bootstrap it first); nothing was written", runID)
 	}
@@ -461,11 +473,22 @@ func (s *Store) appendTx(ctx context.Context, tx *sqlx.Tx, runID string, row run
 	stored := map[string]engine.RunEventRecord{}
 	insert := tx.StmtContext(ctx, s.stmts["insert_event"])
 	outbox := tx.StmtContext(ctx, s.stmts["insert_outbox"])
-	seq := row.nextSeq
+	seq, head := row.nextSeq, row.lastHash
 	for _, e := range b.Events {
+		// The chain link is computed before the insert: a duplicate key
+		// inserts nothing and leaves seq and the chain's head as they were.
+		// The hash covers the columns as stored (audit.EventBytes).
+		rec := engine.RunEventRecord{RunEventWrite: e, RunSeq: seq, PersistedAt: persisted}
+		link := audit.Chained{Hash: head}
+		var prevCol, hashCol any
+		if !s.unchained {
+			link = audit.Chain(head, []engine.RunEventRecord{rec})[0]
+			prevCol, hashCol = link.PrevHash, link.Hash
+		}
 		r, err := insert.ExecContext(ctx, runID, seq, e.TenantID, e.ProjectID, e.EnvironmentID, e.EventID,
 			string(e.EventType), nullable(e.StepID), e.PlanID, e.PlanVersion, e.LogicalAttemptID, e.EngineAttemptID,
-			e.IdempotencyKey, e.EmittedAt.UTC().Format(engine.TimeFormat), now, nullableJSON(e.Payload))
+			e.IdempotencyKey, e.EmittedAt.UTC().Format(engine.TimeFormat), now, nullableJSON(e.Payload),
+			prevCol, hashCol)
 		if err != nil {
 			return engine.AppendResult{}, classify(s.path, err)
 		}
@@ -484,11 +507,10 @@ func (s *Store) appendTx(ctx context.Context, tx *sqlx.Tx, runID string, row run
 		if _, err := outbox.ExecContext(ctx, runID, seq); err != nil {
 			return engine.AppendResult{}, classify(s.path, err)
 		}
-		rec := engine.RunEventRecord{RunEventWrite: e, RunSeq: seq, PersistedAt: persisted}
 		stored[e.IdempotencyKey] = rec
 		res.Appended = append(res.Appended, rec)
 		fresh = append(fresh, e)
-		seq++
+		seq, head = seq+1, link.Hash
 	}
 	if len(fresh) > 0 {
 		steps, err := s.stepStates(ctx, tx, runID, fresh)
@@ -502,7 +524,7 @@ func (s *Store) appendTx(ctx context.Context, tx *sqlx.Tx, runID string, row run
 			}
 			status, after = engine.SkipInvalidTransitions(row.status, steps, fresh)
 		}
-		if _, err := s.exec(ctx, tx, "update_seq", seq, string(status), runID); err != nil {
+		if _, err := s.exec(ctx, tx, "update_seq", seq, string(status), head, runID); err != nil {
 			return engine.AppendResult{}, err
 		}
 		for id, st := range after {

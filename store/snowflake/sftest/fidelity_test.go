@@ -28,6 +28,13 @@ func TestFidelity(t *testing.T) {
 			want: "x'y,7",
 		},
 		{
+			name: "SHA2 is the lowercase hex SHA-256 of the string's UTF-8 bytes",
+			doc: `SHA2 / SHA2_HEX: "SHA2( <msg> [, <digest_size>] )" returns a hex-encoded string; digest_size ` +
+				`defaults to 256; the example gives SHA2('a', 256) = 'ca978112ca1bbdcafac231b39a23dc4da786eff8147c4e72b9807785afee48bb'.`,
+			query: "SELECT SHA2('a', 256), SHA2('a') = SHA2_HEX('a', 256)",
+			want:  "ca978112ca1bbdcafac231b39a23dc4da786eff8147c4e72b9807785afee48bb,1",
+		},
+		{
 			name:  "LIMIT ? takes a bind",
 			doc:   `LIMIT / FETCH: "LIMIT <count>" — count is a constant, which a bind variable is at compile time.`,
 			setup: []string{"CREATE TABLE l (a INT)", "INSERT INTO l VALUES (1), (2), (3)"},

@@ -336,7 +336,8 @@ var functionRewrites = map[string][2]string{
 	"ARRAY_CONSTRUCT":       {"json_array(", ")"},
 }
 
-// rewriteDateFunctions gives DATEDIFF, TIMESTAMPDIFF, DATE_TRUNC and
+// rewriteDateFunctions (and SHA2, whose digest size argument DuckDB's
+// sha256 lacks) gives DATEDIFF, TIMESTAMPDIFF, DATE_TRUNC and
 // DATE_PART a quoted date part where Snowflake allows a bare word (day,
 // millisecond …), and turns DATEADD/TIMESTAMPADD(part, n, ts), which DuckDB
 // lacks, into (ts + (n) * INTERVAL '1 part').
@@ -362,6 +363,21 @@ func rewriteDateFunctions(toks []token) []token {
 			out = append(out, token{kind: tkPunct, text: ") + ("})
 			out = append(out, rewriteDateFunctions(trimLead(args[1]))...)
 			out = append(out, token{kind: tkPunct, text: ") * INTERVAL " + duckString("1 "+part) + ")"})
+			i = closeAt
+			continue
+		case "SHA2", "SHA2_HEX":
+			// SHA2(msg [, 256]) is the hex SHA-256 of the string's UTF-8
+			// bytes, lowercase (Snowflake's docs: SHA2('a', 256) =
+			// 'ca978112…48bb'); DuckDB's sha256 is the same. Other digest
+			// sizes are left for DuckDB to refuse.
+			closeAt := skipParens(toks, i+1)
+			args := splitArgs(toks[i+2 : closeAt])
+			if len(args) == 2 && (len(args[1]) != 1 || bare(args[1][0]) != "256") || len(args) > 2 {
+				break
+			}
+			out = append(out, token{kind: tkWord, text: pre + "sha256"}, token{kind: tkPunct, text: "("})
+			out = append(out, rewriteDateFunctions(trimLead(args[0]))...)
+			out = append(out, token{kind: tkPunct, text: ")"})
 			i = closeAt
 			continue
 		case "DATEDIFF", "TIMESTAMPDIFF", "DATE_TRUNC", "DATE_PART":

@@ -1,0 +1,209 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dvtrun/dvtrun/store/storetest"
+)
+
+// auditHarness runs the example plan once and signs a checkpoint of it
+// with the test key, held in DVT_AUDIT_KEY as a deployment would.
+func auditHarness(t *testing.T) (h *harness, runID, checkpoint string) {
+	t.Helper()
+	h = newHarness(t)
+	h.env["DVT_AUDIT_KEY"] = storetest.TestKey
+	if r := h.run("run", fixture("ok", "plan.yaml")); r.code != 0 {
+		t.Fatalf("run: %d %s", r.code, r.stderr)
+	}
+	runID = h.onlyRun()
+	checkpoint = filepath.Join(h.dir, "checkpoint.txt")
+	if r := h.run("audit", "checkpoint", "--out", checkpoint); r.code != 0 || !strings.Contains(r.stdout, "written to") {
+		t.Fatalf("audit checkpoint: %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	return h, runID, checkpoint
+}
+
+// tamper runs statements on the state store file as its owner would:
+// the append-only triggers dropped first.
+func (h *harness) tamper(stmts ...string) {
+	h.t.Helper()
+	db, err := sql.Open("sqlite", h.statePath())
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	defer db.Close()
+	for _, table := range []string{"dvt_run_events", "dvt_audit_genesis", "dvt_audit_log", "dvt_audit_checkpoints"} {
+		stmts = append([]string{"DROP TRIGGER IF EXISTS " + table + "_no_update", "DROP TRIGGER IF EXISTS " + table + "_no_delete"}, stmts...)
+	}
+	for _, q := range stmts {
+		if _, err := db.ExecContext(context.Background(), q); err != nil {
+			h.t.Fatalf("%s: %v", q, err)
+		}
+	}
+}
+
+func TestAuditVerifyCLI(t *testing.T) {
+	cases := []struct {
+		name  string
+		stmts func(run string) []string
+		args  []string
+		msgs  []string // in the error line; none: verify passes
+	}{
+		{"untouched", nil, nil, nil},
+		{"payload updated", func(run string) []string {
+			return []string{`UPDATE dvt_run_events SET payload = '{"rowsAffected":1}' WHERE run_id = '` + run + `' AND run_seq = 5`}
+		}, nil, []string{"runSeq 5", "the row does not hash to its hash"}},
+		{"event deleted", func(run string) []string {
+			return []string{`DELETE FROM dvt_run_events WHERE run_id = '` + run + `' AND run_seq = 3`}
+		}, nil, []string{"runSeq 3 is missing"}},
+		{"tail truncated", func(run string) []string {
+			return []string{`DELETE FROM dvt_run_events WHERE run_id = '` + run + `' AND run_seq > 6`}
+		}, nil, []string{"runSeq 7 is missing"}},
+		{"run deleted", func(run string) []string {
+			return []string{`DELETE FROM dvt_run_events WHERE run_id = '` + run + `'`, `DELETE FROM dvt_run_seq WHERE run_id = '` + run + `'`}
+		}, nil, []string{"runSeq 1: in the log at index"}},
+		{"run, log and checkpoints deleted: the external checkpoint remembers", func(run string) []string {
+			return []string{`DELETE FROM dvt_run_events`, `DELETE FROM dvt_run_seq`, `DELETE FROM dvt_audit_log`, `DELETE FROM dvt_audit_checkpoints`}
+		}, []string{"--checkpoint", "checkpoint.txt"}, []string{"the external checkpoint covers", "events were removed"}},
+		{"checkpoint replaced", func(string) []string {
+			return []string{`UPDATE dvt_audit_checkpoints SET note = REPLACE(note, 'dvtrun.audit', 'dvtrun.other')`}
+		}, nil, []string{"stored checkpoint of size", "not signed by the pinned key"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			h, runID, cp := auditHarness(t)
+			if c.stmts != nil {
+				h.tamper(c.stmts(runID)...)
+			}
+			args := []string{"audit", "verify", "--public-key", storetest.TestPublicKey}
+			for _, a := range c.args {
+				if a == "checkpoint.txt" {
+					a = cp
+				}
+				args = append(args, a)
+			}
+			r := h.run(append(args, "--all")...)
+			if c.msgs == nil {
+				if r.code != 0 || !strings.Contains(r.stdout, "verified 1 runs") || !strings.Contains(r.stdout, "1 stored checkpoints") {
+					t.Fatalf("exit %d: %q %q", r.code, r.stdout, r.stderr)
+				}
+				if r := h.run("audit", "verify", "--public-key", storetest.TestPublicKey, "--checkpoint", cp, runID); r.code != 0 {
+					t.Fatalf("verify RUN_ID --checkpoint: exit %d %q", r.code, r.stderr)
+				}
+				return
+			}
+			wantError(t, r, exitFailed, "AUDIT_VERIFY_FAILED", c.msgs...)
+		})
+	}
+}
+
+func TestAuditCommands(t *testing.T) {
+	h, runID, cp := auditHarness(t)
+	t.Run("key prints the public key of the signing key", func(t *testing.T) {
+		r := h.run("audit", "key")
+		if r.code != 0 || strings.TrimSpace(r.stdout) != storetest.TestPublicKey || strings.Contains(r.stdout+r.stderr, storetest.TestKey) {
+			t.Fatalf("audit key: %d %q %q", r.code, r.stdout, r.stderr)
+		}
+		r = h.run("audit", "key", "--new", "acme.audit")
+		if r.code != 0 || !strings.Contains(r.stdout, "private key (keep secret): PRIVATE+KEY+acme.audit+") || !strings.Contains(r.stdout, "public key: acme.audit+") {
+			t.Fatalf("audit key --new: %d %q %q", r.code, r.stdout, r.stderr)
+		}
+	})
+	t.Run("key without the secret is SECRET_NOT_FOUND", func(t *testing.T) {
+		h2 := newHarness(t)
+		wantError(t, h2.run("audit", "key"), exitUsage, "SECRET_NOT_FOUND", "DVT_AUDIT_KEY")
+	})
+	t.Run("checkpoint again: unchanged, same note", func(t *testing.T) {
+		before, _ := os.ReadFile(cp)
+		r := h.run("audit", "checkpoint", "--out", cp)
+		after, _ := os.ReadFile(cp)
+		if r.code != 0 || !strings.Contains(r.stdout, "unchanged") || string(before) != string(after) {
+			t.Fatalf("second checkpoint: %d %q %q", r.code, r.stdout, r.stderr)
+		}
+	})
+	t.Run("verify without a pinned key is refused", func(t *testing.T) {
+		wantError(t, h.run("audit", "verify", "--all"), exitUsage, "INVALID_ARGUMENT", "no public key is pinned")
+	})
+	t.Run("prove prints a proof the independent verifier accepts", func(t *testing.T) {
+		r := h.run("audit", "prove", runID, "3")
+		if r.code != 0 {
+			t.Fatalf("prove: %d %s", r.code, r.stderr)
+		}
+		var p inclusionProof
+		if err := json.Unmarshal([]byte(r.stdout), &p); err != nil {
+			t.Fatal(err)
+		}
+		if err := checkInclusionProof(r.stdout, storetest.TestPublicKey); err != nil {
+			t.Fatalf("independent check of the proof: %v\n%s", err, r.stdout)
+		}
+		// A proof of another event does not pass for this one.
+		var bad map[string]any
+		json.Unmarshal([]byte(r.stdout), &bad)
+		bad["runSeq"] = 4
+		b, _ := json.Marshal(bad)
+		if err := checkInclusionProof(string(b), storetest.TestPublicKey); err == nil {
+			t.Fatal("a proof with another runSeq verifies")
+		}
+	})
+	t.Run("prove an event the run does not have", func(t *testing.T) {
+		wantError(t, h.run("audit", "prove", runID, "999"), exitUsage, "RUN_NOT_FOUND", "runSeq 999")
+	})
+	t.Run("doctor: triggers present, then one dropped", func(t *testing.T) {
+		r := h.run("audit", "doctor")
+		if r.code != 0 || strings.Count(r.stdout, " ok ") != 8 {
+			t.Fatalf("doctor: %d %q %q", r.code, r.stdout, r.stderr)
+		}
+		h.tamper() // drops them
+		wantError(t, h.run("audit", "doctor"), exitFailed, "AUDIT_VERIFY_FAILED", "8 of 8 append-only checks failed")
+	})
+}
+
+// TestServeSignsCheckpoints: serve with an audit section signs a
+// checkpoint of the run it ran, writes it beside the configuration, and
+// the store verifies against it.
+func TestServeSignsCheckpoints(t *testing.T) {
+	h := newHarness(t)
+	h.env["DVT_AUDIT_KEY"] = storetest.TestKey
+	cfg := filepath.Join(h.dir, "dvt.yaml")
+	if err := os.WriteFile(cfg, []byte("audit:\n  signingKeyEnv: DVT_AUDIT_KEY\n  publicKey: "+storetest.TestPublicKey+
+		"\n  checkpointFile: checkpoint.txt\n  every: 1s\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h.env["DVT_CONFIG"] = cfg
+	if r := h.run("enqueue", fixture("ok", "plan.yaml")); r.code != 0 {
+		t.Fatalf("enqueue: %+v", r)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan result, 1)
+	go func() { done <- h.runCtx(ctx, "serve", "--poll", "100ms") }()
+	cp := filepath.Join(h.dir, "checkpoint.txt")
+	// Every chained event of the finished run is in a checkpoint: the
+	// run has ended, the log holds all its events and the newest
+	// checkpoint covers the whole log. Bounded at 60 s.
+	whole := regexp.MustCompile(`verified 1 runs: (\d+) events, (\d+) chained; global log of (\d+) events; [1-9]\d* stored checkpoints\nnewest checkpoint: (\d+) events`)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		r := h.run("audit", "verify", "--all", "--checkpoint", cp)
+		m := whole.FindStringSubmatch(r.stdout)
+		if r.code == 0 && m != nil && m[1] == m[2] && m[2] == m[3] && m[3] == m[4] && strings.Contains(h.run("runs").stdout, "COMPLETED") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("waited 60s for a checkpoint of the whole finished run; last verify: %d %q %q", r.code, r.stdout, r.stderr)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	cancel()
+	if r := <-done; r.code != 0 || !strings.Contains(r.stderr, `"msg":"checkpoint signed"`) {
+		t.Fatalf("serve exited %d: %s", r.code, r.stderr)
+	}
+}

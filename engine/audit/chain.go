@@ -1,0 +1,128 @@
+// Package audit makes dvtrun's event log tamper-evident: a SHA-256 hash
+// chain per run (computed by the append authority in the transaction that
+// assigns runSeq), a global log of the chained events as an RFC 6962 Merkle
+// tree (golang.org/x/mod/sumdb/tlog) and Ed25519-signed checkpoints of it
+// in the C2SP signed-note format (golang.org/x/mod/sumdb/note). The
+// canonical forms here are documented in README ("Tamper-evident log"):
+// an auditor recomputes them without dvtrun.
+package audit
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"strconv"
+
+	"github.com/dvtrun/dvtrun/engine"
+)
+
+// HashVersion names the canonical form of a link; it is the first line of
+// every hashed text, so a later form never collides with this one.
+const HashVersion = "dvtrun-chain-v1"
+
+// Genesis is the prev_hash of a run's first chained event: 64 zeros. A run
+// that existed before the chain starts at the runSeq its genesis row
+// records (dvt_audit_genesis); its earlier events are not chained.
+const Genesis = "0000000000000000000000000000000000000000000000000000000000000000"
+
+// fieldCount is the number of event columns in EventBytes.
+const fieldCount = 14
+
+// EventBytes is the event as the chain hashes it: the row's columns as the
+// SQLite and Postgres stores keep them, in this order — event_id,
+// event_type, step_id, tenant_id, project_id, environment_id, plan_id,
+// plan_version, logical_attempt_id, engine_attempt_id, idempotency_key,
+// emitted_at, persisted_at, payload — each written as its length in bytes,
+// ':' and its text, or '-' for NULL. Times are engine.TimeFormat (RFC 3339,
+// UTC, nine fractional digits) and the payload is its JSON text exactly as
+// stored. The length prefixes make the form unambiguous whatever a value
+// holds; the SQL view recomputes it from the columns. (Snowflake keeps
+// these bytes in event_bytes: its payload VARIANT re-serialises.)
+func EventBytes(rec engine.RunEventRecord) []byte {
+	var b []byte
+	add := func(v string) {
+		b = strconv.AppendInt(b, int64(len(v)), 10)
+		b = append(b, ':')
+		b = append(b, v...)
+	}
+	addNull := func(v string, null bool) {
+		if null {
+			b = append(b, '-')
+			return
+		}
+		add(v)
+	}
+	add(rec.EventID)
+	add(string(rec.EventType))
+	addNull(rec.StepID, rec.StepID == "")
+	add(rec.TenantID)
+	add(rec.ProjectID)
+	add(rec.EnvironmentID)
+	add(rec.PlanID)
+	add(rec.PlanVersion)
+	add(strconv.Itoa(rec.LogicalAttemptID))
+	add(strconv.Itoa(rec.EngineAttemptID))
+	add(rec.IdempotencyKey)
+	add(rec.EmittedAt.UTC().Format(engine.TimeFormat))
+	add(rec.PersistedAt.UTC().Format(engine.TimeFormat))
+	p := string(rec.Payload)
+	addNull(p, p == "" || p == "null")
+	return b
+}
+
+// splitEventBytes reads EventBytes back into its fields (nil for NULL);
+// ok is false for bytes not in the form.
+func splitEventBytes(b []byte) (fields []*string, ok bool) {
+	for len(b) > 0 {
+		if b[0] == '-' {
+			fields, b = append(fields, nil), b[1:]
+			continue
+		}
+		i := 0
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+		}
+		if i == 0 || i == len(b) || b[i] != ':' {
+			return nil, false
+		}
+		n, err := strconv.Atoi(string(b[:i]))
+		if err != nil || i+1+n > len(b) {
+			return nil, false
+		}
+		v := string(b[i+1 : i+1+n])
+		fields, b = append(fields, &v), b[i+1+n:]
+	}
+	return fields, len(fields) == fieldCount
+}
+
+// Link returns the event's hash, lowercase hex: SHA-256 over
+//
+//	dvtrun-chain-v1 LF run_id LF run_seq LF event_bytes LF prev_hash
+//
+// with run_seq in decimal and prev_hash the previous link's hash (Genesis
+// for the first). prev_hash has a fixed length at the end and event_bytes
+// is length-prefixed, so the text is unambiguous (run ids hold no LF).
+func Link(runID string, runSeq int64, eventBytes []byte, prevHash string) string {
+	h := sha256.New()
+	h.Write([]byte(HashVersion + "\n" + runID + "\n" + strconv.FormatInt(runSeq, 10) + "\n"))
+	h.Write(eventBytes)
+	h.Write([]byte("\n" + prevHash))
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// Chained is one event as the append authority chains it.
+type Chained struct {
+	PrevHash, Hash string
+	EventBytes     []byte
+}
+
+// Chain links recs (consecutive runSeqs of one run) after prevHash.
+func Chain(prevHash string, recs []engine.RunEventRecord) []Chained {
+	out := make([]Chained, len(recs))
+	for i, r := range recs {
+		b := EventBytes(r)
+		h := Link(r.RunID, r.RunSeq, b, prevHash)
+		out[i] = Chained{PrevHash: prevHash, Hash: h, EventBytes: b}
+		prevHash = h
+	}
+	return out
+}

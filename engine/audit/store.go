@@ -1,0 +1,49 @@
+package audit
+
+import (
+	"context"
+
+	"github.com/dvtrun/dvtrun/engine"
+)
+
+// RunHead is a run's sequence row and where its chain starts.
+type RunHead struct {
+	RunID    string
+	Status   engine.RunStatus
+	NextSeq  int64
+	FirstSeq int64
+}
+
+// StoredCheckpoint is a row of dvt_audit_checkpoints.
+type StoredCheckpoint struct {
+	Size int64
+	Root string // base64, as in the note
+	Note []byte
+}
+
+// Log is the global log and its checkpoints, as the checkpointer and the
+// verifier use them (store.AuditSQL implements it).
+type Log interface {
+	// AssignLogIndexes gives every chained event not yet in the log the
+	// next indexes and returns how many.
+	AssignLogIndexes(ctx context.Context) (int64, error)
+	LogEntries(ctx context.Context, from int64) ([]LogEntry, error)
+	Checkpoints(ctx context.Context) ([]StoredCheckpoint, error)
+}
+
+// Store is what verification reads (the state stores implement it).
+type Store interface {
+	Log
+	AuditRuns(ctx context.Context, runID string) ([]RunHead, error)
+	Links(ctx context.Context, runID string) (map[int64]StoredLink, error)
+	EventHashes(ctx context.Context) (map[string]map[int64]string, error)
+	ListEvents(ctx context.Context, runID string, afterSeq int64, limit int) ([]engine.RunEventRecord, error)
+}
+
+// Guard is one check of `audit doctor`: how the store enforces
+// append-only for this connection.
+type Guard struct {
+	Check  string
+	OK     bool
+	Detail string
+}

@@ -1,0 +1,105 @@
+-- The tamper-evident log's statements (store.AuditSQL, issue 19). Same
+-- names in every dialect.
+
+-- name: audit_runs
+-- Every run with its sequence row and where its chain starts.
+SELECT s.run_id, s.status, s.next_seq, COALESCE(g.first_seq, 1)
+FROM dvt_run_seq s LEFT JOIN dvt_audit_genesis g ON g.run_id = s.run_id
+ORDER BY s.run_id;
+
+-- name: audit_run
+SELECT s.run_id, s.status, s.next_seq, COALESCE(g.first_seq, 1)
+FROM dvt_run_seq s LEFT JOIN dvt_audit_genesis g ON g.run_id = s.run_id
+WHERE s.run_id = $1;
+
+-- name: audit_links
+-- The hashed bytes are the row's columns (audit.EventBytes): none stored.
+SELECT run_seq, prev_hash, hash, CAST(NULL AS TEXT) FROM dvt_run_events WHERE run_id = $1 ORDER BY run_seq;
+
+-- name: audit_event_hashes
+SELECT run_id, run_seq, hash FROM dvt_run_events WHERE hash IS NOT NULL;
+
+-- name: audit_log
+SELECT log_index, run_id, run_seq, hash FROM dvt_audit_log WHERE log_index >= $1 ORDER BY log_index;
+
+-- name: audit_log_entry
+SELECT log_index, run_id, run_seq, hash FROM dvt_audit_log WHERE run_id = $1 AND run_seq = $2;
+
+-- name: audit_lock
+-- Serialises the checkpointers for the length of the transaction (appends
+-- never take it). An advisory lock, not LOCK TABLE: that would need UPDATE
+-- or DELETE on dvt_audit_log, which README's role for dvtrun does not have.
+SELECT pg_advisory_xact_lock(hashtext('dvtrun/audit'));
+
+-- name: audit_assign
+-- Gives every chained event not yet in the global log the next indexes,
+-- in the order the store persisted them. Runs under audit_lock.
+INSERT INTO dvt_audit_log (log_index, run_id, run_seq, hash)
+SELECT (SELECT COALESCE(MAX(log_index) + 1, 0) FROM dvt_audit_log)
+         + ROW_NUMBER() OVER (ORDER BY e.persisted_at, e.run_id, e.run_seq) - 1,
+       e.run_id, e.run_seq, e.hash
+FROM dvt_run_events e
+WHERE e.hash IS NOT NULL
+  AND NOT EXISTS (SELECT 1 FROM dvt_audit_log l WHERE l.run_id = e.run_id AND l.run_seq = e.run_seq);
+
+-- name: audit_checkpoints
+SELECT tree_size, root_hash, note FROM dvt_audit_checkpoints ORDER BY tree_size;
+
+-- name: audit_latest_checkpoint
+SELECT tree_size, root_hash, note FROM dvt_audit_checkpoints ORDER BY tree_size DESC LIMIT 1;
+
+-- name: audit_insert_checkpoint
+-- Two checkpointers signing the same size sign the same root: the first
+-- row stays.
+INSERT INTO dvt_audit_checkpoints (tree_size, root_hash, note, created_at)
+SELECT $1, $2, $3, $4 WHERE NOT EXISTS (SELECT 1 FROM dvt_audit_checkpoints WHERE tree_size = $5)
+ON CONFLICT (tree_size) DO NOTHING;
+
+-- name: audit_chain_view
+-- The body of the dvt_audit_chain view (migration 0500).
+SELECT c.run_id, c.run_seq, c.prev_hash, c.hash, c.recomputed_hash,
+       c.recomputed_hash = c.hash
+         AND c.prev_hash = COALESCE(c.previous_hash, repeat('0', 64))
+         AND c.run_seq = COALESCE(c.previous_seq + 1, c.first_seq) AS ok
+FROM (
+    SELECT e.run_id, e.run_seq, e.prev_hash, e.hash,
+           encode(sha256(convert_to('dvtrun-chain-v1' || chr(10) || e.run_id || chr(10) || e.run_seq::text || chr(10)
+               || octet_length(e.event_id) || ':' || e.event_id
+               || octet_length(e.event_type) || ':' || e.event_type
+               || COALESCE(octet_length(e.step_id) || ':' || e.step_id, '-')
+               || octet_length(e.tenant_id) || ':' || e.tenant_id
+               || octet_length(e.project_id) || ':' || e.project_id
+               || octet_length(e.environment_id) || ':' || e.environment_id
+               || octet_length(e.plan_id) || ':' || e.plan_id
+               || octet_length(e.plan_version) || ':' || e.plan_version
+               || octet_length(e.logical_attempt_id::text) || ':' || e.logical_attempt_id
+               || octet_length(e.engine_attempt_id::text) || ':' || e.engine_attempt_id
+               || octet_length(e.idempotency_key) || ':' || e.idempotency_key
+               || octet_length(e.emitted_at) || ':' || e.emitted_at
+               || octet_length(e.persisted_at) || ':' || e.persisted_at
+               || COALESCE(octet_length(e.payload::text) || ':' || e.payload::text, '-')
+               || chr(10) || e.prev_hash, 'UTF8')), 'hex') AS recomputed_hash,
+           LAG(e.hash) OVER w AS previous_hash,
+           LAG(e.run_seq) OVER w AS previous_seq,
+           COALESCE(g.first_seq, 1) AS first_seq
+    FROM dvt_run_events e LEFT JOIN dvt_audit_genesis g ON g.run_id = e.run_id
+    WHERE e.hash IS NOT NULL
+    WINDOW w AS (PARTITION BY e.run_id ORDER BY e.run_seq)
+) c
+
+-- name: audit_guards
+-- What this connection may do to the append-only tables (audit doctor):
+-- per table, its owner, whether the current user owns it (an owner can
+-- disable the triggers), holds UPDATE, DELETE or TRUNCATE, and how many of
+-- its two append-only triggers are enabled.
+SELECT t.tablename, t.tableowner, t.tableowner = current_user,
+       has_table_privilege(current_user, t.tablename, 'UPDATE'),
+       has_table_privilege(current_user, t.tablename, 'DELETE'),
+       has_table_privilege(current_user, t.tablename, 'TRUNCATE'),
+       (SELECT COUNT(*) FROM pg_trigger g
+        WHERE g.tgrelid = t.tablename::regclass AND NOT g.tgisinternal AND g.tgenabled <> 'D'
+          AND g.tgfoid = 'dvt_append_only'::regproc)
+FROM pg_tables t
+WHERE t.schemaname = current_schema()
+  AND t.tablename IN ('dvt_run_events', 'dvt_audit_genesis', 'dvt_audit_log', 'dvt_audit_checkpoints')
+ORDER BY t.tablename;

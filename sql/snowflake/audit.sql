@@ -1,0 +1,73 @@
+-- The tamper-evident log's statements (store.AuditSQL, issue 19). Same
+-- names in every dialect.
+
+-- name: audit_runs
+-- Every run with its sequence row and where its chain starts.
+SELECT s.run_id, s.status, s.next_seq, COALESCE(g.first_seq, 1)
+FROM dvt_run_seq s LEFT JOIN dvt_audit_genesis g ON g.run_id = s.run_id
+ORDER BY s.run_id;
+
+-- name: audit_run
+SELECT s.run_id, s.status, s.next_seq, COALESCE(g.first_seq, 1)
+FROM dvt_run_seq s LEFT JOIN dvt_audit_genesis g ON g.run_id = s.run_id
+WHERE s.run_id = ?;
+
+-- name: audit_links
+SELECT run_seq, prev_hash, hash, event_bytes FROM dvt_run_events WHERE run_id = ? ORDER BY run_seq;
+
+-- name: audit_event_hashes
+SELECT run_id, run_seq, hash FROM dvt_run_events WHERE hash IS NOT NULL;
+
+-- name: audit_log
+SELECT log_index, run_id, run_seq, hash FROM dvt_audit_log WHERE log_index >= ? ORDER BY log_index;
+
+-- name: audit_log_entry
+SELECT log_index, run_id, run_seq, hash FROM dvt_audit_log WHERE run_id = ? AND run_seq = ?;
+
+-- name: audit_lock
+-- Serialises the checkpointers (appends are not held up: the lock row has
+-- a table of its own).
+UPDATE dvt_audit_lock SET owner = owner WHERE lock_name = 'audit';
+
+-- name: audit_assign
+-- Gives every chained event not yet in the global log the next indexes,
+-- in the order the store persisted them. Runs under audit_lock (Snowflake
+-- enforces no key on log_index).
+INSERT INTO dvt_audit_log (log_index, run_id, run_seq, hash)
+SELECT (SELECT COALESCE(MAX(log_index) + 1, 0) FROM dvt_audit_log)
+         + ROW_NUMBER() OVER (ORDER BY e.persisted_at, e.run_id, e.run_seq) - 1,
+       e.run_id, e.run_seq, e.hash
+FROM dvt_run_events e
+WHERE e.hash IS NOT NULL
+  AND NOT EXISTS (SELECT 1 FROM dvt_audit_log l WHERE l.run_id = e.run_id AND l.run_seq = e.run_seq);
+
+-- name: audit_checkpoints
+SELECT tree_size, root_hash, note FROM dvt_audit_checkpoints ORDER BY tree_size;
+
+-- name: audit_latest_checkpoint
+SELECT tree_size, root_hash, note FROM dvt_audit_checkpoints ORDER BY tree_size DESC LIMIT 1;
+
+-- name: audit_insert_checkpoint
+-- Two checkpointers signing the same size sign the same root: the first
+-- row stays.
+INSERT INTO dvt_audit_checkpoints (tree_size, root_hash, note, created_at)
+SELECT ?, ?, ?, CAST(? AS TIMESTAMP_TZ(9))
+WHERE NOT EXISTS (SELECT 1 FROM dvt_audit_checkpoints WHERE tree_size = ?);
+
+-- name: audit_current_role
+SELECT CURRENT_ROLE();
+
+-- name: audit_grants_events
+-- audit doctor: the grants on each append-only table (Snowflake's SHOW
+-- GRANTS ON TABLE: created_on, privilege, granted_on, name, granted_to,
+-- grantee_name, grant_option, granted_by).
+SHOW GRANTS ON TABLE dvt_run_events;
+
+-- name: audit_grants_genesis
+SHOW GRANTS ON TABLE dvt_audit_genesis;
+
+-- name: audit_grants_log
+SHOW GRANTS ON TABLE dvt_audit_log;
+
+-- name: audit_grants_checkpoints
+SHOW GRANTS ON TABLE dvt_audit_checkpoints;

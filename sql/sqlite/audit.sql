@@ -1,0 +1,58 @@
+-- The tamper-evident log's statements (store.AuditSQL, issue 19). Same
+-- names in every dialect.
+
+-- name: audit_runs
+-- Every run with its sequence row and where its chain starts.
+SELECT s.run_id, s.status, s.next_seq, COALESCE(g.first_seq, 1)
+FROM dvt_run_seq s LEFT JOIN dvt_audit_genesis g ON g.run_id = s.run_id
+ORDER BY s.run_id;
+
+-- name: audit_run
+SELECT s.run_id, s.status, s.next_seq, COALESCE(g.first_seq, 1)
+FROM dvt_run_seq s LEFT JOIN dvt_audit_genesis g ON g.run_id = s.run_id
+WHERE s.run_id = ?;
+
+-- name: audit_links
+-- The hashed bytes are the row's columns (audit.EventBytes): none stored.
+SELECT run_seq, prev_hash, hash, CAST(NULL AS TEXT) FROM dvt_run_events WHERE run_id = ? ORDER BY run_seq;
+
+-- name: audit_event_hashes
+SELECT run_id, run_seq, hash FROM dvt_run_events WHERE hash IS NOT NULL;
+
+-- name: audit_log
+SELECT log_index, run_id, run_seq, hash FROM dvt_audit_log WHERE log_index >= ? ORDER BY log_index;
+
+-- name: audit_log_entry
+SELECT log_index, run_id, run_seq, hash FROM dvt_audit_log WHERE run_id = ? AND run_seq = ?;
+
+-- name: audit_assign
+-- Gives every chained event not yet in the global log the next indexes,
+-- in the order the store persisted them. Runs under the write lock.
+INSERT INTO dvt_audit_log (log_index, run_id, run_seq, hash)
+SELECT (SELECT COALESCE(MAX(log_index) + 1, 0) FROM dvt_audit_log)
+         + ROW_NUMBER() OVER (ORDER BY e.persisted_at, e.run_id, e.run_seq) - 1,
+       e.run_id, e.run_seq, e.hash
+FROM dvt_run_events e
+WHERE e.hash IS NOT NULL
+  AND NOT EXISTS (SELECT 1 FROM dvt_audit_log l WHERE l.run_id = e.run_id AND l.run_seq = e.run_seq);
+
+-- name: audit_checkpoints
+SELECT tree_size, root_hash, note FROM dvt_audit_checkpoints ORDER BY tree_size;
+
+-- name: audit_insert_checkpoint
+-- Two checkpointers signing the same size sign the same root: the first
+-- row stays.
+INSERT INTO dvt_audit_checkpoints (tree_size, root_hash, note, created_at)
+SELECT ?1, ?2, ?3, ?4 WHERE NOT EXISTS (SELECT 1 FROM dvt_audit_checkpoints WHERE tree_size = ?5)
+ON CONFLICT (tree_size) DO NOTHING;
+
+-- name: audit_latest_checkpoint
+SELECT tree_size, root_hash, note FROM dvt_audit_checkpoints ORDER BY tree_size DESC LIMIT 1;
+
+-- name: audit_triggers
+-- The append-only triggers present (audit doctor).
+SELECT name FROM sqlite_master WHERE type = 'trigger' AND name IN (
+    'dvt_run_events_no_update', 'dvt_run_events_no_delete',
+    'dvt_audit_genesis_no_update', 'dvt_audit_genesis_no_delete',
+    'dvt_audit_log_no_update', 'dvt_audit_log_no_delete',
+    'dvt_audit_checkpoints_no_update', 'dvt_audit_checkpoints_no_delete');

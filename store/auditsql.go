@@ -1,0 +1,182 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/base64"
+	"errors"
+	"time"
+
+	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/audit"
+)
+
+// AuditDialect is what a backend gives AuditSQL: its statements (the same
+// names in sql/<dialect>/audit.sql), its write transaction and how it binds
+// a timestamp.
+type AuditDialect struct {
+	Queries map[string]string
+	Read    Tx
+	// Write runs fn in one write transaction that serialises the
+	// checkpointers (SQLite: BEGIN IMMEDIATE; Postgres and Snowflake: a
+	// lock) and classifies its errors.
+	Write    func(ctx context.Context, fn func(tx Tx) error) error
+	Classify func(op string, err error) error
+	Time     func(time.Time) any
+}
+
+// AuditSQL reads the hash chains and keeps the global log and its
+// checkpoints, once for every SQL backend (engine/audit does the hashing).
+type AuditSQL struct{ d AuditDialect }
+
+// NewAuditSQL returns the audit log over a backend's dialect.
+func NewAuditSQL(d AuditDialect) *AuditSQL { return &AuditSQL{d: d} }
+
+// AuditRuns lists the runs with a sequence row: all, or the one given.
+func (a *AuditSQL) AuditRuns(ctx context.Context, runID string) ([]audit.RunHead, error) {
+	q, args := a.d.Queries["audit_runs"], []any(nil)
+	if runID != "" {
+		q, args = a.d.Queries["audit_run"], []any{runID}
+	}
+	rows, err := a.d.Read.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, a.d.Classify("audit runs", err)
+	}
+	defer rows.Close()
+	var out []audit.RunHead
+	for rows.Next() {
+		var r audit.RunHead
+		var status string
+		if err := rows.Scan(&r.RunID, &status, &r.NextSeq, &r.FirstSeq); err != nil {
+			return nil, a.d.Classify("audit runs", err)
+		}
+		r.Status = engine.RunStatus(status)
+		out = append(out, r)
+	}
+	return out, a.d.Classify("audit runs", rows.Err())
+}
+
+// Links returns a run's chain columns by runSeq.
+func (a *AuditSQL) Links(ctx context.Context, runID string) (map[int64]audit.StoredLink, error) {
+	rows, err := a.d.Read.QueryContext(ctx, a.d.Queries["audit_links"], runID)
+	if err != nil {
+		return nil, a.d.Classify("audit links", err)
+	}
+	defer rows.Close()
+	out := map[int64]audit.StoredLink{}
+	for rows.Next() {
+		var seq int64
+		var prev, hash, bytes sql.NullString
+		if err := rows.Scan(&seq, &prev, &hash, &bytes); err != nil {
+			return nil, a.d.Classify("audit links", err)
+		}
+		out[seq] = audit.StoredLink{PrevHash: prev.String, Hash: hash.String, EventBytes: []byte(bytes.String)}
+	}
+	return out, a.d.Classify("audit links", rows.Err())
+}
+
+// EventHashes returns every chained event's hash, by run and runSeq.
+func (a *AuditSQL) EventHashes(ctx context.Context) (map[string]map[int64]string, error) {
+	rows, err := a.d.Read.QueryContext(ctx, a.d.Queries["audit_event_hashes"])
+	if err != nil {
+		return nil, a.d.Classify("audit hashes", err)
+	}
+	defer rows.Close()
+	out := map[string]map[int64]string{}
+	for rows.Next() {
+		var run, hash string
+		var seq int64
+		if err := rows.Scan(&run, &seq, &hash); err != nil {
+			return nil, a.d.Classify("audit hashes", err)
+		}
+		if out[run] == nil {
+			out[run] = map[int64]string{}
+		}
+		out[run][seq] = hash
+	}
+	return out, a.d.Classify("audit hashes", rows.Err())
+}
+
+// AssignLogIndexes gives every chained event not yet in the global log
+// the next log indexes, and returns how many it gave.
+func (a *AuditSQL) AssignLogIndexes(ctx context.Context) (int64, error) {
+	var n int64
+	err := a.d.Write(ctx, func(tx Tx) error {
+		res, err := tx.ExecContext(ctx, a.d.Queries["audit_assign"])
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	return n, err
+}
+
+// LogEntries returns the global log from index from on, in index order.
+func (a *AuditSQL) LogEntries(ctx context.Context, from int64) ([]audit.LogEntry, error) {
+	rows, err := a.d.Read.QueryContext(ctx, a.d.Queries["audit_log"], from)
+	if err != nil {
+		return nil, a.d.Classify("audit log", err)
+	}
+	defer rows.Close()
+	var out []audit.LogEntry
+	for rows.Next() {
+		var e audit.LogEntry
+		if err := rows.Scan(&e.Index, &e.RunID, &e.RunSeq, &e.Hash); err != nil {
+			return nil, a.d.Classify("audit log", err)
+		}
+		out = append(out, e)
+	}
+	return out, a.d.Classify("audit log", rows.Err())
+}
+
+// LogEntry returns an event's entry in the global log; ok is false when
+// the checkpointer has not indexed it yet.
+func (a *AuditSQL) LogEntry(ctx context.Context, runID string, runSeq int64) (e audit.LogEntry, ok bool, err error) {
+	err = a.d.Read.QueryRowContext(ctx, a.d.Queries["audit_log_entry"], runID, runSeq).Scan(&e.Index, &e.RunID, &e.RunSeq, &e.Hash)
+	if errors.Is(err, sql.ErrNoRows) {
+		return e, false, nil
+	}
+	return e, err == nil, a.d.Classify("audit log", err)
+}
+
+// Checkpoints returns the stored checkpoints by tree size.
+func (a *AuditSQL) Checkpoints(ctx context.Context) ([]audit.StoredCheckpoint, error) {
+	rows, err := a.d.Read.QueryContext(ctx, a.d.Queries["audit_checkpoints"])
+	if err != nil {
+		return nil, a.d.Classify("audit checkpoints", err)
+	}
+	defer rows.Close()
+	var out []audit.StoredCheckpoint
+	for rows.Next() {
+		var c audit.StoredCheckpoint
+		var note string
+		if err := rows.Scan(&c.Size, &c.Root, &note); err != nil {
+			return nil, a.d.Classify("audit checkpoints", err)
+		}
+		c.Note = []byte(note)
+		out = append(out, c)
+	}
+	return out, a.d.Classify("audit checkpoints", rows.Err())
+}
+
+// SaveCheckpoint stores a signed checkpoint (a second one of the same size
+// is ignored: it signs the same root).
+func (a *AuditSQL) SaveCheckpoint(ctx context.Context, cp audit.Checkpoint, at time.Time) error {
+	return a.d.Write(ctx, func(tx Tx) error {
+		_, err := tx.ExecContext(ctx, a.d.Queries["audit_insert_checkpoint"], cp.Size, base64.StdEncoding.EncodeToString(cp.Root[:]), string(cp.Note), a.d.Time(at), cp.Size)
+		return err
+	})
+}
+
+// LatestCheckpoint returns the stored checkpoint of the largest size.
+func (a *AuditSQL) LatestCheckpoint(ctx context.Context) (audit.StoredCheckpoint, bool, error) {
+	var c audit.StoredCheckpoint
+	var note string
+	err := a.d.Read.QueryRowContext(ctx, a.d.Queries["audit_latest_checkpoint"]).Scan(&c.Size, &c.Root, &note)
+	if errors.Is(err, sql.ErrNoRows) {
+		return c, false, nil
+	}
+	c.Note = []byte(note)
+	return c, err == nil, a.d.Classify("audit checkpoints", err)
+}

@@ -1,0 +1,85 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/dvtrun/dvtrun/engine/audit"
+	sqlfiles "github.com/dvtrun/dvtrun/sql"
+	"github.com/dvtrun/dvtrun/store"
+)
+
+// newAudit is the tamper-evident log's reads and its global log
+// (store.AuditSQL) on this database; checkpointers serialise on an
+// advisory lock, which appends never take.
+func (s *Store) newAudit() (*store.AuditSQL, error) {
+	q, err := sqlfiles.Queries(sqlfiles.Postgres, "audit.sql")
+	if err != nil {
+		return nil, err
+	}
+	return store.NewAuditSQL(store.AuditDialect{
+		Queries: q,
+		Read:    s.db,
+		Write: func(ctx context.Context, fn func(store.Tx) error) error {
+			return s.tx(ctx, func(tx *sqlx.Tx) error {
+				if _, err := tx.ExecContext(ctx, q["audit_lock"]); err != nil {
+					return err
+				}
+				return fn(tx)
+			})
+		},
+		Classify: func(_ string, err error) error { return s.classify(err) },
+		Time:     func(t time.Time) any { return timeText(t) },
+	}), nil
+}
+
+// AuditGuards reports what this connection may do to the append-only
+// tables (audit doctor): their triggers must be enabled, and the user
+// dvtrun connects as should neither own them (an owner can disable the
+// triggers) nor hold UPDATE, DELETE or TRUNCATE on them.
+func (s *Store) AuditGuards(ctx context.Context) ([]audit.Guard, error) {
+	q, err := sqlfiles.Query(sqlfiles.Postgres, "audit.sql", "audit_guards")
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.db.QueryContext(ctx, q)
+	if err != nil {
+		return nil, s.classify(err)
+	}
+	defer rows.Close()
+	var out []audit.Guard
+	for rows.Next() {
+		var table, owner string
+		var owns, upd, del, trunc bool
+		var triggers int
+		if err := rows.Scan(&table, &owner, &owns, &upd, &del, &trunc, &triggers); err != nil {
+			return nil, s.classify(err)
+		}
+		out = append(out, audit.Guard{Check: "triggers on " + table, OK: triggers == 2,
+			Detail: fmt.Sprintf("%d of 2 append-only triggers enabled", triggers)})
+		g := audit.Guard{Check: "owner of " + table, OK: !owns, Detail: "owned by " + owner + ", not this user"}
+		if owns {
+			g.Detail = "this user owns it and can disable its triggers: connect as a role without ownership"
+		}
+		out = append(out, g)
+		var held []string
+		for _, p := range []struct {
+			name string
+			has  bool
+		}{{"UPDATE", upd}, {"DELETE", del}, {"TRUNCATE", trunc}} {
+			if p.has {
+				held = append(held, p.name)
+			}
+		}
+		g = audit.Guard{Check: "privileges on " + table, OK: len(held) == 0, Detail: "no UPDATE, DELETE or TRUNCATE"}
+		if len(held) > 0 {
+			g.Detail = "this user holds " + strings.Join(held, ", ") + " (the triggers still refuse them)"
+		}
+		out = append(out, g)
+	}
+	return out, s.classify(rows.Err())
+}

@@ -1,0 +1,284 @@
+package storetest
+
+import (
+	"bytes"
+	"crypto/ed25519"
+	"fmt"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/audit"
+	"github.com/dvtrun/dvtrun/store"
+)
+
+// AuditStore is a state store with the tamper-evident log.
+type AuditStore interface {
+	store.Store
+	audit.Store
+	audit.CheckpointLog
+}
+
+// AuditBackend is one database under the tamper-evidence suite.
+type AuditBackend struct {
+	// Fresh opens a handle on a new, empty database.
+	Fresh func(t *testing.T) AuditStore
+	// Tamper runs statements on the store's database as its owner would:
+	// past the append-only guards (triggers), as one script.
+	Tamper func(t *testing.T, s AuditStore, stmts ...string)
+	// Guarded runs one statement with the guards in place; nil when the
+	// dialect has none to enforce (Snowflake: grants, see audit doctor).
+	Guarded func(s AuditStore, stmt string) error
+	// JSON is the SQL expression of a JSON payload literal (already quoted
+	// text, e.g. '{"a":1}'): PARSE_JSON on Snowflake.
+	JSON func(quoted string) string
+	// Rows runs a query and returns its first column as text; nil when the
+	// dialect has no dvt_audit_chain view (no SHA-256 in SQL: SQLite).
+	Rows func(t *testing.T, s AuditStore, query string) []string
+}
+
+// TestKey is a fixed signing key for tests (a seed of 32 bytes 0x07) and
+// OtherKey a second one, for a checkpoint signed by someone else.
+var TestKey, TestPublicKey = fixedKey(0x07, "dvtrun.audit")
+var OtherKey, OtherPublicKey = fixedKey(0x09, "dvtrun.audit")
+
+func fixedKey(b byte, name string) (string, string) {
+	skey, vkey, err := audit.GenerateKey(bytes.NewReader(bytes.Repeat([]byte{b}, ed25519.SeedSize)), name)
+	if err != nil {
+		panic(err)
+	}
+	return skey, vkey
+}
+
+// AuditFixture is the content every mutation starts from: run A (five
+// events, completed), run B (five events, failed), a checkpoint, and run C
+// appended after it (two events, not yet checkpointed).
+type AuditFixture struct {
+	A, B, C    string
+	Checkpoint audit.Checkpoint
+}
+
+// SeedAudit writes the fixture and checkpoints A and B.
+func SeedAudit(t testing.TB, s AuditStore) AuditFixture {
+	t.Helper()
+	a, b, c := NewFixture(), NewFixture(), NewFixture()
+	a.Bootstrap(t, s)
+	appendAll(t, s, a, a.Event(engine.StepStarted, "model.x", 1), a.Event(engine.StepCompleted, "model.x", 1))
+	appendAll(t, s, a, a.Event(engine.RunCompleted, "", 1))
+	b.Bootstrap(t, s)
+	appendAll(t, s, b, b.Event(engine.StepStarted, "model.y", 1))
+	appendAll(t, s, b, b.Event(engine.StepFailed, "model.y", 1), b.Event(engine.RunFailed, "", 1))
+	cp := Checkpoint(t, s)
+	c.Bootstrap(t, s)
+	return AuditFixture{A: a.Meta.RunID, B: b.Meta.RunID, C: c.Meta.RunID, Checkpoint: cp}
+}
+
+func appendAll(t testing.TB, s store.Store, f *Fixture, evs ...engine.RunEventWrite) {
+	t.Helper()
+	if _, err := s.AppendAndEnqueue(ctx, f.Meta.RunID, evs); err != nil {
+		t.Fatalf("append: %v", err)
+	}
+}
+
+// Checkpoint runs a checkpointer over s with TestKey.
+func Checkpoint(t testing.TB, s AuditStore) audit.Checkpoint {
+	t.Helper()
+	c := &audit.Checkpointer{Log: s, SigningKey: TestKey, Now: func() time.Time { return time.Date(2026, 4, 1, 12, 0, 0, 0, time.UTC) }}
+	cp, _, err := c.Checkpoint(ctx)
+	if err != nil {
+		t.Fatalf("checkpoint: %v", err)
+	}
+	return cp
+}
+
+// RunAudit runs the tamper-evidence suite: an untouched store verifies,
+// each mutation an owner of the tables can make is found and named, and
+// the guards refuse UPDATE and DELETE where the dialect enforces them.
+func RunAudit(t *testing.T, b AuditBackend) {
+	t.Run("ChainLinksEveryEvent", func(t *testing.T) {
+		s := b.Fresh(t)
+		f := SeedAudit(t, s)
+		links, err := s.Links(ctx, f.A)
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs := events(t, s, f.A)
+		prev := audit.Genesis
+		for _, r := range recs {
+			l := links[r.RunSeq]
+			b := l.EventBytes // Snowflake stores them; elsewhere they are the row's columns
+			if len(b) == 0 {
+				b = audit.EventBytes(r)
+			}
+			if l.PrevHash != prev || l.Hash != audit.Link(f.A, r.RunSeq, b, prev) {
+				t.Fatalf("runSeq %d: link %+v does not chain after %s", r.RunSeq, l, prev)
+			}
+			prev = l.Hash
+		}
+		if len(recs) != 5 || f.Checkpoint.Size != 10 {
+			t.Fatalf("%d events in A, checkpoint of %d; want 5 and 10", len(recs), f.Checkpoint.Size)
+		}
+		// A duplicate append adds no link and leaves the head alone.
+		if _, err := s.AppendAndEnqueue(ctx, f.A, []engine.RunEventWrite{recs[4].RunEventWrite}); err != nil {
+			t.Fatal(err)
+		}
+		rep := verify(t, s, audit.VerifyOptions{PublicKey: TestPublicKey, External: f.Checkpoint.Note})
+		if rep.Problem != nil {
+			t.Fatalf("untouched store: %v", rep.Problem)
+		}
+		if rep.Runs != 3 || rep.Chained != 12 || rep.LogSize != 10 || rep.Checkpoints != 1 {
+			t.Fatalf("report %+v, want 3 runs, 12 chained events, a log of 10 and 1 checkpoint", rep)
+		}
+		// The next checkpoint covers C and is consistent with the first.
+		cp := Checkpoint(t, s)
+		if cp.Size != 12 {
+			t.Fatalf("second checkpoint of %d events, want 12", cp.Size)
+		}
+		if rep := verify(t, s, audit.VerifyOptions{PublicKey: TestPublicKey, External: f.Checkpoint.Note}); rep.Problem != nil || rep.Checkpoints != 2 {
+			t.Fatalf("after the second checkpoint: %+v", rep)
+		}
+	})
+
+	q := func(s string) string { return "'" + s + "'" }
+	other, err := audit.Sign(OtherKey, 10, [32]byte{1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mutations := []struct {
+		name     string
+		stmts    func(f AuditFixture) []string
+		external bool
+		run      func(f AuditFixture) string // the run named ("" for none)
+		seq      int64
+		want     string
+	}{
+		{"UpdatePayload", func(f AuditFixture) []string {
+			return []string{fmt.Sprintf(`UPDATE dvt_run_events SET payload = %s WHERE run_id = %s AND run_seq = 4`, b.JSON(`'{"rowsAffected":0}'`), q(f.A))}
+		}, false, func(f AuditFixture) string { return f.A }, 4, "payload differs|does not hash to its hash"},
+		{"UpdateEventType", func(f AuditFixture) []string {
+			return []string{fmt.Sprintf(`UPDATE dvt_run_events SET event_type = 'StepCompleted' WHERE run_id = %s AND run_seq = 4`, q(f.B))}
+		}, false, func(f AuditFixture) string { return f.B }, 4, "eventType differs|does not hash to its hash"},
+		{"UpdateHash", func(f AuditFixture) []string {
+			return []string{fmt.Sprintf(`UPDATE dvt_run_events SET hash = %s WHERE run_id = %s AND run_seq = 4`, q(strings.Repeat("a", 64)), q(f.A))}
+		}, false, func(f AuditFixture) string { return f.A }, 4, "does not match the stored event bytes|does not hash to its hash"},
+		{"DeleteEvent", func(f AuditFixture) []string {
+			return []string{fmt.Sprintf(`DELETE FROM dvt_run_events WHERE run_id = %s AND run_seq = 3`, q(f.A))}
+		}, false, func(f AuditFixture) string { return f.A }, 3, "runSeq 3 is missing"},
+		{"SwapRunSeqs", func(f AuditFixture) []string {
+			w := fmt.Sprintf(" WHERE run_id = %s AND run_seq = ", q(f.A))
+			return []string{
+				"UPDATE dvt_run_events SET run_seq = 100" + w + "2",
+				"UPDATE dvt_run_events SET run_seq = 2" + w + "3",
+				"UPDATE dvt_run_events SET run_seq = 3" + w + "100",
+			}
+		}, false, func(f AuditFixture) string { return f.A }, 2, "does not link to the previous event's hash"},
+		{"TruncateTail", func(f AuditFixture) []string {
+			return []string{fmt.Sprintf(`DELETE FROM dvt_run_events WHERE run_id = %s AND run_seq >= 4`, q(f.B))}
+		}, false, func(f AuditFixture) string { return f.B }, 4, "runSeq 4 is missing"},
+		{"TruncateTailAndItsSequenceRow", func(f AuditFixture) []string {
+			return []string{
+				fmt.Sprintf(`DELETE FROM dvt_run_events WHERE run_id = %s AND run_seq >= 4`, q(f.B)),
+				fmt.Sprintf(`UPDATE dvt_run_seq SET next_seq = 4, status = 'RUNNING' WHERE run_id = %s`, q(f.B)),
+			}
+		}, false, func(f AuditFixture) string { return f.B }, 4, "in the log at index"},
+		{"DeleteRun", func(f AuditFixture) []string {
+			return []string{
+				fmt.Sprintf(`DELETE FROM dvt_run_events WHERE run_id = %s`, q(f.A)),
+				fmt.Sprintf(`DELETE FROM dvt_run_seq WHERE run_id = %s`, q(f.A)),
+				fmt.Sprintf(`DELETE FROM dvt_runs WHERE run_id = %s`, q(f.A)),
+			}
+		}, false, func(f AuditFixture) string { return f.A }, 1, "in the log at index"},
+		{"DeleteRunWithItsLogAndCheckpoints", func(f AuditFixture) []string {
+			// B's events are the log's last four: without them the stored
+			// log is whole again, and only a checkpoint held outside shows
+			// what was there.
+			return []string{
+				fmt.Sprintf(`DELETE FROM dvt_run_events WHERE run_id = %s`, q(f.B)),
+				fmt.Sprintf(`DELETE FROM dvt_run_seq WHERE run_id = %s`, q(f.B)),
+				fmt.Sprintf(`DELETE FROM dvt_runs WHERE run_id = %s`, q(f.B)),
+				fmt.Sprintf(`DELETE FROM dvt_audit_log WHERE run_id = %s`, q(f.B)),
+				`DELETE FROM dvt_audit_checkpoints`,
+			}
+		}, true, func(AuditFixture) string { return "" }, 0, "covers 10 events but the log holds 5"},
+		{"ReplaceCheckpoint", func(f AuditFixture) []string {
+			return []string{fmt.Sprintf(`UPDATE dvt_audit_checkpoints SET note = %s WHERE tree_size = 10`, q(strings.ReplaceAll(string(other.Note), "'", "''")))}
+		}, false, func(AuditFixture) string { return "" }, 0, "not signed by the pinned key"},
+	}
+	for _, m := range mutations {
+		t.Run("Mutation"+m.name, func(t *testing.T) {
+			s := b.Fresh(t)
+			f := SeedAudit(t, s)
+			b.Tamper(t, s, m.stmts(f)...)
+			o := audit.VerifyOptions{PublicKey: TestPublicKey}
+			if m.external {
+				if rep := verify(t, s, o); rep.Problem != nil {
+					t.Fatalf("without the external checkpoint the rewritten store verifies (the test's premise): %v", rep.Problem)
+				}
+				o.External = f.Checkpoint.Note
+			}
+			rep := verify(t, s, o)
+			p := rep.Problem
+			if p == nil {
+				t.Fatal("verify found nothing")
+			}
+			if p.RunID != m.run(f) || p.RunSeq != m.seq || !regexp.MustCompile(m.want).MatchString(p.Error()) {
+				t.Fatalf("verify: %v\nwant run %q runSeq %d and %q", p, m.run(f), m.seq, m.want)
+			}
+		})
+	}
+
+	t.Run("ChainViewRecomputesEveryLink", func(t *testing.T) {
+		if b.Rows == nil {
+			t.Skip("this dialect has no SHA-256 in SQL: audit verify is the check")
+		}
+		s := b.Fresh(t)
+		f := SeedAudit(t, s)
+		const broken = `SELECT run_id || ':' || CAST(run_seq AS VARCHAR) FROM dvt_audit_chain WHERE NOT ok ORDER BY run_id, run_seq`
+		if ok := b.Rows(t, s, `SELECT CAST(COUNT(*) AS VARCHAR) FROM dvt_audit_chain WHERE ok`); len(ok) != 1 || ok[0] != "12" {
+			t.Fatalf("links ok: %v, want all 12", ok)
+		}
+		if got := b.Rows(t, s, broken); len(got) != 0 {
+			t.Fatalf("untouched chain: broken at %v", got)
+		}
+		// A hash replaced breaks its own row and the next one's link.
+		b.Tamper(t, s, fmt.Sprintf(`UPDATE dvt_run_events SET hash = %s WHERE run_id = %s AND run_seq = 4`, q(strings.Repeat("a", 64)), q(f.A)))
+		if got := b.Rows(t, s, broken); len(got) != 2 || got[0] != f.A+":4" || got[1] != f.A+":5" {
+			t.Fatalf("replaced hash: broken at %v, want [%s:4 %s:5]", got, f.A, f.A)
+		}
+	})
+
+	t.Run("GuardsRefuseUpdateAndDelete", func(t *testing.T) {
+		if b.Guarded == nil {
+			t.Skip("this dialect enforces append-only by grants (dvtrun audit doctor), not in the store")
+		}
+		s := b.Fresh(t)
+		f := SeedAudit(t, s)
+		for _, stmt := range []string{
+			fmt.Sprintf(`UPDATE dvt_run_events SET payload = NULL WHERE run_id = %s`, q(f.A)),
+			fmt.Sprintf(`DELETE FROM dvt_run_events WHERE run_id = %s AND run_seq = 5`, q(f.A)),
+			fmt.Sprintf(`UPDATE dvt_audit_log SET hash = 'x' WHERE run_id = %s`, q(f.A)),
+			fmt.Sprintf(`DELETE FROM dvt_audit_log WHERE run_id = %s`, q(f.A)),
+			`UPDATE dvt_audit_checkpoints SET note = 'x'`,
+			`DELETE FROM dvt_audit_checkpoints`,
+		} {
+			err := b.Guarded(s, stmt)
+			if err == nil || !strings.Contains(err.Error(), "append-only") {
+				t.Errorf("%s: %v, want refused as append-only", stmt, err)
+			}
+		}
+		if rep := verify(t, s, audit.VerifyOptions{PublicKey: TestPublicKey}); rep.Problem != nil {
+			t.Fatalf("after the refused statements: %v", rep.Problem)
+		}
+	})
+}
+
+func verify(t *testing.T, s AuditStore, o audit.VerifyOptions) audit.Report {
+	t.Helper()
+	rep, err := audit.Verify(ctx, s, o)
+	if err != nil {
+		t.Fatalf("verify: %v", err)
+	}
+	return rep
+}

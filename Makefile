@@ -6,7 +6,12 @@ COUNT     ?= 6
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BENCHSTAT   ?= golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da
 
-.PHONY: help build test test-short bench lint fuzz example clean
+# The Temporal adapter's end-to-end tests run a real Temporal server in
+# process; they live in a Go module of their own so that the server's
+# dependencies stay out of dvtrun's.
+E2E_TEMPORAL ?= engine/temporal/e2e
+
+.PHONY: help build test test-temporal test-short bench lint fuzz example temporal-dev clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -14,8 +19,12 @@ help: ## list targets
 build: ## build bin/dvtrun
 	$(GO) build -o bin/dvtrun ./cmd/dvtrun
 
-test: ## run every test (what CI runs)
-	$(GO) test -count=1 -timeout 30m $(PKGS)
+test: ## run every test (what CI runs), the Temporal e2e module's too
+	$(GO) test -count=1 -timeout 45m $(PKGS)
+	$(MAKE) test-temporal
+
+test-temporal: ## the Temporal adapter against a real in-process Temporal server (first build: minutes)
+	cd $(E2E_TEMPORAL) && $(GO) test -count=1 -timeout 30m ./...
 
 test-short: ## the quick subset
 	$(GO) test -count=1 -short $(PKGS)
@@ -39,6 +48,9 @@ fuzz: ## run each fuzz target for 20s
 
 example: ## run the example plan on the embedded SQLite default
 	$(GO) run ./cmd/dvtrun run plans/shop/plan.yaml
+
+temporal-dev: ## serve an in-process Temporal server on 127.0.0.1:7233 (namespace default) until interrupted
+	cd $(E2E_TEMPORAL) && $(GO) run ./cmd/temporal-dev
 
 clean: ## remove build output and the local state in .dvt/
 	rm -rf bin .dvt bench.out

@@ -69,6 +69,11 @@ type StartRequest struct {
 	// FullRefresh rebuilds incremental models from their full select
 	// (dvtrun run --full-refresh); recorded in RunQueued as fullRefresh.
 	FullRefresh bool
+	// Target, Vars and DataInterval are the run's context, recorded in
+	// RunQueued (RunQueuedRequest has their meaning).
+	Target       string
+	Vars         map[string]any
+	DataInterval *DataInterval
 	// RunID is the run's id when the caller decided it beforehand (a queue
 	// worker records it with its claim first, so a crash cannot leave an
 	// orphan run); "" draws a new one.
@@ -108,6 +113,7 @@ func (e *Engine) StartRun(ctx context.Context, req StartRequest) (string, error)
 	payload := RunQueuedRequest{
 		PlanRef: req.Ref, Selection: req.Selection, ParentRunID: req.ParentRunID, FullRefresh: req.FullRefresh,
 		TriggeredBy: cfg.TriggeredBy, TriggerSource: cfg.TriggerSource,
+		Target: req.Target, Vars: req.Vars, DataInterval: req.DataInterval,
 	}
 	queued, err := em.build(RunQueued, "", 1, 1, payload)
 	if err != nil {

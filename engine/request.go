@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 )
@@ -65,7 +66,11 @@ func QueuedRequest(events []RunEventRecord) (RunQueuedRequest, error) {
 		if len(ev.Payload) == 0 {
 			return q, nil
 		}
-		if err := json.Unmarshal(ev.Payload, &q); err != nil {
+		// Numbers in vars stay as written (json.Number): a float64 would
+		// round an id beyond 2^53 before it is rendered.
+		dec := json.NewDecoder(bytes.NewReader(ev.Payload))
+		dec.UseNumber()
+		if err := dec.Decode(&q); err != nil {
 			return RunQueuedRequest{}, Errorf(CodeStoreCorrupt, "run %s: RunQueued payload does not decode: %v", ev.RunID, err)
 		}
 		if q.Selection != nil && len(q.Selection.Steps) == 0 {

@@ -3,6 +3,7 @@ package engine_test
 import (
 	"encoding/json"
 	"errors"
+	"reflect"
 	"testing"
 	"time"
 
@@ -19,6 +20,9 @@ func TestValidateRunQueuedSelection(t *testing.T) {
 		{`{"planRef": {}}`, true},
 		{`{"selection": {"select": ["+a"], "exclude": [], "indirectSelection": "cautious", "steps": ["model.a"]}, "parentRunId": "r0"}`, true},
 		{`{"selection": {"steps": []}}`, false},
+		{`{"planRef": {}, "vars": {"region": "eu", "n": 1}, "dataInterval": {"start": "2026-11-24T00:00:00Z", "end": "2026-11-25T00:00:00Z", "timezone": "UTC"}}`, true},
+		{`{"vars": ["eu"]}`, false},
+		{`{"dataInterval": {"start": "2026-11-24T00:00:00Z"}}`, false},
 		{`{"selection": {"select": ["+a"]}}`, false},
 		{`{"selection": {"steps": ["model.a|b"]}}`, false},
 		{`{"selection": {"steps": ["model.a"], "indirectSelection": "lazy"}}`, false},
@@ -42,5 +46,23 @@ func TestValidateRunQueuedSelection(t *testing.T) {
 		if err != nil && !errors.Is(err, engine.ErrSchemaValidationFailed) {
 			t.Errorf("%s: %v is not SCHEMA_VALIDATION_FAILED", tc.payload, err)
 		}
+	}
+}
+
+// TestQueuedRequestVars: vars come back as recorded, numbers digit for
+// digit (an id beyond 2^53 would be rounded as a float64).
+func TestQueuedRequestVars(t *testing.T) {
+	rec := []engine.RunEventRecord{{RunEventWrite: engine.RunEventWrite{EventType: engine.RunQueued, RunID: "r",
+		Payload: json.RawMessage(`{"planRef":{},"vars":{"id":12345678901234567891,"ratio":0.25,"region":"eu","on":true,"none":null},"dataInterval":{"start":"2026-11-24T00:00:00Z","end":"2026-11-25T00:00:00Z","timezone":"UTC"}}`)}}}
+	q, err := engine.QueuedRequest(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{"id": json.Number("12345678901234567891"), "ratio": json.Number("0.25"), "region": "eu", "on": true, "none": nil}
+	if !reflect.DeepEqual(q.Vars, want) {
+		t.Errorf("vars %#v, want %#v", q.Vars, want)
+	}
+	if iv := q.DataInterval; iv == nil || iv.Start != "2026-11-24T00:00:00Z" || iv.End != "2026-11-25T00:00:00Z" || iv.Timezone != "UTC" {
+		t.Errorf("interval %+v", iv)
 	}
 }

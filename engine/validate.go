@@ -212,7 +212,8 @@ func payloadRules(e RunEventWrite) bool {
 		return bytes.Contains(e.Payload, []byte(`"artifacts"`))
 	case RunQueued:
 		return bytes.Contains(e.Payload, []byte(`"selection"`)) || bytes.Contains(e.Payload, []byte(`"parentRunId"`)) ||
-			bytes.Contains(e.Payload, []byte(`"fullRefresh"`)) || bytes.Contains(e.Payload, []byte(`"planRef"`))
+			bytes.Contains(e.Payload, []byte(`"fullRefresh"`)) || bytes.Contains(e.Payload, []byte(`"planRef"`)) ||
+			bytes.Contains(e.Payload, []byte(`"vars"`)) || bytes.Contains(e.Payload, []byte(`"dataInterval"`))
 	}
 	return false
 }

@@ -77,18 +77,58 @@ var includeRE = regexp.MustCompile(`/\*include (\S+) (\S+)\*/`)
 
 // expandIncludes replaces each /*include FILE NAME*/ of a migration with
 // the query NAME of dialect/FILE, so that SQL a migration shares with a
-// query file (a view over the projection's CTEs) is written once.
+// query file (a view over the projection's CTEs) is written once. An
+// included query may include others (the audit views include the
+// projection's CTEs), at most maxIncludeDepth deep, which also ends a cycle.
 func expandIncludes(dialect, text string) (string, error) {
+	return expandIncludesDepth(dialect, text, 0)
+}
+
+const maxIncludeDepth = 4
+
+func expandIncludesDepth(dialect, text string, depth int) (string, error) {
+	if depth > maxIncludeDepth {
+		return "", fmt.Errorf("includes nest deeper than %d (a cycle?)", maxIncludeDepth)
+	}
 	var err error
 	out := includeRE.ReplaceAllStringFunc(text, func(m string) string {
 		sub := includeRE.FindStringSubmatch(m)
 		q, qerr := Query(dialect, sub[1], sub[2])
+		if qerr == nil {
+			q, qerr = expandIncludesDepth(dialect, q, depth+1)
+		}
 		if qerr != nil && err == nil {
 			err = qerr
 		}
 		return strings.TrimSuffix(q, ";")
 	})
 	return out, err
+}
+
+// Projection is the SQL projection of a dialect's projection.sql in its
+// two scopes, and the statement listing every event for the Go reducer.
+type Projection struct{ Run, All, Events string }
+
+// ProjectionOf composes dialect's projection: WITH RECURSIVE, the CTEs the
+// audit view dvt_event_states includes too (`states`, reading
+// dvt_run_events /*scope*/), then the snapshot query (`project`). Over one
+// run the /*scope*/ comment becomes scope_run, fixed text from the same
+// file; over every run it stays a comment.
+func ProjectionOf(dialect string) (Projection, error) {
+	q, err := Queries(dialect, "projection.sql")
+	if err != nil {
+		return Projection{}, err
+	}
+	states, project := q["states"], q["project"]
+	if !strings.Contains(states, "/*scope*/") || project == "" || q["scope_run"] == "" || q["list_all_events"] == "" {
+		return Projection{}, fmt.Errorf("sqlfiles: %s/projection.sql lacks states (with its /*scope*/), project, scope_run or list_all_events", dialect)
+	}
+	all := "WITH RECURSIVE\n" + states + ",\n" + project
+	return Projection{
+		Run:    strings.Replace(all, "/*scope*/", q["scope_run"], 1),
+		All:    all,
+		Events: q["list_all_events"],
+	}, nil
 }
 
 // File returns the text of dialect/name, e.g. File("sqlite", "projection.sql").

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"time"
 
@@ -55,17 +56,37 @@ func NewQueueSQL(d QueueDialect) *QueueSQL { return &QueueSQL{d: d} }
 
 func (s *QueueSQL) scanRequest(row Row) (queue.Request, error) {
 	var r queue.Request
-	var sched, owner, runID, outcome sql.NullString
+	var sched, owner, runID, outcome, shape sql.NullString
 	var state string
 	var serial int
 	notBefore, enq, claimed, finished := s.d.TimeDest(), s.d.TimeDest(), s.d.TimeDest(), s.d.TimeDest()
 	err := row.Scan(&r.RequestID, &r.Key, &r.TenantID, &r.ProjectID, &r.EnvironmentID, &r.PlanID, &r.PlanVersion,
 		&r.RunRequestID, &r.PlanPath, &r.PlanSHA256, &r.Priority, notBefore, &sched,
-		&serial, &state, &owner, &runID, &outcome, &r.Seq, &r.Version, &r.Attempts, enq, claimed, finished)
+		&serial, &state, &owner, &runID, &outcome, &r.Seq, &r.Version, &r.Attempts, enq, claimed, finished, &shape)
 	r.NotBefore, r.EnqueuedAt, r.ClaimedAt, r.FinishedAt = s.d.TimeOf(notBefore), s.d.TimeOf(enq), s.d.TimeOf(claimed), s.d.TimeOf(finished)
 	r.Schedule, r.Owner, r.RunID, r.Outcome = sched.String, owner.String, runID.String, outcome.String
 	r.Serial, r.State = serial == 1, queue.State(state)
+	if err == nil && shape.Valid && shape.String != "" {
+		if jerr := json.Unmarshal([]byte(shape.String), &r.Shape); jerr != nil {
+			// The request's shape is what its run does: guessing would run
+			// another selection, target or interval.
+			return r, engine.Errorf(engine.CodeStoreCorrupt, "run request %s: its run shape does not decode: %v", r.RequestID, jerr)
+		}
+	}
 	return r, err
+}
+
+// shapeColumn is a request's run shape as stored: NULL when it says
+// nothing.
+func shapeColumn(sh queue.Shape) (any, error) {
+	if sh.IsZero() {
+		return nil, nil
+	}
+	b, err := json.Marshal(sh)
+	if err != nil {
+		return nil, engine.Errorf(engine.CodeInvalidArgument, "the run request's shape does not encode as JSON: %v", err)
+	}
+	return string(b), nil
 }
 
 func (s *QueueSQL) scanCursor(row Row) (schedule.Cursor, error) {
@@ -124,9 +145,13 @@ func (s *QueueSQL) insertNew(ctx context.Context, tx Tx, r queue.Request, now ti
 	if !r.NotBefore.IsZero() {
 		notBefore = r.NotBefore
 	}
+	shape, err := shapeColumn(r.Shape)
+	if err != nil {
+		return queue.Request{}, err
+	}
 	if _, err := tx.ExecContext(ctx, q["insert_request"], r.RequestID, r.Key, r.TenantID, r.ProjectID, r.EnvironmentID,
 		r.PlanID, r.PlanVersion, r.RunRequestID, r.PlanPath, r.PlanSHA256, r.Priority, s.d.Time(notBefore),
-		nullString(r.Schedule), boolInt(r.Serial), seq, s.d.Time(now)); err != nil {
+		nullString(r.Schedule), boolInt(r.Serial), seq, s.d.Time(now), shape); err != nil {
 		return queue.Request{}, err
 	}
 	return s.scanRequest(tx.QueryRowContext(ctx, q["request_by_id"], r.RequestID))

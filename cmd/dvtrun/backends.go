@@ -19,6 +19,7 @@ var (
 	_ stateStore = (*postgres.Store)(nil)
 	_ warehouse  = (*sqlite.Warehouse)(nil)
 	_ warehouse  = (*snowflake.Warehouse)(nil)
+	_ warehouse  = (*postgres.Warehouse)(nil)
 )
 
 // openSnowflakeStore opens the Snowflake state store. Snowflake has no file

@@ -137,6 +137,9 @@ func colorEnabled(w io.Writer, env func(string) string) bool {
 // isTerminal reports whether w is a character device (a terminal), not a
 // file, pipe or buffer.
 func isTerminal(w io.Writer) bool {
+	if n, ok := w.(noteWriter); ok {
+		w = n.w
+	}
 	f, ok := w.(*os.File)
 	if !ok {
 		return false

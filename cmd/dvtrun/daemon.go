@@ -111,11 +111,24 @@ func (c *cli) newScheduler(st queueStore, cfg *config.Config, poll time.Duration
 		if err != nil {
 			return nil, engine.Errorf(engine.CodeConfigInvalid, "schedule %s: %v", s.Name, err)
 		}
+		env, err := c.scheduleEnvironment(cfg, s)
+		if errors.Is(err, errOtherStore) {
+			// Its runs live in another target's store: the scheduler of
+			// that target fires it.
+			if log != nil {
+				log.Info("schedule left to its target's scheduler", "schedule", s.Name, "target", s.Target)
+			}
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
 		// A plan that does not load is refused now, not at its first tick.
 		if _, err := loadPlan(s.Plan, ""); err != nil {
 			return nil, fmt.Errorf("schedule %s: %w", s.Name, err)
 		}
-		defs = append(defs, schedule.Def{Name: s.Name, Spec: sp, PlanPath: s.Plan, Overlap: string(s.Overlap), CatchupWindow: s.CatchupWindow, Priority: s.Priority})
+		defs = append(defs, schedule.Def{Name: s.Name, Spec: sp, PlanPath: s.Plan, Overlap: string(s.Overlap), CatchupWindow: s.CatchupWindow, Priority: s.Priority,
+			Shape: c.scheduleShape(s), EnvironmentID: env})
 	}
 	eng := c.engineFor(st)
 	return &schedule.Scheduler{
@@ -128,13 +141,38 @@ func (c *cli) newScheduler(st queueStore, cfg *config.Config, poll time.Duration
 	}, nil
 }
 
-func findDef(s *schedule.Scheduler, name string) (schedule.Def, error) {
+func findDef(s *schedule.Scheduler, cfg *config.Config, name string) (schedule.Def, error) {
 	for _, d := range s.Defs {
 		if d.Name == name {
 			return d, nil
 		}
 	}
+	for _, sc := range cfg.Schedules {
+		if sc.Name == name {
+			return schedule.Def{}, engine.Errorf(engine.CodeInvalidArgument, "schedule %s runs on target %s, whose runs are kept in another state store: add --target %s", name, sc.Target, sc.Target)
+		}
+	}
 	return schedule.Def{}, engine.Errorf(engine.CodeInvalidArgument, "no schedule %q in the config", name)
+}
+
+// errOtherStore: a schedule's target keeps its runs in another state store
+// than the command's.
+var errOtherStore = errors.New("the schedule's target has another state store")
+
+// scheduleEnvironment is the environment id of a schedule's runs: its
+// target's ("" when it names none: the command's).
+func (c *cli) scheduleEnvironment(cfg *config.Config, s config.Schedule) (string, error) {
+	if s.Target == "" || s.Target == c.targetName() {
+		return "", nil
+	}
+	t, err := c.resolveTarget(cfg, s.Target)
+	if err != nil {
+		return "", err
+	}
+	if t.Store != c.g.store {
+		return "", errOtherStore
+	}
+	return t.Environment, nil
 }
 
 func cmdSchedule(ctx context.Context, c *cli, args []string) error {
@@ -180,7 +218,7 @@ func cmdSchedule(ctx context.Context, c *cli, args []string) error {
 	q := &queue.Queue{Store: st, IDs: engine.IDFunc(newID), Limits: queueLimits(cfg.Limits)}
 	switch sub {
 	case "trigger":
-		d, err := findDef(s, pos[0])
+		d, err := findDef(s, cfg, pos[0])
 		if err != nil {
 			return err
 		}
@@ -191,7 +229,7 @@ func cmdSchedule(ctx context.Context, c *cli, args []string) error {
 		fmt.Fprintf(c.stdout, "Enqueued request %s for schedule %s (runRequestId %s)\n", r.RequestID, d.Name, r.RunRequestID)
 		return nil
 	case "backfill":
-		d, err := findDef(s, pos[0])
+		d, err := findDef(s, cfg, pos[0])
 		if err != nil {
 			return err
 		}
@@ -281,7 +319,8 @@ type cliExec struct {
 	owner  string
 	pulse  *pulse.Pulse // the process's: every run's lease is owner's
 	log    *slog.Logger
-	runs   *runDurations // nil: not measured
+	runs   *runDurations  // nil: not measured
+	cfg    *config.Config // for the targets requests name
 }
 
 // plan reads the request's plan bundle from the state store by the
@@ -314,18 +353,27 @@ func (x *cliExec) Run(ctx context.Context, r queue.Request, runID string) (engin
 		return "", err
 	}
 	p := b.Plan
-	// A request carries no selection: every step of the plan runs. Checked
-	// before the run is recorded (or continued), so a missing secret
-	// refuses the request with nothing written to the run.
-	if err := checkSecrets(p, nil, x.lookup); err != nil {
+	sel, err := shapeSelection(p, r.Shape)
+	if err != nil {
 		return "", err
 	}
+	// Checked before the run is recorded (or continued), so a missing
+	// secret refuses the request with nothing written to the run.
+	if err := checkSecrets(p, sel, x.lookup); err != nil {
+		return "", err
+	}
+	wh, done, err := x.requestWarehouse(ctx, r.Shape.Target)
+	if err != nil {
+		return "", err
+	}
+	defer done()
 	eng := x.engine(r)
 	resume := true
 	switch snap, err := eng.GetRunStatus(ctx, runID); {
 	case errors.Is(err, engine.ErrRunNotFound):
 		// First claim, or the last holder died before the run existed.
-		if _, err := eng.StartRun(ctx, engine.StartRequest{Plan: p, Ref: b.Ref, RunRequestID: r.RunRequestID, RunID: runID}); err != nil && !errors.Is(err, engine.ErrRunAlreadyExists) {
+		if _, err := eng.StartRun(ctx, engine.StartRequest{Plan: p, Ref: b.Ref, RunRequestID: r.RunRequestID, RunID: runID,
+			Selection: sel, FullRefresh: r.Shape.FullRefresh, Target: r.Shape.Target, Vars: r.Shape.Vars, DataInterval: r.Shape.DataInterval}); err != nil && !errors.Is(err, engine.ErrRunAlreadyExists) {
 			return "", err
 		}
 		resume = false
@@ -343,9 +391,9 @@ func (x *cliExec) Run(ctx context.Context, r queue.Request, runID string) (engin
 	rn.Pulse = x.pulse
 	var snap engine.Snapshot
 	if resume {
-		snap, err = rn.Resume(ctx, runID, p, x.wh)
+		snap, err = rn.Resume(ctx, runID, p, wh)
 	} else {
-		snap, err = rn.Execute(ctx, runID, p, x.wh)
+		snap, err = rn.Execute(ctx, runID, p, wh)
 	}
 	x.ended(p.PlanID, snap)
 	return snap.Status, err
@@ -405,12 +453,20 @@ func (c *cli) daemon(ctx context.Context, name string, args []string, withSchedu
 	if err := d.check(withWorker); err != nil {
 		return err
 	}
+	if withWorker && withScheduler && c.onTemporal(d.exec.engine) {
+		// The scheduler fills dvtrun's queue, which a Temporal worker does
+		// not claim: refuse rather than run the ticks locally.
+		return engine.Errorf(engine.CodeInvalidArgument, "serve runs the local worker; for Temporal run `dvtrun worker --engine temporal` and start runs with `dvtrun run --engine temporal`")
+	}
 	cfg, err := c.queueConfig()
 	if err != nil {
 		return err
 	}
 	log := c.jsonLogger(name)
 	c.waitLog = log
+	if c.takeConfigNote() != "" { // the log's first record, not a line of text
+		log.Info("configuration", "file", c.g.config, "target", c.targetName())
+	}
 	st, err := c.openQueueStore(ctx, false)
 	if err != nil {
 		return err
@@ -433,6 +489,18 @@ func (c *cli) daemon(ctx context.Context, name string, args []string, withSchedu
 		}
 		m.sched = s.Metrics
 		group = append(group, s)
+	}
+	if withWorker && !withScheduler && c.onTemporal(d.exec.engine) {
+		lookup, err := c.secretLookup(d.exec.secretsFile)
+		if err != nil {
+			return err
+		}
+		wh, _, err := c.openWarehouse(ctx)
+		if err != nil {
+			return err
+		}
+		defer wh.Close()
+		return c.temporalWorker(ctx, d.exec, cfg, st, wh, lookup, log)
 	}
 	var w *worker.Worker
 	if withWorker {
@@ -461,10 +529,10 @@ func (c *cli) daemon(ctx context.Context, name string, args []string, withSchedu
 		m.pulse = pl
 		w = &worker.Worker{
 			Store: st, ID: owner, Limits: claimLimits(cfg.Limits), Slots: d.slots,
-			HeartbeatTTL: d.exec.leaseTTL, Poll: d.poll, Grace: d.grace,
+			HeartbeatTTL: d.exec.leaseTTL, Poll: d.poll, Wakeups: wakeupsOf(st), Grace: d.grace,
 			Clock: engine.ClockFunc(time.Now), IDs: engine.IDFunc(newID), Sleep: sleepCtx, Log: log, Metrics: &worker.Counters{},
 			Exec: &cliExec{c: c, st: &timedAppends{queueStore: st, lat: &m.appends}, wh: wh, lookup: lookup, owner: owner,
-				f: d.exec, pulse: pl, log: log, runs: &m.runs},
+				f: d.exec, pulse: pl, log: log, runs: &m.runs, cfg: cfg},
 		}
 		m.worker = w.Metrics
 		// Delivery and the projector go before the worker, so they stop

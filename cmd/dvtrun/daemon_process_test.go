@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -211,7 +212,16 @@ func schedulersAndWorkers(t *testing.T, bin string, h *harness, st queueStore) {
 			t.Errorf("run %s is %s (inconsistent %v)", m.RunID, s.Status, s.Inconsistent)
 		}
 	}
-	t.Logf("%d ticks, one run each; runs per worker %v", len(list), byWorker)
+	// Enqueue to claim, by the store's clock: the workers poll every 200ms
+	// (on Postgres they are woken by NOTIFY too). A figure for the log,
+	// not a target: BenchmarkWakeupLatency in store/postgres measures it.
+	var waits []time.Duration
+	for _, r := range list {
+		waits = append(waits, r.ClaimedAt.Sub(r.EnqueuedAt))
+	}
+	slices.Sort(waits)
+	t.Logf("%d ticks, one run each; runs per worker %v; enqueue to claim: median %s, max %s",
+		len(list), byWorker, waits[len(waits)/2].Round(time.Millisecond), waits[len(waits)-1].Round(time.Millisecond))
 }
 
 func storeFilterAll() store.RunFilter { return store.RunFilter{Limit: 100000} }

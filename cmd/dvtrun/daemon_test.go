@@ -179,6 +179,9 @@ func TestWorkerRefusesBadFlags(t *testing.T) {
 		{[]string{"worker", "--slots", "0"}, "--slots must be at least 1"},
 		{[]string{"serve", "--grace", "-1s"}, "--grace must not be negative"},
 		{[]string{"run", "--threads", "0", fixture("slow", "plan.yaml")}, "--threads must be at least 1"},
+		{[]string{"run", "--engine", "conductor", fixture("slow", "plan.yaml")}, `--engine "conductor": want local or temporal`},
+		{[]string{"worker", "--engine", "nomad"}, `--engine "nomad": want local or temporal`},
+		{[]string{"serve", "--engine", "temporal"}, "serve runs the local worker"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			h := newHarness(t)

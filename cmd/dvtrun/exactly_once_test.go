@@ -163,13 +163,16 @@ func (l *storeLock) release(t *testing.T) {
 }
 
 // rowsPerStep runs query, which returns (step, count) rows, on the
-// harness's warehouse (SQLite read-only, or Snowflake); a table not created
+// harness's warehouse (SQLite read-only, Snowflake or Postgres); a table not created
 // yet reads as none.
 func (h *harness) rowsPerStep(query string) map[string]int {
 	h.t.Helper()
 	driver, dsn := "sqlite", "file:"+h.warehousePath()+"?mode=ro&_pragma=busy_timeout(30000)"
 	if sf, ok := strings.CutPrefix(h.env["DVT_WAREHOUSE"], "snowflake://"); ok {
 		driver, dsn = "snowflake", sf
+	}
+	if wh := h.env["DVT_WAREHOUSE"]; strings.HasPrefix(wh, "postgres://") {
+		driver, dsn = "pgx", wh
 	}
 	db, err := sql.Open(driver, dsn)
 	if err != nil {
@@ -275,6 +278,42 @@ func wantLeaseLost(t *testing.T, trial, code int, p *proc) {
 	}
 }
 
+// killedBetweenCommitAndAppend (found 1): the runner is killed after a sql
+// step's transaction committed in the warehouse and before its
+// StepCompleted is stored (the SQLite state store is held locked, so the
+// append waits); resume must not run the step again. harnessFor picks the
+// warehouse (SQLite, Postgres).
+func killedBetweenCommitAndAppend(t *testing.T, bin, plan string, rng *rand.Rand, harnessFor func(*testing.T) *harness) {
+	for trial := range trials(10) {
+		h := harnessFor(t)
+		env := append(os.Environ(), "DVT_STORE="+h.env["DVT_STORE"], "DVT_WAREHOUSE="+h.env["DVT_WAREHOUSE"])
+		step := effectSteps[rng.IntN(3)] // one of the first wave
+		// A 2s lease outlasts the step's commit, so the runner does not
+		// fence itself off before the step runs.
+		a := startProc(t, bin, env, "run", "--threads", "2", "--lease-ttl", "2s", plan)
+		a.waitLine(t, "START sql operation "+step+" ")
+		lock := lockDB(t, h.statePath())
+		// The step commits in the warehouse; its StepCompleted waits
+		// for the store. Kill somewhere inside that window.
+		waitUntil(t, "step "+step+" committed in the warehouse", func() bool {
+			return h.effects()[step] == 1
+		})
+		time.Sleep(time.Duration(rng.IntN(1000)) * time.Millisecond)
+		a.cmd.Process.Kill()
+		a.wait(t)
+		lock.release(t)
+		runID := h.onlyRun()
+		if s := h.statusOf(runID); s.Status != engine.StatusRunning {
+			t.Fatalf("trial %d: after SIGKILL the run is %s, want RUNNING", trial, s.Status)
+		}
+		h.resumeUntilDone(t, bin, env, runID, plan)
+		h.checkExactlyOnce(t, runID)
+		if h.ledgerCompletions(runID) == 0 {
+			t.Errorf("trial %d: no step was completed from the ledger, though %s committed before the kill", trial, step)
+		}
+	}
+}
+
 func trials(n int) int {
 	if testing.Short() {
 		return 2
@@ -298,34 +337,7 @@ func TestExactlyOnceProcesses(t *testing.T) {
 	// (the state store is held locked, so the append waits); resume must
 	// not run the step again.
 	t.Run("KilledBetweenCommitAndAppend", func(t *testing.T) {
-		for trial := range trials(10) {
-			h := newHarness(t)
-			env := newEnv(h)
-			step := effectSteps[rng.IntN(3)] // one of the first wave
-			// A 2s lease outlasts the step's commit, so the runner does not
-			// fence itself off before the step runs.
-			a := startProc(t, bin, env, "run", "--threads", "2", "--lease-ttl", "2s", plan)
-			a.waitLine(t, "START sql operation "+step+" ")
-			lock := lockDB(t, h.statePath())
-			// The step commits in the warehouse; its StepCompleted waits
-			// for the store. Kill somewhere inside that window.
-			waitUntil(t, "step "+step+" committed in the warehouse", func() bool {
-				return h.effects()[step] == 1
-			})
-			time.Sleep(time.Duration(rng.IntN(1000)) * time.Millisecond)
-			a.cmd.Process.Kill()
-			a.wait(t)
-			lock.release(t)
-			runID := h.onlyRun()
-			if s := h.statusOf(runID); s.Status != engine.StatusRunning {
-				t.Fatalf("trial %d: after SIGKILL the run is %s, want RUNNING", trial, s.Status)
-			}
-			h.resumeUntilDone(t, bin, env, runID, plan)
-			h.checkExactlyOnce(t, runID)
-			if h.ledgerCompletions(runID) == 0 {
-				t.Errorf("trial %d: no step was completed from the ledger, though %s committed before the kill", trial, step)
-			}
-		}
+		killedBetweenCommitAndAppend(t, bin, plan, rng, newHarness)
 	})
 
 	// midStep starts a runner with a 2s lease (1s is tight enough on a

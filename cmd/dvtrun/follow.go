@@ -9,6 +9,7 @@ import (
 
 	"github.com/dvtrun/dvtrun/engine"
 	"github.com/dvtrun/dvtrun/engine/projection"
+	"github.com/dvtrun/dvtrun/engine/wake"
 )
 
 // checkInterval refuses a polling --interval too short to be meant.
@@ -46,8 +47,22 @@ func (c *cli) follow(ctx context.Context, st stateStore, meta engine.RunMetadata
 	}
 	out.changes(engine.Snapshot{}, snap)
 	lastChange, runnerGone := time.Now(), false
+	// With wake-ups the interval is the fallback: an append to this run
+	// ends the wait.
+	var woken <-chan string
+	if src := wakeupsOf(st); src != nil {
+		ids, cancel := src.Subscribe(wake.Events)
+		defer cancel()
+		woken = ids
+	}
+	thisRun := func(id string) bool { return id == meta.RunID }
 	for !snap.Status.Terminal() {
-		if err := sleepCtx(ctx, interval); err != nil {
+		if woken != nil {
+			err = wake.Wait(ctx, woken, thisRun, interval)
+		} else {
+			err = sleepCtx(ctx, interval)
+		}
+		if err != nil {
 			return err
 		}
 		next, err := p.Refresh(ctx, snap)

@@ -67,7 +67,7 @@ func wantRefused(t *testing.T, h *harness, r result, code string, msgs ...string
 // fuzz corpora for plans, seeds and manifests is refused by the CLI with
 // one line, exit 2 and no run recorded — by `run` and by `plan validate`.
 func TestBadInputsThroughCLI(t *testing.T) {
-	for name, text := range badSeeds(t, filepath.Join("..", "..", "engine", "testdata", "fuzz", "FuzzParsePlan")) {
+	for name, text := range badSeeds(t, filepath.Join("..", "..", "engine", "plan", "testdata", "fuzz", "FuzzParsePlan")) {
 		t.Run("plan/"+name, func(t *testing.T) {
 			h := newHarness(t)
 			plan := filepath.Join(h.dir, "plan.yaml")
@@ -78,7 +78,7 @@ func TestBadInputsThroughCLI(t *testing.T) {
 			wantRefused(t, h, h.run("plan", "validate", plan), "PLAN_INVALID")
 		})
 	}
-	for name, csv := range badSeeds(t, filepath.Join("..", "..", "engine", "testdata", "fuzz", "FuzzReadSeed")) {
+	for name, csv := range badSeeds(t, filepath.Join("..", "..", "engine", "plan", "testdata", "fuzz", "FuzzReadSeed")) {
 		t.Run("seed/"+name, func(t *testing.T) {
 			h := newHarness(t)
 			plan := filepath.Join(h.dir, "plan.yaml")

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 	"unicode"
@@ -103,6 +104,19 @@ type cli struct {
 	waitLog *slog.Logger // a daemon's log, for lock-wait progress (nil: plain lines)
 
 	lastPlan string // --plan with RUN_ID last (lastPlanFlag)
+
+	// The configuration file and target, settled by the first parse
+	// (applyTarget): configFound says the file was discovered.
+	configSettled, configFound bool
+	target                     *chosenTarget
+	// configNote is said before the first output (noteWriter); rawStderr
+	// is stderr without that.
+	configNote string
+	noteMu     sync.Mutex
+	rawStderr  io.Writer
+	// targetIsFilter: --target may name no config target (`runs` filters
+	// by it).
+	targetIsFilter bool
 }
 
 // globals are accepted before the command and by every command.
@@ -110,12 +124,16 @@ type globals struct {
 	store, warehouse             string
 	tenant, project, environment string
 	config                       string // --config FILE: sinks and the signals policy
+	target                       string // --target NAME (DVT_TARGET): one of the config's targets
 	// lockWait bounds every wait for a lock another process holds (store,
 	// warehouse, migration): then STORE_UNAVAILABLE, exit 4.
 	lockWait time.Duration
 	// scoped names the scope flags given explicitly (flag or environment):
 	// verify --all checks every run unless one narrows it.
 	scoped map[string]bool
+	// flagged names the flags given on the command line among store,
+	// warehouse and environment: they win over the config's target.
+	flagged map[string]bool
 	// noColor turns colour off even on a terminal (--no-color; NO_COLOR does
 	// the same from the environment).
 	noColor bool
@@ -145,17 +163,22 @@ func (g *globals) markScoped(fs *flag.FlagSet) {
 		case "tenant", "project", "environment":
 			g.scoped[f.Name] = true
 		}
+		switch f.Name {
+		case "store", "warehouse", "environment":
+			g.flagged[f.Name] = true
+		}
 	})
 }
 
 func (g *globals) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.store, "store", g.store, "state store `URL`: sqlite:PATH, snowflake://DSN or postgres://… (env DVT_STORE)")
-	fs.StringVar(&g.warehouse, "warehouse", g.warehouse, "warehouse `URL`: sqlite:PATH or snowflake://DSN (env DVT_WAREHOUSE)")
+	fs.StringVar(&g.warehouse, "warehouse", g.warehouse, "warehouse `URL`: sqlite:PATH, snowflake://DSN or postgres://… (env DVT_WAREHOUSE)")
 	// --help prints defaults: a DSN from the environment without its password.
 	fs.Lookup("store").DefValue = redactTarget(g.store)
 	fs.Lookup("warehouse").DefValue = redactTarget(g.warehouse)
 	fs.StringVar(&g.tenant, "tenant", g.tenant, "tenant id (env DVT_TENANT)")
-	fs.StringVar(&g.config, "config", g.config, "configuration `FILE`: sinks, signals policy, schedules, limits, pulse (env DVT_CONFIG)")
+	fs.StringVar(&g.config, "config", g.config, "configuration `FILE`: targets, sinks, signals policy, schedules, limits, pulse (env DVT_CONFIG; default: dvtrun.yaml here or in the nearest parent directory that has one)")
+	fs.StringVar(&g.target, "target", g.target, "the config's target `NAME` to run on: its store, warehouse, environment and threads; flags still win (env DVT_TARGET; default: the config's target:)")
 	fs.StringVar(&g.project, "project", g.project, "project id (env DVT_PROJECT)")
 	fs.StringVar(&g.environment, "environment", g.environment, "environment id (env DVT_ENVIRONMENT)")
 	fs.DurationVar(&g.lockWait, "lock-wait", g.lockWait, "longest wait for a lock another process holds, then exit 4 (env DVT_LOCK_WAIT)")
@@ -206,7 +229,8 @@ func commands() []command {
 
 // run is the whole CLI; main only adds the process around it.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, env func(string) string) int {
-	c := &cli{stdout: stdout, stderr: stderr, env: env}
+	c := &cli{rawStderr: stderr, env: env}
+	c.stdout, c.stderr = noteWriter{stdout, c}, noteWriter{stderr, c}
 	c.g = globals{
 		store:       envOr(env, "DVT_STORE", "sqlite:.dvt/state.db"),
 		warehouse:   envOr(env, "DVT_WAREHOUSE", "sqlite:.dvt/warehouse.db"),
@@ -214,6 +238,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, env func(
 		project:     envOr(env, "DVT_PROJECT", "default"),
 		environment: envOr(env, "DVT_ENVIRONMENT", "dev"),
 		config:      env("DVT_CONFIG"),
+		target:      env("DVT_TARGET"),
+		flagged:     map[string]bool{},
 		lockWait:    engine.DefaultLockWait,
 		scoped:      map[string]bool{},
 	}
@@ -312,7 +338,11 @@ func (c *cli) fail(err error) int {
 	if errors.As(err, &ex) && ex.err == nil {
 		return ex.code
 	}
-	fmt.Fprintln(c.stderr, c.errorLine(err))
+	line := c.errorLine(err)
+	if n := c.takeConfigNote(); n != "" {
+		line += " (" + c.cleanLine(n) + ")"
+	}
+	fmt.Fprintln(c.rawStderr, line)
 	return code
 }
 
@@ -466,6 +496,9 @@ func (c *cli) parse(fs *flag.FlagSet, args []string, minPos, maxPos int) ([]stri
 		}
 		pos = append(pos, args[0])
 		args = args[1:]
+	}
+	if err := c.applyTarget(fs); err != nil {
+		return nil, err
 	}
 	if err := c.g.check(); err != nil {
 		return nil, err

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/wake"
 	"github.com/dvtrun/dvtrun/store"
 	"github.com/dvtrun/dvtrun/store/postgres"
 	"github.com/dvtrun/dvtrun/store/snowflake"
@@ -91,10 +92,19 @@ func (c *cli) openStore(ctx context.Context, mustExist bool) (stateStore, error)
 	case "snowflake":
 		return c.openSnowflakeStore(ctx, t.dsn, mustExist)
 	case "postgres":
-		return postgres.Open(ctx, t.dsn, postgres.Options{MustExist: mustExist, LockWait: c.g.lockWait, OnWait: c.reportWait})
+		return postgres.Open(ctx, t.dsn, postgres.Options{MustExist: mustExist, LockWait: c.g.lockWait, OnWait: c.reportWait, Log: c.jsonLogger("wakeups")})
 	default:
 		return sqlite.Open(ctx, t.path, sqlite.Options{MustExist: mustExist, LockWait: c.g.lockWait, OnWait: c.reportWait})
 	}
+}
+
+// wakeupsOf is the store's wake-up source (Postgres's LISTEN/NOTIFY), nil
+// when the store is only polled.
+func wakeupsOf(st any) wake.Source {
+	if w, ok := st.(interface{ Wakeups() wake.Source }); ok {
+		return w.Wakeups()
+	}
+	return nil
 }
 
 // warehouse is an engine.Warehouse the CLI must close.
@@ -142,7 +152,12 @@ func (c *cli) openWarehouse(ctx context.Context) (warehouse, string, error) {
 // openWarehouseHeldBy is openWarehouse whose lock waits name, through
 // holder, who probably holds the lock.
 func (c *cli) openWarehouseHeldBy(ctx context.Context, holder func(*engine.LockWait)) (warehouse, string, error) {
-	t, err := c.parseTarget("warehouse", c.g.warehouse)
+	return c.openWarehouseURL(ctx, c.g.warehouse, holder)
+}
+
+// openWarehouseURL opens the warehouse at raw (a --warehouse URL).
+func (c *cli) openWarehouseURL(ctx context.Context, raw string, holder func(*engine.LockWait)) (warehouse, string, error) {
+	t, err := c.parseTarget("warehouse", raw)
 	if err != nil {
 		return nil, "", err
 	}
@@ -151,7 +166,8 @@ func (c *cli) openWarehouseHeldBy(ctx context.Context, holder func(*engine.LockW
 		wh, err := c.openSnowflakeWarehouse(ctx, t.dsn)
 		return wh, "snowflake", err
 	case "postgres":
-		return nil, "", engine.Errorf(engine.CodeInvalidArgument, "--warehouse: Postgres is a state store only so far (its warehouse is not built yet); use sqlite: or snowflake://")
+		wh, err := postgres.OpenWarehouse(ctx, t.dsn, postgres.WarehouseOptions{LockWait: c.g.lockWait, OnWait: c.reportWait})
+		return wh, "postgres", err
 	default:
 		wh, err := openSQLiteWarehouse(ctx, t.path, sqlite.WarehouseOptions{LockWait: c.g.lockWait, OnWait: c.reportWait, Holder: holder})
 		return wh, "sqlite", err

@@ -159,7 +159,7 @@ func (c *cli) newDelivery(ctx context.Context, cfg *config.Config, d deliveryFla
 	}
 	svc, err = delivery.New(delivery.Options{
 		Store: ds, Targets: targets, Clock: clock, IDs: engine.IDFunc(newID), Rand: randFloat, Logger: logger,
-		BatchSize: d.batch, ClaimTTL: d.claimTTL, PollInterval: d.poll,
+		BatchSize: d.batch, ClaimTTL: d.claimTTL, PollInterval: d.poll, Wakeups: wakeupsOf(st),
 	})
 	if err != nil {
 		closeSinks()

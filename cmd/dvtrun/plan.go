@@ -37,16 +37,26 @@ func cmdPlan(ctx context.Context, c *cli, args []string) error {
 }
 
 func cmdPlanValidate(_ context.Context, c *cli, args []string) error {
-	fs := c.newFlagSet("plan validate", "PLAN", "Validate a plan without writing anything: schema, ids, dependencies, cycles.\nExit 0 when valid, 2 with every problem named otherwise.")
+	fs := c.newFlagSet("plan validate", "PLAN", "Validate a plan without writing anything: schema, ids, dependencies, refs, cycles, vars.\nExit 0 when valid, 2 with every problem named otherwise.")
 	wantSHA := fs.String("plan-sha256", "", "also require the plan file to hash to `HEX`")
 	asJSON := fs.Bool("json", false, "print the verdict as JSON (problems listed one by one)")
+	varsFlag := fs.String("vars", "", varsHelp)
 	pos, err := c.parse(fs, args, 1, 1)
+	if err != nil {
+		return err
+	}
+	vars, err := plan.ParseVars(*varsFlag)
 	if err != nil {
 		return err
 	}
 	b, err := loadPlan(pos[0], *wantSHA)
 	if err == nil {
 		err = plan.CheckAdapter(b.Plan) // run refuses these before writing too
+	}
+	if err == nil {
+		// The vars as run would render them; the data interval is a
+		// schedule's, unknown here: its names are not checked.
+		err = checkContext(b.Plan, nil, plan.Context{Vars: vars, AnyInterval: true})
 	}
 	if *asJSON {
 		v := planVerdict{Valid: err == nil, Problems: []string{}}
@@ -99,6 +109,7 @@ func cmdPlanImportDBT(_ context.Context, c *cli, args []string) error {
 	planID := fs.String("plan-id", "", "the plan's `ID` (default: the dbt project name)")
 	planVersion := fs.String("plan-version", "", "the plan's `VERSION` (default 1)")
 	strict := fs.Bool("strict", false, "refuse the manifest (PLAN_INVALID, exit 2) if any node could not be imported")
+	keepSchemas := fs.Bool("keep-schemas", false, "keep relation names schema-qualified (schema.name), for --warehouse postgres://…; by default they become one part, for SQLite")
 	pos, err := c.parse(fs, args, 1, 1)
 	if err != nil {
 		return err
@@ -115,7 +126,7 @@ func cmdPlanImportDBT(_ context.Context, c *cli, args []string) error {
 	if *out != "" {
 		outDir = filepath.Dir(*out)
 	}
-	res, err := dbt.Import(data, dbt.Options{ProjectDir: dir, OutDir: outDir, PlanID: *planID, PlanVersion: *planVersion})
+	res, err := dbt.Import(data, dbt.Options{ProjectDir: dir, OutDir: outDir, PlanID: *planID, PlanVersion: *planVersion, KeepSchemas: *keepSchemas})
 	if err != nil {
 		return err
 	}

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -80,6 +82,63 @@ func TestImportDBT(t *testing.T) {
 			out := filepath.Join(h.dir, "plan.yaml")
 			r := h.run(append([]string{"plan", "import-dbt", "-o", out}, c.args...)...)
 			wantError(t, r, c.exit, c.code, c.msgs...)
+		})
+	}
+}
+
+// TestPlanValidateContext: `plan validate` renders the plan with --vars and
+// names each ref, cycle and var it cannot render; `run` refuses the same
+// before the run is recorded.
+func TestPlanValidateContext(t *testing.T) {
+	contextPlan := filepath.Join(repoRoot(t), "plans", "context", "plan.yaml")
+	write := func(t *testing.T, dir, steps string) string {
+		path := filepath.Join(dir, "plan.yaml")
+		if err := os.WriteFile(path, []byte("planId: p\nplanVersion: \"1\"\nsteps:\n"+steps), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	cases := []struct {
+		name  string
+		steps string // "": plans/context
+		args  []string
+		code  string // "": valid
+		want  []string
+	}{
+		{"context plan with its var", "", []string{"--vars", `{"region": "eu"}`}, "", []string{"OK: plan context@1 is valid: 4 steps"}},
+		{"vars as YAML", "", []string{"--vars", "region: eu"}, "", []string{"OK: plan context@1"}},
+		{"missing var without default", "", nil, "PLAN_INVALID",
+			[]string{`step model.orders_in_interval: {{ var('region') }}: var "region" is not set (pass it with --vars) and has no default`}},
+		{"unknown ref", "  - {id: model.a, kind: model, sql: \"select * from {{ ref('missing') }}\"}\n", nil, "PLAN_INVALID",
+			[]string{`step model.a: {{ ref('missing') }}: no seed or model of the plan builds "missing"`}},
+		{"cycle through refs", "  - {id: model.a, kind: model, sql: \"select * from {{ ref('b') }}\"}\n  - {id: model.b, kind: model, sql: \"select * from {{ ref('a') }}\"}\n", nil, "PLAN_INVALID",
+			[]string{"dependency cycle: model.a -> model.b -> model.a"}},
+		{"vars not a mapping", "", []string{"--vars", "[1, 2]"}, "INVALID_ARGUMENT", []string{"--vars must be a mapping"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			path := contextPlan
+			if tc.steps != "" {
+				path = write(t, h.dir, tc.steps)
+			}
+			r := h.run(append([]string{"plan", "validate", path}, tc.args...)...)
+			if tc.code == "" {
+				if r.code != 0 || !strings.Contains(r.stdout, tc.want[0]) {
+					t.Fatalf("exit %d\n%s%s", r.code, r.stdout, r.stderr)
+				}
+				return
+			}
+			wantError(t, r, 2, tc.code, tc.want...)
+			if tc.code != "PLAN_INVALID" {
+				return
+			}
+			// run refuses the plan the same way, before it opens the state
+			// store.
+			wantError(t, h.run(append([]string{"run", path}, tc.args...)...), 2, tc.code, tc.want...)
+			if _, err := os.Stat(h.statePath()); !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("run wrote the state store (%v)", err)
+			}
 		})
 	}
 }

@@ -5,10 +5,13 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/dvtrun/dvtrun/engine"
 	"github.com/dvtrun/dvtrun/store/postgres"
 	"github.com/dvtrun/dvtrun/store/postgres/pgtest"
 	"github.com/dvtrun/dvtrun/store/sqlite"
+	"github.com/dvtrun/dvtrun/store/storetest"
 )
 
 // TestMain stops the package's Postgres test server (pgtest), if a test
@@ -94,8 +97,7 @@ func pgtestRedacted(s, secret string) string { return strings.ReplaceAll(s, secr
 // TestProcessSchedulersAndWorkersPostgres is TestProcessSchedulersAndWorkers
 // on the Postgres state store: two scheduler and two worker processes, a
 // schedule every second for 20+ ticks, one request and one run per tick,
-// every run COMPLETED (the warehouse is SQLite: a Postgres warehouse is not
-// built yet).
+// every run COMPLETED (the warehouse is SQLite).
 func TestProcessSchedulersAndWorkersPostgres(t *testing.T) {
 	bin := buildBinary(t)
 	dsn := pgtest.URL(t)
@@ -156,4 +158,50 @@ func BenchmarkShopPostgresStore(b *testing.B) {
 	b.ReportMetric(median(pgRate), "pg-steps/s")
 	b.ReportMetric(median(liteRate), "sqlite-steps/s")
 	b.ReportMetric(median(ratio), "time-ratio")
+}
+
+// TestPostgresFollowWokenByNotify: `status --follow` on Postgres sees a
+// run end as soon as the ending is appended, woken by NOTIFY, although its
+// poll interval is an hour.
+func TestPostgresFollowWokenByNotify(t *testing.T) {
+	ctx := context.Background()
+	url := pgtest.URL(t)
+	st, err := postgres.Open(ctx, url, postgres.Options{PollOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	f := storetest.NewFixture()
+	f.Bootstrap(t, st)
+	h := newHarness(t)
+	h.env["DVT_STORE"] = url
+	done := make(chan result, 1)
+	go func() {
+		done <- h.run("--tenant", f.Meta.TenantID, "--project", f.Meta.ProjectID, "--environment", f.Meta.EnvironmentID,
+			"status", f.Meta.RunID, "--follow", "--interval", "1h")
+	}()
+	// The follower subscribes before its LISTEN connection opens; once the
+	// LISTEN has run (the session is idle after it), an append wakes it.
+	waitUntil(t, "the follower's LISTEN connection", func() bool {
+		select {
+		case r := <-done:
+			t.Fatalf("status --follow ended before the run did: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+		default:
+		}
+		var n int
+		err := st.DB().QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND query LIKE 'LISTEN dvt_%' AND state = 'idle'`).Scan(&n)
+		return err == nil && n == 1
+	})
+	if _, err := st.AppendAndEnqueue(ctx, f.Meta.RunID, []engine.RunEventWrite{f.Event(engine.RunCompleted, "", 1)}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-done:
+		if r.code != exitOK || !strings.Contains(r.stdout, "COMPLETED") {
+			t.Fatalf("follow: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("status --follow did not see the run end within 30s of its append (its interval is 1h)")
+	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/dvtrun/dvtrun/engine/plan"
 	"github.com/dvtrun/dvtrun/engine/queue"
 	"github.com/dvtrun/dvtrun/engine/schedule"
+	"github.com/dvtrun/dvtrun/engine/selection"
 	"github.com/dvtrun/dvtrun/store/postgres"
 	"github.com/dvtrun/dvtrun/store/snowflake"
 	"github.com/dvtrun/dvtrun/store/sqlite"
@@ -117,7 +118,19 @@ func cmdEnqueue(ctx context.Context, c *cli, args []string) error {
 	prio := fs.Int("priority", 0, "higher `N` starts first")
 	notBefore := fs.String("not-before", "", "do not start before `TIME` (RFC 3339, or a duration from now)")
 	asJSON := fs.Bool("json", false, "print the request as JSON")
+	var sf selectFlags
+	sf.register(fs)
+	vars := fs.String("vars", "", "the run's variables: a YAML or JSON `MAPPING` ('{\"region\": \"eu\"}'), read by {{ var('k') }}")
+	fullRefresh := fs.Bool("full-refresh", false, "rebuild incremental models from their full select instead of merging new rows")
 	pos, err := c.parse(fs, args, 1, 1)
+	if err != nil {
+		return err
+	}
+	if sf.indirect != string(selection.Eager) {
+		// The worker evaluates the selection on the stored plan, eagerly.
+		return engine.Errorf(engine.CodeInvalidArgument, "enqueue: --indirect-selection is not recorded with a request; only eager is supported")
+	}
+	varMap, err := plan.ParseVars(*vars)
 	if err != nil {
 		return err
 	}
@@ -133,6 +146,11 @@ func cmdEnqueue(ctx context.Context, c *cli, args []string) error {
 	if err != nil {
 		return err
 	}
+	shape := queue.Shape{Target: c.targetName(), Select: sf.sel, Exclude: sf.exc, Vars: varMap, FullRefresh: *fullRefresh}
+	// A selection that picks nothing is refused now, not by the worker.
+	if _, err := c.choose(b.Plan, sf, true); err != nil {
+		return err
+	}
 	st, err := c.openQueueStore(ctx, false)
 	if err != nil {
 		return err
@@ -146,7 +164,7 @@ func cmdEnqueue(ctx context.Context, c *cli, args []string) error {
 	r, created, err := q.Enqueue(ctx, queue.Request{
 		TenantID: c.g.tenant, ProjectID: c.g.project, EnvironmentID: c.g.environment,
 		PlanID: info.PlanID, PlanVersion: info.PlanVersion, RunRequestID: *reqID,
-		PlanPath: pos[0], PlanSHA256: info.SHA256, Priority: *prio, NotBefore: nb,
+		PlanPath: pos[0], PlanSHA256: info.SHA256, Priority: *prio, NotBefore: nb, Shape: shape,
 	})
 	if err != nil {
 		return err

@@ -139,7 +139,11 @@ func cmdRuns(ctx context.Context, c *cli, args []string) error {
 	plan := fs.String("plan", "", "only runs of plan `ID`")
 	schedule := fs.String("schedule", "", "only runs of schedule `NAME`")
 	trigger := fs.String("trigger", "", "only runs triggered by `KIND`: manual, schedule, queue or retry (retry-of)")
-	target := fs.String("target", "", "only runs recorded with target `NAME`")
+	// --target is the global flag: here it also keeps only the runs
+	// recorded with that target, and names no config target if the
+	// configuration has none of that name.
+	fs.Lookup("target").Usage = "only runs recorded with target `NAME` (and, when the config has that target, on its store; env DVT_TARGET)"
+	c.targetIsFilter = true
 	since := fs.String("since", "", "only runs created at or after `TIME` (RFC 3339, YYYY-MM-DD, or a duration ago such as 24h)")
 	until := fs.String("until", "", "only runs created before `TIME` (as --since)")
 	after := fs.String("after", "", "the page after `CURSOR` (printed below a page that has more)")
@@ -151,7 +155,7 @@ func cmdRuns(ctx context.Context, c *cli, args []string) error {
 	}
 	f := store.RunFilter{TenantID: c.g.tenant, ProjectID: c.g.project, EnvironmentID: c.g.environment,
 		Status: engine.RunStatus(strings.ToUpper(*status)), PlanID: *plan, Schedule: *schedule, Trigger: store.Trigger(strings.ToLower(*trigger)),
-		Target: *target, Limit: *limit + 1}
+		Target: c.g.target, Limit: *limit + 1}
 	if f.Status != "" && !slices.Contains(runStatuses, f.Status) {
 		return engine.Errorf(engine.CodeInvalidArgument, "--status %s: want one of %v", c.clean(*status), runStatuses)
 	}
@@ -311,17 +315,30 @@ func cmdStatus(ctx context.Context, c *cli, args []string) error {
 		c.printStepView(v)
 		return nil
 	}
+	// The run's context as RunQueued recorded it (a payload that does not
+	// decode is shown without it: status still shows the run).
+	q, _ := engine.QueuedRequest(evs)
+	rc := runContext{Target: q.Target, Vars: q.Vars, DataInterval: q.DataInterval}
 	if *asJSON {
 		return c.printJSON(struct {
 			Run      engine.RunMetadata `json:"run"`
+			Context  runContext         `json:"context"`
 			Snapshot engine.Snapshot    `json:"snapshot"`
-		}{meta, snap})
+		}{meta, rc, snap})
 	}
-	c.printStatus(meta, snap)
+	c.printStatus(meta, snap, rc)
 	return nil
 }
 
-func (c *cli) printStatus(meta engine.RunMetadata, snap engine.Snapshot) {
+// runContext is what status shows of a run's context: the target it ran
+// on, its variables and its data interval.
+type runContext struct {
+	Target       string               `json:"target,omitempty"`
+	Vars         map[string]any       `json:"vars,omitempty"`
+	DataInterval *engine.DataInterval `json:"dataInterval,omitempty"`
+}
+
+func (c *cli) printStatus(meta engine.RunMetadata, snap engine.Snapshot, rc runContext) {
 	w := c.stdout
 	status := string(snap.Status)
 	if snap.Substatus != "" {
@@ -337,6 +354,16 @@ func (c *cli) printStatus(meta engine.RunMetadata, snap engine.Snapshot) {
 	fmt.Fprintf(tw, "Run:\t%s\n", c.clean(meta.RunID))
 	fmt.Fprintf(tw, "Plan:\t%s@%s (sha256 %s)\n", c.clean(meta.PlanID), c.clean(meta.PlanVersion), c.clean(meta.PlanSHA256))
 	fmt.Fprintf(tw, "Scope:\t%s/%s/%s\n", c.clean(meta.TenantID), c.clean(meta.ProjectID), c.clean(meta.EnvironmentID))
+	if rc.Target != "" {
+		fmt.Fprintf(tw, "Target:\t%s\n", c.clean(rc.Target))
+	}
+	if len(rc.Vars) > 0 {
+		b, _ := json.Marshal(rc.Vars) // sorted keys
+		fmt.Fprintf(tw, "Vars:\t%s\n", c.cleanLine(string(b)))
+	}
+	if di := rc.DataInterval; di != nil {
+		fmt.Fprintf(tw, "Interval:\t[%s, %s) %s\n", c.clean(di.Start), c.clean(di.End), c.clean(di.Timezone))
+	}
 	fmt.Fprintf(tw, "Status:\t%s\n", status)
 	if !snap.StartedAt.IsZero() {
 		fmt.Fprintf(tw, "Started:\t%s\n", fmtTime(snap.StartedAt))

@@ -15,6 +15,7 @@ func cmdRetry(ctx context.Context, c *cli, args []string) error {
 	fs := c.newFlagSet("retry", "RUN_ID [PLAN]", "Start a new run that executes only the steps that failed, were skipped or never ran in RUN_ID\n(dbt retry). Without PLAN it runs the plan bundle the state store kept for RUN_ID; given PLAN, that\nplan runs: a plan changed since is allowed (the point is to run the fix) and what changed is said.\nThe new run records parentRunId. Nothing to retry: exit 0.")
 	var f runFlags
 	f.register(fs)
+	vars := fs.String("vars", "", "replace the run's variables with this YAML or JSON `MAPPING` (default: the retried run's)")
 	pos, err := c.parse(fs, args, 1, 2)
 	if err != nil {
 		return err
@@ -22,9 +23,20 @@ func cmdRetry(ctx context.Context, c *cli, args []string) error {
 	if err := f.check(); err != nil {
 		return err
 	}
+	varMap, err := plan.ParseVars(*vars)
+	if err != nil {
+		return err
+	}
 	parent, err := c.readParent(ctx, pos[0], len(pos) == 1)
 	if err != nil {
 		return err
+	}
+	// The retry runs where the run ran, on its variables and interval.
+	if err := c.useRecordedTarget(parent.meta.RunID, parent.queued.Target); err != nil {
+		return err
+	}
+	if *vars == "" {
+		varMap = parent.queued.Vars
 	}
 	b := parent.bundle
 	if len(pos) == 2 {
@@ -51,7 +63,7 @@ func cmdRetry(ctx context.Context, c *cli, args []string) error {
 	sel := &engine.Selection{Steps: steps}
 	intro := fmt.Sprintf("Retrying %d step(s) of run %s: %s", len(steps), parent.meta.RunID, strings.Join(steps, ", "))
 	return c.startAndExecute(ctx, f, b, engine.StartRequest{Plan: p, Ref: ref, Selection: sel, ParentRunID: parent.meta.RunID,
-		FullRefresh: parent.queued.FullRefresh}, intro) // dbt retry reuses the run's flags
+		FullRefresh: parent.queued.FullRefresh, Target: parent.queued.Target, Vars: varMap, DataInterval: parent.queued.DataInterval}, intro) // dbt retry reuses the run's flags
 }
 
 // parentRun is what retry reads of the run it retries.

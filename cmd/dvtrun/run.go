@@ -34,9 +34,7 @@ func randFloat() float64 { return rand.Float64() }
 var sleepCtx = engine.Sleep
 
 // osSource reads plan files from the file system.
-type osSource struct{}
-
-func (osSource) ReadFile(name string) ([]byte, error) { return os.ReadFile(name) }
+type osSource = plan.OSFiles
 
 // loadPlan reads the plan bundle (the plan and every file it references)
 // and runs every check a run makes before anything is written; with wantSHA
@@ -89,6 +87,21 @@ func checkSecrets(p *plan.Plan, sel *engine.Selection, lookup plan.SecretLookup)
 	return plan.CheckSecrets(run, lookup)
 }
 
+// varsHelp is --vars' usage, the same wherever it is taken.
+const varsHelp = "the run's variables for {{ var('NAME') }}: a `YAML` or JSON mapping, e.g. '{\"region\": \"eu\"}' (dbt's --vars)"
+
+// checkContext renders the steps the run will execute — p's, ephemeral
+// models inlined, sel applied — with the run's vars and data interval, so
+// that a var without value or default is refused before anything is
+// written.
+func checkContext(p *plan.Plan, sel *engine.Selection, rc plan.Context) error {
+	run, err := plan.Selected(p.InlineEphemeral(), engine.RunQueuedRequest{Selection: sel})
+	if err != nil {
+		return err
+	}
+	return plan.CheckContext(p, run, rc)
+}
+
 // readSecretsFile reads KEY=VALUE lines; blank lines and # comments are
 // skipped. Errors name the line, never a value.
 func readSecretsFile(path string) (map[string]string, error) {
@@ -128,6 +141,8 @@ type runFlags struct {
 	writeBudget time.Duration
 	spoolDir    string
 	spool       *spool.Dir
+	// engine is --engine: local (the runner in this process) or temporal.
+	engine string
 }
 
 func (f *runFlags) register(fs *flag.FlagSet) {
@@ -140,6 +155,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 // with the worker, which runs its claimed requests the same way.
 func (f *runFlags) registerExec(fs *flag.FlagSet) {
 	fs.IntVar(&f.threads, "threads", 4, "run up to `N` steps in parallel")
+	fs.StringVar(&f.engine, "engine", "", "`ENGINE` that executes the run: local (default) or temporal, a workflow per run on the config's temporal server (env DVT_ENGINE)")
 	fs.StringVar(&f.secretsFile, "secrets-file", "", "`FILE` of KEY=VALUE secrets (DVT_SECRET_<NAME> in the environment wins)")
 	// A runner that dies keeps its lease until it expires; then `resume`
 	// (from any machine) or another worker may take the run over.
@@ -151,6 +167,9 @@ func (f *runFlags) registerExec(fs *flag.FlagSet) {
 }
 
 func (f runFlags) check() error {
+	if err := checkEngine(f.engine); err != nil {
+		return err
+	}
 	if f.threads < 1 {
 		return engine.Errorf(engine.CodeInvalidArgument, "--threads must be at least 1")
 	}
@@ -228,11 +247,16 @@ func cmdRun(ctx context.Context, c *cli, args []string) error {
 	reqID := fs.String("run-request-id", "", "the caller's `ID` for this run request (recorded with the run)")
 	wantSHA := fs.String("plan-sha256", "", "refuse the plan unless its file hashes to `HEX` (PLAN_HASH_MISMATCH)")
 	fullRefresh := fs.Bool("full-refresh", false, "rebuild incremental models from their full select instead of merging new rows")
+	varsFlag := fs.String("vars", "", varsHelp)
 	pos, err := c.parse(fs, args, 1, 1)
 	if err != nil {
 		return err
 	}
 	if err := f.check(); err != nil {
+		return err
+	}
+	vars, err := plan.ParseVars(*varsFlag)
+	if err != nil {
 		return err
 	}
 	b, err := loadPlan(pos[0], *wantSHA)
@@ -244,7 +268,7 @@ func cmdRun(ctx context.Context, c *cli, args []string) error {
 	if err != nil {
 		return err
 	}
-	return c.startAndExecute(ctx, f, b, engine.StartRequest{Plan: p, Ref: b.Ref, RunRequestID: *reqID, Selection: sel, FullRefresh: *fullRefresh}, "")
+	return c.startAndExecute(ctx, f, b, engine.StartRequest{Plan: p, Ref: b.Ref, RunRequestID: *reqID, Selection: sel, FullRefresh: *fullRefresh, Target: c.targetName(), Vars: vars}, "")
 }
 
 // startAndExecute stores the bundle b, records a new run of its plan
@@ -257,6 +281,9 @@ func (c *cli) startAndExecute(ctx context.Context, f runFlags, b *plan.Bundle, r
 		return err
 	}
 	if err := checkSecrets(p, req.Selection, lookup); err != nil { // before the run is recorded
+		return err
+	}
+	if err := checkContext(p, req.Selection, plan.Context{Vars: req.Vars, Interval: req.DataInterval}); err != nil {
 		return err
 	}
 	cfg, err := c.loadConfig()
@@ -296,6 +323,13 @@ func (c *cli) startAndExecute(ctx context.Context, f runFlags, b *plan.Bundle, r
 		fmt.Fprintln(c.stdout, c.clean(intro))
 	}
 	con.start = time.Now()
+	if c.onTemporal(f.engine) {
+		steps := p.InlineEphemeral()
+		con.Report(runner.Progress{Phase: runner.PhaseRunStarted, RunID: runID, Threads: f.threads, Total: len(steps.Steps)})
+		snap, err := c.executeOnTemporal(ctx, f, cfg, st, wh, lookup, runID)
+		reportSteps(con, steps, snap)
+		return c.finishRun(ctx, con, runID, snap, err)
+	}
 	rn := c.newRunner(st, f, con, lookup)
 	rn.Signals = cfg.Signals
 	stopPulse, err := c.joinPulse(ctx, rn, st, f, cfg)
@@ -377,6 +411,10 @@ func cmdResume(ctx context.Context, c *cli, args []string) error {
 		return nil
 	case snap.Status.Terminal():
 		return engine.Errorf(engine.CodeInvalidArgument, "run %s is already %s and cannot be resumed; start a new run", meta.RunID, snap.Status)
+	}
+	// The run continues where it ran: its target's warehouse.
+	if err := c.useRecordedTarget(meta.RunID, recorded.Target); err != nil {
+		return err
 	}
 	wh, targetName, err := c.openWarehouseHeldBy(ctx, c.previousHolder(ctx, st, meta.RunID))
 	if err != nil {

@@ -211,6 +211,22 @@ func TestResumeSelectedRun(t *testing.T) {
 	}
 }
 
+// jaffleReference is the shared reference material (../shared/reference)
+// and its jaffle_shop manifest for Postgres; a test skips without it,
+// except under CI=true (CI lays ../shared beside the clone), where it fails.
+func jaffleReference(t *testing.T) (ref, manifest string) {
+	t.Helper()
+	ref = filepath.Join(repoRoot(t), "..", "shared", "reference")
+	manifest = filepath.Join(ref, "dbt_manifests", "openlineage_postgres_v12", "manifest.json")
+	if _, err := os.Stat(manifest); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("reference material not available at %s: %v", ref, err)
+		}
+		t.Skipf("reference material not available at %s: %v", ref, err)
+	}
+	return ref, manifest
+}
+
 // TestRunSelectJaffleShop: dbt's jaffle_shop (the shared reference
 // manifest, imported) run with `--select +customers` on a fresh warehouse
 // builds customers, its staging views and seeds, and not orders. Under
@@ -219,15 +235,7 @@ func TestResumeSelectedRun(t *testing.T) {
 // having been built — what `dbt build --select +customers` does on a fresh
 // target; buildable leaves it out and the run passes.
 func TestRunSelectJaffleShop(t *testing.T) {
-	ref := filepath.Join(repoRoot(t), "..", "shared", "reference")
-	manifest := filepath.Join(ref, "dbt_manifests", "openlineage_postgres_v12", "manifest.json")
-	if _, err := os.Stat(manifest); err != nil {
-		// CI lays ../shared beside the clone: there its absence is a failure.
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("reference material not available at %s: %v", ref, err)
-		}
-		t.Skipf("reference material not available at %s: %v", ref, err)
-	}
+	ref, manifest := jaffleReference(t)
 	built := []string{"customers", "raw_customers", "raw_orders", "raw_payments", "stg_customers", "stg_orders", "stg_payments"}
 	for _, tc := range []struct {
 		mode      string

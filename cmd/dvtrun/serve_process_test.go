@@ -79,8 +79,14 @@ func TestProcessServeDeliversAndProjects(t *testing.T) {
 	if code, body := get("http://" + addr + "/readyz"); code != http.StatusOK {
 		t.Errorf("/readyz: %d %s", code, body)
 	}
-	_, metrics := get("http://" + addr + "/metrics")
+	// The sink's file holds a batch before the service has recorded it
+	// delivered and counted it: wait for the count, not just the file.
 	want := regexp.MustCompile(fmt.Sprintf(`(?m)^dvtrun_delivery_total\{outcome="delivered"\} %d$`, len(evs)))
+	var metrics string
+	waitUntil(t, "/metrics to count every event delivered", func() bool {
+		_, metrics = get("http://" + addr + "/metrics")
+		return want.MatchString(metrics)
+	})
 	if !want.MatchString(metrics) || !strings.Contains(metrics, `dvtrun_delivery_total{outcome="dead"} 0`) ||
 		!strings.Contains(metrics, "dvtrun_projector_lag_seconds ") {
 		t.Errorf("/metrics lacks the delivery counts (%d delivered) or the projector lag:\n%s", len(evs), metrics)

@@ -112,9 +112,18 @@ func (c *cli) sendSignal(ctx context.Context, runID string, t engine.SignalType,
 	if ok, why := cfg.Signals.Allows(actor, t, meta.EnvironmentID); !ok {
 		fmt.Fprintf(w, "The signals policy in %s does not allow it (%s): the run's runner will record it as SignalRejected.\n", engine.EscapeControl(c.g.config), engine.EscapeControl(why))
 	}
+	onTemporal, err := c.forwardToTemporal(ctx, cfg, meta, sig)
+	if err != nil {
+		return err
+	}
 	lease, held, err := st.GetLease(ctx, meta.RunID)
 	if err != nil {
 		return err
+	}
+	if onTemporal {
+		// The workflow decides it now; its lease is renewed by its
+		// activities only, so it says nothing of the workflow's life.
+		held, lease.Live, lease.Owner = true, true, "its Temporal workflow"
 	}
 	if !held || !lease.Live {
 		fmt.Fprintln(w, noRunner(meta.RunID, t, lease, held))

@@ -2,9 +2,10 @@
 // DVT_CONFIG): one YAML document whose top-level sections configure the
 // long-running parts of dvtrun — event sinks for outbox delivery and the
 // policy of who may send which signal, cron schedules and the limits of
-// the run queue, the interval of a process's pulse, and the state store's
-// write-latency budget and spool. Unknown keys are errors, so a typo
-// never silently turns a feature off.
+// the run queue, the interval of a process's pulse, the state store's
+// write-latency budget and spool, and the targets (store, warehouse,
+// environment, threads) a run may be started on. Unknown keys are errors,
+// so a typo never silently turns a feature off.
 package config
 
 import (
@@ -21,14 +22,19 @@ import (
 
 // Config is the whole configuration file.
 type Config struct {
-	Sinks     []Sink       `yaml:"sinks"`
-	Signals   SignalPolicy `yaml:"signals"`
-	Schedules []Schedule   `yaml:"schedules"`
-	Limits    Limits       `yaml:"limits"`
-	Pulse     Pulse        `yaml:"pulse"`
-	Console   Console      `yaml:"console"`
+	// Target is the default target (--target and DVT_TARGET override it).
+	Target    string             `yaml:"target"`
+	Targets   map[string]*Target `yaml:"targets"`
+	Sinks     []Sink             `yaml:"sinks"`
+	Signals   SignalPolicy       `yaml:"signals"`
+	Schedules []Schedule         `yaml:"schedules"`
+	Limits    Limits             `yaml:"limits"`
+	Pulse     Pulse              `yaml:"pulse"`
+	Console   Console            `yaml:"console"`
 	// StateStore is read key by key (see its UnmarshalYAML).
 	StateStore StateStore `yaml:"stateStore"`
+	// Temporal is where `--engine temporal` runs workflows.
+	Temporal Temporal `yaml:"temporal"`
 	// Audit is the tamper-evident log's checkpointing.
 	Audit Audit `yaml:"audit"`
 }
@@ -42,20 +48,29 @@ func Parse(data []byte, name string) (*Config, error) {
 	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
 		return nil, engine.Errorf(engine.CodeConfigInvalid, "%s: %s", name, yamlMessage(err))
 	}
-	if err := c.validate(); err != nil {
+	if err := c.validate(name); err != nil {
 		return nil, engine.Errorf(engine.CodeConfigInvalid, "%s: %v", name, err)
 	}
 	return &c, nil
 }
 
-func (c *Config) validate() error {
+func (c *Config) validate(file string) error {
 	if err := validateSinks(c.Sinks); err != nil {
+		return err
+	}
+	if err := c.validateTargets(file); err != nil {
 		return err
 	}
 	if err := c.Signals.validate(); err != nil {
 		return err
 	}
+	if err := c.Temporal.validate(); err != nil {
+		return err
+	}
 	if err := validateSchedules(c.Schedules); err != nil {
+		return err
+	}
+	if err := c.validateScheduleShape(); err != nil {
 		return err
 	}
 	if err := c.Pulse.validate(); err != nil {

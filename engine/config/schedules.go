@@ -35,6 +35,14 @@ type Schedule struct {
 	Overlap       Overlap       `yaml:"overlap"`
 	CatchupWindow time.Duration `yaml:"catchupWindow"`
 	Priority      int           `yaml:"priority"`
+	// The shape of the schedule's runs, as enqueue's flags: the target
+	// (default: the file's target), dbt selection expressions (spaces
+	// union, commas intersect), the run's variables and --full-refresh.
+	Target      string         `yaml:"target"`
+	Select      string         `yaml:"select"`
+	Exclude     string         `yaml:"exclude"`
+	Vars        map[string]any `yaml:"vars"`
+	FullRefresh bool           `yaml:"fullRefresh"`
 }
 
 // Spec is the schedule's parsed cron expression (validated by Parse).

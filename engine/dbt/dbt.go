@@ -1,6 +1,7 @@
 // Package dbt turns a dbt manifest (target/manifest.json, schema v4 to v12)
 // into a dvtrun plan that runs on SQLite (and on any warehouse that takes
-// one-part relation names).
+// one-part relation names), or with Options.KeepSchemas on Postgres with
+// dbt's schema-qualified names.
 //
 // Usage, as `dvtrun plan import-dbt MANIFEST --project-dir DIR [-o FILE]`
 // does it:
@@ -26,7 +27,9 @@
 // selection (engine/selection: tag:, fqn, path:) reads.
 //
 // Relation names in compiled SQL are rewritten to one quoted part:
-// "db"."schema"."orders" becomes "orders", a source becomes its identifier.
+// "db"."schema"."orders" becomes "orders", a source becomes its identifier;
+// with Options.KeepSchemas to two, "schema"."orders", and steps build
+// schema.orders (Postgres).
 // dependsOn comes from depends_on.nodes (sources are not steps and drop out).
 //
 // Nothing is skipped silently: a node that cannot be translated (no
@@ -67,6 +70,12 @@ type Options struct {
 	// PlanID defaults to the manifest's project_name ("dbt" if none);
 	// PlanVersion defaults to "1".
 	PlanID, PlanVersion string
+	// KeepSchemas keeps relation names schema-qualified, for a warehouse
+	// with schemas (Postgres): a step builds schema.name, and compiled SQL
+	// reads "schema"."name". The database part of dbt's three-part names
+	// goes (a Postgres session reads its own database: the warehouse
+	// DSN's). Without it every name becomes one part, for SQLite.
+	KeepSchemas bool
 }
 
 // Problem is a manifest node that did not become a step, and why.
@@ -266,7 +275,7 @@ type importer struct {
 	stepOf   map[string]string     // node id → step id
 	failed   map[string]string     // node id → why it is not a step
 	problems []Problem
-	renames  []rename // relation names in compiled SQL → one-part names
+	renames  []rename // relation names in compiled SQL → one-part (or schema.name) names
 }
 
 // rename replaces one spelling of a relation name; unquoted spellings
@@ -541,6 +550,13 @@ func (im *importer) newStep(n *node, kind string) (*plan.Step, bool) {
 			im.fail(n.UniqueID, "relation name %q is not a plain identifier (letters, digits, _ and $)", rel)
 			return nil, false
 		}
+		if im.opts.KeepSchemas && n.Schema != "" {
+			if !identRE.MatchString(n.Schema) {
+				im.fail(n.UniqueID, "schema name %q is not a plain identifier (letters, digits, _ and $)", n.Schema)
+				return nil, false
+			}
+			rel = n.Schema + "." + rel
+		}
 		st.Name = rel
 	}
 	im.steps[n.UniqueID] = st
@@ -730,7 +746,7 @@ func (im *importer) collectRenames() {
 		if to == "" {
 			return
 		}
-		q := quoteIdent(to)
+		q := im.quoted(schema, to)
 		forms := []string{relationName}
 		if name != "" && schema != "" {
 			forms = append(forms, quoteIdent(schema)+"."+quoteIdent(name), schema+"."+name)
@@ -777,8 +793,22 @@ func (im *importer) collectRenames() {
 // backticks) that no manifest node names, e.g. a table outside dbt.
 var threePartRE = regexp.MustCompile("(?:\"(?:[^\"]|\"\")+\"\\.){1,2}(\"(?:[^\"]|\"\")+\")|(?:`[^`]+`\\.){1,2}`([^`]+)`")
 
+// keptSchemaRE matches a fully quoted "db"."schema"."name": what
+// KeepSchemas cuts to "schema"."name".
+var keptSchemaRE = regexp.MustCompile("\"(?:[^\"]|\"\")+\"\\.(\"(?:[^\"]|\"\")+\"\\.\"(?:[^\"]|\"\")+\")|`[^`]+`\\.(`[^`]+`\\.`[^`]+`)")
+
+// quoted is a relation's name as rewritten SQL spells it: "name", or with
+// KeepSchemas "schema"."name".
+func (im *importer) quoted(schema, name string) string {
+	if im.opts.KeepSchemas && schema != "" {
+		return quoteIdent(schema) + "." + quoteIdent(name)
+	}
+	return quoteIdent(name)
+}
+
 // rewrite replaces multi-part relation names in compiled SQL with one-part
-// quoted names. Unquoted forms are replaced only at word boundaries.
+// quoted names (two-part with KeepSchemas). Unquoted forms are replaced
+// only at word boundaries.
 func (im *importer) rewrite(sql string) string {
 	for _, r := range im.renames {
 		if r.re == nil {
@@ -786,6 +816,9 @@ func (im *importer) rewrite(sql string) string {
 			continue
 		}
 		sql = r.re.ReplaceAllString(sql, "${1}"+strings.ReplaceAll(r.to, "$", "$$")+"${2}")
+	}
+	if im.opts.KeepSchemas {
+		return keptSchemaRE.ReplaceAllString(sql, "${1}${2}")
 	}
 	return threePartRE.ReplaceAllStringFunc(sql, func(s string) string {
 		m := threePartRE.FindStringSubmatch(s)

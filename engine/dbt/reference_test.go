@@ -89,3 +89,36 @@ func TestImportJaffleShopReference(t *testing.T) {
 		"model.customers": 100, "model.orders": 99,
 	})
 }
+
+// TestImportJaffleShopKeepSchemas: with KeepSchemas the Postgres manifest's
+// relations stay schema-qualified — seeds and models build public.<name>,
+// compiled SQL and the rendered generic tests read "public"."<name>" — and
+// only the database part of dbt's three-part names goes.
+func TestImportJaffleShopKeepSchemas(t *testing.T) {
+	ref := referenceDir(t)
+	data, err := os.ReadFile(filepath.Join(ref, "dbt_manifests", "openlineage_postgres_v12", "manifest.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := dbt.Import(data, dbt.Options{ProjectDir: filepath.Join(ref, "jaffle_shop"), OutDir: t.TempDir(), KeepSchemas: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Problems) != 0 || len(res.Plan.Steps) != 28 {
+		t.Fatalf("%d steps, problems %v", len(res.Plan.Steps), res.Problems)
+	}
+	if err := res.Plan.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range res.Plan.Steps {
+		if s.Kind != plan.KindTest && s.Relation() != "public."+strings.SplitN(s.ID, ".", 2)[1] {
+			t.Errorf("%s builds %q, want public.<name>", s.ID, s.Relation())
+		}
+		if strings.Contains(s.SQL, `"postgres".`) {
+			t.Errorf("%s keeps the database part: %s", s.ID, s.SQL)
+		}
+		if s.Kind != plan.KindSeed && !strings.Contains(s.SQL, `"public".`) {
+			t.Errorf("%s reads no schema-qualified relation: %s", s.ID, s.SQL)
+		}
+	}
+}

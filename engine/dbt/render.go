@@ -139,14 +139,14 @@ func (im *importer) testedRelation(n *node) (string, error) {
 	return "", errors.New("cannot tell which relation it tests (no attached_node, kwargs.model or single dependency)")
 }
 
-// nodeRelation is the quoted one-part name of a seed, model, snapshot or
-// source by unique_id.
+// nodeRelation is the quoted name (one part, or schema.name with
+// KeepSchemas) of a seed, model, snapshot or source by unique_id.
 func (im *importer) nodeRelation(id string) (string, bool) {
 	if n, ok := im.m.Nodes[id]; ok && n != nil {
-		return quoteIdent(n.relationName()), true
+		return im.quoted(n.Schema, n.relationName()), true
 	}
 	if s, ok := im.m.Sources[id]; ok && s != nil {
-		return quoteIdent(orDefault(s.Identifier, s.Name)), true
+		return im.quoted(s.Schema, orDefault(s.Identifier, s.Name)), true
 	}
 	return "", false
 }
@@ -164,7 +164,7 @@ func (im *importer) resolveRef(expr string) (string, error) {
 		// unique_id is source.<package>.<source_name>.<table name>.
 		for id, s := range im.m.Sources {
 			if s != nil && strings.HasSuffix(id, "."+m[1]+"."+m[2]) {
-				return quoteIdent(orDefault(s.Identifier, s.Name)), nil
+				return im.quoted(s.Schema, orDefault(s.Identifier, s.Name)), nil
 			}
 		}
 		return "", fmt.Errorf("source(%q, %q) is not in the manifest", m[1], m[2])
@@ -192,7 +192,7 @@ func (im *importer) resolveRef(expr string) (string, error) {
 	}
 	switch {
 	case len(found) == 1:
-		return quoteIdent(found[0].relationName()), nil
+		return im.quoted(found[0].Schema, found[0].relationName()), nil
 	case len(found) == 0:
 		return "", fmt.Errorf("%s matches no model, seed or snapshot", strings.TrimSpace(m[0]))
 	}
@@ -207,5 +207,5 @@ func (im *importer) resolveRef(expr string) (string, error) {
 			best, bestV = n, v
 		}
 	}
-	return quoteIdent(best.relationName()), nil
+	return im.quoted(best.Schema, best.relationName()), nil
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/dvtrun/dvtrun/engine"
 	"github.com/dvtrun/dvtrun/engine/service"
+	"github.com/dvtrun/dvtrun/engine/wake"
 )
 
 // Sink is one destination. Deliver sends events in order and stops at the
@@ -83,6 +84,9 @@ type Options struct {
 	ClaimTTL time.Duration
 	// PollInterval is the wait when nothing is due (default 1s).
 	PollInterval time.Duration
+	// Wakeups, when the store pushes them, end that wait as soon as a run's
+	// log grows; nil: the service only polls.
+	Wakeups wake.Source
 }
 
 // Service delivers the outbox to its targets, one loop per target. It is a
@@ -149,12 +153,19 @@ func (s *Service) run(ctx context.Context) {
 }
 
 func (s *Service) deliverLoop(ctx context.Context, t Target) {
-	enqueued := time.Time{}
+	var woken <-chan string
+	if s.o.Wakeups != nil {
+		ids, cancel := s.o.Wakeups.Subscribe(wake.Events)
+		defer cancel()
+		woken = ids
+	}
+	enqueued, waited := time.Time{}, false
 	for ctx.Err() == nil {
-		// New outbox events are picked up at most once per poll interval:
-		// the enqueue looks at every run's high-water mark.
+		// New outbox events are picked up after each wait (a wake-up says
+		// there are some) and otherwise at most once per poll interval: the
+		// enqueue looks at every run's high-water mark.
 		now := s.o.Clock.Now()
-		enqueue := now.Sub(enqueued) >= s.o.PollInterval
+		enqueue := waited || now.Sub(enqueued) >= s.o.PollInterval
 		if enqueue {
 			enqueued = now
 		}
@@ -165,14 +176,9 @@ func (s *Service) deliverLoop(ctx context.Context, t Target) {
 		if err != nil {
 			s.o.Logger.Error("delivery pass failed", "sink", t.Name, "error", err.Error())
 		}
-		if err != nil || n == 0 {
-			timer := time.NewTimer(s.o.PollInterval)
-			select {
-			case <-ctx.Done():
-				timer.Stop()
-				return
-			case <-timer.C:
-			}
+		waited = err != nil || n == 0
+		if waited && wake.Wait(ctx, woken, nil, s.o.PollInterval) != nil {
+			return
 		}
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/dvtrun/dvtrun/engine/delivery"
 	"github.com/dvtrun/dvtrun/engine/service"
 	"github.com/dvtrun/dvtrun/engine/service/servicetest"
+	"github.com/dvtrun/dvtrun/engine/wake"
 	"github.com/dvtrun/dvtrun/store/sqlite"
 	"github.com/dvtrun/dvtrun/store/storetest"
 )
@@ -335,4 +336,35 @@ func contains(s, sub string) bool {
 		}
 	}
 	return false
+}
+
+// TestDeliveryWokenBeforeItsPoll: with wake-ups new events are delivered
+// when a run's log grows, long before the poll interval (an hour here).
+func TestDeliveryWokenBeforeItsPoll(t *testing.T) {
+	st := openStore(t)
+	_, srv := newReceiver(t, secretA, nil)
+	clock := engine.ClockFunc(time.Now)
+	hub := &wake.Hub{}
+	svc, err := delivery.New(delivery.Options{
+		Store: st, Targets: []delivery.Target{{Name: "hooks", Sink: webhook(t, srv.URL, clock), Policy: fast}},
+		Clock: clock, IDs: engine.IDFunc(uuid.NewString), Rand: rand.New(rand.NewPCG(1, 2)).Float64,
+		PollInterval: time.Hour, Wakeups: hub,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer svc.Stop()
+	time.Sleep(50 * time.Millisecond) // its first pass finds nothing and waits
+	runs := seedRuns(t, st, 1, 1)     // 1 run × 4 events
+	var runID string
+	for id := range runs {
+		runID = id
+	}
+	servicetest.WaitFor(t, "4 deliveries after a wake-up", func() bool {
+		hub.Publish(wake.Events, runID) // the store's NOTIFY, until the loop subscribed
+		return count(t, st, "hooks", delivery.StateDelivered) == 4
+	})
 }

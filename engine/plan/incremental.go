@@ -2,17 +2,10 @@ package plan
 
 import (
 	"fmt"
-	"regexp"
 	"strings"
 
 	"github.com/dvtrun/dvtrun/engine"
 )
-
-// thisRE matches {{ this }}, the existing table in an incremental filter.
-var thisRE = regexp.MustCompile(`\{\{\s*this\s*\}\}`)
-
-// templateRE matches any {{ … }} expression.
-var templateRE = regexp.MustCompile(`\{\{.*?\}\}`)
 
 // incrementalProblems lists what is wrong with s's incremental settings.
 func incrementalProblems(s Step) []string {
@@ -41,24 +34,8 @@ func incrementalProblems(s Step) []string {
 		if strings.TrimSpace(s.IncrementalFilter) == "" {
 			out = append(out, "incrementalFilter is blank")
 		}
-		for _, m := range templateRE.FindAllString(s.IncrementalFilter, -1) {
-			if !thisRE.MatchString(m) {
-				out = append(out, fmt.Sprintf("incrementalFilter: %s is not supported (only {{ this }})", m))
-			}
-		}
 	}
 	return out
-}
-
-// RenderThis replaces {{ this }} in an incremental filter with the quoted
-// name of the existing table, which the warehouse supplies in its own
-// quoting. Any other {{ … }} is an error (Validate refuses it earlier).
-func RenderThis(filter, quotedRelation string) (string, error) {
-	out := thisRE.ReplaceAllLiteralString(filter, quotedRelation)
-	if m := templateRE.FindString(out); m != "" {
-		return "", engine.Errorf(engine.CodePlanInvalid, "incrementalFilter: %s is not supported (only {{ this }})", m)
-	}
-	return out, nil
 }
 
 func isEphemeral(s Step) bool {

@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"encoding/json"
 	"fmt"
+	"os"
 	"regexp"
 	"slices"
 	"strings"
@@ -56,7 +57,10 @@ type Plan struct {
 	PlanVersion   string   `json:"planVersion" yaml:"planVersion"`
 	SchemaVersion string   `json:"schemaVersion" yaml:"schemaVersion"`
 	Metadata      Metadata `json:"metadata" yaml:"metadata"`
-	Steps         []Step   `json:"steps" yaml:"steps"`
+	// Sources are the tables the plan reads but does not build, declared
+	// as dbt declares them; {{ source('raw', 'orders') }} names one.
+	Sources []SourceTables `json:"sources,omitempty" yaml:"sources,omitempty"`
+	Steps   []Step         `json:"steps" yaml:"steps"`
 
 	// Dir is the directory the plan was read from; step paths and seed files
 	// resolve against it. Not serialised.
@@ -65,6 +69,17 @@ type Plan struct {
 	// path in the plan: the warehouse loads these (StepRequest.SeedData),
 	// so a run needs no file on disk once its bundle is stored.
 	Seeds map[string][]byte `json:"-" yaml:"-"`
+}
+
+// SourceTables declares tables of one source, as dbt's sources: Schema
+// defaults to the source's Name (dbt's default), Database to the
+// warehouse's own. Tables are the tables' names as the warehouse knows
+// them.
+type SourceTables struct {
+	Name     string   `json:"name" yaml:"name"`
+	Database string   `json:"database,omitempty" yaml:"database,omitempty"`
+	Schema   string   `json:"schema,omitempty" yaml:"schema,omitempty"`
+	Tables   []string `json:"tables" yaml:"tables"`
 }
 
 // Metadata holds the plan's adapter requirements.
@@ -196,6 +211,7 @@ func Parse(data []byte, name string) (*Plan, error) {
 	if err := dec.Decode(&p); err != nil {
 		return nil, engine.Errorf(engine.CodePlanInvalid, "%s: %v", name, err)
 	}
+	p.InferDependsOn()
 	return &p, nil
 }
 
@@ -242,7 +258,18 @@ type Source interface {
 	ReadFile(name string) ([]byte, error)
 }
 
+// OSFiles is the Source of the file system.
+type OSFiles struct{}
+
+// ReadFile reads the named file.
+func (OSFiles) ReadFile(name string) ([]byte, error) { return os.ReadFile(name) }
+
 var identRE = regexp.MustCompile(`^[A-Za-z_\p{L}][A-Za-z0-9_$\p{L}\p{N}]*$`)
+
+// relationRE is a relation name: an identifier, or schema.name (two
+// identifiers) for warehouses with schemas (Postgres); the SQLite and
+// Snowflake warehouses refuse the qualified form.
+var relationRE = regexp.MustCompile(`^[A-Za-z_\p{L}][A-Za-z0-9_$\p{L}\p{N}]*(\.[A-Za-z_\p{L}][A-Za-z0-9_$\p{L}\p{N}]*)?$`)
 
 // Relation is the table or view a step builds: Name, or the part of the id
 // after its first dot.
@@ -304,7 +331,7 @@ func (p *Plan) Validate() error {
 		if s.Kind == KindSeed || s.Kind == KindModel {
 			rel := s.Relation()
 			lower := strings.ToLower(rel)
-			if other, dup := relations[lower]; dup && identRE.MatchString(rel) && !reservedRelation(lower) {
+			if other, dup := relations[lower]; dup && relationRE.MatchString(rel) && !reservedRelation(lower) {
 				add("%s: builds %s, which step %s builds too", label, rel, other)
 			} else if !dup {
 				relations[lower] = engine.ShowText(s.ID)
@@ -326,6 +353,7 @@ func (p *Plan) Validate() error {
 			}
 		}
 	}
+	problems = append(problems, p.refProblems()...)
 	if len(problems) == 0 {
 		if cycle := p.findCycle(); cycle != nil {
 			for i, id := range cycle {
@@ -388,8 +416,8 @@ func (s Step) Problems() []string {
 	}
 	if s.Kind == KindSeed || s.Kind == KindModel {
 		switch rel := s.Relation(); {
-		case !identRE.MatchString(rel):
-			add("relation name %s is not a valid identifier", engine.QuoteText(rel))
+		case !relationRE.MatchString(rel):
+			add("relation name %s is not a valid identifier (or schema.name)", engine.QuoteText(rel))
 		case reservedRelation(strings.ToLower(rel)):
 			add("relation name %s uses a reserved prefix (sqlite_, dvt_tmp__)", engine.QuoteText(rel))
 		}
@@ -418,6 +446,9 @@ const maxListed = 10
 // reservedRelation: names the warehouses keep for themselves (SQLite's
 // catalog, the temporary names of atomic replaces).
 func reservedRelation(lower string) bool {
+	if _, name, ok := strings.Cut(lower, "."); ok {
+		lower = name // schema.name: the name is what is built
+	}
 	return strings.HasPrefix(lower, "sqlite_") || strings.HasPrefix(lower, "dvt_tmp__")
 }
 
@@ -437,18 +468,8 @@ func sqlProblems(s Step) []string {
 			out = append(out, fmt.Sprintf("%s controls the transaction; a sql step already runs in one", engine.QuoteText(stmt)))
 		}
 	}
-	declared := map[string]bool{}
-	for _, r := range s.Secrets {
-		declared[r.Name] = true
-	}
-	used := false
-	for _, m := range secretRefRE.FindAllStringSubmatch(s.SQL, -1) {
-		used = true
-		if !declared[m[1]] {
-			out = append(out, fmt.Sprintf("the SQL uses secret %s, which the step does not declare in secrets", m[1]))
-			declared[m[1]] = true // once per name
-		}
-	}
+	problems, used := templateProblems(s)
+	out = append(out, problems...)
 	if used && s.Kind == KindModel && (s.Materialized == "" || s.Materialized == MaterializedView) {
 		out = append(out, "a view cannot take a secret (the warehouse stores a view's text); materialize it as a table")
 	}

@@ -103,7 +103,7 @@ func TestValidate(t *testing.T) {
 			p.Steps[1].Materialized = "incremental"
 			p.Steps[1].UniqueKey = []string{"id", "ID", "a b"}
 			p.Steps[1].IncrementalFilter = "x > (select max(x) from {{ this }}) and {{ is_incremental() }}"
-		}, []string{`uniqueKey column "ID" is listed twice`, `uniqueKey column "a b" is not a valid identifier`, `incrementalFilter: {{ is_incremental() }} is not supported`}},
+		}, []string{`uniqueKey column "ID" is listed twice`, `uniqueKey column "a b" is not a valid identifier`, `incrementalFilter: {{ is_incremental() }}: unknown function is_incremental`}},
 		{"sql step reading an ephemeral model", func(p *Plan) { p.Steps[2].Materialized = "ephemeral" }, []string{"step sql.grant: depends on ephemeral model model.final, which only models and tests can read"}},
 		{"severity", func(p *Plan) { p.Steps[3].Severity = "fatal" }, []string{`step test.not_null_final_id: severity "fatal"`}},
 		{"unknown kind", func(p *Plan) { p.Steps[4].Kind = "python" }, []string{`step sql.grant: unknown kind "python"`}},
@@ -154,6 +154,9 @@ func TestValidateHostile(t *testing.T) {
 		{"negative timeout", step(`{id: sql.a, kind: sql, sql: x, timeout: -5}`), `timeout "-5s" is out of range`},
 		{"sqlite_master", step(`{id: model.sqlite_master, kind: model, sql: "select 1"}`), `step model.sqlite_master: relation name "sqlite_master" uses a reserved prefix`},
 		{"dvt_tmp__", step(`{id: seed.x, name: DVT_TMP__x, kind: seed, path: x.csv}`), `relation name "DVT_TMP__x" uses a reserved prefix`},
+		{"three-part relation", step(`{id: model.a, name: db.s.a, kind: model, sql: "select 1"}`), `relation name "db.s.a" is not a valid identifier (or schema.name)`},
+		{"empty schema", step(`{id: model.a, name: .a, kind: model, sql: "select 1"}`), `relation name ".a" is not a valid identifier (or schema.name)`},
+		{"dvt_tmp__ in a qualified name", step(`{id: model.a, name: s.dvt_tmp__a, kind: model, sql: "select 1"}`), `relation name "s.dvt_tmp__a" uses a reserved prefix`},
 		{"two statements in a test", step(`{id: test.a, kind: test, sql: "select 1; delete from t"}`), "step test.a: the SQL holds several statements"},
 		{"two statements in a model", step(`{id: model.a, kind: model, sql: "select 1; select 2"}`), "step model.a: the SQL holds several statements"},
 		{"begin/commit in a sql step", step(`{id: sql.a, kind: sql, sql: "begin; insert into t values (1); commit"}`), `step sql.a: "begin" controls the transaction`},
@@ -190,6 +193,22 @@ func TestValidateHostile(t *testing.T) {
 	var e *engine.Error
 	if !errors.As(err, &e) || len(e.Meta["problems"].([]string)) != 1000 || !strings.HasSuffix(e.Msg, "… and 990 more") || len(e.Msg) > 2000 {
 		t.Errorf("1000 problems: %d bytes: %.300s", len(err.Error()), err)
+	}
+}
+
+// TestValidateSchemaQualified: a relation may be schema.name (Postgres
+// builds it in that schema); two steps building one, in any case, clash.
+func TestValidateSchemaQualified(t *testing.T) {
+	p := &Plan{PlanID: "p", PlanVersion: "1", Steps: []Step{
+		{ID: "seed.raw", Name: "public.raw", Kind: KindSeed, Path: "raw.csv"},
+		{ID: "model.raw", Name: "raw", Kind: KindModel, SQL: `select * from "public"."raw"`, DependsOn: []string{"seed.raw"}},
+	}}
+	if err := p.Validate(); err != nil {
+		t.Fatalf("schema.name beside a one-part name: %v", err)
+	}
+	p.Steps = append(p.Steps, Step{ID: "model.raw2", Name: "PUBLIC.Raw", Kind: KindModel, SQL: "select 1"})
+	if err := p.Validate(); engine.CodeOf(err) != engine.CodePlanInvalid || !strings.Contains(err.Error(), "builds PUBLIC.Raw, which step seed.raw builds too") {
+		t.Errorf("two steps building public.raw: %v", err)
 	}
 }
 

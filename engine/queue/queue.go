@@ -32,6 +32,24 @@ const (
 // Final reports whether the request will not change again.
 func (s State) Final() bool { return s == StateDone || s == StateCancelled }
 
+// Shape is a request's run shape (issue 20), as `dvtrun enqueue`'s flags
+// or a schedule's keys give it: the config target it runs on, dbt
+// selection expressions (nil: the whole plan), the run's variables,
+// --full-refresh, and for a scheduled or backfilled run its data interval.
+type Shape struct {
+	Target       string               `json:"target,omitempty"`
+	Select       []string             `json:"select,omitempty"`
+	Exclude      []string             `json:"exclude,omitempty"`
+	Vars         map[string]any       `json:"vars,omitempty"`
+	FullRefresh  bool                 `json:"fullRefresh,omitempty"`
+	DataInterval *engine.DataInterval `json:"dataInterval,omitempty"`
+}
+
+// IsZero reports a shape that says nothing: the whole plan, no context.
+func (s Shape) IsZero() bool {
+	return s.Target == "" && len(s.Select) == 0 && len(s.Exclude) == 0 && len(s.Vars) == 0 && !s.FullRefresh && s.DataInterval == nil
+}
+
 // Request is one run request.
 type Request struct {
 	RequestID string `json:"requestId"`
@@ -60,6 +78,9 @@ type Request struct {
 	// Serial requests of a schedule start only when no other request of the
 	// same schedule is claimed or running, and in enqueue order.
 	Serial bool `json:"serial,omitempty"`
+	// Shape is what the run does beyond its plan; the worker records it
+	// in the run's RunQueued.
+	Shape Shape `json:"shape,omitzero"`
 
 	State      State     `json:"state"`
 	Owner      string    `json:"owner,omitempty"`

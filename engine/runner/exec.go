@@ -2,7 +2,6 @@ package runner
 
 import (
 	"cmp"
-	"container/heap"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,8 +11,10 @@ import (
 	"time"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/dag"
 	"github.com/dvtrun/dvtrun/engine/plan"
 	"github.com/dvtrun/dvtrun/engine/pulse"
+	"github.com/dvtrun/dvtrun/engine/stepexec"
 )
 
 // Pinger is what a warehouse may implement so that the runner can check it
@@ -38,18 +39,8 @@ const EngineType = "local"
 
 // outcome is what a step's goroutine reports back to the run loop.
 type outcome struct {
-	i             int
-	res           engine.StepResult
-	err           *engine.ErrorInfo // nil: success
-	progressErr   error             // err as an error, secrets redacted
-	warning       string
-	engineAttempt int
-	sql           string // the step's SQL as sent to the warehouse (secrets resolved)
-	aborted       bool   // the run itself stopped (crash, store failure, lease lost): record nothing
-	// stop, on an aborted outcome, is why the whole run must stop now and
-	// stay resumable: the lease is lost (LEASE_LOST) or the warehouse is
-	// unavailable (STORE_UNAVAILABLE). The step stays RUNNING in the log.
-	stop error
+	i int
+	stepexec.Outcome
 }
 
 // flight is a step running now.
@@ -65,37 +56,34 @@ type flight struct {
 // execution is one Execute call's state. The run loop owns every field except
 // results (written by step goroutines) and randMu.
 type execution struct {
-	e     *Runner
-	cfg   Config
-	p     *plan.Plan
-	wh    engine.Warehouse
-	meta  engine.RunMetadata
-	em    *engine.Emitter
-	runID string
-	// redact removes every secret value the run resolves from what it
-	// records and reports.
-	redact *engine.Redactor
+	e   *Runner
+	cfg Config
+	p   *plan.Plan
+	wh  engine.Warehouse
+	// written is the plan as written (p has its ephemeral models inlined
+	// and its selection applied): the renderer reads it, so that a ref to
+	// an ephemeral model names its CTE. renderCtx is the run's recorded
+	// context (vars, data interval) the steps are rendered with.
+	written   *plan.Plan
+	renderCtx plan.Context
+	meta      engine.RunMetadata
+	em        *engine.Emitter
+	runID     string
+	// x executes the run's steps (render, warehouse, ledger, redaction).
+	x *stepexec.Executor
 
-	steps      []plan.Step
-	pos        map[string]int // step id -> index in steps (plan order)
-	deps       [][]int
-	dependents [][]int
-	status     []engine.StepStatus
-	logical    []int
-	engineAtt  []int // engine attempt of the last recorded event
-	waiting    []int // dependencies not SUCCESS yet
-	order      []int // 1-based progress index, 0 until the step starts or is skipped
-	nextIndex  int
-	counts     map[engine.StepStatus]int
+	steps []plan.Step
+	// dag is the scheduling state: statuses, logical attempts, what is
+	// ready, fail-fast and the run's status.
+	dag       *dag.State
+	engineAtt []int // engine attempt of the last recorded event
+	order     []int // 1-based progress index, 0 until the step starts or is skipped
+	nextIndex int
 
-	ready    intHeap      // PENDING steps whose dependencies all succeeded
-	retry    map[int]bool // FAILED steps a RETRY_STEP asked to start again
-	rerun    []int        // steps the log shows RUNNING: started by an earlier runner
+	rerun    []int // steps the log shows RUNNING: started by an earlier runner
 	inflight map[int]*flight
 	results  chan outcome
 
-	run          engine.RunStatus
-	failFast     string // set once fail-fast stopped scheduling: the step that failed
 	sigSeq       int64  // last signal seq handled
 	rejected     string // why the signal being handled was rejected ("" = applied)
 	pausedAt     time.Time
@@ -108,10 +96,7 @@ type execution struct {
 	writing chan struct{} // closed when the writer's goroutine ended; nil: never started
 	recMu   sync.Mutex
 	records []engine.RunEventRecord
-	// fullRefresh rebuilds incremental models from their full select
-	// (RunQueued's fullRefresh).
-	fullRefresh bool
-	randMu      sync.Mutex
+	randMu  sync.Mutex
 
 	lease engine.Lease
 	// member is the run in its process's pulse: the pulse renews the lease
@@ -133,6 +118,8 @@ func (e *Runner) execute(ctx context.Context, runID string, p *plan.Plan, wh eng
 		return engine.Snapshot{}, err
 	}
 	// Ephemeral models are not steps: they run inlined in their readers.
+	// The renderer reads the plan as written.
+	written := p
 	p = p.InlineEphemeral()
 	meta, err := e.Log.GetRun(ctx, runID)
 	if err != nil {
@@ -153,8 +140,15 @@ func (e *Runner) execute(ctx context.Context, runID string, p *plan.Plan, wh eng
 	if err != nil {
 		return engine.Snapshot{}, err
 	}
-	r := &execution{e: e, cfg: cfg, p: p, wh: wh, meta: meta, runID: runID, em: engine.NewEmitter(e.Log, e.Clock, e.IDs, meta), redact: e.redactor(p), lease: lease}
+	r := &execution{e: e, cfg: cfg, p: p, written: written, wh: wh, meta: meta, runID: runID, em: engine.NewEmitter(e.Log, e.Clock, e.IDs, meta), lease: lease}
 	r.em.SetLease(lease)
+	r.x = &stepexec.Executor{RunID: runID, Plan: p, Warehouse: wh, Secrets: e.Secrets, Redact: stepexec.Redactor(p, e.Secrets),
+		Fence: lease.Fence, MaxRetries: cfg.Retry.Max, Sleep: r.sleep, LeaseValid: r.leaseValid, SelfFenced: r.selfFenced,
+		Backoff: func(n int) time.Duration { return cfg.Retry.Backoff(n, r.rand()) },
+		OnRetry: func(s plan.Step, err error, next, logical int) {
+			e.report(Progress{Phase: PhaseStepRetry, RunID: runID, Index: r.order[r.index(s.ID)], Total: len(r.steps), Step: s,
+				Err: err, EngineAttempt: next, LogicalAttempt: logical})
+		}}
 	r.w = newWriter(r.em, e.Clock, runID, cfg.WriteBudget, e.Spool)
 	r.w.backoff = func(n int) time.Duration { return cfg.Retry.Backoff(n, r.rand()) }
 	r.w.sleep = r.sleep
@@ -199,13 +193,19 @@ func (e *Runner) execute(ctx context.Context, runID string, p *plan.Plan, wh eng
 	if err := r.rebuild(runCtx); err != nil {
 		return engine.Snapshot{}, err
 	}
-	if r.run.Terminal() {
+	if r.dag.Run.Terminal() {
 		return r.snapshot(), nil
+	}
+	// What the run's recorded context cannot render (a var without value
+	// or default, an interval name in a run without one) is refused before
+	// RunStarted: the same check `run` made before recording the run.
+	if err := plan.CheckContext(r.written, r.p, r.renderCtx); err != nil {
+		return r.snapshot(), err
 	}
 	if err := r.start(runCtx); err != nil {
 		return r.snapshot(), err
 	}
-	if r.run.Terminal() { // the adapter could not start: RunQueued → RunFailed
+	if r.dag.Run.Terminal() { // the adapter could not start: RunQueued → RunFailed
 		snap := r.snapshot()
 		e.report(Progress{Phase: PhaseRunDone, RunID: runID, Total: len(r.steps), Snapshot: &snap})
 		return snap, nil
@@ -281,7 +281,6 @@ func (r *execution) rebuild(ctx context.Context) error {
 			r.sigSeq = max(r.sigSeq, int64(ev.LogicalAttemptID))
 		}
 	}
-	r.run = snap.Status
 	r.em.SetRunStatus(snap.Status)
 	// A selected run (dbt --select, dvtrun retry) executes the steps its
 	// RunQueued recorded, whatever plan subset the caller holds: a resumed
@@ -290,48 +289,38 @@ func (r *execution) rebuild(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// So is --full-refresh.
-	r.fullRefresh = q.FullRefresh
+	// So is --full-refresh, and so are the vars and the data interval the
+	// steps are rendered with.
+	r.x.FullRefresh = q.FullRefresh
+	dialect, _ := r.wh.(plan.Dialect) // nil: plain names
+	lookup := r.e.Secrets
+	if lookup == nil {
+		lookup = func(string) (string, bool) { return "", false }
+	}
+	r.renderCtx = plan.Context{Dialect: dialect, Vars: q.Vars, Interval: q.DataInterval, Secrets: lookup}
+	r.x.Render = plan.NewRenderer(r.written, r.renderCtx)
 	if r.p, err = plan.Selected(r.p, q); err != nil {
 		return err
 	}
+	r.x.Plan = r.p
 	n := len(r.p.Steps)
 	r.steps = r.p.Steps
-	r.pos = make(map[string]int, n)
-	for i, s := range r.steps {
-		r.pos[s.ID] = i
-	}
-	r.deps = make([][]int, n)
-	r.dependents = make([][]int, n)
-	for i, s := range r.steps {
-		for _, d := range s.DependsOn {
-			j := r.pos[d]
-			r.deps[i] = append(r.deps[i], j)
-			r.dependents[j] = append(r.dependents[j], i)
-		}
-	}
-	r.status = make([]engine.StepStatus, n)
-	r.logical = make([]int, n)
+	r.dag = dag.New(r.p)
+	r.dag.Run = snap.Status
 	r.engineAtt = make([]int, n)
-	r.waiting = make([]int, n)
 	r.order = make([]int, n)
-	r.counts = map[engine.StepStatus]int{}
-	r.retry = map[int]bool{}
 	r.inflight = map[int]*flight{}
 	r.results = make(chan outcome, n)
 	for i := range r.steps {
-		r.status[i] = engine.StepStatusPending
-		r.logical[i] = 1
 		r.engineAtt[i] = 1
 	}
-	r.counts[engine.StepStatusPending] = n
 	for _, st := range snap.Steps {
-		i, ok := r.pos[st.StepID]
+		i, ok := r.dag.Index(st.StepID)
 		if !ok {
 			continue // not in this plan (the plan id and version matched, so never in practice)
 		}
-		r.setStatus(i, st.Status)
-		r.logical[i] = max(st.LogicalAttemptID, 1)
+		r.dag.Set(i, st.Status)
+		r.dag.SetLogical(i, max(st.LogicalAttemptID, 1))
 		r.engineAtt[i] = max(st.EngineAttemptID, 1)
 		r.em.SetStepState(st.StepID, engine.StepState{Status: st.Status, LogicalAttemptID: st.LogicalAttemptID})
 		r.nextIndex++
@@ -340,43 +329,24 @@ func (r *execution) rebuild(ctx context.Context) error {
 			r.rerun = append(r.rerun, i)
 		}
 	}
-	for i := range r.steps {
-		for _, j := range r.deps[i] {
-			if r.status[j] != engine.StepStatusSuccess {
-				r.waiting[i]++
-			}
-		}
-		if r.status[i] == engine.StepStatusPending && r.waiting[i] == 0 {
-			heap.Push(&r.ready, i)
-		}
-	}
+	r.dag.Seed()
 	// A RETRY_STEP accepted by a runner that stopped before starting it.
 	for _, ev := range events {
 		if ev.EventType != engine.SignalAccepted {
 			continue
 		}
-		var sp signalPayload
+		var sp dag.SignalPayload
 		if json.Unmarshal(ev.Payload, &sp) != nil || sp.SignalType != engine.SignalRetryStep {
 			continue
 		}
-		if i, ok := r.pos[sp.StepID]; ok && r.status[i] == engine.StepStatusFailed && r.logical[i] < sp.RetryAttempt {
-			r.queueRetry(i, sp.RetryAttempt)
+		if i, ok := r.dag.Index(sp.StepID); ok && r.dag.Status(i) == engine.StepStatusFailed && r.dag.Logical(i) < sp.RetryAttempt {
+			r.dag.QueueRetry(i, sp.RetryAttempt)
 		}
 	}
-	if r.run == engine.StatusPaused {
+	if r.dag.Run == engine.StatusPaused {
 		r.pausedAt = r.e.Clock.Now()
 	}
 	return nil
-}
-
-func (r *execution) setStatus(i int, s engine.StepStatus) {
-	r.counts[r.status[i]]--
-	r.status[i] = s
-	r.counts[s]++
-}
-
-func (r *execution) terminalSteps() int {
-	return r.counts[engine.StepStatusSuccess] + r.counts[engine.StepStatusFailed] + r.counts[engine.StepStatusSkipped]
 }
 
 // start checks the warehouse and emits RunStarted for a queued run, and
@@ -389,14 +359,14 @@ func (r *execution) start(ctx context.Context) error {
 		}
 		return nil
 	}
-	switch r.run {
+	switch r.dag.Run {
 	case engine.StatusQueued, engine.StatusApproved:
 		if err := ping(); err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			if r.run != engine.StatusQueued {
-				return engine.Errorf(engine.CodeInvalidArgument, "run %s: the warehouse is unusable and an %s run cannot fail before it starts: %w", r.runID, r.run, err)
+			if r.dag.Run != engine.StatusQueued {
+				return engine.Errorf(engine.CodeInvalidArgument, "run %s: the warehouse is unusable and an %s run cannot fail before it starts: %w", r.runID, r.dag.Run, err)
 			}
 			if aerr := r.e.AbortStart(ctx, r.runID, err); aerr != nil {
 				return aerr
@@ -405,7 +375,7 @@ func (r *execution) start(ctx context.Context) error {
 		}
 	case engine.StatusRunning, engine.StatusPaused:
 		if err := ping(); err != nil {
-			return engine.Errorf(engine.CodeStoreUnavailable, "run %s: the warehouse is unusable, the run stays %s (resume it later): %w", r.runID, r.run, err)
+			return engine.Errorf(engine.CodeStoreUnavailable, "run %s: the warehouse is unusable, the run stays %s (resume it later): %w", r.runID, r.dag.Run, err)
 		}
 		// Best effort: when it fails (the role may not abort), a step that
 		// meets the dead runner's lock waits for it within its bounded
@@ -418,12 +388,12 @@ func (r *execution) start(ctx context.Context) error {
 	}
 	ems := make([]engine.Emission, 0, 2*len(r.steps)+3)
 	for i, s := range r.steps {
-		if r.status[i] == engine.StepStatusPending {
-			ems = append(ems, engine.Emission{Type: engine.StepStarted, Step: s.ID, Attempt: r.logical[i]}, engine.Emission{Type: engine.StepCompleted, Step: s.ID, Attempt: r.logical[i]})
+		if r.dag.Status(i) == engine.StepStatusPending {
+			ems = append(ems, engine.Emission{Type: engine.StepStarted, Step: s.ID, Attempt: r.dag.Logical(i)}, engine.Emission{Type: engine.StepCompleted, Step: s.ID, Attempt: r.dag.Logical(i)})
 		}
 	}
 	ems = append(ems, engine.Emission{Type: engine.RunStarted, Attempt: 1}, engine.Emission{Type: engine.RunCompleted, Attempt: 1}, engine.Emission{Type: engine.RunFailed, Attempt: 1})
-	queued := r.run == engine.StatusQueued || r.run == engine.StatusApproved
+	queued := r.dag.Run == engine.StatusQueued || r.dag.Run == engine.StatusApproved
 	ref := fmt.Sprintf("%s://%s/%s", engine.AdapterName, r.cfg.Owner, r.runID)
 	// The writer does these before its first append, so no step waits for
 	// them.
@@ -444,7 +414,7 @@ func (r *execution) start(ctx context.Context) error {
 		}}); err != nil {
 			return err
 		}
-		r.run = engine.StatusRunning
+		r.dag.Run = engine.StatusRunning
 	}
 	r.e.report(Progress{Phase: PhaseRunStarted, RunID: r.runID, Threads: r.cfg.Threads, Total: len(r.steps)})
 	return nil
@@ -552,8 +522,8 @@ func (r *execution) loop(ctx context.Context, leaseLost <-chan struct{}) error {
 	tick := time.NewTicker(r.cfg.SignalPoll)
 	defer tick.Stop()
 	failed := r.w.failed()
-	for !r.run.Terminal() {
-		if err := r.finishIfDone(ctx); err != nil || r.run.Terminal() {
+	for !r.dag.Run.Terminal() {
+		if err := r.finishIfDone(ctx); err != nil || r.dag.Run.Terminal() {
 			return err
 		}
 		if err := r.schedule(ctx); err != nil {
@@ -572,8 +542,8 @@ func (r *execution) loop(ctx context.Context, leaseLost <-chan struct{}) error {
 				}
 			}
 			for _, o := range outs {
-				if o.stop != nil && r.stopping == nil {
-					r.stopping = o.stop
+				if o.Stop != nil && r.stopping == nil {
+					r.stopping = o.Stop
 				}
 			}
 			if err := r.complete(ctx, outs); err != nil {
@@ -615,23 +585,7 @@ func (r *execution) drain() {
 // normally done in the batch of the failure, this catches a log written by
 // another runner.
 func (r *execution) skipBlocked(ctx context.Context) error {
-	if r.run != engine.StatusRunning && r.run != engine.StatusPaused {
-		return nil
-	}
-	var ems []engine.Emission
-	var reports []Progress
-	for _, s := range r.p.Order() {
-		i := r.pos[s.ID]
-		if r.status[i] != engine.StepStatusPending {
-			continue
-		}
-		for _, j := range r.deps[i] {
-			if r.status[j] == engine.StepStatusFailed || r.status[j] == engine.StepStatusSkipped {
-				ems, reports = r.skip(i, fmt.Sprintf("upstream step %s is %s", r.steps[j].ID, r.status[j]), ems, reports)
-				break
-			}
-		}
-	}
+	ems, reports := r.skipped(r.dag.Blocked(), nil, nil)
 	if len(ems) == 0 {
 		return nil
 	}
@@ -642,15 +596,19 @@ func (r *execution) skipBlocked(ctx context.Context) error {
 	return nil
 }
 
-func (r *execution) skip(i int, reason string, ems []engine.Emission, reports []Progress) ([]engine.Emission, []Progress) {
-	r.setStatus(i, engine.StepStatusSkipped)
-	if r.order[i] == 0 {
-		r.nextIndex++
-		r.order[i] = r.nextIndex
+// skipped builds the StepSkipped events and reports of steps the DAG
+// rules marked SKIPPED.
+func (r *execution) skipped(skips []dag.Skip, ems []engine.Emission, reports []Progress) ([]engine.Emission, []Progress) {
+	for _, sk := range skips {
+		i, reason := sk.I, sk.Reason
+		if r.order[i] == 0 {
+			r.nextIndex++
+			r.order[i] = r.nextIndex
+		}
+		ems = append(ems, engine.Emission{Type: engine.StepSkipped, Step: r.steps[i].ID, Attempt: r.dag.Logical(i), Payload: map[string]any{"reason": reason}})
+		reports = append(reports, Progress{Phase: PhaseStepDone, RunID: r.runID, Index: r.order[i], Total: len(r.steps), Step: r.steps[i],
+			Status: engine.StepStatusSkipped, SkipReason: reason, LogicalAttempt: r.dag.Logical(i)})
 	}
-	ems = append(ems, engine.Emission{Type: engine.StepSkipped, Step: r.steps[i].ID, Attempt: r.logical[i], Payload: map[string]any{"reason": reason}})
-	reports = append(reports, Progress{Phase: PhaseStepDone, RunID: r.runID, Index: r.order[i], Total: len(r.steps), Step: r.steps[i],
-		Status: engine.StepStatusSkipped, SkipReason: reason, LogicalAttempt: r.logical[i]})
 	return ems, reports
 }
 
@@ -669,7 +627,7 @@ func (r *execution) finishIfDone(ctx context.Context) error {
 	if err := r.emit(ctx, x); err != nil {
 		return err
 	}
-	r.run = engine.RunStatus(mustTarget(x.Type))
+	r.dag.Run = engine.RunStatus(mustTarget(x.Type))
 	return nil
 }
 
@@ -681,29 +639,7 @@ func mustTarget(t engine.EventType) string {
 // final returns the run's closing event when every step is terminal, none
 // is in flight and the run is RUNNING (a PAUSED run waits for RESUME).
 func (r *execution) final() (engine.Emission, bool) {
-	if r.run != engine.StatusRunning || len(r.inflight) > 0 || len(r.rerun) > 0 || len(r.retry) > 0 || r.terminalSteps() < len(r.steps) {
-		return engine.Emission{}, false
-	}
-	if r.counts[engine.StepStatusSuccess] == len(r.steps) {
-		return engine.Emission{Type: engine.RunCompleted, Attempt: 1, Payload: map[string]any{"steps": len(r.steps)}}, true
-	}
-	var failed, skipped []string
-	for i, s := range r.status {
-		switch s {
-		case engine.StepStatusFailed:
-			failed = append(failed, r.steps[i].ID)
-		case engine.StepStatusSkipped:
-			skipped = append(skipped, r.steps[i].ID)
-		}
-	}
-	msg := fmt.Sprintf("%d step(s) failed: %s", len(failed), engine.JoinLimited(failed, ", ", 10))
-	if len(failed) == 0 {
-		msg = fmt.Sprintf("no step is FAILED now, but %d step(s) were skipped after a failure: %s", len(skipped), engine.JoinLimited(skipped, ", ", 10))
-	}
-	return engine.Emission{Type: engine.RunFailed, Attempt: 1, Payload: map[string]any{
-		"error":       engine.ErrorInfo{Code: string(engine.CodeStepFailed), Message: msg},
-		"failedSteps": failed, "skippedSteps": len(skipped),
-	}}, true
+	return r.dag.Final(len(r.inflight) > 0 || len(r.rerun) > 0)
 }
 
 // schedule starts what may start: steps the log showed RUNNING (they are in
@@ -716,7 +652,7 @@ func (r *execution) schedule(ctx context.Context) error {
 		r.engineAtt[i]++
 		// Its StepStarted is the earlier runner's: say it starts again here.
 		r.e.report(Progress{Phase: PhaseStepStarted, RunID: r.runID, Index: r.order[i], Total: len(r.steps), Step: r.steps[i],
-			EngineAttempt: r.engineAtt[i], LogicalAttempt: r.logical[i]})
+			EngineAttempt: r.engineAtt[i], LogicalAttempt: r.dag.Logical(i)})
 		r.dispatch(ctx, i, true)
 	}
 	starts, ems := r.pickStarts(nil)
@@ -735,20 +671,13 @@ func (r *execution) schedule(ctx context.Context) error {
 // appends their StepStarted events to ems. The caller emits them, then
 // launches the steps.
 func (r *execution) pickStarts(ems []engine.Emission) ([]int, []engine.Emission) {
-	if r.run != engine.StatusRunning || r.failFast != "" || r.stopping != nil || !r.leaseValid() {
+	if r.stopping != nil || !r.leaseValid() {
 		return nil, ems
 	}
-	var starts []int
-	for len(r.inflight)+len(starts) < r.cfg.Threads && r.ready.Len() > 0 {
-		i := heap.Pop(&r.ready).(int)
-		if r.status[i] == engine.StepStatusPending || r.retry[i] {
-			starts = append(starts, i)
-		}
-	}
+	starts := r.dag.Pick(r.cfg.Threads - len(r.inflight))
 	for _, i := range starts {
-		delete(r.retry, i)
 		r.engineAtt[i] = 1
-		ems = append(ems, engine.Emission{Type: engine.StepStarted, Step: r.steps[i].ID, Attempt: r.logical[i], Payload: startedPayload(r.steps[i])})
+		ems = append(ems, engine.Emission{Type: engine.StepStarted, Step: r.steps[i].ID, Attempt: r.dag.Logical(i), Payload: stepexec.StartedPayload(r.steps[i])})
 	}
 	return starts, ems
 }
@@ -756,36 +685,15 @@ func (r *execution) pickStarts(ems []engine.Emission) ([]int, []engine.Emission)
 // launch runs steps whose StepStarted is recorded.
 func (r *execution) launch(ctx context.Context, starts []int) {
 	for _, i := range starts {
-		r.setStatus(i, engine.StepStatusRunning)
+		r.dag.Set(i, engine.StepStatusRunning)
 		if r.order[i] == 0 {
 			r.nextIndex++
 			r.order[i] = r.nextIndex
 		}
 		r.e.report(Progress{Phase: PhaseStepStarted, RunID: r.runID, Index: r.order[i], Total: len(r.steps), Step: r.steps[i],
-			EngineAttempt: 1, LogicalAttempt: r.logical[i]})
+			EngineAttempt: 1, LogicalAttempt: r.dag.Logical(i)})
 		r.dispatch(ctx, i, false)
 	}
-}
-
-func startedPayload(s plan.Step) map[string]any {
-	m := map[string]any{"kind": s.Kind}
-	if s.Kind == plan.KindSeed || s.Kind == plan.KindModel {
-		m["relation"] = s.Relation()
-	}
-	if s.Kind == plan.KindModel {
-		m["materialized"] = materialized(s)
-	}
-	return m
-}
-
-func materialized(s plan.Step) string {
-	if s.Kind != plan.KindModel {
-		return ""
-	}
-	if s.Materialized == "" {
-		return plan.MaterializedView // dbt's default
-	}
-	return s.Materialized
 }
 
 // dispatch runs step i in a goroutine; rerun says an earlier runner
@@ -794,9 +702,9 @@ func materialized(s plan.Step) string {
 func (r *execution) dispatch(ctx context.Context, i int, rerun bool) {
 	sctx, cancel := context.WithCancel(ctx)
 	r.inflight[i] = &flight{cancel: cancel, started: r.e.Clock.Now(), rerun: rerun}
-	logical, engineAttempt := r.logical[i], r.engineAtt[i]
+	logical, engineAttempt := r.dag.Logical(i), r.engineAtt[i]
 	go func() {
-		o := r.runStep(ctx, sctx, i, logical, engineAttempt, rerun)
+		o := outcome{i: i, Outcome: r.x.Run(ctx, sctx, r.steps[i], logical, engineAttempt, rerun)}
 		cancel()
 		r.results <- o
 	}()
@@ -811,7 +719,7 @@ func (r *execution) complete(ctx context.Context, outs []outcome) error {
 	starts, ems := r.pickStarts(ems)
 	if x, ok := r.final(); ok && len(starts) == 0 {
 		ems = append(ems, x)
-		r.run = engine.RunStatus(mustTarget(x.Type))
+		r.dag.Run = engine.RunStatus(mustTarget(x.Type))
 	}
 	if len(ems) == 0 {
 		return nil
@@ -820,7 +728,7 @@ func (r *execution) complete(ctx context.Context, outs []outcome) error {
 		return err
 	}
 	r.reportAll(reports)
-	if r.run == engine.StatusPaused && len(r.inflight) == 0 {
+	if r.dag.Run == engine.StatusPaused && len(r.inflight) == 0 {
 		r.e.report(Progress{Phase: PhaseDrained, RunID: r.runID, Total: len(r.steps)})
 	}
 	r.launch(ctx, starts)
@@ -836,141 +744,45 @@ func (r *execution) completion(outs []outcome, ems []engine.Emission, reports []
 	for _, o := range outs {
 		fl := r.inflight[o.i]
 		delete(r.inflight, o.i)
-		if o.aborted {
+		if o.Aborted {
 			continue
 		}
 		i, s := o.i, r.steps[o.i]
-		r.engineAtt[i] = o.engineAttempt
+		r.engineAtt[i] = o.EngineAttempt
 		var elapsed time.Duration
 		if fl != nil {
 			elapsed = now.Sub(fl.started)
 		}
-		pl := stepPayload{StepResult: o.res, DurationMs: elapsed.Milliseconds(), Warning: o.warning, Error: o.err, Ledger: ledgerOf(o.res), SQL: o.sql}
-		if fl != nil && fl.rerun && o.res.Ledger == nil {
+		var attemptStarted time.Time
+		if fl != nil && fl.rerun {
 			// The step's StepStarted is an earlier runner's: the reducer
 			// times the step from this attempt's start, not across the
-			// crash and the wait for the lease. (A ledger hit did its
-			// work in that earlier attempt: it keeps the StepStarted's.)
-			pl.AttemptStartedAt = fl.started.UTC().Format(engine.TimeFormat)
+			// crash and the wait for the lease.
+			attemptStarted = fl.started
 		}
-		p := Progress{Phase: PhaseStepDone, RunID: r.runID, Index: r.order[i], Total: len(r.steps), Step: s, Result: o.res,
-			Err: o.progressErr, EngineAttempt: o.engineAttempt, Elapsed: elapsed, Warning: o.warning, LogicalAttempt: r.logical[i]}
-		if o.err == nil {
-			r.setStatus(i, engine.StepStatusSuccess)
-			ems = append(ems, engine.Emission{Type: engine.StepCompleted, Step: s.ID, Attempt: r.logical[i], EngineAttempt: o.engineAttempt, Payload: r.redactPayload(pl)})
+		ev := r.x.Event(s, r.dag.Logical(i), o.Outcome, elapsed, attemptStarted)
+		p := Progress{Phase: PhaseStepDone, RunID: r.runID, Index: r.order[i], Total: len(r.steps), Step: s, Result: o.Res,
+			Err: o.ProgressErr, EngineAttempt: o.EngineAttempt, Elapsed: elapsed, Warning: o.Warning, LogicalAttempt: r.dag.Logical(i)}
+		if o.Err == nil {
+			r.dag.Succeeded(i)
+			ems = append(ems, ev)
 			p.Status = engine.StepStatusSuccess
 			reports = append(reports, p)
-			for _, d := range r.dependents[i] {
-				r.waiting[d]--
-				if r.waiting[d] == 0 && r.status[d] == engine.StepStatusPending {
-					heap.Push(&r.ready, d)
-				}
-			}
 			continue
 		}
-		r.setStatus(i, engine.StepStatusFailed)
-		ems = append(ems, engine.Emission{Type: engine.StepFailed, Step: s.ID, Attempt: r.logical[i], EngineAttempt: o.engineAttempt, Payload: r.redactPayload(pl)})
+		skips := r.dag.Failed(i, r.cfg.FailFast)
+		ems = append(ems, ev)
 		p.Status = engine.StepStatusFailed
 		reports = append(reports, p)
-		ems, reports = r.skipDependents(i, ems, reports)
-		if r.cfg.FailFast && r.failFast == "" {
-			r.failFast = s.ID
-			for j := range r.steps {
-				if r.status[j] == engine.StepStatusPending {
-					ems, reports = r.skip(j, fmt.Sprintf("fail-fast: step %s failed, so no new work started", s.ID), ems, reports)
-				}
-			}
-			clear(r.retry)
-		}
+		ems, reports = r.skipped(skips, ems, reports)
 	}
 	return ems, reports
 }
 
-// skipDependents skips the PENDING transitive dependents of failed step i,
-// each with a reason naming i.
-func (r *execution) skipDependents(i int, ems []engine.Emission, reports []Progress) ([]engine.Emission, []Progress) {
-	reason := fmt.Sprintf("upstream step %s failed", r.steps[i].ID)
-	stack := slices.Clone(r.dependents[i])
-	for len(stack) > 0 {
-		d := stack[len(stack)-1]
-		stack = stack[:len(stack)-1]
-		if r.status[d] != engine.StepStatusPending {
-			continue
-		}
-		ems, reports = r.skip(d, reason, ems, reports)
-		stack = append(stack, r.dependents[d]...)
-	}
-	return ems, reports
-}
-
-// stepPayload is StepCompleted's and StepFailed's payload.
-type stepPayload struct {
-	engine.StepResult
-	DurationMs int64             `json:"durationMs"`
-	Warning    string            `json:"warning,omitempty"`
-	Error      *engine.ErrorInfo `json:"error,omitempty"`
-	Ledger     *ledgerRef        `json:"ledger,omitempty"`
-	// SQL is the step's SQL as rendered and sent to the warehouse, which
-	// wraps it in the statement its kind needs (CREATE … AS, a count for a
-	// test); the payload is redacted, so a secret spliced in never shows.
-	SQL string `json:"sql,omitempty"`
-	// AttemptStartedAt is when the engine attempt that produced this
-	// outcome started, when that is not the logical attempt's StepStarted
-	// (engine.TimeFormat; see engine's reducer).
-	AttemptStartedAt string `json:"attemptStartedAt,omitempty"`
-}
-
-// ledgerRef says, in a StepCompleted, that the step's work had committed
-// before (found in the warehouse's step ledger) and was not run again.
-type ledgerRef struct {
-	EngineAttempt int       `json:"engineAttempt"`
-	Fence         int64     `json:"fence"`
-	CommittedAt   time.Time `json:"committedAt"`
-}
-
-func ledgerOf(res engine.StepResult) *ledgerRef {
-	if res.Ledger == nil {
-		return nil
-	}
-	return &ledgerRef{EngineAttempt: res.Ledger.EngineAttempt, Fence: res.Ledger.Fence, CommittedAt: res.Ledger.CommittedAt.UTC()}
-}
-
-// redactPayload encodes a step payload without any secret value the run
-// resolved, whatever field a warehouse may have echoed one in.
-func (r *execution) redactPayload(pl stepPayload) json.RawMessage {
-	return r.redact.RedactJSON(engine.EncodePayload(pl))
-}
-
-// redactor knows every secret value the plan's steps resolve: each step's
-// output is redacted of all of them, declared by that step or not (a step
-// may read back what another one stored).
-func (e *Runner) redactor(p *plan.Plan) *engine.Redactor {
-	red := engine.NewRedactor()
-	if e.Secrets == nil {
-		return red
-	}
-	for _, s := range p.Steps {
-		for _, ref := range s.Secrets {
-			if v, ok := e.Secrets(ref.Name); ok {
-				red.Add(v)
-			}
-		}
-	}
-	return red
-}
-
-// intHeap orders ready steps by plan position, so runs are deterministic.
-type intHeap []int
-
-func (h intHeap) Len() int           { return len(h) }
-func (h intHeap) Less(i, j int) bool { return h[i] < h[j] }
-func (h intHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *intHeap) Push(x any)        { *h = append(*h, x.(int)) }
-func (h *intHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
+// index is the position of step id in r.steps.
+func (r *execution) index(id string) int {
+	i, _ := r.dag.Index(id)
+	return i
 }
 
 // snapshot projects what this runner read and wrote: the run's log.

@@ -1,28 +1,14 @@
 package runner
 
 import (
-	"container/heap"
 	"context"
 	"encoding/json"
 	"fmt"
 	"time"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/dag"
 )
-
-// signalPayload is SignalAccepted's and SignalRejected's payload. The
-// events are run-level, so the step a RETRY_STEP names travels here.
-type signalPayload struct {
-	SignalType  engine.SignalType `json:"signalType"`
-	SignalID    string            `json:"signalId"`
-	SignalSeq   int64             `json:"signalSeq"`
-	StepID      string            `json:"stepId,omitempty"`
-	Reason      string            `json:"reason,omitempty"`
-	RequestedBy string            `json:"requestedBy,omitempty"`
-	// RetryAttempt is the logical attempt an accepted RETRY_STEP starts, so
-	// a runner that crashed before starting it finds it in the log.
-	RetryAttempt int `json:"retryAttempt,omitempty"`
-}
 
 // firstSignals waits until the pulse's first call for this run is back,
 // then handles what it fetched: a run sees the signals sent before it
@@ -54,7 +40,7 @@ func (r *execution) firstSignals(ctx context.Context, leaseLost <-chan struct{})
 // the run.
 func (r *execution) pollSignals(ctx context.Context) error {
 	for _, sg := range r.member.Take() {
-		if r.run.Terminal() {
+		if r.dag.Run.Terminal() {
 			break
 		}
 		if sg.Seq <= r.sigSeq {
@@ -69,22 +55,8 @@ func (r *execution) pollSignals(ctx context.Context) error {
 	return nil
 }
 
-// Each signal decision, and the run event it causes, carries the signal's
-// seq as logicalAttemptId: the idempotency key of run-level events has no
-// other field that tells two PAUSEs apart, and a signal handled again after
-// a crash dedupes.
 func (r *execution) decision(sg engine.Signal, accepted bool, reason string, retryAttempt int) engine.Emission {
-	t := engine.SignalAccepted
-	if !accepted {
-		t = engine.SignalRejected
-	}
-	if reason == "" {
-		reason = sg.Reason
-	}
-	return engine.Emission{Type: t, Attempt: int(sg.Seq), Payload: signalPayload{
-		SignalType: sg.Type, SignalID: sg.SignalID, SignalSeq: sg.Seq, StepID: sg.StepID,
-		Reason: reason, RequestedBy: sg.RequestedBy, RetryAttempt: retryAttempt,
-	}}
+	return dag.Decision(sg, accepted, reason, retryAttempt)
 }
 
 func (r *execution) reject(ctx context.Context, sg engine.Signal, format string, args ...any) error {
@@ -118,26 +90,22 @@ func (r *execution) reportSignal(sg engine.Signal) {
 }
 
 func (r *execution) applySignal(ctx context.Context, sg engine.Signal) error {
-	runEvent := func(t engine.EventType) engine.Emission {
-		return engine.Emission{Type: t, Attempt: int(sg.Seq), Payload: map[string]any{"signalId": sg.SignalID, "reason": sg.Reason, "requestedBy": sg.RequestedBy}}
+	runEvent := func(t engine.EventType) engine.Emission { return dag.SignalEvent(sg, t) }
+	// The DAG rules decide whether the signal applies now.
+	if why := r.dag.Refuse(sg, r.runID, r.p.PlanID); why != "" {
+		return r.reject(ctx, sg, "%s", why)
 	}
 	switch sg.Type {
 	case engine.SignalPause:
-		if r.run != engine.StatusRunning {
-			return r.reject(ctx, sg, "PAUSE needs a RUNNING run; run %s is %s", r.runID, r.run)
-		}
 		if err := r.emit(ctx, r.decision(sg, true, "", 0), runEvent(engine.RunPaused)); err != nil {
 			return err
 		}
-		r.run = engine.StatusPaused
+		r.dag.Run = engine.StatusPaused
 		r.pausedAt, r.pauseSeq, r.drainAlerted = r.e.Clock.Now(), sg.Seq, false
 		return nil
 	case engine.SignalResume:
-		if r.run != engine.StatusPaused {
-			return r.reject(ctx, sg, "RESUME needs a PAUSED run; run %s is %s", r.runID, r.run)
-		}
 		ems := []engine.Emission{r.decision(sg, true, "", 0), runEvent(engine.RunResumed)}
-		r.run = engine.StatusRunning
+		r.dag.Run = engine.StatusRunning
 		if x, ok := r.final(); ok {
 			ems = append(ems, x)
 		}
@@ -145,42 +113,21 @@ func (r *execution) applySignal(ctx context.Context, sg engine.Signal) error {
 			return err
 		}
 		if len(ems) == 3 {
-			r.run = engine.RunStatus(mustTarget(ems[2].Type))
+			r.dag.Run = engine.RunStatus(mustTarget(ems[2].Type))
 		}
 		return nil
 	case engine.SignalCancel:
-		if r.run != engine.StatusRunning && r.run != engine.StatusPaused {
-			return r.reject(ctx, sg, "CANCEL needs a RUNNING or PAUSED run; run %s is %s", r.runID, r.run)
-		}
 		return r.cancel(ctx, sg, runEvent(engine.RunCancelled))
 	case engine.SignalRetryStep:
-		i, ok := r.pos[sg.StepID]
-		switch {
-		case !ok:
-			return r.reject(ctx, sg, "RETRY_STEP names step %q, which plan %s does not have (or the run did not select)", sg.StepID, r.p.PlanID)
-		case r.run != engine.StatusRunning:
-			return r.reject(ctx, sg, "RETRY_STEP needs a RUNNING run; run %s is %s", r.runID, r.run)
-		case r.failFast != "":
-			return r.reject(ctx, sg, "fail-fast stopped scheduling after step %s failed", r.failFast)
-		case r.status[i] != engine.StepStatusFailed:
-			return r.reject(ctx, sg, "RETRY_STEP needs a FAILED step; step %s is %s", sg.StepID, r.status[i])
-		case r.retry[i]:
-			return r.reject(ctx, sg, "step %s is already waiting to be retried", sg.StepID)
-		}
-		next := r.logical[i] + 1
+		i, _ := r.dag.Index(sg.StepID)
+		next := r.dag.Logical(i) + 1
 		if err := r.emit(ctx, r.decision(sg, true, "", next)); err != nil {
 			return err
 		}
-		r.queueRetry(i, next)
+		r.dag.QueueRetry(i, next)
 		return nil
 	}
-	return r.reject(ctx, sg, "unknown signal type %q", sg.Type)
-}
-
-func (r *execution) queueRetry(i, attempt int) {
-	r.logical[i] = attempt
-	r.retry[i] = true
-	heap.Push(&r.ready, i)
+	return nil // Refuse rejected every other type
 }
 
 // cancel interrupts the steps in flight through their contexts, waits for
@@ -208,31 +155,27 @@ func (r *execution) cancel(ctx context.Context, sg engine.Signal, cancelled engi
 	}
 	var skips []engine.Emission
 	var reports []Progress
-	for i := range r.steps {
-		if r.status[i] == engine.StepStatusPending {
-			skips, reports = r.skip(i, reason, skips, reports)
-		}
-	}
+	skips, reports = r.skipped(r.dag.SkipPending(reason), skips, reports)
 	ems := []engine.Emission{r.decision(sg, true, "", 0)}
 	ems, reports = r.completion(outs, ems, reports)
 	for _, i := range r.rerun {
 		// Started by an earlier runner and never resumed: they end here.
-		r.setStatus(i, engine.StepStatusFailed)
-		ems = append(ems, engine.Emission{Type: engine.StepFailed, Step: r.steps[i].ID, Attempt: r.logical[i], EngineAttempt: r.engineAtt[i], Payload: map[string]any{
+		r.dag.Set(i, engine.StepStatusFailed)
+		ems = append(ems, engine.Emission{Type: engine.StepFailed, Step: r.steps[i].ID, Attempt: r.dag.Logical(i), EngineAttempt: r.engineAtt[i], Payload: map[string]any{
 			"error": engine.ErrorInfo{Code: string(engine.CodeStepCancelled), Message: reason},
 		}})
 		reports = append(reports, Progress{Phase: PhaseStepDone, RunID: r.runID, Index: r.order[i], Total: len(r.steps), Step: r.steps[i],
 			Status: engine.StepStatusFailed, Err: engine.Errorf(engine.CodeStepCancelled, "step %s was cancelled before it ran again", r.steps[i].ID),
-			EngineAttempt: r.engineAtt[i], LogicalAttempt: r.logical[i]})
+			EngineAttempt: r.engineAtt[i], LogicalAttempt: r.dag.Logical(i)})
 	}
 	r.rerun = nil
-	clear(r.retry)
+	r.dag.ClearRetries()
 	ems = append(ems, skips...)
 	ems = append(ems, cancelled)
 	if err := r.emit(ctx, ems...); err != nil {
 		return err
 	}
-	r.run = engine.StatusCancelled
+	r.dag.Run = engine.StatusCancelled
 	r.reportAll(reports)
 	return nil
 }
@@ -240,7 +183,7 @@ func (r *execution) cancel(ctx context.Context, sg engine.Signal, cancelled engi
 // checkDrain raises PAUSE_DRAIN_TIMEOUT once per PAUSE when steps are still
 // running DrainTimeout after it.
 func (r *execution) checkDrain(ctx context.Context) {
-	if r.run != engine.StatusPaused || len(r.inflight) == 0 || r.drainAlerted {
+	if r.dag.Run != engine.StatusPaused || len(r.inflight) == 0 || r.drainAlerted {
 		return
 	}
 	now := r.e.Clock.Now()

@@ -39,6 +39,13 @@ type Def struct {
 	Overlap       string
 	CatchupWindow time.Duration
 	Priority      int
+	// Shape is what the schedule's runs do beyond the plan (target,
+	// selection, vars, fullRefresh); each request adds its tick's data
+	// interval.
+	Shape queue.Shape
+	// EnvironmentID is the environment of the schedule's target ("": the
+	// scheduler's).
+	EnvironmentID string
 }
 
 // Store is what the scheduler needs of the state store.
@@ -280,23 +287,35 @@ func TickRequestID(schedule string, tick time.Time) string {
 	return "schedule:" + schedule + ":" + tick.UTC().Format(time.RFC3339Nano)
 }
 
-// Request builds the request of schedule d for a tick.
-func (s *Scheduler) Request(ctx context.Context, d Def, runRequestID string, notBefore time.Time) (queue.Request, error) {
+// Request builds the request of schedule d for a tick (the zero time: a
+// run outside the cron, with no data interval).
+func (s *Scheduler) Request(ctx context.Context, d Def, runRequestID string, notBefore, tick time.Time) (queue.Request, error) {
 	p, err := s.Resolve(ctx, d.PlanPath)
 	if err != nil {
 		return queue.Request{}, err
 	}
-	return s.request(d, p, runRequestID, notBefore), nil
+	return s.request(d, p, runRequestID, notBefore, tick), nil
 }
 
 // request builds a request of d for a plan already resolved: the ticks
-// handled at one moment share one read of the plan.
-func (s *Scheduler) request(d Def, p PlanInfo, runRequestID string, notBefore time.Time) queue.Request {
+// handled at one moment share one read of the plan. The run fired at tick
+// covers [previous tick, tick).
+func (s *Scheduler) request(d Def, p PlanInfo, runRequestID string, notBefore, tick time.Time) queue.Request {
+	env := s.EnvironmentID
+	if d.EnvironmentID != "" {
+		env = d.EnvironmentID
+	}
+	shape := d.Shape
+	if !tick.IsZero() {
+		if start, end, ok := d.Spec.Interval(tick); ok {
+			shape.DataInterval = &engine.DataInterval{Start: start.Format(engine.TimeFormat), End: end.Format(engine.TimeFormat), Timezone: d.Spec.Loc.String()}
+		}
+	}
 	r := queue.Request{
-		RequestID: s.IDs.NewID(), TenantID: s.TenantID, ProjectID: s.ProjectID, EnvironmentID: s.EnvironmentID,
+		RequestID: s.IDs.NewID(), TenantID: s.TenantID, ProjectID: s.ProjectID, EnvironmentID: env,
 		PlanID: p.PlanID, PlanVersion: p.PlanVersion, RunRequestID: runRequestID,
 		PlanPath: d.PlanPath, PlanSHA256: p.SHA256, Priority: d.Priority, NotBefore: notBefore,
-		Schedule: d.Name, Serial: d.Overlap != OverlapAllowAll, State: queue.StatePending,
+		Schedule: d.Name, Serial: d.Overlap != OverlapAllowAll, State: queue.StatePending, Shape: shape,
 	}
 	r.Key = queue.Key(r.TenantID, r.ProjectID, r.EnvironmentID, r.PlanID, r.PlanVersion, r.RunRequestID)
 	return r
@@ -363,7 +382,7 @@ func (s *Scheduler) applyOverlap(ctx context.Context, d Def, due []time.Time, op
 	}
 	reqs := make([]queue.Request, 0, len(fire))
 	for _, t := range fire {
-		reqs = append(reqs, s.request(d, p, TickRequestID(d.Name, t), t))
+		reqs = append(reqs, s.request(d, p, TickRequestID(d.Name, t), t, t))
 	}
 	return reqs, len(due) - len(fire), nil
 }
@@ -389,9 +408,11 @@ func (s *Scheduler) recordMissed(ctx context.Context, d Def, n int, first, last 
 }
 
 // Trigger enqueues one run of schedule d now, outside its cron, through the
-// run queue (its limits apply).
+// run queue (its limits apply). As Airflow's manual runs, it covers the
+// interval of the schedule's latest tick at or before now.
 func Trigger(ctx context.Context, q *queue.Queue, s *Scheduler, d Def) (queue.Request, bool, error) {
-	r, err := s.Request(ctx, d, "schedule:"+d.Name+":trigger:"+s.IDs.NewID(), time.Time{})
+	latest := d.Spec.Prev(s.Clock.Now().Add(time.Nanosecond))
+	r, err := s.Request(ctx, d, "schedule:"+d.Name+":trigger:"+s.IDs.NewID(), time.Time{}, latest)
 	if err != nil {
 		return queue.Request{}, false, err
 	}
@@ -416,7 +437,7 @@ func Backfill(ctx context.Context, q *queue.Queue, s *Scheduler, d Def, from, to
 		return out, created, err
 	}
 	for _, t := range ticks {
-		got, isNew, err := q.Enqueue(ctx, s.request(d, p, TickRequestID(d.Name, t), time.Time{}))
+		got, isNew, err := q.Enqueue(ctx, s.request(d, p, TickRequestID(d.Name, t), time.Time{}, t))
 		if err != nil {
 			return out, created, err
 		}

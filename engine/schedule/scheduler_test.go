@@ -412,3 +412,61 @@ func TestTicksOfOneMomentResolveThePlanOnce(t *testing.T) {
 		t.Fatalf("a pass firing 3 ticks: %+v, %d resolves", r, resolves)
 	}
 }
+
+// Each backfilled tick is its own run with its own data interval, [the
+// previous tick, the tick) in the schedule's zone; the schedule's shape
+// and target environment ride along; a fired tick and a trigger get theirs.
+func TestRequestsCarryTheirDataInterval(t *testing.T) {
+	f := newFixture(t, utc("2026-03-31T21:30:00Z"))
+	d := def(t, "daily", "0 0 * * *", "Europe/Berlin", schedule.OverlapAllowAll, time.Hour)
+	d.Shape = queue.Shape{Target: "prod", Select: []string{"tag:nightly"}, Vars: map[string]any{"region": "eu"}}
+	d.EnvironmentID = "production"
+	s := f.scheduler(f.store, d)
+	q := &queue.Queue{Store: f.store, IDs: engine.IDFunc(uuid.NewString)}
+	// Seven Berlin midnights, 03-25 to 03-31, across the spring-forward
+	// of 03-29 (that day has 23 hours).
+	got, created, err := schedule.Backfill(ctx, q, s, d, utc("2026-03-24T23:00:00Z"), utc("2026-03-30T22:00:00Z"))
+	if err != nil || created != 7 {
+		t.Fatalf("backfill: %d created, %v", created, err)
+	}
+	want := [][2]string{
+		{"2026-03-23T23:00:00Z", "2026-03-24T23:00:00Z"},
+		{"2026-03-24T23:00:00Z", "2026-03-25T23:00:00Z"},
+		{"2026-03-25T23:00:00Z", "2026-03-26T23:00:00Z"},
+		{"2026-03-26T23:00:00Z", "2026-03-27T23:00:00Z"},
+		{"2026-03-27T23:00:00Z", "2026-03-28T23:00:00Z"},
+		{"2026-03-28T23:00:00Z", "2026-03-29T22:00:00Z"},
+		{"2026-03-29T22:00:00Z", "2026-03-30T22:00:00Z"},
+	}
+	stored := f.requests(t)
+	if len(stored) != 7 {
+		t.Fatalf("%d requests stored", len(stored))
+	}
+	for i, r := range stored {
+		di := r.Shape.DataInterval
+		if di == nil || di.Start != utc(want[i][0]).Format(engine.TimeFormat) || di.End != utc(want[i][1]).Format(engine.TimeFormat) || di.Timezone != "Europe/Berlin" {
+			t.Errorf("request %d (%s): interval %+v, want [%s, %s) Europe/Berlin", i, got[i].RunRequestID, di, want[i][0], want[i][1])
+		}
+		if r.Shape.Target != "prod" || r.Shape.Select[0] != "tag:nightly" || r.Shape.Vars["region"] != "eu" || r.EnvironmentID != "production" {
+			t.Errorf("request %d lost the schedule's shape: %+v env %s", i, r.Shape, r.EnvironmentID)
+		}
+	}
+	// The tick due at 03-31 00:00 CEST fires with its day.
+	pass(t, s) // creates the cursor
+	f.clock.Advance(time.Hour)
+	pass(t, s)
+	all := f.requests(t)
+	if len(all) != 8 {
+		t.Fatalf("%d requests after the tick", len(all))
+	}
+	if di := all[7].Shape.DataInterval; di == nil || di.Start != utc("2026-03-30T22:00:00Z").Format(engine.TimeFormat) || di.End != utc("2026-03-31T22:00:00Z").Format(engine.TimeFormat) {
+		t.Errorf("fired tick's interval %+v", di)
+	}
+	r, _, err := schedule.Trigger(ctx, q, s, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if di := r.Shape.DataInterval; di == nil || di.End != utc("2026-03-31T22:00:00Z").Format(engine.TimeFormat) {
+		t.Errorf("trigger's interval %+v, want the latest tick's", di)
+	}
+}

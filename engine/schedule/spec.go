@@ -132,3 +132,45 @@ func (s Spec) Ticks(from, to time.Time, max int) ([]time.Time, bool) {
 	}
 	return out, false
 }
+
+// prevWindowMax bounds Prev's walk back: a cron expression fires at least
+// once in eight years (29 February included), or never again.
+const prevWindowMax = 8 * 366 * 24 * time.Hour
+
+// Prev returns the last tick strictly before t, or the zero time if there
+// is none within eight years. robfig/cron only walks forward, so Prev
+// widens a window back from t until Next lands inside it, then walks
+// forward to the last tick before t: the same ticks Next gives, DST rules
+// included. @every ticks are t minus the interval.
+func (s Spec) Prev(t time.Time) time.Time {
+	if s.every {
+		return t.Add(-s.sched.(cron.ConstantDelaySchedule).Delay).UTC()
+	}
+	for w := time.Minute; w <= prevWindowMax; w *= 2 {
+		x := s.Next(t.Add(-w))
+		if x.IsZero() || !x.Before(t) {
+			continue
+		}
+		for range 1 << 20 {
+			y := s.Next(x)
+			if y.IsZero() || !y.Before(t) {
+				return x
+			}
+			x = y
+		}
+		return time.Time{}
+	}
+	return time.Time{}
+}
+
+// Interval is the data interval of the run fired at tick: [the previous
+// tick, tick), as Airflow's, with its start and end in UTC
+// (engine.TimeFormat) and the schedule's zone. ok is false when the
+// expression has no tick before this one.
+func (s Spec) Interval(tick time.Time) (start, end time.Time, ok bool) {
+	prev := s.Prev(tick)
+	if prev.IsZero() {
+		return time.Time{}, time.Time{}, false
+	}
+	return prev, tick.UTC(), true
+}

@@ -87,3 +87,56 @@ func TestParseErrors(t *testing.T) {
 		}
 	}
 }
+
+func TestIntervalIsPreviousTickToTick(t *testing.T) {
+	cases := []struct {
+		name, expr, tz string
+		tick, dur      string
+		wantStartUTC   string
+	}{
+		{"daily utc", "0 3 * * *", "UTC", "2026-03-05T03:00:00Z", "24h0m0s", "2026-03-04T03:00:00Z"},
+		// Berlin midnight across the spring-forward: the day is 23 hours.
+		{"berlin day before spring-forward", "0 0 * * *", "Europe/Berlin", "2026-03-29T22:00:00Z", "23h0m0s", "2026-03-28T23:00:00Z"},
+		// and 25 hours across the fall-back.
+		{"berlin day of fall-back", "0 0 * * *", "Europe/Berlin", "2026-10-25T23:00:00Z", "25h0m0s", "2026-10-24T22:00:00Z"},
+		// 02:30 skipped on 03-29 fired at 03:00 CEST (01:00Z): the next
+		// day's run covers from there.
+		{"after a skipped wall time", "30 2 * * *", "Europe/Berlin", "2026-03-30T00:30:00Z", "23h30m0s", "2026-03-29T01:00:00Z"},
+		// The repeated 02:30 fired once, at its first occurrence.
+		{"after a repeated wall time", "30 2 * * *", "Europe/Berlin", "2026-10-26T01:30:00Z", "25h0m0s", "2026-10-25T00:30:00Z"},
+		{"hourly", "0 * * * *", "America/Los_Angeles", "2026-03-08T10:00:00Z", "1h0m0s", "2026-03-08T09:00:00Z"},
+		{"every 10m", "@every 10m", "", "2026-03-08T10:03:00Z", "10m0s", "2026-03-08T09:53:00Z"},
+		{"monthly", "0 0 1 * *", "UTC", "2026-03-01T00:00:00Z", "672h0m0s", "2026-02-01T00:00:00Z"},
+		{"leap day", "0 0 29 2 *", "UTC", "2028-02-29T00:00:00Z", "35064h0m0s", "2024-02-29T00:00:00Z"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			sp, err := Parse(tc.expr, tc.tz)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tick := utc(tc.tick)
+			if !sp.every && !sp.Next(tick.Add(-time.Second)).Equal(tick) {
+				t.Fatalf("test input: %s is not a tick of %q", tick, tc.expr)
+			}
+			start, end, ok := sp.Interval(tick)
+			if !ok || !start.Equal(utc(tc.wantStartUTC)) || !end.Equal(tick) || end.Sub(start).String() != tc.dur {
+				t.Errorf("interval = [%s, %s) ok=%v, want [%s, %s) of %s", start, end, ok, tc.wantStartUTC, tick, tc.dur)
+			}
+			// The interval's start is itself a tick whose next tick is the end.
+			if !sp.every && !sp.Next(start).Equal(tick) {
+				t.Errorf("Next(start) = %s, want the tick %s", sp.Next(start), tick)
+			}
+		})
+	}
+}
+
+func TestPrevOfANeverFiringExpression(t *testing.T) {
+	sp, err := Parse("0 0 30 2 *", "UTC")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := sp.Prev(utc("2026-03-01T00:00:00Z")); !p.IsZero() {
+		t.Errorf("Prev = %s, want none", p)
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"github.com/dvtrun/dvtrun/engine"
 	"github.com/dvtrun/dvtrun/engine/queue"
 	"github.com/dvtrun/dvtrun/engine/service"
+	"github.com/dvtrun/dvtrun/engine/wake"
 )
 
 // Executor runs a request's plan. The CLI's executor loads the plan,
@@ -54,6 +55,9 @@ type Worker struct {
 	HeartbeatTTL time.Duration
 	// Poll is the pause when nothing is claimable (default 2s).
 	Poll time.Duration
+	// Wakeups, when the store pushes them, end that pause as soon as a
+	// request becomes claimable; nil: the worker only polls.
+	Wakeups wake.Source
 	// Grace is how long Stop lets runs in flight finish before interrupting
 	// them and handing their requests back (default 30s).
 	Grace time.Duration
@@ -175,6 +179,12 @@ func (w *Worker) run(ctx context.Context) {
 		w.heartbeat(hbCtx)
 	}()
 
+	var woken <-chan string
+	if w.Wakeups != nil {
+		ids, cancel := w.Wakeups.Subscribe(wake.Queue)
+		defer cancel()
+		woken = ids
+	}
 	slots := make(chan struct{}, w.Slots)
 	for ctx.Err() == nil {
 		select {
@@ -191,7 +201,11 @@ func (w *Worker) run(ctx context.Context) {
 				w.Metrics.update(func(c *Stats) { c.ClaimErrors++ })
 				w.Log.Error("claim failed", "worker", w.ID, "error", err.Error())
 			}
-			_ = w.Sleep(ctx, w.Poll)
+			if woken != nil {
+				_ = wake.Wait(ctx, woken, nil, w.Poll)
+			} else {
+				_ = w.Sleep(ctx, w.Poll)
+			}
 			continue
 		}
 		w.Metrics.update(func(c *Stats) {

@@ -17,6 +17,7 @@ import (
 	"github.com/dvtrun/dvtrun/engine"
 	"github.com/dvtrun/dvtrun/engine/queue"
 	"github.com/dvtrun/dvtrun/engine/service/servicetest"
+	"github.com/dvtrun/dvtrun/engine/wake"
 	"github.com/dvtrun/dvtrun/engine/worker"
 	"github.com/dvtrun/dvtrun/store/sqlite"
 )
@@ -278,5 +279,27 @@ func TestRefusedRequestIsFinished(t *testing.T) {
 	servicetest.WaitFor(t, "the refusal", func() bool {
 		got, _ := st.GetRequest(ctx, r.RequestID)
 		return got.State == queue.StateDone && got.Outcome == "REFUSED:PLAN_HASH_MISMATCH"
+	})
+}
+
+// TestWorkerWokenBeforeItsPoll: with wake-ups a worker claims a new request
+// when woken, long before its poll interval (an hour here) would have it
+// look again.
+func TestWorkerWokenBeforeItsPoll(t *testing.T) {
+	st, q := setup(t)
+	hub := &wake.Hub{}
+	w := newWorker(st, &fakeExec{}, "w1")
+	w.Poll, w.Wakeups = time.Hour, hub
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	// Let the worker find the queue empty and start its pause.
+	servicetest.WaitFor(t, "a first claim attempt", func() bool { return w.Metrics.Snapshot().Heartbeats > 0 })
+	time.Sleep(50 * time.Millisecond)
+	r := enqueue(t, q, "woken")
+	servicetest.WaitFor(t, "the request done after a wake-up", func() bool {
+		hub.Publish(wake.Queue, r.RequestID) // the store's NOTIFY, until the worker subscribed
+		return states(t, st)[queue.StateDone] == 1
 	})
 }

@@ -10,8 +10,8 @@
 -- event with the state before and after it), which the audit view
 -- dvt_event_states includes verbatim (its migration says /*include
 -- projection.sql states*/, expanded by sqlfiles.Migrations), and `project`
--- is the snapshot query that follows them (store/postgres prefixes WITH
--- RECURSIVE and `states`). Over every run, /*scope*/ stays a comment; one
+-- is the snapshot query that follows them (sqlfiles.ProjectionOf prefixes
+-- WITH RECURSIVE and `states`). Over every run, /*scope*/ stays a comment; one
 -- run's projection replaces it with scope_run, fixed text from this file.
 --
 -- Rules mirrored from engine/reducer.go:

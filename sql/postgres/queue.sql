@@ -17,13 +17,13 @@ SELECT dvt_now(),
 SELECT request_id, idem_key, tenant_id, project_id, environment_id, plan_id, plan_version,
        run_request_id, plan_path, plan_sha256, priority, not_before, COALESCE(schedule_name, ''),
        serial, state, COALESCE(owner, ''), COALESCE(run_id, ''), COALESCE(outcome, ''),
-       enqueue_seq, version, attempts, enqueued_at, COALESCE(claimed_at, ''), COALESCE(finished_at, '') FROM dvt_run_requests WHERE idem_key = $1;
+       enqueue_seq, version, attempts, enqueued_at, COALESCE(claimed_at, ''), COALESCE(finished_at, ''), run_shape FROM dvt_run_requests WHERE idem_key = $1;
 
 -- name: request_by_id
 SELECT request_id, idem_key, tenant_id, project_id, environment_id, plan_id, plan_version,
        run_request_id, plan_path, plan_sha256, priority, not_before, COALESCE(schedule_name, ''),
        serial, state, COALESCE(owner, ''), COALESCE(run_id, ''), COALESCE(outcome, ''),
-       enqueue_seq, version, attempts, enqueued_at, COALESCE(claimed_at, ''), COALESCE(finished_at, '') FROM dvt_run_requests WHERE request_id = $1;
+       enqueue_seq, version, attempts, enqueued_at, COALESCE(claimed_at, ''), COALESCE(finished_at, ''), run_shape FROM dvt_run_requests WHERE request_id = $1;
 
 -- name: next_enqueue_seq
 SELECT COALESCE(MAX(enqueue_seq), 0) + 1 FROM dvt_run_requests;
@@ -32,14 +32,14 @@ SELECT COALESCE(MAX(enqueue_seq), 0) + 1 FROM dvt_run_requests;
 INSERT INTO dvt_run_requests (request_id, idem_key, tenant_id, project_id, environment_id, plan_id,
                               plan_version, run_request_id, plan_path, plan_sha256, priority,
                               not_before, schedule_name, serial, state, enqueue_seq, version,
-                              attempts, enqueued_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, 'PENDING', $15, 1, 0, $16);
+                              attempts, enqueued_at, run_shape)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, 'PENDING', $15, 1, 0, $16, $17);
 
 -- name: list_requests
 SELECT request_id, idem_key, tenant_id, project_id, environment_id, plan_id, plan_version,
        run_request_id, plan_path, plan_sha256, priority, not_before, COALESCE(schedule_name, ''),
        serial, state, COALESCE(owner, ''), COALESCE(run_id, ''), COALESCE(outcome, ''),
-       enqueue_seq, version, attempts, enqueued_at, COALESCE(claimed_at, ''), COALESCE(finished_at, '') FROM dvt_run_requests
+       enqueue_seq, version, attempts, enqueued_at, COALESCE(claimed_at, ''), COALESCE(finished_at, ''), run_shape FROM dvt_run_requests
 WHERE ($1 = 1 OR state IN ('PENDING', 'CLAIMED', 'RUNNING'))
 ORDER BY enqueue_seq;
 

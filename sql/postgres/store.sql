@@ -77,7 +77,10 @@ WITH ins AS (
                idempotency_key, emitted_at, payload, prev_hash, hash)
     RETURNING run_id, run_seq
 )
-INSERT INTO dvt_outbox (run_id, run_seq) SELECT run_id, run_seq FROM ins;
+-- The run's wake-up (store/postgres/wake.go) goes with the same statement:
+-- NOTIFY dvt_events, the run id, sent at commit, once per transaction.
+INSERT INTO dvt_outbox (run_id, run_seq)
+SELECT ins.run_id, ins.run_seq FROM ins CROSS JOIN (SELECT pg_notify('dvt_events', $1)) AS wake;
 
 -- name: update_seq
 -- last_hash is the hash chain's head (issue 19), advanced with next_seq.

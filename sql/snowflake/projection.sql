@@ -3,9 +3,14 @@
 -- that file's header for the rules it mirrors from engine/reducer.go), with
 -- Snowflake's types: TIMESTAMP_TZ(9) times, VARIANT payloads, BOOLEAN flags.
 --
--- `project` reads its events from a scope: Go replaces the /*scope*/ marker
--- with scope_run (one run) or scope_all (every run). Both are fixed text from
--- this file.
+-- The projection text exists once: `states` is the recursive CTEs (each
+-- event with the state before and after it), which the audit view
+-- dvt_event_states includes verbatim (sql/snowflake/audit_views.sql says /*include
+-- projection.sql states*/, expanded by sqlfiles.Migrations), and `project`
+-- is the snapshot query that follows them (sqlfiles.ProjectionOf prefixes
+-- WITH RECURSIVE and `states`). Over every run, /*scope*/ stays a comment;
+-- one run's projection replaces it with scope_run, fixed text from this
+-- file: nothing user-supplied is spliced in.
 --
 -- Portability notes (the statement also runs on the DuckDB-backed test
 -- server store/snowflake/sftest):
@@ -21,18 +26,14 @@
 --     '+00:00', and TRY_CAST refuses days a month does not have.
 
 -- name: scope_run
-SELECT * FROM dvt_run_events WHERE run_id = ?
+WHERE run_id = ?
 
--- name: scope_all
-SELECT * FROM dvt_run_events
-
--- name: project
-WITH RECURSIVE
+-- name: states
 ev AS (
     SELECT run_id, run_seq, tenant_id, project_id, environment_id, event_id, event_type,
            COALESCE(step_id, '') AS step_id, logical_attempt_id, engine_attempt_id,
            emitted_at, persisted_at, payload
-    FROM (/*scope*/)
+    FROM dvt_run_events /*scope*/
 ),
 kinds AS (
     SELECT entity, event_type, MAX(to_status) AS target
@@ -209,7 +210,9 @@ step_chain (run_id, step_id, n, run_seq, event_id, event_type, persisted_at, tar
     JOIN step_moves m ON m.from_status = c.status AND m.event_type = e.event_type AND m.run_status = e.run_status
      AND m.rel = CASE WHEN e.logical_attempt_id > c.logical_attempt_id THEN 'HIGHER'
                       WHEN e.logical_attempt_id = c.logical_attempt_id THEN 'SAME' ELSE 'LOWER' END
-),
+)
+
+-- name: project
 run_last AS (
     SELECT * FROM run_chain QUALIFY ROW_NUMBER() OVER (PARTITION BY run_id ORDER BY n DESC) = 1
 ),

@@ -20,13 +20,13 @@ SELECT CAST(CURRENT_TIMESTAMP() AS TIMESTAMP_TZ(9)),
 SELECT request_id, idem_key, tenant_id, project_id, environment_id, plan_id, plan_version,
        run_request_id, plan_path, plan_sha256, priority, not_before, COALESCE(schedule_name, ''),
        serial, state, COALESCE(owner, ''), COALESCE(run_id, ''), COALESCE(outcome, ''),
-       enqueue_seq, version, attempts, enqueued_at, claimed_at, finished_at FROM dvt_run_requests WHERE idem_key = ?;
+       enqueue_seq, version, attempts, enqueued_at, claimed_at, finished_at, run_shape FROM dvt_run_requests WHERE idem_key = ?;
 
 -- name: request_by_id
 SELECT request_id, idem_key, tenant_id, project_id, environment_id, plan_id, plan_version,
        run_request_id, plan_path, plan_sha256, priority, not_before, COALESCE(schedule_name, ''),
        serial, state, COALESCE(owner, ''), COALESCE(run_id, ''), COALESCE(outcome, ''),
-       enqueue_seq, version, attempts, enqueued_at, claimed_at, finished_at FROM dvt_run_requests WHERE request_id = ?;
+       enqueue_seq, version, attempts, enqueued_at, claimed_at, finished_at, run_shape FROM dvt_run_requests WHERE request_id = ?;
 
 -- name: next_enqueue_seq
 SELECT COALESCE(MAX(enqueue_seq), 0) + 1 FROM dvt_run_requests;
@@ -35,15 +35,15 @@ SELECT COALESCE(MAX(enqueue_seq), 0) + 1 FROM dvt_run_requests;
 INSERT INTO dvt_run_requests (request_id, idem_key, tenant_id, project_id, environment_id, plan_id,
                               plan_version, run_request_id, plan_path, plan_sha256, priority,
                               not_before, schedule_name, serial, state, enqueue_seq, version,
-                              attempts, enqueued_at)
+                              attempts, enqueued_at, run_shape)
 SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, CAST(? AS TIMESTAMP_TZ(9)), ?, ?, 'PENDING', ?, 1, 0,
-       CAST(? AS TIMESTAMP_TZ(9));
+       CAST(? AS TIMESTAMP_TZ(9)), ?;
 
 -- name: list_requests
 SELECT request_id, idem_key, tenant_id, project_id, environment_id, plan_id, plan_version,
        run_request_id, plan_path, plan_sha256, priority, not_before, COALESCE(schedule_name, ''),
        serial, state, COALESCE(owner, ''), COALESCE(run_id, ''), COALESCE(outcome, ''),
-       enqueue_seq, version, attempts, enqueued_at, claimed_at, finished_at FROM dvt_run_requests
+       enqueue_seq, version, attempts, enqueued_at, claimed_at, finished_at, run_shape FROM dvt_run_requests
 WHERE (? = 1 OR state IN ('PENDING', 'CLAIMED', 'RUNNING'))
 ORDER BY enqueue_seq;
 

@@ -2,10 +2,14 @@
 -- computes what the Go reducer (engine.Project) computes, field for field:
 -- the property tests in store/sqlite compare the two on generated streams.
 --
--- `project` reads its events from a scope: Go replaces the /*scope*/ marker
--- with scope_run (one run, through the primary key) or scope_all (every
--- run, one pass). Both are fixed text from this file; nothing user-supplied
--- is ever spliced in.
+-- The projection text exists once: `states` is the recursive CTEs (each
+-- event with the state before and after it), which the audit view
+-- dvt_event_states includes verbatim (sql/sqlite/audit_views.sql says /*include
+-- projection.sql states*/, expanded by sqlfiles.Migrations), and `project`
+-- is the snapshot query that follows them (sqlfiles.ProjectionOf prefixes
+-- WITH RECURSIVE and `states`). Over every run, /*scope*/ stays a comment;
+-- one run's projection replaces it with scope_run (through the primary
+-- key), fixed text from this file: nothing user-supplied is spliced in.
 --
 -- Rules mirrored from engine/reducer.go:
 --   * The transition table is dvt_transitions (shipped by the migrations, kept
@@ -26,18 +30,14 @@
 --     millisecond-truncated times.
 
 -- name: scope_run
-SELECT * FROM dvt_run_events WHERE run_id = ?
+WHERE run_id = ?
 
--- name: scope_all
-SELECT * FROM dvt_run_events
-
--- name: project
-WITH RECURSIVE
+-- name: states
 ev AS (
     SELECT run_id, run_seq, tenant_id, project_id, environment_id, event_id, event_type,
            COALESCE(step_id, '') AS step_id, logical_attempt_id, engine_attempt_id,
            emitted_at, persisted_at, payload
-    FROM (/*scope*/)
+    FROM dvt_run_events /*scope*/
 ),
 -- The state each state-changing type moves its entity to (engine.TargetOf).
 kinds AS (
@@ -224,7 +224,9 @@ step_chain (run_id, step_id, n, run_seq, event_id, event_type, persisted_at, tar
     JOIN step_moves m ON m.from_status = c.status AND m.event_type = e.event_type AND m.run_status = e.run_status
      AND m.rel = CASE WHEN e.logical_attempt_id > c.logical_attempt_id THEN 'HIGHER'
                       WHEN e.logical_attempt_id = c.logical_attempt_id THEN 'SAME' ELSE 'LOWER' END
-),
+)
+
+-- name: project
 run_last AS (
     SELECT * FROM (SELECT run_chain.*, ROW_NUMBER() OVER (PARTITION BY run_id ORDER BY n DESC) AS r FROM run_chain) WHERE r = 1
 ),

@@ -4,12 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/google/uuid"
 
 	"github.com/dvtrun/dvtrun/engine"
 	"github.com/dvtrun/dvtrun/engine/eventgen"
@@ -48,25 +47,8 @@ func benchEvents(f *storetest.Fixture, n int) []engine.RunEventWrite {
 // Layer 2 state, the outbox rows.
 func BenchmarkAppend(b *testing.B) {
 	for _, batch := range []int{1, 100} {
-		b.Run(fmt.Sprintf("append/events=%d", batch), func(b *testing.B) {
-			ctx := context.Background()
-			s, err := postgres.Open(ctx, pgtest.DSN(b), postgres.Options{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer s.Close()
-			f := storetest.NewFixture()
-			f.Bootstrap(b, s)
-			events := benchEvents(f, b.N*batch)
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				if _, err := s.AppendAndEnqueue(ctx, f.Meta.RunID, events[i*batch:(i+1)*batch]); err != nil {
-					b.Fatal(err)
-				}
-			}
-			b.StopTimer()
-			b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "events/s")
-		})
+		b.Run(fmt.Sprintf("append/events=%d", batch), func(b *testing.B) { benchAppend(b, batch) })
+		b.Run(fmt.Sprintf("notify-cost/events=%d", batch), func(b *testing.B) { benchNotifyCost(b, batch) })
 		b.Run(fmt.Sprintf("ceiling-insert/events=%d", batch), func(b *testing.B) {
 			ctx := context.Background()
 			s, err := postgres.Open(ctx, pgtest.DSN(b), postgres.Options{})
@@ -108,6 +90,88 @@ func BenchmarkAppend(b *testing.B) {
 			b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "events/s")
 		})
 	}
+}
+
+func benchAppend(b *testing.B, batch int) {
+	ctx := context.Background()
+	s, err := postgres.Open(ctx, pgtest.DSN(b), postgres.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	f := storetest.NewFixture()
+	f.Bootstrap(b, s)
+	events := benchEvents(f, b.N*batch)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := s.AppendAndEnqueue(ctx, f.Meta.RunID, events[i*batch:(i+1)*batch]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "events/s")
+}
+
+// benchNotifyCost measures what the wake-up NOTIFY costs an append:
+// appends to two databases in turn (so that the machine's load weighs on
+// both alike), one as shipped and one whose sessions resolve pg_notify to
+// a no-op function first (search_path public, pg_catalog). It reports the
+// median append of each.
+func benchNotifyCost(b *testing.B, batch int) {
+	ctx := context.Background()
+	open := func(shadow bool) (*postgres.Store, *storetest.Fixture) {
+		dsn := pgtest.DSN(b)
+		s, err := postgres.Open(ctx, dsn, postgres.Options{PollOnly: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if shadow {
+			for _, stmt := range []string{
+				`CREATE FUNCTION public.pg_notify(text, text) RETURNS void LANGUAGE plpgsql AS $$BEGIN END$$`,
+				`DO $$BEGIN EXECUTE format('ALTER DATABASE %I SET search_path = public, pg_catalog', current_database()); END$$`,
+			} {
+				if _, err := s.DB().ExecContext(ctx, stmt); err != nil {
+					b.Fatal(err)
+				}
+			}
+			s.Close() // the pool's sessions take the database's search_path when they start
+			if s, err = postgres.Open(ctx, dsn, postgres.Options{PollOnly: true}); err != nil {
+				b.Fatal(err)
+			}
+			var fn string
+			if err := s.DB().QueryRowContext(ctx, `SELECT pronamespace::regnamespace::text FROM pg_proc WHERE oid = 'pg_notify(text, text)'::regprocedure`).Scan(&fn); err != nil || fn != "public" {
+				b.Fatalf("pg_notify resolves to schema %q (%v), want the no-op in public", fn, err)
+			}
+		}
+		b.Cleanup(func() { s.Close() })
+		f := storetest.NewFixture()
+		f.Bootstrap(b, s)
+		return s, f
+	}
+	with, fw := open(false)
+	without, fo := open(true)
+	ew, eo := benchEvents(fw, b.N*batch), benchEvents(fo, b.N*batch)
+	var tw, to []time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		for _, c := range []struct {
+			s   *postgres.Store
+			f   *storetest.Fixture
+			e   []engine.RunEventWrite
+			out *[]time.Duration
+		}{{with, fw, ew, &tw}, {without, fo, eo, &to}} {
+			start := time.Now()
+			if _, err := c.s.AppendAndEnqueue(ctx, c.f.Meta.RunID, c.e[i*batch:(i+1)*batch]); err != nil {
+				b.Fatal(err)
+			}
+			*c.out = append(*c.out, time.Since(start))
+		}
+	}
+	b.StopTimer()
+	slices.Sort(tw)
+	slices.Sort(to)
+	b.ReportMetric(float64(tw[len(tw)/2].Microseconds()), "notify-us/append")
+	b.ReportMetric(float64(to[len(to)/2].Microseconds()), "no-notify-us/append")
 }
 
 // BenchmarkProjectOneRun decides how one run's projection reads the log
@@ -188,10 +252,7 @@ func benchClaims(b *testing.B, claim func(ctx context.Context, s *postgres.Store
 		workers = append(workers, s)
 	}
 	for i := 0; i < b.N; i++ {
-		r := queue.Request{RequestID: uuid.NewString(), TenantID: "acme", ProjectID: "shop", EnvironmentID: "dev",
-			PlanID: "shop", PlanVersion: "1", RunRequestID: fmt.Sprint("bench-", i), PlanPath: "plan.yaml", PlanSHA256: "ab12", State: queue.StatePending}
-		r.Key = queue.Key(r.TenantID, r.ProjectID, r.EnvironmentID, r.PlanID, r.PlanVersion, r.RunRequestID)
-		if _, _, err := workers[0].EnqueueRequest(ctx, r, nil); err != nil {
+		if _, _, err := workers[0].EnqueueRequest(ctx, newRequest(i), nil); err != nil {
 			b.Fatal(err)
 		}
 	}

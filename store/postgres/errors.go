@@ -30,6 +30,8 @@ func pgxConfig(dsn string, lockWait, idleInTx time.Duration) (*pgx.ConnConfig, e
 	if err != nil {
 		return nil, err
 	}
+	// dvtrun's own parameter, not the server's (wakeupsParam).
+	delete(cfg.RuntimeParams, wakeupsParam)
 	cfg.RuntimeParams["lock_timeout"] = strconv.FormatInt(lockWait.Milliseconds(), 10)
 	cfg.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt(idleInTx.Milliseconds(), 10)
 	if cfg.RuntimeParams["application_name"] == "" {

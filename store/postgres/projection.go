@@ -3,8 +3,6 @@ package postgres
 import (
 	"context"
 	"database/sql"
-	"errors"
-	"strings"
 	"sync"
 	"time"
 
@@ -12,29 +10,9 @@ import (
 	sqlfiles "github.com/dvtrun/dvtrun/sql"
 )
 
-// projectionQueries holds the statements of sql/postgres/projection.sql,
-// the projection in its two scopes.
-type projectionQueries struct{ run, all, events string }
-
-// loadProjection composes the projection from the embedded file once: WITH
-// RECURSIVE, the CTEs the audit view dvt_event_states includes too
-// (`states`), then the snapshot query (`project`).
-var loadProjection = sync.OnceValues(func() (projectionQueries, error) {
-	q, err := sqlfiles.Queries(sqlfiles.Postgres, "projection.sql")
-	if err != nil {
-		return projectionQueries{}, err
-	}
-	states, project := q["states"], q["project"]
-	if !strings.Contains(states, "/*scope*/") || project == "" || q["scope_run"] == "" || q["list_all_events"] == "" {
-		return projectionQueries{}, errors.New("sqlfiles: postgres/projection.sql lacks states (with its /*scope*/), project, scope_run or list_all_events")
-	}
-	all := "WITH RECURSIVE\n" + states + ",\n" + project
-	// The scope is fixed text from the same file.
-	return projectionQueries{
-		run:    strings.Replace(all, "/*scope*/", q["scope_run"], 1),
-		all:    all,
-		events: q["list_all_events"],
-	}, nil
+// loadProjection composes sql/postgres/projection.sql once (sqlfiles.ProjectionOf).
+var loadProjection = sync.OnceValues(func() (sqlfiles.Projection, error) {
+	return sqlfiles.ProjectionOf(sqlfiles.Postgres)
 })
 
 // ProjectSQL computes a run's snapshot with the SQL projection alone (the
@@ -46,7 +24,7 @@ func (s *Store) ProjectSQL(ctx context.Context, runID string) (engine.Snapshot, 
 	if err != nil {
 		return engine.Snapshot{}, err
 	}
-	snaps, err := s.projectRows(ctx, q.run, runID)
+	snaps, err := s.projectRows(ctx, q.Run, runID)
 	if err != nil {
 		return engine.Snapshot{}, err
 	}
@@ -68,7 +46,7 @@ func (s *Store) ProjectAllSQL(ctx context.Context) (map[string]engine.Snapshot, 
 	if err != nil {
 		return nil, err
 	}
-	return s.projectRows(ctx, q.all)
+	return s.projectRows(ctx, q.All)
 }
 
 // ProjectAllGo reduces every run's events with the Go reducer, reading the
@@ -79,7 +57,7 @@ func (s *Store) ProjectAllGo(ctx context.Context) (map[string]engine.Snapshot, e
 	if err != nil {
 		return nil, err
 	}
-	rows, err := s.query(ctx, q.events)
+	rows, err := s.query(ctx, q.Events)
 	if err != nil {
 		return nil, s.classify(err)
 	}

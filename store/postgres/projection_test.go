@@ -4,13 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/dvtrun/dvtrun/engine"
 	"github.com/dvtrun/dvtrun/engine/eventgen"
-	sqlfiles "github.com/dvtrun/dvtrun/sql"
 	"github.com/dvtrun/dvtrun/store/postgres"
 	"github.com/dvtrun/dvtrun/store/postgres/pgtest"
 	"github.com/dvtrun/dvtrun/store/storetest"
@@ -181,29 +179,6 @@ func viewSnapshots(t *testing.T, s *postgres.Store) map[string]engine.Snapshot {
 		t.Fatal(err)
 	}
 	return snaps
-}
-
-// TestAuditViewIncludesTheProjection: the projection's CTEs exist once in
-// the Postgres dialect; the view migration includes them, so the view and
-// the per-run query cannot drift.
-func TestAuditViewIncludesTheProjection(t *testing.T) {
-	states, err := sqlfiles.Query(sqlfiles.Postgres, "projection.sql", "states")
-	if err != nil {
-		t.Fatal(err)
-	}
-	migs, err := sqlfiles.Migrations(sqlfiles.Postgres)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range migs {
-		if strings.Contains(m.SQL, "VIEW dvt_event_states AS") {
-			if !strings.Contains(m.SQL, states) || strings.Contains(m.SQL, "/*include") {
-				t.Errorf("migration %s does not include projection.sql's states", m.Name)
-			}
-			return
-		}
-	}
-	t.Error("no Postgres migration creates dvt_event_states")
 }
 
 // TestProjectSQLUnknownRun: an unknown run is RUN_NOT_FOUND, a run without

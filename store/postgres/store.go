@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"log/slog"
 	"net/url"
 	"regexp"
 	"slices"
@@ -56,6 +57,31 @@ type Options struct {
 	// a transaction this long (its process stopped), releasing its locks;
 	// default DefaultIdleInTransaction.
 	IdleInTransaction time.Duration
+	// PollOnly opens no LISTEN connection: Wakeups is nil and services
+	// only poll. For connection poolers in transaction mode (PgBouncer's
+	// pool_mode=transaction), which do not keep a session's LISTEN; the
+	// DSN parameter dvtrun_wakeups=poll sets it too.
+	PollOnly bool
+	// Log receives the wake-up connection's losses and recoveries
+	// (default: discarded).
+	Log *slog.Logger
+}
+
+// wakeupsParam is the DSN parameter that selects the wake-ups:
+// dvtrun_wakeups=notify (LISTEN/NOTIFY, the default) or poll.
+const wakeupsParam = "dvtrun_wakeups"
+
+// pollOnlyDSN reports whether dsn asks for poll-only wake-ups; an unknown
+// value is an error rather than a silent default.
+func pollOnlyDSN(cfg *pgconn.Config) (bool, error) {
+	switch v := cfg.RuntimeParams[wakeupsParam]; v {
+	case "", "notify":
+		return false, nil
+	case "poll":
+		return true, nil
+	default:
+		return false, engine.Errorf(engine.CodeInvalidArgument, "the Postgres DSN parameter %s is %q; it takes notify or poll", wakeupsParam, v)
+	}
 }
 
 // DefaultIdleInTransaction is Options.IdleInTransaction's default: far
@@ -77,6 +103,8 @@ type Store struct {
 	store.BundleSQL
 	// AuditSQL reads the hash chains and keeps the global log.
 	*store.AuditSQL
+
+	wake *listener // nil in poll-only mode
 
 	// unchained appends without the hash chain: only the benchmark that
 	// measures the chain's cost sets it (export_test.go).
@@ -101,12 +129,22 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 		return nil, engine.Errorf(engine.CodeInvalidArgument, "the Postgres DSN %s does not parse", Redact(dsn))
 	}
 	name := describe(cfg)
+	pollOnly, err := pollOnlyDSN(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if opts.Log == nil {
+		opts.Log = slog.New(slog.DiscardHandler)
+	}
 	connCfg, err := pgxConfig(dsn, opts.LockWait, opts.IdleInTransaction)
 	if err != nil {
 		return nil, engine.Errorf(engine.CodeInvalidArgument, "the Postgres DSN %s does not parse", Redact(dsn))
 	}
 	db := sqlx.NewDb(stdlib.OpenDB(*connCfg), "pgx")
 	s := &Store{db: db, name: name, opts: opts}
+	if !opts.PollOnly && !pollOnly {
+		s.wake = newListener(connCfg, opts.Log)
+	}
 	if s.q, err = sqlfiles.Queries(sqlfiles.Postgres, "store.sql"); err != nil {
 		db.Close()
 		return nil, err
@@ -186,8 +224,13 @@ func (s *Store) Name() string { return s.name }
 // DB gives read access for projections and audit queries.
 func (s *Store) DB() *sqlx.DB { return s.db }
 
-// Close closes the connection pool.
-func (s *Store) Close() error { return s.db.Close() }
+// Close closes the wake-up connection and the connection pool.
+func (s *Store) Close() error {
+	if s.wake != nil {
+		s.wake.close()
+	}
+	return s.db.Close()
+}
 
 func (s *Store) now() string { return s.opts.Now().UTC().Format(engine.TimeFormat) }
 

@@ -3,33 +3,15 @@ package snowflake
 import (
 	"context"
 	"database/sql"
-	"errors"
-	"strings"
 	"sync"
 
 	"github.com/dvtrun/dvtrun/engine"
 	sqlfiles "github.com/dvtrun/dvtrun/sql"
 )
 
-// projectionQueries holds the statements of sql/snowflake/projection.sql,
-// the projection in its two scopes.
-type projectionQueries struct{ run, all, events string }
-
-var loadProjection = sync.OnceValues(func() (projectionQueries, error) {
-	q, err := sqlfiles.Queries(sqlfiles.Snowflake, "projection.sql")
-	if err != nil {
-		return projectionQueries{}, err
-	}
-	body := q["project"]
-	if !strings.Contains(body, "/*scope*/") || q["scope_run"] == "" || q["scope_all"] == "" || q["list_all_events"] == "" {
-		return projectionQueries{}, errors.New("sqlfiles: snowflake/projection.sql lacks project, scope_run, scope_all or list_all_events")
-	}
-	// Both scopes are fixed text from the same file.
-	return projectionQueries{
-		run:    strings.Replace(body, "/*scope*/", q["scope_run"], 1),
-		all:    strings.Replace(body, "/*scope*/", q["scope_all"], 1),
-		events: q["list_all_events"],
-	}, nil
+// loadProjection composes sql/snowflake/projection.sql once (sqlfiles.ProjectionOf).
+var loadProjection = sync.OnceValues(func() (sqlfiles.Projection, error) {
+	return sqlfiles.ProjectionOf(sqlfiles.Snowflake)
 })
 
 // ProjectSQL computes a run's snapshot with the SQL projection alone (the
@@ -41,7 +23,7 @@ func (s *Store) ProjectSQL(ctx context.Context, runID string) (engine.Snapshot, 
 	if err != nil {
 		return engine.Snapshot{}, err
 	}
-	snaps, err := s.projectRows(ctx, q.run, runID)
+	snaps, err := s.projectRows(ctx, q.Run, runID)
 	if err != nil {
 		return engine.Snapshot{}, err
 	}
@@ -63,7 +45,7 @@ func (s *Store) ProjectAllSQL(ctx context.Context) (map[string]engine.Snapshot, 
 	if err != nil {
 		return nil, err
 	}
-	return s.projectRows(ctx, q.all)
+	return s.projectRows(ctx, q.All)
 }
 
 // ProjectAllGo reduces every run's events with the Go reducer, reading the
@@ -73,7 +55,7 @@ func (s *Store) ProjectAllGo(ctx context.Context) (map[string]engine.Snapshot, e
 	if err != nil {
 		return nil, err
 	}
-	rows, err := s.db.QueryContext(ctx, q.events)
+	rows, err := s.db.QueryContext(ctx, q.Events)
 	if err != nil {
 		return nil, s.classify("read the event log", err)
 	}

@@ -48,7 +48,10 @@ type Warehouse struct {
 	fenceMu sync.Mutex
 	fences  map[string]*runFence // by run id: the fence tables made sure of (warehouse_fence.go)
 	schema  string               // DB.SCHEMA of the sessions, once asked
-	legacy  atomic.Int32         // the shared dvt_run_fences of earlier versions: legacyUnknown, legacyAbsent or legacyPresent
+	// database and schemaName are the DSN's (either may be ""): the
+	// renderer's qualified names (Relation).
+	database, schemaName string
+	legacy               atomic.Int32 // the shared dvt_run_fences of earlier versions: legacyUnknown, legacyAbsent or legacyPresent
 }
 
 // WarehouseOptions configures OpenWarehouse.
@@ -98,6 +101,9 @@ func OpenWarehouse(ctx context.Context, dsn string, opts WarehouseOptions) (*War
 		q:       q,
 		opts:    opts,
 		fences:  map[string]*runFence{},
+
+		database:   cfg.Database,
+		schemaName: cfg.Schema,
 	}
 	if err := w.Ping(ctx); err != nil {
 		w.db.Close()
@@ -554,22 +560,11 @@ func (w *Warehouse) LookupStep(ctx context.Context, runID, stepID string, logica
 	return e, ok, nil
 }
 
-// lookup reads a step attempt's ledger row; the entry's Result.Ledger
-// points at the entry, marking the result as recorded.
+// lookup reads a step attempt's ledger row (store.LookupLedger).
 func (w *Warehouse) lookup(ctx context.Context, q interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }, runID, stepID string, logical int) (engine.LedgerEntry, bool, error) {
-	e := engine.LedgerEntry{RunID: runID, StepID: stepID, LogicalAttempt: logical}
-	var result string
-	err := q.QueryRowContext(ctx, w.q["ledger_entry"], runID, stepID, logical).Scan(&e.EngineAttempt, &e.Fence, &result, &e.CommittedAt)
-	if errors.Is(err, sql.ErrNoRows) {
-		return engine.LedgerEntry{}, false, nil
-	}
-	if err != nil {
-		return engine.LedgerEntry{}, false, err
-	}
-	e, err = engine.DecodeLedgerEntry(e, []byte(result))
-	return e, err == nil, err
+	return store.LookupLedger(ctx, q, w.q["ledger_entry"], runID, stepID, logical)
 }
 
 // dmlOnly reports whether every statement is DML or a query, which an
@@ -631,6 +626,9 @@ func relationName(req engine.StepRequest) (string, error) {
 	case rel == "":
 		return "", engine.Errorf(engine.CodeInvalidArgument, "step %s: no relation name", req.StepID)
 	case !relationRE.MatchString(rel):
+		if schema, name, ok := strings.Cut(rel, "."); ok && relationRE.MatchString(schema) && relationRE.MatchString(name) {
+			return "", engine.Errorf(engine.CodePlanInvalid, "step %s: relation name %q is schema-qualified; the Snowflake warehouse builds in its session's schema (import the dbt manifest without --keep-schemas)", req.StepID, rel)
+		}
 		return "", engine.Errorf(engine.CodePlanInvalid, "step %s: relation name %q is not a valid identifier", req.StepID, rel)
 	default:
 		return ident(rel), nil

@@ -3,8 +3,6 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"errors"
-	"strings"
 	"sync"
 	"time"
 
@@ -12,26 +10,9 @@ import (
 	sqlfiles "github.com/dvtrun/dvtrun/sql"
 )
 
-// projectionQueries holds the statements of sql/sqlite/projection.sql, the
-// projection in its two scopes.
-type projectionQueries struct{ run, all, events string }
-
-// loadProjection parses the embedded file once.
-var loadProjection = sync.OnceValues(func() (projectionQueries, error) {
-	q, err := sqlfiles.Queries(sqlfiles.SQLite, "projection.sql")
-	if err != nil {
-		return projectionQueries{}, err
-	}
-	body := q["project"]
-	if !strings.Contains(body, "/*scope*/") || q["scope_run"] == "" || q["scope_all"] == "" || q["list_all_events"] == "" {
-		return projectionQueries{}, errors.New("sqlfiles: sqlite/projection.sql lacks project, scope_run, scope_all or list_all_events")
-	}
-	// Both scopes are fixed text from the same file.
-	return projectionQueries{
-		run:    strings.Replace(body, "/*scope*/", q["scope_run"], 1),
-		all:    strings.Replace(body, "/*scope*/", q["scope_all"], 1),
-		events: q["list_all_events"],
-	}, nil
+// loadProjection composes sql/sqlite/projection.sql once (sqlfiles.ProjectionOf).
+var loadProjection = sync.OnceValues(func() (sqlfiles.Projection, error) {
+	return sqlfiles.ProjectionOf(sqlfiles.SQLite)
 })
 
 // ProjectSQL computes a run's snapshot with the SQL projection alone (the
@@ -43,7 +24,7 @@ func (s *Store) ProjectSQL(ctx context.Context, runID string) (engine.Snapshot, 
 	if err != nil {
 		return engine.Snapshot{}, err
 	}
-	snaps, err := s.projectRows(ctx, q.run, runID)
+	snaps, err := s.projectRows(ctx, q.Run, runID)
 	if err != nil {
 		return engine.Snapshot{}, err
 	}
@@ -65,7 +46,7 @@ func (s *Store) ProjectAllSQL(ctx context.Context) (map[string]engine.Snapshot, 
 	if err != nil {
 		return nil, err
 	}
-	return s.projectRows(ctx, q.all)
+	return s.projectRows(ctx, q.All)
 }
 
 // ProjectAllGo reduces every run's events with the Go reducer, reading the
@@ -77,7 +58,7 @@ func (s *Store) ProjectAllGo(ctx context.Context) (map[string]engine.Snapshot, e
 		return nil, err
 	}
 	// Streamed: one run's events in memory at a time, not the whole log.
-	rows, err := s.db.QueryContext(ctx, q.events)
+	rows, err := s.db.QueryContext(ctx, q.Events)
 	if err != nil {
 		return nil, classify(s.path, err)
 	}

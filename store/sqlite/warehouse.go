@@ -486,12 +486,20 @@ func checkRelation(req engine.StepRequest) (string, error) {
 	switch {
 	case rel == "":
 		return "", engine.Errorf(engine.CodeInvalidArgument, "step %s: no relation name", req.StepID)
+	case qualified(rel):
+		return "", engine.Errorf(engine.CodePlanInvalid, "step %s: relation name %q is schema-qualified, and SQLite has one schema (import the dbt manifest without --keep-schemas)", req.StepID, rel)
 	case !relationRE.MatchString(rel):
 		return "", engine.Errorf(engine.CodePlanInvalid, "step %s: relation name %q is not a valid identifier", req.StepID, rel)
 	case strings.HasPrefix(lower, "sqlite_"), strings.HasPrefix(lower, tmpPrefix):
 		return "", engine.Errorf(engine.CodePlanInvalid, "step %s: relation name %q uses a reserved prefix", req.StepID, rel)
 	}
 	return rel, nil
+}
+
+// qualified: rel is schema.name, which plans allow for Postgres.
+func qualified(rel string) bool {
+	schema, name, ok := strings.Cut(rel, ".")
+	return ok && relationRE.MatchString(schema) && relationRE.MatchString(name)
 }
 
 // quoteIdent quotes an SQL identifier, doubling embedded quotes.

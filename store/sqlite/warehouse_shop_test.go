@@ -2,7 +2,6 @@ package sqlite
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"testing"
 
@@ -11,9 +10,7 @@ import (
 )
 
 // whOSSource reads plan files from the real file system.
-type whOSSource struct{}
-
-func (whOSSource) ReadFile(name string) ([]byte, error) { return os.ReadFile(name) }
+type whOSSource = plan.OSFiles
 
 // requestFor builds the request the runner sends for a step of a loaded
 // plan: seed paths resolve against the plan's directory.

@@ -143,6 +143,7 @@ func TestWarehouseStepErrors(t *testing.T) {
 		{"model with two statements", engine.StepRequest{StepID: "model.two", Kind: plan.KindModel, Relation: "two", Materialized: "table", SQL: "select 1; drop table base"}, engine.CodePlanInvalid, "several statements"},
 		{"relation name that would need splicing", engine.StepRequest{StepID: "model.x", Kind: plan.KindModel, Relation: `x"; drop table base; --`, SQL: "select 1"}, engine.CodePlanInvalid, "not a valid identifier"},
 		{"reserved relation prefix", engine.StepRequest{StepID: "model.x", Kind: plan.KindModel, Relation: "sqlite_stat9", SQL: "select 1"}, engine.CodePlanInvalid, "reserved prefix"},
+		{"schema-qualified relation", engine.StepRequest{StepID: "model.x", Kind: plan.KindModel, Relation: "public.x", SQL: "select 1"}, engine.CodePlanInvalid, "SQLite has one schema"},
 		{"unknown materialization", engine.StepRequest{StepID: "model.inc", Kind: plan.KindModel, Relation: "inc", Materialized: "snapshot", SQL: "select 1"}, engine.CodePlanInvalid, "not table, view or incremental"},
 		{"unknown kind", engine.StepRequest{StepID: "x.y", Kind: "snapshot"}, engine.CodeInvalidArgument, "unknown kind"},
 		{"sql step with COMMIT", engine.StepRequest{StepID: "sql.c", Kind: plan.KindSQL, SQL: "delete from base; commit; insert into base values (3)"}, engine.CodePlanInvalid, `"commit" controls the transaction`},

@@ -3,6 +3,7 @@ package storetest
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -26,6 +27,7 @@ var queueCases = []struct {
 	fn   func(*testing.T, Backend)
 }{
 	{"QueueEnqueueIsIdempotentOnTheKey", testEnqueueIdempotent},
+	{"QueueRequestKeepsItsRunShape", testRequestShape},
 	{"QueueAdmitRefusalWritesNothing", testAdmitRefuses},
 	{"QueueClaimOrderPriorityThenFIFO", testQueueClaimOrder},
 	{"QueueNotBeforeByDatabaseClock", testNotBefore},
@@ -510,5 +512,42 @@ func testCursor(t *testing.T, b Backend) {
 	all, err := s.ListCursors(ctx)
 	if err != nil || len(all) != 1 {
 		t.Fatalf("ListCursors: %+v %v", all, err)
+	}
+}
+
+// testRequestShape: a request's run shape (target, selection, vars, full
+// refresh, data interval) comes back from every read as it was enqueued,
+// and a request without one reads back as the zero shape.
+func testRequestShape(t *testing.T, b Backend) {
+	s := queueOpener(t, b)()
+	r := request("shop", "backfill-1", 0)
+	r.Shape = queue.Shape{
+		Target: "prod", Select: []string{"tag:nightly"}, Exclude: []string{"stg_x"},
+		Vars: map[string]any{"region": "eu", "days": float64(7), "nested": map[string]any{"k": []any{"a", true}}}, FullRefresh: true,
+		DataInterval: &engine.DataInterval{Start: "2026-03-01T00:00:00Z", End: "2026-03-02T00:00:00Z", Timezone: "Europe/Berlin"},
+	}
+	plain := enqueue(t, s, request("shop", "plain-1", 0))
+	stored := enqueue(t, s, r)
+	claimed, ok := claimRequest(t, s, "w1", queue.ClaimLimits{})
+	if !ok {
+		t.Fatal("nothing to claim")
+	}
+	got, err := s.GetRequest(ctx, stored.RequestID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := s.ListRequests(ctx, true)
+	if err != nil || len(list) != 2 {
+		t.Fatalf("list: %d %v", len(list), err)
+	}
+	for name, g := range map[string]queue.Request{"enqueue": stored, "get": got, "list": list[1]} {
+		if !reflect.DeepEqual(g.Shape, r.Shape) {
+			t.Errorf("%s: shape = %+v, want %+v", name, g.Shape, r.Shape)
+		}
+	}
+	for name, g := range map[string]queue.Request{"enqueue": plain, "claim": claimed, "list": list[0]} {
+		if !g.Shape.IsZero() {
+			t.Errorf("%s: a request without a shape reads back %+v", name, g.Shape)
+		}
 	}
 }

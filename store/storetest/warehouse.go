@@ -3,9 +3,11 @@ package storetest
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/dvtrun/dvtrun/engine"
@@ -171,5 +173,135 @@ func RunWarehouseSeedData(t *testing.T, wh Warehouse) {
 		if res.RowCount != 2 || n != 2 || sum != 3 {
 			t.Fatalf("SeedPath %s: loaded %d rows (table: %d, sum %d), want the 2 rows of SeedData", path, res.RowCount, n, sum)
 		}
+	}
+}
+
+// LedgerWarehouse is a warehouse with a step ledger.
+type LedgerWarehouse interface {
+	Warehouse
+	engine.Ledger
+}
+
+// RunWarehouseLedger is the step-ledger scenario of the warehouses whose
+// every writing step kind joins the ledger's transaction (SQLite,
+// Postgres): each commits its ledger row with its work, the same logical
+// attempt run again returns the recorded result without repeating the
+// effect, a new logical attempt is new work; once a runner with a higher
+// fence committed for a run, a stale runner's step is refused with
+// LEASE_LOST and writes nothing, and fences are per run.
+func RunWarehouseLedger(t *testing.T, wh LedgerWarehouse) {
+	ctx := context.Background()
+	step := func(req engine.StepRequest) engine.StepResult {
+		t.Helper()
+		res, err := wh.RunStep(ctx, req)
+		if err != nil {
+			t.Fatalf("%s: %v", req.StepID, err)
+		}
+		return res
+	}
+	effects := func() int {
+		t.Helper()
+		var n int
+		if err := wh.DB().QueryRowContext(ctx, "SELECT count(*) FROM ledger_effects").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	step(engine.StepRequest{StepID: "setup", Kind: plan.KindSQL, SQL: "CREATE TABLE ledger_effects (n INTEGER)"})
+	cases := []struct {
+		name string
+		req  engine.StepRequest
+		want engine.StepResult
+	}{
+		{"sql", engine.StepRequest{StepID: "sql.insert", Kind: plan.KindSQL, SQL: "INSERT INTO ledger_effects VALUES (1)"}, engine.StepResult{RowsAffected: 1}},
+		{"seed", engine.StepRequest{StepID: "seed.ledger_s", Kind: plan.KindSeed, Relation: "ledger_s", SeedData: []byte("id\n1\n2\n")}, engine.StepResult{RowCount: 2, RowsAffected: 2}},
+		{"model table", engine.StepRequest{StepID: "model.ledger_t", Kind: plan.KindModel, Relation: "ledger_t", Materialized: plan.MaterializedTable, SQL: "select * from ledger_s"}, engine.StepResult{RowCount: 2}},
+		{"model view", engine.StepRequest{StepID: "model.ledger_v", Kind: plan.KindModel, Relation: "ledger_v", Materialized: plan.MaterializedView, SQL: "select * from ledger_s"}, engine.StepResult{}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			req := c.req
+			req.RunID, req.LogicalAttempt, req.EngineAttempt, req.Fence = "run-1", 1, 2, 7
+			first := step(req)
+			if first.Ledger != nil || first.RowCount != c.want.RowCount || first.RowsAffected != c.want.RowsAffected {
+				t.Fatalf("first run: %+v, want %+v", first, c.want)
+			}
+			req.EngineAttempt = 3
+			again := step(req)
+			if again.Ledger == nil || again.Ledger.EngineAttempt != 2 || again.Ledger.Fence != 7 {
+				t.Fatalf("second run of the same attempt: %+v, want the recorded result of engine attempt 2", again)
+			}
+			if again.RowCount != c.want.RowCount || again.RowsAffected != c.want.RowsAffected {
+				t.Fatalf("recorded result %+v, want %+v", again, c.want)
+			}
+			e, ok, err := wh.LookupStep(ctx, "run-1", req.StepID, 1)
+			if err != nil || !ok || e.Result.RowsAffected != c.want.RowsAffected || e.CommittedAt.IsZero() {
+				t.Fatalf("LookupStep: %+v %v %v", e, ok, err)
+			}
+			if _, ok, _ := wh.LookupStep(ctx, "run-1", req.StepID, 2); ok {
+				t.Fatal("logical attempt 2 never ran but is in the ledger")
+			}
+		})
+	}
+	if n := effects(); n != 1 {
+		t.Fatalf("ledger_effects = %d rows, want 1", n)
+	}
+	// A new logical attempt (RETRY_STEP) is new work.
+	step(engine.StepRequest{RunID: "run-1", StepID: "sql.insert", Kind: plan.KindSQL, SQL: "INSERT INTO ledger_effects VALUES (2)", LogicalAttempt: 2, Fence: 7})
+	if n := effects(); n != 2 {
+		t.Fatalf("ledger_effects = %d rows after logical attempt 2, want 2", n)
+	}
+
+	fenced := func(run, id string, fence int64) engine.StepRequest {
+		return engine.StepRequest{RunID: run, StepID: id, Kind: plan.KindSQL, SQL: "INSERT INTO ledger_effects VALUES (1)", LogicalAttempt: 1, Fence: fence}
+	}
+	step(fenced("run-2", "sql.a", 1))
+	step(fenced("run-2", "sql.b", 2)) // the successor commits
+	if _, err := wh.RunStep(ctx, fenced("run-2", "sql.c", 1)); engine.CodeOf(err) != engine.CodeLeaseLost {
+		t.Fatalf("stale fence: %v, want LEASE_LOST", err)
+	}
+	step(fenced("run-3", "sql.c", 1)) // fences are per run
+	if n := effects(); n != 5 {
+		t.Fatalf("ledger_effects = %d rows, want 5", n)
+	}
+}
+
+// RunWarehouseLedgerRace: two handles on one warehouse (two runners) run
+// the same step attempt at once, many times: each attempt takes effect
+// once, and the loser gets the winner's recorded result.
+func RunWarehouseLedgerRace(t *testing.T, ws [2]LedgerWarehouse) {
+	ctx := context.Background()
+	if _, err := ws[0].RunStep(ctx, engine.StepRequest{StepID: "setup", Kind: plan.KindSQL, SQL: "CREATE TABLE race_effects (step TEXT)"}); err != nil {
+		t.Fatal(err)
+	}
+	const attempts = 20
+	for i := range attempts {
+		id := fmt.Sprintf("sql.s%02d", i)
+		var wg sync.WaitGroup
+		recorded := make([]bool, len(ws))
+		for k, w := range ws {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				res, err := w.RunStep(ctx, engine.StepRequest{RunID: "run-1", StepID: id, Kind: plan.KindSQL,
+					SQL: "INSERT INTO race_effects VALUES ('" + id + "')", LogicalAttempt: 1, EngineAttempt: k + 1, Fence: 1})
+				if err != nil {
+					t.Errorf("%s on handle %d: %v", id, k, err)
+					return
+				}
+				recorded[k] = res.Ledger != nil
+			}()
+		}
+		wg.Wait()
+		if recorded[0] == recorded[1] {
+			t.Errorf("%s: recorded flags %v, want exactly one execution and one replay", id, recorded)
+		}
+	}
+	var n, distinct int
+	if err := ws[0].DB().QueryRowContext(ctx, "SELECT count(*), count(DISTINCT step) FROM race_effects").Scan(&n, &distinct); err != nil {
+		t.Fatal(err)
+	}
+	if n != attempts || distinct != attempts {
+		t.Fatalf("race_effects = %d rows (%d distinct), want %d", n, distinct, attempts)
 	}
 }

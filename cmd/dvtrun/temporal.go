@@ -1,0 +1,169 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"time"
+
+	"go.temporal.io/sdk/client"
+	sdklog "go.temporal.io/sdk/log"
+	sdkworker "go.temporal.io/sdk/worker"
+
+	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/config"
+	"github.com/dvtrun/dvtrun/engine/plan"
+	"github.com/dvtrun/dvtrun/engine/runner"
+	dvtemporal "github.com/dvtrun/dvtrun/engine/temporal"
+)
+
+// Engines a run executes on (--engine).
+const (
+	engineLocal    = "local"
+	engineTemporal = "temporal"
+)
+
+func checkEngine(name string) error {
+	switch name {
+	case "", engineLocal, engineTemporal:
+		return nil
+	}
+	return engine.Errorf(engine.CodeInvalidArgument, "--engine %q: want local or temporal", name)
+}
+
+// onTemporal reports whether a run executes on Temporal: --engine, else
+// DVT_ENGINE.
+func (c *cli) onTemporal(flagValue string) bool {
+	if flagValue == "" {
+		flagValue = c.env("DVT_ENGINE")
+	}
+	return flagValue == engineTemporal
+}
+
+// dialTemporal connects to the config's Temporal frontend; the SDK's own
+// log goes to stderr at WARN and above only.
+func (c *cli) dialTemporal(ctx context.Context, tc config.Temporal) (client.Client, error) {
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	cl, err := client.DialContext(dctx, client.Options{HostPort: tc.Address, Namespace: tc.Namespace,
+		Logger: sdklog.NewStructuredLogger(slog.New(slog.NewTextHandler(c.stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))})
+	if err != nil {
+		return nil, engine.Errorf(engine.CodeStoreUnavailable, "cannot reach Temporal at %s (namespace %s; the config's temporal block, or `make temporal-dev` for a local server): %v", tc.Address, tc.Namespace, err)
+	}
+	return cl, nil
+}
+
+// temporalActivities are the adapter's activities on this process's store
+// and warehouse; a run's plan is the bundle the store kept for it.
+func (c *cli) temporalActivities(st stateStore, wh engine.Warehouse, lookup plan.SecretLookup, cfg *config.Config, tc config.Temporal, leaseTTL time.Duration) *dvtemporal.Activities {
+	eng := c.engineFor(st)
+	return &dvtemporal.Activities{
+		Log: st, Clock: eng.Clock, IDs: eng.IDs, Warehouse: wh, Secrets: lookup, Signals: cfg.Signals,
+		Namespace: tc.Namespace, Config: eng.Config, LeaseTTL: max(leaseTTL, 2*time.Minute), Heartbeat: tc.HeartbeatTimeout / 4,
+		Plans: dvtemporal.PlanFunc(func(ctx context.Context, runID string) (*plan.Plan, error) {
+			meta, err := st.GetRun(ctx, runID)
+			if err != nil {
+				return nil, err
+			}
+			recorded, err := engine.RecordedPlanRef(ctx, st, meta)
+			if err != nil {
+				return nil, err
+			}
+			b, err := c.runBundle(ctx, st, meta, recorded, "resume")
+			if err != nil {
+				return nil, err
+			}
+			return b.Plan, nil
+		}),
+	}
+}
+
+// executeOnTemporal starts the run's workflow and waits for it, with a
+// Temporal worker in this process for the run's task queue (any other
+// dvtrun worker polling it shares the steps). The snapshot is the store's.
+func (c *cli) executeOnTemporal(ctx context.Context, f runFlags, cfg *config.Config, st stateStore, wh engine.Warehouse, lookup plan.SecretLookup, runID string) (engine.Snapshot, error) {
+	tc := cfg.Temporal.WithDefaults()
+	cl, err := c.dialTemporal(ctx, tc)
+	if err != nil {
+		return engine.Snapshot{}, err
+	}
+	defer cl.Close()
+	w := sdkworker.New(cl, tc.TaskQueue, sdkworker.Options{})
+	dvtemporal.Register(w, c.temporalActivities(st, wh, lookup, cfg, tc, f.leaseTTL))
+	if err := w.Start(); err != nil {
+		return engine.Snapshot{}, engine.Errorf(engine.CodeStoreUnavailable, "the Temporal worker for task queue %s did not start: %v", tc.TaskQueue, err)
+	}
+	defer w.Stop()
+	run, err := dvtemporal.StartRun(ctx, cl, tc.TaskQueue, dvtemporal.Input{RunID: runID, Threads: f.threads, FailFast: f.failFast, HistoryBudget: tc.HistoryBudget, HeartbeatTimeout: tc.HeartbeatTimeout})
+	if err != nil {
+		return engine.Snapshot{}, err
+	}
+	werr := run.Get(ctx, nil)
+	snap, err := c.engineFor(st).GetRunStatus(context.WithoutCancel(ctx), runID)
+	if err != nil {
+		return snap, err
+	}
+	if werr != nil && !snap.Status.Terminal() {
+		if ctx.Err() != nil {
+			return snap, engine.Errorf(engine.CodeStoreUnavailable, "run %s: interrupted; its workflow %s goes on on Temporal (any `dvtrun worker --engine temporal` carries it)", runID, run.GetID())
+		}
+		return snap, engine.Errorf(engine.CodeStoreUnavailable, "run %s: its Temporal workflow ended without ending the run (resume it): %v", runID, werr)
+	}
+	return snap, nil
+}
+
+// temporalWorker is `dvtrun worker --engine temporal`: it polls the
+// config's Temporal task queue instead of dvtrun's queue until ctx ends.
+func (c *cli) temporalWorker(ctx context.Context, f runFlags, cfg *config.Config, st stateStore, wh engine.Warehouse, lookup plan.SecretLookup, log *slog.Logger) error {
+	tc := cfg.Temporal.WithDefaults()
+	cl, err := c.dialTemporal(ctx, tc)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	w := sdkworker.New(cl, tc.TaskQueue, sdkworker.Options{MaxConcurrentActivityExecutionSize: max(f.threads, 1)})
+	dvtemporal.Register(w, c.temporalActivities(st, wh, lookup, cfg, tc, f.leaseTTL))
+	if err := w.Start(); err != nil {
+		return engine.Errorf(engine.CodeStoreUnavailable, "the Temporal worker for task queue %s did not start: %v", tc.TaskQueue, err)
+	}
+	log.Info("started", "engine", engineTemporal, "address", tc.Address, "namespace", tc.Namespace, "taskQueue", tc.TaskQueue)
+	<-ctx.Done()
+	log.Info("stopping")
+	w.Stop()
+	log.Info("stopped")
+	return nil
+}
+
+// forwardToTemporal hands a stored signal to the run's workflow when the
+// run runs on Temporal (its providerRunRef says so); false: it does not.
+func (c *cli) forwardToTemporal(ctx context.Context, cfg *config.Config, meta engine.RunMetadata, sg engine.Signal) (bool, error) {
+	if !strings.HasPrefix(meta.ProviderRunRef, "temporal://") {
+		return false, nil
+	}
+	cl, err := c.dialTemporal(ctx, cfg.Temporal.WithDefaults())
+	if err != nil {
+		return true, err
+	}
+	defer cl.Close()
+	return true, dvtemporal.Forward(ctx, cl, sg)
+}
+
+// reportSteps prints, once a Temporal run ended, each step's outcome from
+// the store's snapshot, in the order the steps ended: the workers ran
+// them, so this process saw no progress of its own.
+func reportSteps(obs runner.Observer, p *plan.Plan, snap engine.Snapshot) {
+	done := 0
+	for _, st := range snap.Steps {
+		s, ok := p.Step(st.StepID)
+		if !ok || (st.Status != engine.StepStatusSuccess && st.Status != engine.StepStatusFailed && st.Status != engine.StepStatusSkipped) {
+			continue
+		}
+		done++
+		pr := runner.Progress{Phase: runner.PhaseStepDone, RunID: snap.RunID, Index: done, Total: len(p.Steps), Step: s, Status: st.Status,
+			SkipReason: st.SkipReason, EngineAttempt: st.EngineAttemptID, LogicalAttempt: st.LogicalAttemptID, Elapsed: time.Duration(st.DurationMs) * time.Millisecond}
+		if st.Error != nil {
+			pr.Err = engine.Errorf(engine.Code(st.Error.Code), "%s", st.Error.Message)
+		}
+		obs.Report(pr)
+	}
+}

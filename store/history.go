@@ -191,5 +191,41 @@ func (r RunSummary) Duration() time.Duration {
 	return time.Duration(r.EndedAt.UnixMilli()-r.StartedAt.UnixMilli()) * time.Millisecond
 }
 
+// TriggerText is how the run came to be, as `dvtrun runs` and the console
+// show it: the kind, and what it names.
+func (r RunSummary) TriggerText() string {
+	switch {
+	case r.Trigger == TriggerRetry:
+		return "retry of " + r.ParentRunID
+	case r.Schedule != "":
+		return string(r.Trigger) + ":" + r.Schedule
+	case r.TriggeredBy != "":
+		return string(r.Trigger) + " by " + r.TriggeredBy
+	}
+	return string(r.Trigger)
+}
+
+// ParseWhen reads a since/until bound of a run listing (name is how the
+// caller calls it, for the error): an RFC 3339 time, a date (UTC
+// midnight) or a duration before now. "" is no bound.
+func ParseWhen(name, v string, now time.Time) (time.Time, error) {
+	if v == "" {
+		return time.Time{}, nil
+	}
+	var t time.Time
+	var err error
+	if d, derr := time.ParseDuration(v); derr == nil && d >= 0 {
+		t = now.Add(-d)
+	} else if t, err = time.Parse(time.RFC3339Nano, v); err != nil {
+		if t, err = time.Parse("2006-01-02", v); err != nil {
+			return time.Time{}, engine.Errorf(engine.CodeInvalidArgument, "%s %s: want an RFC 3339 time, a date YYYY-MM-DD or a duration such as 24h", name, engine.QuoteText(v))
+		}
+	}
+	if t.Year() < 1970 || t.Year() > 2199 {
+		return time.Time{}, engine.Errorf(engine.CodeInvalidArgument, "%s %s is outside the years 1970 to 2199", name, engine.QuoteText(v))
+	}
+	return t.UTC(), nil
+}
+
 // Cursor is the position after r, for the next page.
 func (r RunSummary) Cursor() Cursor { return Cursor{CreatedAt: r.CreatedAt, RunID: r.RunID} }

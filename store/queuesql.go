@@ -250,6 +250,27 @@ func (s *QueueSQL) RetireWorker(ctx context.Context, owner string) error {
 	})
 }
 
+// ListWorkers implements queue.Store.
+func (s *QueueSQL) ListWorkers(ctx context.Context) ([]queue.Worker, error) {
+	rows, err := s.d.Read.QueryContext(ctx, s.d.Queries["list_workers"])
+	if err != nil {
+		return nil, s.d.Classify("list workers", err)
+	}
+	defer rows.Close()
+	var out []queue.Worker
+	for rows.Next() {
+		var w queue.Worker
+		var live int
+		started, beat, expires := s.d.TimeDest(), s.d.TimeDest(), s.d.TimeDest()
+		if err := rows.Scan(&w.ID, started, beat, expires, &live); err != nil {
+			return nil, s.d.Classify("list workers", err)
+		}
+		w.StartedAt, w.HeartbeatAt, w.ExpiresAt, w.Live = s.d.TimeOf(started), s.d.TimeOf(beat), s.d.TimeOf(expires), live == 1
+		out = append(out, w)
+	}
+	return out, s.d.Classify("list workers", rows.Err())
+}
+
 // ClaimRequest implements queue.Store: in one write transaction it renews
 // owner's heartbeat, reads the candidates the limits allow, and tries the
 // conditional UPDATE on each until one changes a row.

@@ -39,6 +39,10 @@ type Store interface {
 	// order (limit <= 0: no limit).
 	ListEvents(ctx context.Context, runID string, afterSeq int64, limit int) ([]engine.RunEventRecord, error)
 
+	// ListStepEvents returns the events of one step of a run in runSeq
+	// order (none for a step the log never mentions).
+	ListStepEvents(ctx context.Context, runID, stepID string) ([]engine.RunEventRecord, error)
+
 	// GetRun returns a run's metadata or RUN_NOT_FOUND.
 	GetRun(ctx context.Context, runID string) (engine.RunMetadata, error)
 

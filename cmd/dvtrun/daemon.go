@@ -20,6 +20,7 @@ import (
 
 	"github.com/dvtrun/dvtrun/engine"
 	"github.com/dvtrun/dvtrun/engine/config"
+	webui "github.com/dvtrun/dvtrun/engine/console"
 	"github.com/dvtrun/dvtrun/engine/delivery"
 	"github.com/dvtrun/dvtrun/engine/plan"
 	"github.com/dvtrun/dvtrun/engine/projection"
@@ -39,6 +40,8 @@ type daemonFlags struct {
 	grace    time.Duration
 	exec     runFlags // --threads, --lease-ttl, --secrets-file, as `run` has them
 	delivery deliveryFlags
+	ui       bool
+	uiFlags  uiFlags
 }
 
 func (d *daemonFlags) register(c *cli, name string, worker bool) *flag.FlagSet {
@@ -47,6 +50,8 @@ func (d *daemonFlags) register(c *cli, name string, worker bool) *flag.FlagSet {
 	fs.DurationVar(&d.poll, "poll", 2*time.Second, "pause between polls of the store when idle")
 	fs.StringVar(&d.http, "http", "", "serve /livez, /readyz and /metrics on `ADDR` (e.g. 127.0.0.1:9464; a non-loopback address is served as given, with a warning)")
 	if worker {
+		fs.BoolVar(&d.ui, "ui", false, "also serve the operator console (as `dvtrun ui`) on the --http address")
+		d.uiFlags.register(fs)
 		fs.IntVar(&d.slots, "slots", 1, "run up to `N` requests at once in this process")
 		fs.DurationVar(&d.grace, "grace", 30*time.Second, "on SIGTERM, let runs in flight finish this long before handing them back")
 		d.exec.registerExec(fs)
@@ -67,6 +72,9 @@ var daemonHelp = map[string]string{
 func (d daemonFlags) check(worker bool) error {
 	if d.poll < 100*time.Millisecond {
 		return engine.Errorf(engine.CodeInvalidArgument, "--poll must be at least 100ms")
+	}
+	if d.ui && d.http == "" {
+		return engine.Errorf(engine.CodeInvalidArgument, "--ui serves the console on the --http address: give --http ADDR too")
 	}
 	if d.http != "" {
 		if _, _, err := net.SplitHostPort(d.http); err != nil {
@@ -241,31 +249,19 @@ func cmdSchedule(ctx context.Context, c *cli, args []string) error {
 	return c.listSchedules(ctx, st, s, *asJSON)
 }
 
-func (c *cli) listSchedules(ctx context.Context, st queueStore, s *schedule.Scheduler, asJSON bool) error {
-	type row struct {
-		Name      string      `json:"name"`
-		Cron      string      `json:"cron"`
-		Timezone  string      `json:"timezone"`
-		Overlap   string      `json:"overlap"`
-		NextTicks []time.Time `json:"nextTicks"`
-		LastTick  time.Time   `json:"lastTick,omitzero"`
-		LastRun   string      `json:"lastRequestId,omitempty"`
-		LastState string      `json:"lastState,omitempty"`
-		Fired     int64       `json:"fired"`
-		Missed    int64       `json:"missed"`
-		Skipped   int64       `json:"skipped"`
-	}
-	now := time.Now()
-	var rows []row
+// scheduleRows are the schedules with their next ticks and what their
+// cursors recorded: `schedule list` prints them, the console shows them.
+func scheduleRows(ctx context.Context, st queueStore, s *schedule.Scheduler, now time.Time) ([]webui.Schedule, error) {
+	var rows []webui.Schedule
 	for _, d := range s.Defs {
 		cur, ok, err := st.GetCursor(ctx, d.Name)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		r := row{Name: d.Name, Cron: d.Spec.Expr, Timezone: d.Spec.Loc.String(), Overlap: d.Overlap}
+		r := webui.Schedule{Name: d.Name, Cron: d.Spec.Expr, Timezone: d.Spec.Loc.String(), Overlap: d.Overlap}
 		next := d.Spec.Next(now)
 		if ok {
-			r.LastTick, r.LastRun, r.Fired, r.Missed, r.Skipped = cur.LastTick, cur.LastRequestID, cur.Fired, cur.Missed, cur.Skipped
+			r.LastTick, r.LastRequestID, r.Fired, r.Missed, r.Skipped = cur.LastTick, cur.LastRequestID, cur.Fired, cur.Missed, cur.Skipped
 			if cur.NextTick.Before(next) {
 				next = cur.NextTick
 			}
@@ -283,6 +279,14 @@ func (c *cli) listSchedules(ctx context.Context, st queueStore, s *schedule.Sche
 			next = d.Spec.Next(next)
 		}
 		rows = append(rows, r)
+	}
+	return rows, nil
+}
+
+func (c *cli) listSchedules(ctx context.Context, st queueStore, s *schedule.Scheduler, asJSON bool) error {
+	rows, err := scheduleRows(ctx, st, s, time.Now())
+	if err != nil {
+		return err
 	}
 	if asJSON {
 		return c.printJSON(rows)
@@ -562,7 +566,16 @@ func (c *cli) daemon(ctx context.Context, name string, args []string, withSchedu
 	// Ready: every service runs, and the worker has its heartbeat and its
 	// runs their pulse.
 	ready := func() bool { return group.Running() && (w == nil || w.Ready() && m.pulse.Running()) }
-	srv, err := c.serveHTTP(d.http, m, ready, log)
+	var ui http.Handler
+	if d.ui {
+		h, closeUI, err := c.consoleHandler(ctx, st, cfg, d.uiFlags)
+		if err != nil {
+			return err
+		}
+		defer closeUI()
+		ui = h
+	}
+	srv, err := c.serveHTTP(d.http, m, ready, ui, log)
 	if err != nil {
 		return err
 	}
@@ -582,8 +595,9 @@ func (c *cli) daemon(ctx context.Context, name string, args []string, withSchedu
 	return nil
 }
 
-// serveHTTP serves /livez, /readyz and /metrics; addr "" serves nothing.
-func (c *cli) serveHTTP(addr string, m *metrics, ready func() bool, log *slog.Logger) (*http.Server, error) {
+// serveHTTP serves /livez, /readyz and /metrics, and the console (ui, when
+// not nil) on every other path; addr "" serves nothing.
+func (c *cli) serveHTTP(addr string, m *metrics, ready func() bool, ui http.Handler, log *slog.Logger) (*http.Server, error) {
 	if addr == "" {
 		return nil, nil
 	}
@@ -606,6 +620,9 @@ func (c *cli) serveHTTP(addr string, m *metrics, ready func() bool, log *slog.Lo
 			log.Error("metrics failed", "error", err.Error())
 		}
 	})
+	if ui != nil {
+		mux.Handle("/", ui)
+	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -613,6 +630,9 @@ func (c *cli) serveHTTP(addr string, m *metrics, ready func() bool, log *slog.Lo
 		}
 	}()
 	log.Info("http listening", "addr", ln.Addr().String())
+	if ui != nil {
+		log.Info("console", "url", "http://"+ln.Addr().String()+"/runs")
+	}
 	if !isLoopback(ln.Addr()) {
 		log.Warn("http is served on a non-loopback address: anyone who reaches it can read /metrics (plan and schedule names, queue depth)", "addr", ln.Addr().String())
 	}

@@ -223,6 +223,7 @@ func commands() []command {
 		{"scheduler", "", "fire the configured schedules into the run queue (daemon)", cmdScheduler},
 		{"worker", "", "claim queued run requests and run them (daemon)", cmdWorker},
 		{"serve", "", "scheduler and worker in one process (daemon)", cmdServe},
+		{"ui", "[--listen ADDR]", "serve the operator console in the browser (read-only)", cmdUI},
 	}
 }
 

@@ -167,10 +167,10 @@ func cmdRuns(ctx context.Context, c *cli, args []string) error {
 	}
 	var err error
 	now := time.Now()
-	if f.Since, err = parseWhen("--since", *since, now); err != nil {
+	if f.Since, err = store.ParseWhen("--since", *since, now); err != nil {
 		return err
 	}
-	if f.Until, err = parseWhen("--until", *until, now); err != nil {
+	if f.Until, err = store.ParseWhen("--until", *until, now); err != nil {
 		return err
 	}
 	if *after != "" {
@@ -242,7 +242,7 @@ func cmdRuns(ctx context.Context, c *cli, args []string) error {
 			failure = ff.StepID + ": " + ff.Code + ": " + ff.Message
 		}
 		cols := []string{c.clean(r.RunID), c.clean(r.PlanID) + "@" + c.clean(r.PlanVersion), status, fmt.Sprintf("%d/%d", r.Succeeded, r.Steps),
-			fmtMs(r.DurationMs, !r.EndedAt.IsZero()), fmtMs(r.QueueWaitMs, !r.StartedAt.IsZero()), c.clean(triggerText(r.RunSummary))}
+			fmtMs(r.DurationMs, !r.EndedAt.IsZero()), fmtMs(r.QueueWaitMs, !r.StartedAt.IsZero()), c.clean(r.TriggerText())}
 		if extra {
 			interval := ""
 			if r.IntervalStart != "" || r.IntervalEnd != "" {
@@ -265,40 +265,6 @@ func cmdRuns(ctx context.Context, c *cli, args []string) error {
 // runStatuses are the statuses a run can be listed in.
 var runStatuses = []engine.RunStatus{engine.StatusQueued, engine.StatusApproved, engine.StatusRunning, engine.StatusPaused,
 	engine.StatusCompleted, engine.StatusFailed, engine.StatusCancelled}
-
-// triggerText is the TRIGGER column: the kind, and what it names.
-func triggerText(r store.RunSummary) string {
-	switch {
-	case r.Trigger == store.TriggerRetry:
-		return "retry of " + r.ParentRunID
-	case r.Schedule != "":
-		return string(r.Trigger) + ":" + r.Schedule
-	case r.TriggeredBy != "":
-		return string(r.Trigger) + " by " + r.TriggeredBy
-	}
-	return string(r.Trigger)
-}
-
-// parseWhen reads a --since/--until value: an RFC 3339 time, a date (UTC
-// midnight) or a duration before now. "" is no bound.
-func parseWhen(flagName, v string, now time.Time) (time.Time, error) {
-	if v == "" {
-		return time.Time{}, nil
-	}
-	var t time.Time
-	var err error
-	if d, derr := time.ParseDuration(v); derr == nil && d >= 0 {
-		t = now.Add(-d)
-	} else if t, err = time.Parse(time.RFC3339Nano, v); err != nil {
-		if t, err = time.Parse("2006-01-02", v); err != nil {
-			return time.Time{}, engine.Errorf(engine.CodeInvalidArgument, "%s %s: want an RFC 3339 time, a date YYYY-MM-DD or a duration such as 24h", flagName, engine.QuoteText(v))
-		}
-	}
-	if t.Year() < 1970 || t.Year() > 2199 {
-		return time.Time{}, engine.Errorf(engine.CodeInvalidArgument, "%s %s is outside the years 1970 to 2199", flagName, engine.QuoteText(v))
-	}
-	return t.UTC(), nil
-}
 
 func cmdStatus(ctx context.Context, c *cli, args []string) error {
 	fs := c.newFlagSet("status", "RUN_ID", "Show a run and its steps as the Go reducer derives them from the event log.\nWith --follow, show the run live until it ends; exit as `run` would (0 COMPLETED, 1 FAILED or CANCELLED)."+

@@ -30,6 +30,7 @@ type Config struct {
 	Schedules []Schedule         `yaml:"schedules"`
 	Limits    Limits             `yaml:"limits"`
 	Pulse     Pulse              `yaml:"pulse"`
+	Console   Console            `yaml:"console"`
 	// StateStore is read key by key (see its UnmarshalYAML).
 	StateStore StateStore `yaml:"stateStore"`
 	// Temporal is where `--engine temporal` runs workflows.
@@ -73,6 +74,9 @@ func (c *Config) validate(file string) error {
 		return err
 	}
 	if err := c.Pulse.validate(); err != nil {
+		return err
+	}
+	if err := c.Console.validate(); err != nil {
 		return err
 	}
 	if err := c.Audit.validate(); err != nil {

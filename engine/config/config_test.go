@@ -20,6 +20,7 @@ sinks:
 signals:
   rules:
     - {actors: [alice], signals: [PAUSE, RESUME], environments: [prod]}
+console: {tokenEnv: DVT_UI_TOKEN, basicAuthEnv: DVT_UI_BASIC}
 `), "dvt.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -30,6 +31,9 @@ signals:
 	}
 	if r := c.Signals.Rules; len(r) != 1 || r[0].Actors[0] != "alice" || len(r[0].Signals) != 2 {
 		t.Errorf("signals = %+v", c.Signals)
+	}
+	if c.Console.TokenEnv != "DVT_UI_TOKEN" || c.Console.BasicAuthEnv != "DVT_UI_BASIC" {
+		t.Errorf("console = %+v", c.Console)
 	}
 	if c, err := Parse(nil, "empty.yaml"); err != nil || len(c.Sinks) != 0 {
 		t.Errorf("empty file: %v, %+v", err, c)
@@ -55,6 +59,9 @@ func TestParseErrorsNameTheKey(t *testing.T) {
 		{"jsonl path", "sinks: [{name: a, jsonl: {}}]", "sinks[0].jsonl.path: is required"},
 		{"unknown signal", "signals: {rules: [{signals: [STOP]}]}", `signals.rules[0].signals[0]: unknown signal "STOP"`},
 		{"not yaml", "sinks: [", "dvt.yaml"},
+		{"console token env", "console: {tokenEnv: \"A B\"}", `console.tokenEnv: "A B" is not an environment variable name`},
+		{"console basic auth env", "console: {basicAuthEnv: 1X}", `console.basicAuthEnv: "1X" is not an environment variable name`},
+		{"console secret inline", "console: {token: abc}", "field token not found"},
 		// stateStore (ExecutionSemantics §5), read key by key.
 		{"stateStore: not a mapping", "stateStore: [1]", "stateStore: want a mapping"},
 		{"stateStore: unknown key", "stateStore: {writeBudgetMs: 3000}", "stateStore.writeBudgetMs: unknown key"},

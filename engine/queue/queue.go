@@ -100,6 +100,17 @@ type Request struct {
 	TakenOver bool `json:"-"`
 }
 
+// Worker is a worker process's heartbeat row.
+type Worker struct {
+	ID          string    `json:"workerId"`
+	StartedAt   time.Time `json:"startedAt"`
+	HeartbeatAt time.Time `json:"heartbeatAt"`
+	ExpiresAt   time.Time `json:"expiresAt"`
+	// Live is whether the heartbeat has not expired by the database's
+	// clock: the worker's claims are its own while it is.
+	Live bool `json:"live"`
+}
+
 // Key is the request idempotency key of ExecutionSemantics §3.
 func Key(tenant, project, env, planID, planVersion, runRequestID string) string {
 	h := sha256.Sum256([]byte(strings.Join([]string{tenant, project, env, planID, planVersion, runRequestID}, "|")))
@@ -224,6 +235,8 @@ type Store interface {
 	// RetireWorker removes owner's heartbeat: its claims become claimable
 	// at once.
 	RetireWorker(ctx context.Context, owner string) error
+	// ListWorkers returns every worker's heartbeat, by worker id.
+	ListWorkers(ctx context.Context) ([]Worker, error)
 	// SetRequestRun records the run started for a request owner holds.
 	SetRequestRun(ctx context.Context, id, owner, runID string) error
 	// FinishRequest marks a request owner holds DONE with the run's outcome.

@@ -54,6 +54,14 @@ VALUES ($1, dvt_now(), dvt_now(),
         dvt_now_plus($2))
 ON CONFLICT (worker_id) DO UPDATE SET heartbeat_at = excluded.heartbeat_at, expires_at = excluded.expires_at;
 
+-- name: list_workers
+-- Every worker's heartbeat row, and whether it is live by the database's
+-- clock (the console's workers page).
+SELECT worker_id, started_at, heartbeat_at, expires_at,
+       CASE WHEN expires_at > dvt_now() THEN 1 ELSE 0 END
+FROM dvt_workers
+ORDER BY worker_id;
+
 -- name: retire_worker
 DELETE FROM dvt_workers WHERE worker_id = $1;
 

@@ -61,6 +61,14 @@ WHEN MATCHED THEN UPDATE SET heartbeat_at = CAST(CURRENT_TIMESTAMP() AS TIMESTAM
 WHEN NOT MATCHED THEN INSERT (worker_id, started_at, heartbeat_at, expires_at)
     VALUES (s.worker_id, CAST(CURRENT_TIMESTAMP() AS TIMESTAMP_TZ(9)), CAST(CURRENT_TIMESTAMP() AS TIMESTAMP_TZ(9)), DATEADD(millisecond, s.ttl_ms, CAST(CURRENT_TIMESTAMP() AS TIMESTAMP_TZ(9))));
 
+-- name: list_workers
+-- Every worker's heartbeat row, and whether it is live by the database's
+-- clock (the console's workers page).
+SELECT worker_id, started_at, heartbeat_at, expires_at,
+       CASE WHEN expires_at > CAST(CURRENT_TIMESTAMP() AS TIMESTAMP_TZ(9)) THEN 1 ELSE 0 END
+FROM dvt_workers
+ORDER BY worker_id;
+
 -- name: retire_worker
 DELETE FROM dvt_workers WHERE worker_id = ?;
 

@@ -59,6 +59,16 @@ INSERT INTO dvt_outbox (run_id, run_seq) VALUES (?, ?);
 -- name: forget_run_reservations
 DELETE FROM dvt_event_ids WHERE run_id = ?;
 
+-- name: list_step_events
+-- One step's events (the console's step page): the run's rows are read
+-- by its key, only the step's are returned.
+SELECT run_id, run_seq, tenant_id, project_id, environment_id, event_id, event_type, step_id,
+       plan_id, plan_version, logical_attempt_id, engine_attempt_id, idempotency_key,
+       emitted_at, persisted_at, payload
+FROM dvt_run_events
+WHERE run_id = ? AND step_id = ?
+ORDER BY run_seq;
+
 -- name: list_events
 SELECT run_id, run_seq, tenant_id, project_id, environment_id, event_id, event_type, step_id,
        plan_id, plan_version, logical_attempt_id, engine_attempt_id, idempotency_key,

@@ -620,6 +620,23 @@ func (s *Store) ListEvents(ctx context.Context, runID string, afterSeq int64, li
 	return out, nil
 }
 
+// ListStepEvents implements store.Store.
+func (s *Store) ListStepEvents(ctx context.Context, runID, stepID string) ([]engine.RunEventRecord, error) {
+	rows, err := s.query(ctx, s.q["list_step_events"], runID, stepID)
+	if err != nil {
+		return nil, s.classify(err)
+	}
+	defer rows.Close()
+	var out []engine.RunEventRecord
+	for r, err := range s.scanEvents(rows) {
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
 type metaRow struct {
 	engine.RunMetadata
 	Created string

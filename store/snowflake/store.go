@@ -452,6 +452,24 @@ func (s *Store) ListEvents(ctx context.Context, runID string, afterSeq int64, li
 	return out, s.classify("list events", rows.Err())
 }
 
+// ListStepEvents implements store.Store.
+func (s *Store) ListStepEvents(ctx context.Context, runID, stepID string) ([]engine.RunEventRecord, error) {
+	rows, err := s.db.QueryContext(ctx, s.q["list_step_events"], runID, stepID)
+	if err != nil {
+		return nil, s.classify("list step events", err)
+	}
+	defer rows.Close()
+	var out []engine.RunEventRecord
+	for rows.Next() {
+		r, err := scanEvent(rows)
+		if err != nil {
+			return nil, s.classify("list step events", err)
+		}
+		out = append(out, r)
+	}
+	return out, s.classify("list step events", rows.Err())
+}
+
 type scanner interface{ Scan(dest ...any) error }
 
 func scanEvent(rows scanner) (engine.RunEventRecord, error) {

@@ -632,6 +632,11 @@ func (s *Store) ListEvents(ctx context.Context, runID string, afterSeq int64, li
 	return s.queryEvents(ctx, s.stmts["list_events"], "", runID, afterSeq, limit)
 }
 
+// ListStepEvents implements store.Store.
+func (s *Store) ListStepEvents(ctx context.Context, runID, stepID string) ([]engine.RunEventRecord, error) {
+	return s.queryEvents(ctx, s.stmts["list_step_events"], "", runID, stepID)
+}
+
 type metaRow struct {
 	engine.RunMetadata
 	Created string `db:"created_at"`

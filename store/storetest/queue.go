@@ -34,6 +34,7 @@ var queueCases = []struct {
 	{"QueueEightClaimersHundredRequests", testClaimRace},
 	{"QueueClaimHonoursLimits", testClaimLimits},
 	{"QueueTakeoverAfterHeartbeatExpiry", testTakeover},
+	{"QueueWorkersListTheirHeartbeats", testListWorkers},
 	{"QueueReleaseAndCancel", testReleaseCancel},
 	{"QueueSerialScheduleRequests", testSerial},
 	{"ScheduleCursorAdvancesOncePerVersion", testCursor},
@@ -314,6 +315,57 @@ func testTakeover(t *testing.T, b Backend) {
 	wantCode(t, s.FinishRequest(ctx, r.RequestID, "dying", "COMPLETED"), engine.CodeLeaseHeld)
 	if err := s.FinishRequest(ctx, r.RequestID, "heir", "COMPLETED"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// testListWorkers: each heartbeat is listed, live until it expires by the
+// database's clock, and gone once the worker retires.
+func testListWorkers(t *testing.T, b Backend) {
+	s := queueOpener(t, b)()
+	if ws, err := s.ListWorkers(ctx); err != nil || len(ws) != 0 {
+		t.Fatalf("no worker yet: %+v %v", ws, err)
+	}
+	if err := s.Heartbeat(ctx, "w-short", time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Heartbeat(ctx, "w-long", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	ws, err := s.ListWorkers(ctx)
+	if err != nil || len(ws) != 2 || ws[0].ID != "w-long" || ws[1].ID != "w-short" {
+		t.Fatalf("two workers by id: %+v %v", ws, err)
+	}
+	for _, w := range ws {
+		if !w.Live || w.StartedAt.IsZero() || w.HeartbeatAt.Before(w.StartedAt) || !w.ExpiresAt.After(w.HeartbeatAt) {
+			t.Fatalf("a fresh heartbeat: %+v", w)
+		}
+	}
+	if d := ws[0].ExpiresAt.Sub(ws[0].HeartbeatAt); d < 59*time.Minute || d > 61*time.Minute {
+		t.Fatalf("w-long expires %v after its heartbeat, want 1h", d)
+	}
+	// w-short's second passes on the database's clock.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ws, err = s.ListWorkers(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ws) == 2 && !ws[1].Live {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("w-short still live 30s after a 1s heartbeat: %+v", ws)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if !ws[0].Live {
+		t.Fatalf("w-long expired: %+v", ws[0])
+	}
+	if err := s.RetireWorker(ctx, "w-short"); err != nil {
+		t.Fatal(err)
+	}
+	if ws, err := s.ListWorkers(ctx); err != nil || len(ws) != 1 || ws[0].ID != "w-long" {
+		t.Fatalf("after w-short retired: %+v %v", ws, err)
 	}
 }
 

@@ -63,6 +63,7 @@ func Run(t *testing.T, b Backend) {
 		{"InvalidTransitionIsRejectedDeterministically", testLayer2},
 		{"RoundTripFidelity", testFidelity},
 		{"ListEventsPaging", testPaging},
+		{"ListStepEventsOfOneStep", testStepEvents},
 		{"ConcurrentWritersOnTwoHandles", testConcurrent},
 		{"EventIDRegistryIsStable", testRegistry},
 		{"AlertsAreIdempotent", testAlerts},
@@ -535,6 +536,57 @@ func jsonEqual(a, b json.RawMessage) bool {
 		return false
 	}
 	return reflect.DeepEqual(x, y)
+}
+
+// testStepEvents: a step's events, in runSeq order, and no other step's
+// or run's.
+func testStepEvents(t *testing.T, b Backend) {
+	s := open(t, b)
+	f, other := NewFixture(), NewFixture()
+	f.Bootstrap(t, s)
+	other.Bootstrap(t, s)
+	batch := []engine.RunEventWrite{
+		f.Event(engine.StepStarted, "model.a", 1), f.Event(engine.StepStarted, "model.b", 1),
+		f.Event(engine.StepFailed, "model.a", 1), f.Event(engine.StepCompleted, "model.b", 1),
+		f.Event(engine.StepStarted, "model.a", 2), f.Event(engine.StepCompleted, "model.a", 2),
+	}
+	if _, err := s.AppendAndEnqueue(ctx, f.Meta.RunID, batch); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AppendAndEnqueue(ctx, other.Meta.RunID, []engine.RunEventWrite{other.Event(engine.StepStarted, "model.a", 1)}); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		step string
+		want []string // type@runSeq
+	}{
+		{"model.a", []string{"StepStarted@3", "StepFailed@5", "StepStarted@7", "StepCompleted@8"}},
+		{"model.b", []string{"StepStarted@4", "StepCompleted@6"}},
+		{"model.none", nil},
+		{"", nil}, // run-level events have no step
+	}
+	for _, c := range cases {
+		evs, err := s.ListStepEvents(ctx, f.Meta.RunID, c.step)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, e := range evs {
+			if e.RunID != f.Meta.RunID || e.StepID != c.step {
+				t.Fatalf("step %q: an event of run %s step %q", c.step, e.RunID, e.StepID)
+			}
+			got = append(got, fmt.Sprintf("%s@%d", e.EventType, e.RunSeq))
+		}
+		if fmt.Sprint(got) != fmt.Sprint(c.want) {
+			t.Errorf("step %q: %v, want %v", c.step, got, c.want)
+		}
+	}
+	// The records are the ones ListEvents returns.
+	all := events(t, s, f.Meta.RunID)
+	a, _ := s.ListStepEvents(ctx, f.Meta.RunID, "model.a")
+	if len(a) != 4 || a[1].EventID != all[4].EventID || string(a[1].Payload) != string(all[4].Payload) || !a[1].PersistedAt.Equal(all[4].PersistedAt) {
+		t.Fatalf("a step event differs from the log's: %+v vs %+v", a[1], all[4])
+	}
 }
 
 func testPaging(t *testing.T, b Backend) {

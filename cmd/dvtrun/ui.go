@@ -1,0 +1,186 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/config"
+	webui "github.com/dvtrun/dvtrun/engine/console"
+	"github.com/dvtrun/dvtrun/engine/delivery"
+	"github.com/dvtrun/dvtrun/engine/plan"
+)
+
+// uiFlags are the console's flags, on `ui` and (but --listen) on the daemons.
+type uiFlags struct {
+	tokenEnv, basicEnv string
+	poll               time.Duration
+}
+
+func (u *uiFlags) register(fsReg *flag.FlagSet) {
+	fsReg.StringVar(&u.tokenEnv, "ui-token-env", "", "require a bearer token, read from environment variable `NAME` (overrides the config's console.tokenEnv)")
+	fsReg.StringVar(&u.basicEnv, "ui-basic-auth-env", "", "require HTTP basic auth USER:PASSWORD, read from environment variable `NAME` (overrides console.basicAuthEnv)")
+	fsReg.DurationVar(&u.poll, "ui-poll", time.Second, "how often a live run page reads the log for new events")
+}
+
+func cmdUI(ctx context.Context, c *cli, args []string) error {
+	fs := c.newFlagSet("ui", "", "Serve the operator console: run history, run pages with a Gantt chart and the DAG, live\n"+
+		"updates, steps, events, schedules, the queue, workers and the outbox. Read-only. Prints the URL\n"+
+		"it serves, on loopback unless --listen names another address. Stop it with Ctrl-C.")
+	listen := fs.String("listen", "127.0.0.1:8080", "serve on `ADDR` (host:port; port 0 picks a free one)")
+	var u uiFlags
+	u.register(fs)
+	if _, err := c.parse(fs, args, 0, 0); err != nil {
+		return err
+	}
+	cfg, err := c.queueConfig()
+	if err != nil {
+		return err
+	}
+	st, err := c.openQueueStore(ctx, true)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	h, closeUI, err := c.consoleHandler(ctx, st, cfg, u)
+	if err != nil {
+		return err
+	}
+	defer closeUI()
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return engine.Errorf(engine.CodeInvalidArgument, "--listen %s: %v", *listen, err)
+	}
+	if !isLoopback(ln.Addr()) && cfg.Console.TokenEnv == "" && cfg.Console.BasicAuthEnv == "" && u.tokenEnv == "" && u.basicEnv == "" {
+		fmt.Fprintf(c.stderr, "warning: the console serves %s beyond this machine without authentication (see --ui-token-env, --ui-basic-auth-env)\n", ln.Addr())
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	fmt.Fprintf(c.stdout, "dvtrun console: http://%s/runs\n", ln.Addr())
+	select {
+	case err := <-done:
+		return fmt.Errorf("the console stopped serving: %w", err)
+	case <-ctx.Done():
+	}
+	// Live streams end with the request contexts; 5s bounds the rest.
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return nil
+}
+
+// consoleHandler wires the console to the state store (history, queue,
+// outbox, leases, SQL projection, stored plan bundles), the config's
+// schedules, the warehouse's ledger when there is one, and the configured
+// authentication. The returned func closes what it opened.
+func (c *cli) consoleHandler(ctx context.Context, st queueStore, cfg *config.Config, u uiFlags) (http.Handler, func(), error) {
+	auth, err := c.consoleAuth(cfg.Console, u)
+	if err != nil {
+		return nil, nil, err
+	}
+	cc := webui.Config{
+		History: st, Clock: engine.ClockFunc(time.Now),
+		TenantID: c.g.tenant, ProjectID: c.g.project, EnvironmentID: c.g.environment,
+		Requests: st, Workers: st, Leases: st, Auth: auth, Poll: u.poll,
+		Log: c.jsonLogger("ui"),
+		PlanGraph: func(ctx context.Context, sha string) ([]webui.GraphNode, bool, error) {
+			data, ok, err := st.GetPlanBundle(ctx, sha)
+			if err != nil || !ok {
+				return nil, false, err
+			}
+			b, err := plan.DecodeBundle(sha, data)
+			if err != nil {
+				return nil, false, err
+			}
+			nodes := make([]webui.GraphNode, len(b.Plan.Steps))
+			for i, s := range b.Plan.Steps {
+				nodes[i] = webui.GraphNode{ID: s.ID, Kind: s.Kind, DependsOn: s.DependsOn}
+			}
+			return nodes, true, nil
+		},
+	}
+	if p, ok := projectorFor(st); ok {
+		cc.Projector = p
+	}
+	if ds, ok := st.(delivery.Store); ok {
+		cc.Deliveries = ds
+	}
+	if len(cfg.Schedules) > 0 {
+		s, err := c.newScheduler(st, cfg, time.Minute, c.jsonLogger("ui"))
+		if err != nil {
+			return nil, nil, err
+		}
+		cc.Schedules = func(ctx context.Context) ([]webui.Schedule, error) { return scheduleRows(ctx, st, s, time.Now()) }
+	}
+	closeWH := func() {}
+	if wh := c.consoleWarehouse(ctx); wh != nil {
+		if l, ok := wh.(engine.Ledger); ok {
+			cc.Ledger = l
+		}
+		closeWH = func() { wh.Close() }
+	}
+	h, err := webui.New(cc)
+	if err != nil {
+		closeWH()
+		return nil, nil, err
+	}
+	return h, closeWH, nil
+}
+
+// consoleWarehouse opens the warehouse for the step ledger, or returns nil
+// when there is none to ask: a SQLite warehouse that does not exist is not
+// created, and one that fails to open only leaves the ledger unchecked.
+func (c *cli) consoleWarehouse(ctx context.Context) warehouse {
+	t, err := c.parseTarget("warehouse", c.g.warehouse)
+	if err != nil {
+		return nil
+	}
+	if t.kind == "sqlite" {
+		if _, err := os.Stat(t.path); err != nil {
+			return nil
+		}
+	}
+	wh, _, err := c.openWarehouse(ctx)
+	if err != nil {
+		return nil
+	}
+	return wh
+}
+
+// consoleAuth reads the console's credentials from the environment
+// variables the flags or the config name. A named variable that is unset
+// is an error: a console meant to be protected never starts open.
+func (c *cli) consoleAuth(cc config.Console, u uiFlags) (webui.Auth, error) {
+	tokenEnv, basicEnv := cc.TokenEnv, cc.BasicAuthEnv
+	if u.tokenEnv != "" {
+		tokenEnv = u.tokenEnv
+	}
+	if u.basicEnv != "" {
+		basicEnv = u.basicEnv
+	}
+	var a webui.Auth
+	if tokenEnv != "" {
+		if a.BearerToken = c.env(tokenEnv); a.BearerToken == "" {
+			return a, engine.Errorf(engine.CodeConfigInvalid, "the console's bearer token variable %s is empty or unset", tokenEnv)
+		}
+	}
+	if basicEnv != "" {
+		v := c.env(basicEnv)
+		user, pass, ok := strings.Cut(v, ":")
+		if !ok || user == "" || pass == "" {
+			return a, engine.Errorf(engine.CodeConfigInvalid, "the console's basic auth variable %s must hold USER:PASSWORD", basicEnv)
+		}
+		a.BasicUser, a.BasicPass = user, pass
+	}
+	return a, nil
+}

@@ -142,7 +142,17 @@ func (a *AuditSQL) LogEntry(ctx context.Context, runID string, runSeq int64) (e 
 
 // Checkpoints returns the stored checkpoints by tree size.
 func (a *AuditSQL) Checkpoints(ctx context.Context) ([]audit.StoredCheckpoint, error) {
-	rows, err := a.d.Read.QueryContext(ctx, a.d.Queries["audit_checkpoints"])
+	return a.checkpoints(ctx, "audit_checkpoints")
+}
+
+// CheckpointsBetween returns the stored checkpoints of tree sizes lo..hi
+// by size (delivery.CheckpointReader).
+func (a *AuditSQL) CheckpointsBetween(ctx context.Context, lo, hi int64) ([]audit.StoredCheckpoint, error) {
+	return a.checkpoints(ctx, "audit_checkpoints_between", lo, hi)
+}
+
+func (a *AuditSQL) checkpoints(ctx context.Context, query string, args ...any) ([]audit.StoredCheckpoint, error) {
+	rows, err := a.d.Read.QueryContext(ctx, a.d.Queries[query], args...)
 	if err != nil {
 		return nil, a.d.Classify("audit checkpoints", err)
 	}

@@ -65,6 +65,22 @@ func (j *JSONL) Deliver(_ context.Context, events []engine.RunEventRecord) (int,
 	return len(events), nil
 }
 
+// DeliverCheckpoints implements CheckpointSink: the checkpoint records as
+// lines among the events', written and synced the same way.
+func (j *JSONL) DeliverCheckpoints(_ context.Context, cps []CheckpointRecord) (int, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	for _, c := range cps {
+		if err := enc.Encode(c); err != nil {
+			return 0, err
+		}
+	}
+	if err := j.appendSynced(buf.Bytes()); err != nil {
+		return 0, err
+	}
+	return len(cps), nil
+}
+
 // appendSynced appends lines (each ending in '\n') in one write and syncs
 // the file.
 func (j *JSONL) appendSynced(lines []byte) error {
@@ -94,22 +110,54 @@ func (j *JSONL) Close() error {
 	return err
 }
 
-// ReadJSONL reads back a JSONL sink's file: one record per line, in order.
+// ReadJSONL reads back a JSONL sink's run events: one record per line, in
+// order (checkpoint lines are left out; ReadJSONLCheckpoints has them).
 func ReadJSONL(path string) ([]engine.RunEventRecord, error) {
+	var out []engine.RunEventRecord
+	err := scanJSONL(path, func(line []byte) error {
+		if IsCheckpointLine(line) {
+			return nil
+		}
+		var r engine.RunEventRecord
+		if err := json.Unmarshal(line, &r); err != nil {
+			return err
+		}
+		out = append(out, r)
+		return nil
+	})
+	return out, err
+}
+
+// ReadJSONLCheckpoints reads back a JSONL sink's checkpoint records, in
+// order.
+func ReadJSONLCheckpoints(path string) ([]CheckpointRecord, error) {
+	var out []CheckpointRecord
+	err := scanJSONL(path, func(line []byte) error {
+		if !IsCheckpointLine(line) {
+			return nil
+		}
+		var c CheckpointRecord
+		if err := json.Unmarshal(line, &c); err != nil {
+			return err
+		}
+		out = append(out, c)
+		return nil
+	})
+	return out, err
+}
+
+func scanJSONL(path string, fn func(line []byte) error) error {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer f.Close()
-	var out []engine.RunEventRecord
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 64*1024), 64<<20) // an event's payload may be large
 	for line := 1; sc.Scan(); line++ {
-		var r engine.RunEventRecord
-		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-			return nil, fmt.Errorf("%s:%d: %w", path, line, err)
+		if err := fn(sc.Bytes()); err != nil {
+			return fmt.Errorf("%s:%d: %w", path, line, err)
 		}
-		out = append(out, r)
 	}
-	return out, sc.Err()
+	return sc.Err()
 }

@@ -284,11 +284,7 @@ func (s *Service) deliverRun(ctx context.Context, t Target, claimID string, clai
 			return nil // the rest goes back with the claim
 		}
 		chunk := run[i:min(i+size, len(run))]
-		evs := make([]engine.RunEventRecord, len(chunk))
-		for k, d := range chunk {
-			evs[k] = d.Event
-		}
-		n, derr := t.Sink.Deliver(ctx, evs)
+		n, derr := deliverChunk(ctx, t.Sink, chunk)
 		if n > 0 {
 			ids := make([]string, n)
 			for k := range n {
@@ -310,6 +306,28 @@ func (s *Service) deliverRun(ctx context.Context, t Target, claimID string, clai
 	return nil
 }
 
+// deliverChunk hands one chunk of a run's deliveries to the sink: run
+// events to Deliver, the checkpoint stream's records to DeliverCheckpoints
+// (a sink without it skips them: they count as delivered).
+func deliverChunk(ctx context.Context, sink Sink, chunk []Delivery) (int, error) {
+	if chunk[0].RunID != CheckpointRunID {
+		evs := make([]engine.RunEventRecord, len(chunk))
+		for k, d := range chunk {
+			evs[k] = d.Event
+		}
+		return sink.Deliver(ctx, evs)
+	}
+	cs, ok := sink.(CheckpointSink)
+	if !ok {
+		return len(chunk), nil
+	}
+	cps := make([]CheckpointRecord, len(chunk))
+	for k, d := range chunk {
+		cps[k] = *d.Checkpoint
+	}
+	return cs.DeliverCheckpoints(ctx, cps)
+}
+
 // maxErrorLen bounds the last_error kept per delivery.
 const maxErrorLen = 500
 
@@ -319,7 +337,11 @@ func (s *Service) fail(ctx context.Context, t Target, claimID string, d Delivery
 		msg = msg[:maxErrorLen]
 	}
 	failures := d.Attempts + 1
-	age := s.o.Clock.Now().Sub(d.Event.PersistedAt)
+	born := d.Event.PersistedAt
+	if d.Checkpoint != nil {
+		born = d.CreatedAt // a checkpoint's delivery is created when it is stored, give or take a poll
+	}
+	age := s.o.Clock.Now().Sub(born)
 	dead := failures >= t.Policy.MaxAttempts || age >= t.Policy.MaxAge
 	wait := t.Policy.Delay(failures, s.o.Rand())
 	if err := s.o.Store.MarkFailed(ctx, t.Name, claimID, Failure{EventID: d.EventID, Error: msg, RetryAfter: wait, Dead: dead}); err != nil {

@@ -30,7 +30,8 @@ func (s State) Valid() bool {
 }
 
 // Delivery is the state of one event for one sink (a dvt_deliveries row).
-// Event is filled by Claim only; List fills EventType from the log.
+// Event (or Checkpoint, in the checkpoint stream) is filled by Claim only;
+// List fills EventType from the log (CheckpointEventType for a checkpoint).
 type Delivery struct {
 	Sink          string                `json:"sink"`
 	EventID       string                `json:"eventId"`
@@ -44,6 +45,8 @@ type Delivery struct {
 	CreatedAt     time.Time             `json:"createdAt"`
 	DeliveredAt   *time.Time            `json:"deliveredAt,omitempty"`
 	Event         engine.RunEventRecord `json:"-"`
+	// Checkpoint is set instead of Event when RunID is CheckpointRunID.
+	Checkpoint *CheckpointRecord `json:"-"`
 }
 
 // Failure settles one claimed delivery that failed.
@@ -69,7 +72,8 @@ type Filter struct {
 // processes with skewed clocks still exclude each other.
 type Store interface {
 	// EnqueueDeliveries gives sink a PENDING delivery, due now, for every
-	// outbox event that has none yet; it returns how many it created.
+	// outbox event and every stored audit checkpoint that has none yet; it
+	// returns how many it created.
 	// Concurrent callers create each delivery once.
 	EnqueueDeliveries(ctx context.Context, sink string) (int, error)
 
@@ -105,7 +109,8 @@ type Store interface {
 }
 
 // AttachEvents fills the Event of each delivery from the log, one read per
-// run: a claim holds a prefix of each run's undelivered events, so the
+// run (the checkpoint stream's from the stored checkpoints, l being a
+// CheckpointReader): a claim holds a prefix of each run's undelivered events, so the
 // runSeqs of one run's claimed deliveries lie in one short range. Stores use
 // it in ClaimDeliveries.
 func AttachEvents(ctx context.Context, l engine.EventReader, ds []Delivery) error {
@@ -115,6 +120,13 @@ func AttachEvents(ctx context.Context, l engine.EventReader, ds []Delivery) erro
 		for j < len(ds) && ds[j].RunID == ds[i].RunID {
 			lo, hi = min(lo, ds[j].RunSeq), max(hi, ds[j].RunSeq)
 			j++
+		}
+		if ds[i].RunID == CheckpointRunID {
+			if err := attachCheckpoints(ctx, l, ds[i:j], lo, hi); err != nil {
+				return err
+			}
+			i = j
+			continue
 		}
 		recs, err := l.ListEvents(ctx, ds[i].RunID, lo-1, int(hi-lo+1))
 		if err != nil {

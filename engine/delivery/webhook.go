@@ -127,11 +127,33 @@ func (w *Webhook) Deliver(ctx context.Context, events []engine.RunEventRecord) (
 	return len(events), nil
 }
 
+// DeliverCheckpoints implements CheckpointSink: one checkpoint record per
+// request, webhook-id its ID, the header dvtrun-record-kind "checkpoint" so a
+// receiver can route it before parsing the body.
+func (w *Webhook) DeliverCheckpoints(ctx context.Context, cps []CheckpointRecord) (int, error) {
+	for i, c := range cps {
+		body, err := json.Marshal(c)
+		if err == nil {
+			err = w.send(ctx, c.ID, CheckpointKind, body)
+		}
+		if err != nil {
+			return i, err
+		}
+	}
+	return len(cps), nil
+}
+
 func (w *Webhook) post(ctx context.Context, e engine.RunEventRecord) error {
 	body, err := json.Marshal(e)
 	if err != nil {
 		return err
 	}
+	return w.send(ctx, e.EventID, "", body)
+}
+
+// send posts one signed message; kind, when set, goes in the
+// dvtrun-record-kind header (run events have none, as before).
+func (w *Webhook) send(ctx context.Context, id, kind string, body []byte) error {
 	ctx, cancel := context.WithTimeout(ctx, w.timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.url, bytes.NewReader(body))
@@ -141,10 +163,13 @@ func (w *Webhook) post(ctx context.Context, e engine.RunEventRecord) error {
 	ts := w.clock.Now().Unix()
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "dvtrun-outbox")
-	req.Header.Set("webhook-id", e.EventID)
+	req.Header.Set("webhook-id", id)
 	req.Header.Set("webhook-timestamp", strconv.FormatInt(ts, 10))
+	if kind != "" {
+		req.Header.Set("dvtrun-record-kind", kind)
+	}
 	if len(w.keys) > 0 {
-		req.Header.Set("webhook-signature", Sign(w.keys, e.EventID, ts, body))
+		req.Header.Set("webhook-signature", Sign(w.keys, id, ts, body))
 	}
 	return send(ctx, w.client, req, w.timeout)
 }

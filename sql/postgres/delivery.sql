@@ -27,6 +27,18 @@ CROSS JOIN dvt_run_events e
 WHERE o.run_id = w.run_id AND o.run_seq > w.have_seq AND e.run_id = o.run_id AND e.run_seq = o.run_seq
 ON CONFLICT DO NOTHING;
 
+-- name: enqueue_checkpoint_deliveries
+-- Every stored audit checkpoint the sink has no delivery for yet, due now,
+-- as the stream of run id 'dvtrun.audit.checkpoints' (engine/delivery's
+-- CheckpointRunID) with runSeq = tree size: checkpoints are stored in size
+-- order, so what a sink has of them is a prefix too.
+-- Args: sink.
+INSERT INTO dvt_deliveries (sink, event_id, run_id, run_seq, state, attempts, next_attempt_at, created_at)
+SELECT $1, 'checkpoint-' || CAST(c.tree_size AS TEXT), 'dvtrun.audit.checkpoints', c.tree_size, 'PENDING', 0, dvt_now(), dvt_now()
+FROM dvt_audit_checkpoints c
+WHERE c.tree_size > COALESCE((SELECT MAX(d.run_seq) FROM dvt_deliveries d WHERE d.sink = $1 AND d.run_id = 'dvtrun.audit.checkpoints'), 0)
+ON CONFLICT DO NOTHING;
+
 -- name: claim_deliveries
 -- The claim: one conditional UPDATE. A delivery is claimable when it is
 -- PENDING, due and unclaimed (or its claim expired), and no earlier delivery
@@ -61,11 +73,11 @@ WHERE sink = $1 AND state = 'PENDING'
     LIMIT $4);
 
 -- name: claimed_deliveries
-SELECT d.sink, d.event_id, d.run_id, d.run_seq, e.event_type, d.state, d.attempts, d.next_attempt_at,
+SELECT d.sink, d.event_id, d.run_id, d.run_seq, CASE WHEN d.run_id = 'dvtrun.audit.checkpoints' THEN 'Checkpoint' ELSE e.event_type END, d.state, d.attempts, d.next_attempt_at,
        d.last_error, d.created_at, d.delivered_at
 FROM dvt_deliveries d
-JOIN dvt_run_events e ON e.run_id = d.run_id AND e.run_seq = d.run_seq
-WHERE d.sink = $1 AND d.claimed_by = $2
+LEFT JOIN dvt_run_events e ON e.run_id = d.run_id AND e.run_seq = d.run_seq
+WHERE (e.run_id IS NOT NULL OR d.run_id = 'dvtrun.audit.checkpoints') AND d.sink = $1 AND d.claimed_by = $2
 ORDER BY d.run_id, d.run_seq;
 
 -- name: mark_delivered
@@ -93,11 +105,11 @@ WHERE state = 'DEAD' AND ($1 = '' OR sink = $2) AND ($3 = '' OR event_id = $4);
 
 -- name: list_deliveries
 -- Args: sink, sink, state, state, eventID, eventID, limit.
-SELECT d.sink, d.event_id, d.run_id, d.run_seq, e.event_type, d.state, d.attempts, d.next_attempt_at,
+SELECT d.sink, d.event_id, d.run_id, d.run_seq, CASE WHEN d.run_id = 'dvtrun.audit.checkpoints' THEN 'Checkpoint' ELSE e.event_type END, d.state, d.attempts, d.next_attempt_at,
        d.last_error, d.created_at, d.delivered_at
 FROM dvt_deliveries d
-JOIN dvt_run_events e ON e.run_id = d.run_id AND e.run_seq = d.run_seq
-WHERE ($1 = '' OR d.sink = $2) AND ($3 = '' OR d.state = $4) AND ($5 = '' OR d.event_id = $6)
+LEFT JOIN dvt_run_events e ON e.run_id = d.run_id AND e.run_seq = d.run_seq
+WHERE (e.run_id IS NOT NULL OR d.run_id = 'dvtrun.audit.checkpoints') AND ($1 = '' OR d.sink = $2) AND ($3 = '' OR d.state = $4) AND ($5 = '' OR d.event_id = $6)
 ORDER BY d.run_id, d.run_seq, d.sink
 LIMIT $7;
 

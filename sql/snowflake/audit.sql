@@ -44,6 +44,10 @@ WHERE e.hash IS NOT NULL
 -- name: audit_checkpoints
 SELECT tree_size, root_hash, note FROM dvt_audit_checkpoints ORDER BY tree_size;
 
+-- name: audit_checkpoints_between
+-- The checkpoints of tree sizes lo..hi (the outbox's checkpoint deliveries).
+SELECT tree_size, root_hash, note FROM dvt_audit_checkpoints WHERE tree_size BETWEEN ? AND ? ORDER BY tree_size;
+
 -- name: audit_latest_checkpoint
 SELECT tree_size, root_hash, note FROM dvt_audit_checkpoints ORDER BY tree_size DESC LIMIT 1;
 

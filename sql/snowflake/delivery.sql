@@ -13,8 +13,8 @@
 -- Every outbox event the sink has no delivery for yet, due now. A run's
 -- outbox rows are written with its events, so what a sink has of a run is
 -- always a prefix of it: only runs whose outbox goes past the sink's last
--- delivery are read, one index probe each, never the whole outbox. Answers
--- the number of deliveries created.
+-- delivery are read, one index probe each, never the whole outbox. The
+-- stored audit checkpoints follow. Answers the number of deliveries created.
 EXECUTE IMMEDIATE $$
 DECLARE
   n INTEGER DEFAULT 0;
@@ -35,6 +35,16 @@ BEGIN
   WHERE w.last_seq > w.have_seq
     AND NOT EXISTS (SELECT 1 FROM dvt_deliveries d WHERE d.sink = HEX_DECODE_STRING(/*:sink*/) AND d.run_id = o.run_id AND d.run_seq = o.run_seq);
   n := SQLROWCOUNT;
+  -- The stored audit checkpoints, as the stream of run id
+  -- 'dvtrun.audit.checkpoints' (engine/delivery's CheckpointRunID) with
+  -- runSeq = tree size: stored in size order, so a sink has a prefix.
+  INSERT INTO dvt_deliveries (sink, event_id, run_id, run_seq, state, attempts, next_attempt_at, created_at)
+  SELECT HEX_DECODE_STRING(/*:sink*/), 'checkpoint-' || CAST(c.tree_size AS VARCHAR), 'dvtrun.audit.checkpoints', c.tree_size, 'PENDING', 0,
+         CAST(CURRENT_TIMESTAMP() AS TIMESTAMP_TZ(9)), CAST(CURRENT_TIMESTAMP() AS TIMESTAMP_TZ(9))
+  FROM dvt_audit_checkpoints c
+  WHERE c.tree_size > COALESCE((SELECT MAX(d.run_seq) FROM dvt_deliveries d
+                                WHERE d.sink = HEX_DECODE_STRING(/*:sink*/) AND d.run_id = 'dvtrun.audit.checkpoints'), 0);
+  n := n + SQLROWCOUNT;
   COMMIT;
   RETURN n;
 EXCEPTION
@@ -75,11 +85,11 @@ BEGIN
       LIMIT /*:limit*/);
   COMMIT;
   res := (
-    SELECT d.sink, d.event_id, d.run_id, d.run_seq, e.event_type, d.state, d.attempts, d.next_attempt_at,
+    SELECT d.sink, d.event_id, d.run_id, d.run_seq, CASE WHEN d.run_id = 'dvtrun.audit.checkpoints' THEN 'Checkpoint' ELSE e.event_type END, d.state, d.attempts, d.next_attempt_at,
            d.last_error, d.created_at, d.delivered_at
     FROM dvt_deliveries d
-    JOIN dvt_run_events e ON e.run_id = d.run_id AND e.run_seq = d.run_seq
-    WHERE d.sink = HEX_DECODE_STRING(/*:sink*/) AND d.claimed_by = HEX_DECODE_STRING(/*:claim_id*/)
+    LEFT JOIN dvt_run_events e ON e.run_id = d.run_id AND e.run_seq = d.run_seq
+    WHERE (e.run_id IS NOT NULL OR d.run_id = 'dvtrun.audit.checkpoints') AND d.sink = HEX_DECODE_STRING(/*:sink*/) AND d.claimed_by = HEX_DECODE_STRING(/*:claim_id*/)
     ORDER BY d.run_id, d.run_seq
   );
   RETURN TABLE(res);
@@ -113,10 +123,10 @@ SET state = 'PENDING', attempts = 0, dead_at = NULL, next_attempt_at = CAST(CURR
 WHERE state = 'DEAD' AND (? = '' OR sink = ?) AND (? = '' OR event_id = ?);
 
 -- name: list_deliveries
-SELECT d.sink, d.event_id, d.run_id, d.run_seq, e.event_type, d.state, d.attempts, d.next_attempt_at,
+SELECT d.sink, d.event_id, d.run_id, d.run_seq, CASE WHEN d.run_id = 'dvtrun.audit.checkpoints' THEN 'Checkpoint' ELSE e.event_type END, d.state, d.attempts, d.next_attempt_at,
        d.last_error, d.created_at, d.delivered_at
 FROM dvt_deliveries d
-JOIN dvt_run_events e ON e.run_id = d.run_id AND e.run_seq = d.run_seq
-WHERE (? = '' OR d.sink = ?) AND (? = '' OR d.state = ?) AND (? = '' OR d.event_id = ?)
+LEFT JOIN dvt_run_events e ON e.run_id = d.run_id AND e.run_seq = d.run_seq
+WHERE (e.run_id IS NOT NULL OR d.run_id = 'dvtrun.audit.checkpoints') AND (? = '' OR d.sink = ?) AND (? = '' OR d.state = ?) AND (? = '' OR d.event_id = ?)
 ORDER BY d.run_id, d.run_seq, d.sink
 LIMIT ?;

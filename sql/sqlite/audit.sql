@@ -46,6 +46,10 @@ INSERT INTO dvt_audit_checkpoints (tree_size, root_hash, note, created_at)
 SELECT ?1, ?2, ?3, ?4 WHERE NOT EXISTS (SELECT 1 FROM dvt_audit_checkpoints WHERE tree_size = ?5)
 ON CONFLICT (tree_size) DO NOTHING;
 
+-- name: audit_checkpoints_between
+-- The checkpoints of tree sizes lo..hi (the outbox's checkpoint deliveries).
+SELECT tree_size, root_hash, note FROM dvt_audit_checkpoints WHERE tree_size BETWEEN ?1 AND ?2 ORDER BY tree_size;
+
 -- name: audit_latest_checkpoint
 SELECT tree_size, root_hash, note FROM dvt_audit_checkpoints ORDER BY tree_size DESC LIMIT 1;
 

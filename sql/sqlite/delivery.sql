@@ -27,6 +27,19 @@ CROSS JOIN dvt_run_events e
 WHERE o.run_id = w.run_id AND o.run_seq > w.have_seq AND e.run_id = o.run_id AND e.run_seq = o.run_seq
 ON CONFLICT DO NOTHING;
 
+-- name: enqueue_checkpoint_deliveries
+-- Every stored audit checkpoint the sink has no delivery for yet, due now,
+-- as the stream of run id 'dvtrun.audit.checkpoints' (engine/delivery's
+-- CheckpointRunID) with runSeq = tree size: checkpoints are stored in size
+-- order, so what a sink has of them is a prefix too.
+-- Args: sink.
+INSERT INTO dvt_deliveries (sink, event_id, run_id, run_seq, state, attempts, next_attempt_at, created_at)
+SELECT ?1, 'checkpoint-' || CAST(c.tree_size AS TEXT), 'dvtrun.audit.checkpoints', c.tree_size, 'PENDING', 0,
+       strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
+FROM dvt_audit_checkpoints c
+WHERE c.tree_size > COALESCE((SELECT MAX(d.run_seq) FROM dvt_deliveries d WHERE d.sink = ?1 AND d.run_id = 'dvtrun.audit.checkpoints'), 0)
+ON CONFLICT DO NOTHING;
+
 -- name: claim_deliveries
 -- The claim: one conditional UPDATE. A delivery is claimable when it is
 -- PENDING, due and unclaimed (or its claim expired), and no earlier delivery
@@ -62,11 +75,11 @@ WHERE sink = ?1 AND state = 'PENDING'
     LIMIT ?4);
 
 -- name: claimed_deliveries
-SELECT d.sink, d.event_id, d.run_id, d.run_seq, e.event_type, d.state, d.attempts, d.next_attempt_at,
+SELECT d.sink, d.event_id, d.run_id, d.run_seq, CASE WHEN d.run_id = 'dvtrun.audit.checkpoints' THEN 'Checkpoint' ELSE e.event_type END, d.state, d.attempts, d.next_attempt_at,
        d.last_error, d.created_at, d.delivered_at
 FROM dvt_deliveries d
-JOIN dvt_run_events e ON e.run_id = d.run_id AND e.run_seq = d.run_seq
-WHERE d.sink = ? AND d.claimed_by = ?
+LEFT JOIN dvt_run_events e ON e.run_id = d.run_id AND e.run_seq = d.run_seq
+WHERE (e.run_id IS NOT NULL OR d.run_id = 'dvtrun.audit.checkpoints') AND d.sink = ? AND d.claimed_by = ?
 ORDER BY d.run_id, d.run_seq;
 
 -- name: mark_delivered
@@ -94,10 +107,10 @@ WHERE state = 'DEAD' AND (? = '' OR sink = ?) AND (? = '' OR event_id = ?);
 
 -- name: list_deliveries
 -- Args: sink, sink, state, state, eventID, eventID, limit.
-SELECT d.sink, d.event_id, d.run_id, d.run_seq, e.event_type, d.state, d.attempts, d.next_attempt_at,
+SELECT d.sink, d.event_id, d.run_id, d.run_seq, CASE WHEN d.run_id = 'dvtrun.audit.checkpoints' THEN 'Checkpoint' ELSE e.event_type END, d.state, d.attempts, d.next_attempt_at,
        d.last_error, d.created_at, d.delivered_at
 FROM dvt_deliveries d
-JOIN dvt_run_events e ON e.run_id = d.run_id AND e.run_seq = d.run_seq
-WHERE (? = '' OR d.sink = ?) AND (? = '' OR d.state = ?) AND (? = '' OR d.event_id = ?)
+LEFT JOIN dvt_run_events e ON e.run_id = d.run_id AND e.run_seq = d.run_seq
+WHERE (e.run_id IS NOT NULL OR d.run_id = 'dvtrun.audit.checkpoints') AND (? = '' OR d.sink = ?) AND (? = '' OR d.state = ?) AND (? = '' OR d.event_id = ?)
 ORDER BY d.run_id, d.run_seq, d.sink
 LIMIT ?;

@@ -55,7 +55,11 @@ func (s *Store) sinkTx(ctx context.Context, sink string, fn func(tx *sqlx.Tx) er
 // EnqueueDeliveries implements delivery.Store.
 func (s *Store) EnqueueDeliveries(ctx context.Context, sink string) (int, error) {
 	n, err := s.write(ctx, sink, "enqueue_deliveries", sink)
-	return int(n), err
+	if err != nil {
+		return int(n), err
+	}
+	c, err := s.write(ctx, sink, "enqueue_checkpoint_deliveries", sink)
+	return int(n + c), err
 }
 
 // ClaimDeliveries implements delivery.Store.

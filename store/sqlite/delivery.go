@@ -46,7 +46,11 @@ func (s *Store) write(ctx context.Context, name string, args ...any) (int64, err
 // EnqueueDeliveries implements delivery.Store.
 func (s *Store) EnqueueDeliveries(ctx context.Context, sink string) (int, error) {
 	n, err := s.write(ctx, "enqueue_deliveries", sink)
-	return int(n), err
+	if err != nil {
+		return int(n), err
+	}
+	c, err := s.write(ctx, "enqueue_checkpoint_deliveries", sink)
+	return int(n + c), err
 }
 
 // ClaimDeliveries implements delivery.Store.

@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/audit"
 	"github.com/dvtrun/dvtrun/engine/delivery"
 	"github.com/dvtrun/dvtrun/store"
 )
@@ -26,6 +27,8 @@ var deliveryCases = []struct {
 	{"DeliveryClaimsKeepRunOrder", testClaimOrder},
 	{"DeliveryRetryAndDeadLetter", testDeadLetter},
 	{"DeliveryClaimExpires", testClaimExpiry},
+	// Last: it leaves checkpoints, which every later new sink is given.
+	{"CheckpointsDeliveredAsAStream", testCheckpointDeliveries},
 }
 
 func deliveryStore(t *testing.T, b Backend) (store.Store, delivery.Store) {
@@ -193,7 +196,11 @@ func testClaimConcurrency(t *testing.T, b Backend) {
 					claimed[d.EventID]++
 					order[d.RunID] = append(order[d.RunID], d.RunSeq)
 					ids = append(ids, d.EventID)
-					if d.Event.EventID != d.EventID || d.Event.RunSeq != d.RunSeq {
+					if d.RunID == delivery.CheckpointRunID {
+						if d.Checkpoint == nil || d.Checkpoint.ID != d.EventID {
+							errs <- fmt.Errorf("claimed checkpoint delivery %s carries %+v", d.EventID, d.Checkpoint)
+						}
+					} else if d.Event.EventID != d.EventID || d.Event.RunSeq != d.RunSeq {
 						errs <- fmt.Errorf("claimed delivery %s carries event %s runSeq %d", d.EventID, d.Event.EventID, d.Event.RunSeq)
 					}
 				}
@@ -394,5 +401,82 @@ func testClaimExpiry(t *testing.T, b Backend) {
 	}
 	if err := ds.ReleaseClaim(ctx, sink, id); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// testCheckpointDeliveries: the stored audit checkpoints reach a sink as a
+// stream of their own (run id delivery.CheckpointRunID, runSeq = tree
+// size): each once per sink, claimed in size order with the signed note as
+// stored, a failing one holding back the later ones like a run's event.
+func testCheckpointDeliveries(t *testing.T, b Backend) {
+	s, ds := deliveryStore(t, b)
+	as, ok := s.(AuditStore)
+	if !ok {
+		t.Fatalf("%T does not keep the audit log", s)
+	}
+	SeedRun(t, s, 1)
+	first := Checkpoint(t, as)
+	SeedRun(t, s, 0)
+	second := Checkpoint(t, as)
+	if second.Size <= first.Size {
+		t.Fatalf("checkpoint sizes %d then %d, want growth", first.Size, second.Size)
+	}
+	stored, err := as.Checkpoints(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := newSink()
+	if _, err := ds.EnqueueDeliveries(ctx, sink); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := ds.EnqueueDeliveries(ctx, sink); err != nil || n != 0 {
+		t.Fatalf("second enqueue created %d (%v), want 0", n, err)
+	}
+	got := ofRun(list(t, ds, delivery.Filter{Sink: sink}), delivery.CheckpointRunID)
+	if len(got) != len(stored) {
+		t.Fatalf("sink has %d checkpoint deliveries, the store %d checkpoints", len(got), len(stored))
+	}
+	for i, d := range got {
+		c := stored[i]
+		if d.EventID != delivery.CheckpointEventID(c.Size) || d.RunSeq != c.Size || d.EventType != delivery.CheckpointEventType || d.State != delivery.StatePending {
+			t.Fatalf("checkpoint delivery %d = %+v, want PENDING %s at runSeq %d", i, d, delivery.CheckpointEventID(c.Size), c.Size)
+		}
+	}
+	settleOthers(t, ds, sink, delivery.CheckpointRunID)
+
+	// The claim carries each checkpoint as stored, in size order; the
+	// first one failing holds back the rest.
+	id, claimed := claim(t, ds, sink, 1000, time.Minute)
+	if len(claimed) != len(stored) {
+		t.Fatalf("claimed %d checkpoint deliveries, want %d", len(claimed), len(stored))
+	}
+	for i, d := range claimed {
+		c := d.Checkpoint
+		if c == nil || c.Kind != "checkpoint" || c.TreeSize != stored[i].Size || c.RootHash != stored[i].Root || c.Note != string(stored[i].Note) || c.Origin != "dvtrun.audit" {
+			t.Fatalf("claimed checkpoint %d = %+v, want the stored one of size %d", i, c, stored[i].Size)
+		}
+	}
+	if opened, err := audit.Open([]byte(claimed[len(claimed)-1].Checkpoint.Note), TestPublicKey); err != nil || opened.Size != second.Size || opened.Root != second.Root {
+		t.Fatalf("the delivered note does not open as the newest checkpoint: %+v, %v", opened, err)
+	}
+	if err := ds.MarkFailed(ctx, sink, id, delivery.Failure{EventID: claimed[0].EventID, Error: "HTTP 503", RetryAfter: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ds.ReleaseClaim(ctx, sink, id); err != nil {
+		t.Fatal(err)
+	}
+	if _, again := claim(t, ds, sink, 1000, time.Minute); len(ofRun(again, delivery.CheckpointRunID)) != 0 {
+		t.Fatalf("checkpoints claimed behind a backing-off one: %+v", again)
+	}
+
+	// A later checkpoint is one more delivery, after the ones the sink has.
+	recs := SeedRun(t, s, 0)
+	third := Checkpoint(t, as)
+	if n, err := ds.EnqueueDeliveries(ctx, sink); err != nil || n != len(recs)+1 {
+		t.Fatalf("enqueue after a new run and checkpoint: %d (%v), want its %d events and 1 checkpoint", n, err, len(recs))
+	}
+	got = ofRun(list(t, ds, delivery.Filter{Sink: sink}), delivery.CheckpointRunID)
+	if last := got[len(got)-1]; len(got) != len(stored)+1 || last.RunSeq != third.Size || last.EventID != delivery.CheckpointEventID(third.Size) {
+		t.Fatalf("checkpoint deliveries after a third checkpoint: %+v", got)
 	}
 }

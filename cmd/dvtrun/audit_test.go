@@ -7,10 +7,12 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/dvtrun/dvtrun/engine/delivery"
 	"github.com/dvtrun/dvtrun/store/storetest"
 )
 
@@ -205,5 +207,38 @@ func TestServeSignsCheckpoints(t *testing.T) {
 	cancel()
 	if r := <-done; r.code != 0 || !strings.Contains(r.stderr, `"msg":"checkpoint signed"`) {
 		t.Fatalf("serve exited %d: %s", r.code, r.stderr)
+	}
+}
+
+// TestCheckpointThroughTheOutbox: `outbox deliver` writes the signed
+// checkpoint to a JSONL sink as a record of its own, and the note taken
+// from that line is a checkpoint `audit verify --checkpoint` accepts.
+func TestCheckpointThroughTheOutbox(t *testing.T) {
+	h, runID, _ := auditHarness(t)
+	archive := filepath.Join(h.dir, "archive.jsonl")
+	cfg := filepath.Join(h.dir, "dvt.yaml")
+	if err := os.WriteFile(cfg, []byte("sinks:\n  - name: archive\n    jsonl: {path: "+strconv.Quote(archive)+"}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r := h.run("outbox", "deliver", "--config", cfg, "--once"); r.code != 0 {
+		t.Fatalf("outbox deliver: %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	cps, err := delivery.ReadJSONLCheckpoints(archive)
+	if err != nil || len(cps) != 1 {
+		t.Fatalf("the sink's checkpoints: %+v %v, want the one signed", cps, err)
+	}
+	if evs, err := delivery.ReadJSONL(archive); err != nil || len(evs) != len(h.events(runID)) {
+		t.Fatalf("the sink's run events: %d %v, want the run's %d", len(evs), err, len(h.events(runID)))
+	}
+	received := filepath.Join(h.dir, "received.txt")
+	if err := os.WriteFile(received, []byte(cps[0].Note), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := h.run("audit", "verify", "--public-key", storetest.TestPublicKey, "--checkpoint", received, "--all")
+	if r.code != 0 || !strings.Contains(r.stdout, "newest checkpoint: "+strconv.FormatInt(cps[0].TreeSize, 10)+" events") {
+		t.Fatalf("verify --checkpoint with the received note: %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	if r := h.run("outbox", "list", "--config", cfg, "--sink", "archive"); r.code != 0 || !strings.Contains(r.stdout, "Checkpoint") {
+		t.Fatalf("outbox list does not show the checkpoint delivery: %d %q %q", r.code, r.stdout, r.stderr)
 	}
 }

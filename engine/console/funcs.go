@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/delivery"
 	"github.com/dvtrun/dvtrun/store"
 )
 
@@ -14,19 +15,21 @@ import (
 // through clean: html/template escapes markup, clean makes control
 // characters visible.
 var funcs = template.FuncMap{
-	"clean":      engine.EscapeControl,
-	"time":       fmtTime,
-	"dur":        fmtDur,
-	"ms":         func(ms int64) string { return fmtDur(time.Duration(ms) * time.Millisecond) },
-	"since":      func(now, t time.Time) string { return fmtDur(now.Sub(t)) },
-	"class":      func(s any) string { return statusClass(toString(s)) },
-	"mark":       func(s any) string { return statusMark(toString(s)) },
-	"runHref":    func(id string) string { return "/runs/" + url.PathEscape(id) },
-	"stepHref":   stepHref,
-	"eventsHref": func(id string) string { return "/runs/" + url.PathEscape(id) + "/events" },
-	"trigger":    store.RunSummary.TriggerText,
-	"lines":      func(s string) []string { return strings.Split(strings.TrimRight(s, "\n"), "\n") },
-	"add":        func(a, b int) int { return a + b },
+	"clean":   engine.EscapeControl,
+	"time":    fmtTime,
+	"dur":     fmtDur,
+	"ms":      func(ms int64) string { return fmtDur(time.Duration(ms) * time.Millisecond) },
+	"since":   func(now, t time.Time) string { return fmtDur(now.Sub(t)) },
+	"class":   func(s any) string { return statusClass(toString(s)) },
+	"mark":    func(s any) string { return statusMark(toString(s)) },
+	"runHref": func(id string) string { return "/runs/" + url.PathEscape(id) },
+	// The outbox's checkpoint stream has no run page.
+	"isCheckpoint": func(runID string) bool { return runID == delivery.CheckpointRunID },
+	"stepHref":     stepHref,
+	"eventsHref":   func(id string) string { return "/runs/" + url.PathEscape(id) + "/events" },
+	"trigger":      store.RunSummary.TriggerText,
+	"lines":        func(s string) []string { return strings.Split(strings.TrimRight(s, "\n"), "\n") },
+	"add":          func(a, b int) int { return a + b },
 	"statusFilter": func(q runsQuery, status string) string {
 		v := url.Values{}
 		for k, x := range map[string]string{"plan": q.Plan, "schedule": q.Schedule, "trigger": q.Trigger, "target": q.Target, "since": q.Since, "until": q.Until} {

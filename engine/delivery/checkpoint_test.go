@@ -180,3 +180,73 @@ func TestCheckpointsThroughTheSinks(t *testing.T) {
 		t.Fatal("a received checkpoint with its root changed verified")
 	}
 }
+
+// TestCheckpointDeadLetter: a checkpoint the sink refuses MaxAttempts times
+// is dead-lettered with an alert of its own (no run's) and holds back the
+// later checkpoints, never the run events; RetryDead replays it and the
+// held-back ones follow in tree-size order.
+func TestCheckpointDeadLetter(t *testing.T) {
+	st := openStore(t)
+	seedRuns(t, st, 1, 0)
+	first := storetest.Checkpoint(t, st)
+	seedRuns(t, st, 1, 0)
+	second := storetest.Checkpoint(t, st)
+
+	var mu sync.Mutex
+	refuse := true
+	var got []int64 // tree sizes answered 2xx
+	events := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var c delivery.CheckpointRecord
+		body, _ := io.ReadAll(r.Body)
+		_ = json.Unmarshal(body, &c)
+		mu.Lock()
+		defer mu.Unlock()
+		if c.Kind != "checkpoint" {
+			events++
+			return
+		}
+		if refuse && c.TreeSize == first.Size {
+			http.Error(w, "read-only bucket", http.StatusForbidden)
+			return
+		}
+		got = append(got, c.TreeSize)
+	}))
+	defer srv.Close()
+	clock := engine.ClockFunc(time.Now)
+	policy := delivery.Policy{MaxAttempts: 2, Backoff: time.Millisecond, MaxBackoff: time.Millisecond}
+	svc := newService(t, st, clock, delivery.Target{Name: "hooks", Sink: webhook(t, srv.URL, clock), Policy: policy})
+	var rep delivery.Report
+	for range 10 { // each drain makes one attempt; the backoff is a millisecond
+		r, err := svc.Drain(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep = r; r.DeadTotal == 1 {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	mu.Lock()
+	if rep.DeadTotal != 1 || rep.Pending != 1 || len(got) != 0 || events != 4 {
+		t.Fatalf("drain %+v; checkpoints delivered %v, events %d; want the first dead, the second held back, all 4 events delivered", rep, got, events)
+	}
+	refuse = false
+	mu.Unlock()
+	alerts, err := st.ListAlerts(ctx, "")
+	if err != nil || len(alerts) != 1 || alerts[0].RunID != "" || alerts[0].Key != "EVENT_BUS_DELIVERY_FAILED:hooks:"+delivery.CheckpointEventID(first.Size) ||
+		!strings.Contains(alerts[0].Message, "audit checkpoint of tree size") || !strings.Contains(alerts[0].Message, "outbox retry "+delivery.CheckpointEventID(first.Size)) {
+		t.Fatalf("alerts %+v %v", alerts, err)
+	}
+	if n, err := st.RetryDead(ctx, "hooks", delivery.CheckpointEventID(first.Size)); err != nil || n != 1 {
+		t.Fatalf("RetryDead: %d %v", n, err)
+	}
+	if r, err := svc.Drain(ctx); err != nil || r.Pending != 0 || r.DeadTotal != 0 {
+		t.Fatalf("drain after the retry: %+v %v", r, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 2 || got[0] != first.Size || got[1] != second.Size {
+		t.Fatalf("checkpoints delivered %v, want [%d %d]", got, first.Size, second.Size)
+	}
+}

@@ -361,11 +361,16 @@ func (s *Service) fail(ctx context.Context, t Target, claimID string, d Delivery
 	payload, _ := json.Marshal(map[string]any{
 		"sink": t.Name, "eventId": d.EventID, "eventType": d.EventType, "runSeq": d.RunSeq, "attempts": failures, "lastError": msg,
 	})
+	what, runID := fmt.Sprintf("event %s (run %s, runSeq %d)", d.EventID, d.RunID, d.RunSeq), d.RunID
+	if d.Checkpoint != nil {
+		// Not a run's: the alert stands alone, and later checkpoints wait.
+		what, runID = fmt.Sprintf("the audit checkpoint of tree size %d (%s)", d.RunSeq, d.EventID), ""
+	}
 	_, err := s.o.Store.RecordAlert(ctx, engine.Alert{
 		Key: string(engine.CodeEventBusDeliveryFailed) + ":" + t.Name + ":" + d.EventID, Code: engine.CodeEventBusDeliveryFailed,
-		Severity: engine.SeverityP1, RunID: d.RunID, TenantID: d.Event.TenantID, ProjectID: d.Event.ProjectID, EnvironmentID: d.Event.EnvironmentID,
-		Message: fmt.Sprintf("event %s (run %s, runSeq %d) moved to the dead letter of sink %s after %s: %s; replay with `dvtrun outbox retry %s --sink %s`",
-			d.EventID, d.RunID, d.RunSeq, t.Name, why, msg, d.EventID, t.Name),
+		Severity: engine.SeverityP1, RunID: runID, TenantID: d.Event.TenantID, ProjectID: d.Event.ProjectID, EnvironmentID: d.Event.EnvironmentID,
+		Message: fmt.Sprintf("%s moved to the dead letter of sink %s after %s: %s; replay with `dvtrun outbox retry %s --sink %s`",
+			what, t.Name, why, msg, d.EventID, t.Name),
 		Payload: payload,
 	})
 	return err

@@ -47,7 +47,7 @@ func (a *AuditSQL) AuditRuns(ctx context.Context, runID string) ([]audit.RunHead
 	for rows.Next() {
 		var r audit.RunHead
 		var status string
-		if err := rows.Scan(&r.RunID, &status, &r.NextSeq, &r.FirstSeq); err != nil {
+		if err := rows.Scan(&r.RunID, &status, &r.NextSeq, &r.FirstSeq, &r.RetainedAt); err != nil {
 			return nil, a.d.Classify("audit runs", err)
 		}
 		r.Status = engine.RunStatus(status)
@@ -110,6 +110,31 @@ func (a *AuditSQL) AssignLogIndexes(ctx context.Context) (int64, error) {
 		return err
 	})
 	return n, err
+}
+
+// Retain applies retention: every ended run whose terminal event was
+// persisted before cutoff and whose every event is chained and covered by
+// the newest checkpoint is recorded in dvt_audit_retention at now, and the
+// payloads of the recorded runs are removed (hashes kept). One write
+// transaction; it returns how many runs it recorded and how many events
+// lost their payload.
+func (a *AuditSQL) Retain(ctx context.Context, now, cutoff time.Time) (runs, events int64, err error) {
+	err = a.d.Write(ctx, func(tx Tx) error {
+		text := func(t time.Time) string { return t.UTC().Format(engine.TimeFormat) }
+		res, err := tx.ExecContext(ctx, a.d.Queries["audit_retain_mark"], text(now), text(cutoff), a.d.Time(cutoff))
+		if err != nil {
+			return err
+		}
+		if runs, err = res.RowsAffected(); err != nil {
+			return err
+		}
+		if res, err = tx.ExecContext(ctx, a.d.Queries["audit_retain_remove"]); err != nil {
+			return err
+		}
+		events, err = res.RowsAffected()
+		return err
+	})
+	return runs, events, err
 }
 
 // LogEntries returns the global log from index from on, in index order.

@@ -153,6 +153,9 @@ func cmdAuditVerify(ctx context.Context, c *cli, args []string) error {
 	if rep.Latest != nil {
 		fmt.Fprintf(c.stdout, "newest checkpoint: %d events, root %s, signed by %s\n", rep.Latest.Size, base64.StdEncoding.EncodeToString(rep.Latest.Root[:]), c.clean(rep.Latest.Origin))
 	}
+	for _, h := range rep.Retained {
+		fmt.Fprintf(c.stdout, "run %s: payloads removed by retention at %s (verified by its links and the signed log)\n", c.clean(h.RunID), c.clean(h.RetainedAt))
+	}
 	return nil
 }
 

@@ -32,6 +32,9 @@ type Report struct {
 	// Latest is the newest checkpoint verified (stored or external).
 	Latest  *Checkpoint
 	Problem *Problem
+	// Retained names the runs whose payloads retention removed, with when
+	// (verified by their links and the log alone; not a break).
+	Retained []RunHead
 }
 
 // Verify recomputes every chain and the log's tree and checks the
@@ -43,6 +46,7 @@ func Verify(ctx context.Context, st Store, o VerifyOptions) (Report, error) {
 	if err != nil {
 		return rep, err
 	}
+	chainedOf := map[string]int64{} // retained run → its chained events
 	for _, h := range heads {
 		recs, err := st.ListEvents(ctx, h.RunID, 0, 0)
 		if err != nil {
@@ -59,7 +63,16 @@ func Verify(ctx context.Context, st Store, o VerifyOptions) (Report, error) {
 				rep.Chained++
 			}
 		}
-		if p := VerifyRun(RunChain{RunID: h.RunID, Status: h.Status, NextSeq: h.NextSeq, FirstSeq: h.FirstSeq, Records: recs, Links: links}); p != nil {
+		if h.RetainedAt != "" {
+			rep.Retained = append(rep.Retained, h)
+			chainedOf[h.RunID] = 0
+			for _, l := range links {
+				if l.Hash != "" {
+					chainedOf[h.RunID]++
+				}
+			}
+		}
+		if p := VerifyRun(RunChain{RunID: h.RunID, Status: h.Status, NextSeq: h.NextSeq, FirstSeq: h.FirstSeq, Retained: h.RetainedAt != "", Records: recs, Links: links}); p != nil {
 			rep.Problem = p
 			return rep, nil
 		}
@@ -120,7 +133,38 @@ func Verify(ctx context.Context, st Store, o VerifyOptions) (Report, error) {
 			rep.Latest = &cp
 		}
 	}
+	rep.Problem = retainedCovered(entries, chainedOf, rep.Latest)
 	return rep, nil
+}
+
+// retainedCovered checks that every chained event of a run whose payloads
+// retention removed is in the log below the newest verified checkpoint:
+// retention only removes what a signed root already holds, so a run marked
+// retained to hide an edit shows.
+func retainedCovered(entries []LogEntry, chainedOf map[string]int64, latest *Checkpoint) *Problem {
+	if len(chainedOf) == 0 {
+		return nil
+	}
+	var covered int64
+	if latest != nil {
+		covered = latest.Size
+	}
+	inLog := map[string]int64{}
+	for _, e := range entries {
+		if _, ok := chainedOf[e.RunID]; !ok {
+			continue
+		}
+		if e.Index >= covered {
+			return &Problem{RunID: e.RunID, RunSeq: e.RunSeq, What: fmt.Sprintf("retention removed the run's payloads, but its event at log index %d is in no verified checkpoint", e.Index)}
+		}
+		inLog[e.RunID]++
+	}
+	for run, n := range chainedOf {
+		if inLog[run] != n {
+			return &Problem{RunID: run, What: fmt.Sprintf("retention removed the run's payloads, but only %d of its %d chained events are in the log", inLog[run], n)}
+		}
+	}
+	return nil
 }
 
 // CheckpointLog is the global log as the checkpointer writes it.

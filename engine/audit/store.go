@@ -12,6 +12,9 @@ type RunHead struct {
 	Status   engine.RunStatus
 	NextSeq  int64
 	FirstSeq int64
+	// RetainedAt is when retention removed the run's payloads (its
+	// dvt_audit_retention row, engine.TimeFormat); "" if it did not.
+	RetainedAt string
 }
 
 // StoredCheckpoint is a row of dvt_audit_checkpoints.

@@ -2,14 +2,17 @@
 -- names in every dialect.
 
 -- name: audit_runs
--- Every run with its sequence row and where its chain starts.
-SELECT s.run_id, s.status, s.next_seq, COALESCE(g.first_seq, 1)
+-- Every run with its sequence row, where its chain starts and when
+-- retention removed its payloads ('' if it did not; migration 0550).
+SELECT s.run_id, s.status, s.next_seq, COALESCE(g.first_seq, 1), COALESCE(r.removed_at, '')
 FROM dvt_run_seq s LEFT JOIN dvt_audit_genesis g ON g.run_id = s.run_id
+LEFT JOIN dvt_audit_retention r ON r.run_id = s.run_id
 ORDER BY s.run_id;
 
 -- name: audit_run
-SELECT s.run_id, s.status, s.next_seq, COALESCE(g.first_seq, 1)
+SELECT s.run_id, s.status, s.next_seq, COALESCE(g.first_seq, 1), COALESCE(r.removed_at, '')
 FROM dvt_run_seq s LEFT JOIN dvt_audit_genesis g ON g.run_id = s.run_id
+LEFT JOIN dvt_audit_retention r ON r.run_id = s.run_id
 WHERE s.run_id = ?;
 
 -- name: audit_links
@@ -49,6 +52,27 @@ ON CONFLICT (tree_size) DO NOTHING;
 -- name: audit_checkpoints_between
 -- The checkpoints of tree sizes lo..hi (the outbox's checkpoint deliveries).
 SELECT tree_size, root_hash, note FROM dvt_audit_checkpoints WHERE tree_size BETWEEN ?1 AND ?2 ORDER BY tree_size;
+
+-- name: audit_retain_mark
+-- Records for retention every ended run whose terminal event was persisted
+-- before the cutoff and whose every event is chained and covered by the
+-- newest signed checkpoint (so its leaf hashes are signed before its
+-- payloads go). Args: removed_at, cutoff, cutoff (times as stored text).
+INSERT INTO dvt_audit_retention (run_id, removed_at, cutoff)
+SELECT s.run_id, ?1, ?2 FROM dvt_run_seq s
+WHERE s.status IN ('COMPLETED', 'FAILED', 'CANCELLED')
+  AND NOT EXISTS (SELECT 1 FROM dvt_audit_retention r WHERE r.run_id = s.run_id)
+  AND EXISTS (SELECT 1 FROM dvt_run_events t WHERE t.run_id = s.run_id
+              AND t.event_type IN ('RunCompleted', 'RunFailed', 'RunCancelled') AND t.persisted_at < ?3)
+  AND NOT EXISTS (SELECT 1 FROM dvt_run_events e WHERE e.run_id = s.run_id AND (e.hash IS NULL OR NOT EXISTS (
+        SELECT 1 FROM dvt_audit_log l WHERE l.run_id = e.run_id AND l.run_seq = e.run_seq
+          AND l.log_index < (SELECT COALESCE(MAX(c.tree_size), 0) FROM dvt_audit_checkpoints c))));
+
+-- name: audit_retain_remove
+-- Removes the payloads of the runs recorded for retention; hash and
+-- prev_hash stay (the append-only trigger lets exactly this through).
+UPDATE dvt_run_events SET payload = NULL
+WHERE run_id IN (SELECT run_id FROM dvt_audit_retention) AND payload IS NOT NULL;
 
 -- name: audit_latest_checkpoint
 SELECT tree_size, root_hash, note FROM dvt_audit_checkpoints ORDER BY tree_size DESC LIMIT 1;

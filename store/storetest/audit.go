@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"bytes"
+	"context"
 	"crypto/ed25519"
 	"fmt"
 	"regexp"
@@ -19,6 +20,9 @@ type AuditStore interface {
 	store.Store
 	audit.Store
 	audit.CheckpointLog
+	// Retain removes the payloads of ended runs older than cutoff whose
+	// events a checkpoint covers (store.AuditSQL.Retain).
+	Retain(ctx context.Context, now, cutoff time.Time) (runs, events int64, err error)
 }
 
 // AuditBackend is one database under the tamper-evidence suite.
@@ -249,6 +253,8 @@ func RunAudit(t *testing.T, b AuditBackend) {
 		}
 	})
 
+	t.Run("RetentionKeepsTheProof", func(t *testing.T) { testRetention(t, b) })
+
 	t.Run("GuardsRefuseUpdateAndDelete", func(t *testing.T) {
 		if b.Guarded == nil {
 			t.Skip("this dialect enforces append-only by grants (dvtrun audit doctor), not in the store")
@@ -270,6 +276,110 @@ func RunAudit(t *testing.T, b AuditBackend) {
 		}
 		if rep := verify(t, s, audit.VerifyOptions{PublicKey: TestPublicKey}); rep.Problem != nil {
 			t.Fatalf("after the refused statements: %v", rep.Problem)
+		}
+	})
+}
+
+// testRetention: retention removes the payloads of the ended,
+// checkpointed runs and nothing else; verify still proves the log and names
+// those runs; the guards let exactly that change through; and a run marked
+// retained without a checkpoint covering it, or a retained run's hash
+// changed, still shows.
+func testRetention(t *testing.T, b AuditBackend) {
+	q := func(s string) string { return "'" + s + "'" }
+	s := b.Fresh(t)
+	f := SeedAudit(t, s)
+	before := map[string]map[int64]audit.StoredLink{}
+	for _, run := range []string{f.A, f.B} {
+		l, err := s.Links(ctx, run)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before[run] = l
+	}
+	cBefore := events(t, s, f.C)
+	now, cutoff := time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC), time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC)
+	if runs, evs, err := s.Retain(ctx, now, time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)); err != nil || runs != 0 || evs != 0 {
+		t.Fatalf("retain with a cutoff before every run: %d runs, %d events, %v; want none", runs, evs, err)
+	}
+	runs, evs, err := s.Retain(ctx, now, cutoff)
+	if err != nil || runs != 2 || evs == 0 {
+		t.Fatalf("retain: %d runs, %d events, %v; want A and B (C has not ended and no checkpoint covers it)", runs, evs, err)
+	}
+	if runs, evs, err := s.Retain(ctx, now, cutoff); err != nil || runs != 0 || evs != 0 {
+		t.Fatalf("retain again: %d runs, %d events, %v; want nothing left to do", runs, evs, err)
+	}
+	for _, run := range []string{f.A, f.B} {
+		after, err := s.Links(ctx, run)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range events(t, s, run) {
+			if p := strings.TrimSpace(string(r.Payload)); p != "" && p != "null" {
+				t.Fatalf("run %s runSeq %d keeps its payload %s", run, r.RunSeq, p)
+			}
+			if after[r.RunSeq].Hash != before[run][r.RunSeq].Hash || after[r.RunSeq].PrevHash != before[run][r.RunSeq].PrevHash {
+				t.Fatalf("run %s runSeq %d: the link changed", run, r.RunSeq)
+			}
+		}
+	}
+	if c := events(t, s, f.C); len(c) != len(cBefore) || fmt.Sprint(c) != fmt.Sprint(cBefore) {
+		t.Fatalf("run C changed: %+v, was %+v", c, cBefore)
+	}
+	rep := verify(t, s, audit.VerifyOptions{PublicKey: TestPublicKey, External: f.Checkpoint.Note})
+	if rep.Problem != nil {
+		t.Fatalf("after retention: %v", rep.Problem)
+	}
+	named := map[string]bool{}
+	for _, h := range rep.Retained {
+		named[h.RunID] = h.RetainedAt == now.Format(engine.TimeFormat)
+	}
+	if len(named) != 2 || !named[f.A] || !named[f.B] {
+		t.Fatalf("verify names %+v as retained, want A and B at %s", rep.Retained, now.Format(engine.TimeFormat))
+	}
+	if b.Rows != nil {
+		if got := b.Rows(t, s, `SELECT CAST(COUNT(*) AS VARCHAR) FROM dvt_audit_chain WHERE NOT ok OR ok IS NULL`); len(got) != 1 || got[0] != "0" {
+			t.Fatalf("chain view after retention: %v links not ok", got)
+		}
+		if got := b.Rows(t, s, `SELECT CAST(COUNT(*) AS VARCHAR) FROM dvt_audit_chain WHERE retained`); len(got) != 1 || got[0] != "10" {
+			t.Fatalf("chain view: %v retained links, want A's and B's 10", got)
+		}
+	}
+	if b.Guarded != nil {
+		for _, stmt := range []string{
+			fmt.Sprintf(`UPDATE dvt_run_events SET payload = NULL WHERE run_id = %s`, q(f.C)),
+			fmt.Sprintf(`UPDATE dvt_run_events SET event_type = 'StepFailed' WHERE run_id = %s AND run_seq = 3`, q(f.A)),
+			fmt.Sprintf(`UPDATE dvt_run_events SET payload = NULL, hash = %s WHERE run_id = %s AND run_seq = 4`, q(strings.Repeat("a", 64)), q(f.A)),
+			fmt.Sprintf(`DELETE FROM dvt_run_events WHERE run_id = %s`, q(f.A)),
+			fmt.Sprintf(`UPDATE dvt_audit_retention SET removed_at = 'x' WHERE run_id = %s`, q(f.A)),
+			`DELETE FROM dvt_audit_retention`,
+		} {
+			if err := b.Guarded(s, stmt); err == nil || !strings.Contains(err.Error(), "append-only") {
+				t.Errorf("%s: %v, want refused as append-only", stmt, err)
+			}
+		}
+		// What retention does is let through: the payload of a retained
+		// run set to NULL, again.
+		if err := b.Guarded(s, fmt.Sprintf(`UPDATE dvt_run_events SET payload = NULL WHERE run_id = %s`, q(f.A))); err != nil {
+			t.Errorf("removing a retained run's payload: %v", err)
+		}
+	}
+
+	t.Run("RetainedHashChanged", func(t *testing.T) {
+		b.Tamper(t, s, fmt.Sprintf(`UPDATE dvt_run_events SET hash = %s WHERE run_id = %s AND run_seq = 5`, q(strings.Repeat("a", 64)), q(f.B)))
+		if p := verify(t, s, audit.VerifyOptions{PublicKey: TestPublicKey}).Problem; p == nil || p.RunID != f.B {
+			t.Fatalf("a retained run's hash changed: %v, want run %s named", p, f.B)
+		}
+	})
+	t.Run("RetentionFakedToHideAnEdit", func(t *testing.T) {
+		s := b.Fresh(t)
+		f := SeedAudit(t, s)
+		b.Tamper(t, s,
+			fmt.Sprintf(`INSERT INTO dvt_audit_retention (run_id, removed_at, cutoff) VALUES (%s, '2026-05-01T00:00:00.000000000Z', 'x')`, q(f.C)),
+			fmt.Sprintf(`UPDATE dvt_run_events SET payload = NULL WHERE run_id = %s`, q(f.C)))
+		p := verify(t, s, audit.VerifyOptions{PublicKey: TestPublicKey}).Problem
+		if p == nil || p.RunID != f.C || !strings.Contains(p.What, "retention removed the run's payloads") {
+			t.Fatalf("a run marked retained outside any checkpoint: %v, want run %s named", p, f.C)
 		}
 	})
 }

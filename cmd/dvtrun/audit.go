@@ -34,6 +34,7 @@ type auditStore interface {
 	audit.Store
 	audit.CheckpointLog
 	LogEntry(ctx context.Context, runID string, runSeq int64) (audit.LogEntry, bool, error)
+	Retain(ctx context.Context, now, cutoff time.Time) (runs, events int64, err error)
 	Links(ctx context.Context, runID string) (map[int64]audit.StoredLink, error)
 }
 
@@ -50,6 +51,7 @@ func cmdAudit(ctx context.Context, c *cli, args []string) error {
 		}
 		fmt.Fprintln(w, `Usage: dvtrun audit verify [--checkpoint FILE] [--public-key KEY] [RUN_ID | --all]
        dvtrun audit checkpoint [--out FILE]
+       dvtrun audit retain [--older-than DURATION]
        dvtrun audit prove RUN_ID SEQ
        dvtrun audit key [--new NAME]
        dvtrun audit doctor
@@ -69,6 +71,8 @@ Run `+"`dvtrun audit SUBCOMMAND --help`"+` for its flags.`)
 		return cmdAuditVerify(ctx, c, args[1:])
 	case "checkpoint":
 		return cmdAuditCheckpoint(ctx, c, args[1:])
+	case "retain":
+		return cmdAuditRetain(ctx, c, args[1:])
 	case "prove":
 		return cmdAuditProve(ctx, c, args[1:])
 	case "key":
@@ -76,7 +80,7 @@ Run `+"`dvtrun audit SUBCOMMAND --help`"+` for its flags.`)
 	case "doctor":
 		return cmdAuditDoctor(ctx, c, args[1:])
 	}
-	return engine.Errorf(engine.CodeInvalidArgument, "unknown audit subcommand %q (want verify, checkpoint, prove, key or doctor)", args[0])
+	return engine.Errorf(engine.CodeInvalidArgument, "unknown audit subcommand %q (want verify, checkpoint, retain, prove, key or doctor)", args[0])
 }
 
 // openAuditStore opens the state store with its tamper-evident log.
@@ -156,6 +160,34 @@ func cmdAuditVerify(ctx context.Context, c *cli, args []string) error {
 	for _, h := range rep.Retained {
 		fmt.Fprintf(c.stdout, "run %s: payloads removed by retention at %s (verified by its links and the signed log)\n", c.clean(h.RunID), c.clean(h.RetainedAt))
 	}
+	return nil
+}
+
+func cmdAuditRetain(ctx context.Context, c *cli, args []string) error {
+	fs := c.newFlagSet("audit retain", "", "Apply retention: remove the event payloads of every run that ended more than DURATION ago\nand whose every event a stored checkpoint covers (sign one first: `dvtrun audit checkpoint`).\nHashes and links stay, so `dvtrun audit verify` still proves the log and names these runs.")
+	olderThan := fs.Duration("older-than", 0, "remove payloads of runs ended more than `DURATION` ago (default: audit.retention)")
+	if _, err := c.parse(fs, args, 0, 0); err != nil {
+		return err
+	}
+	cfg, err := c.loadConfig()
+	if err != nil {
+		return err
+	}
+	keep := cmp.Or(*olderThan, cfg.Audit.Retention)
+	if keep <= 0 {
+		return engine.Errorf(engine.CodeInvalidArgument, "no retention to apply: give --older-than DURATION or set audit.retention in the configuration")
+	}
+	st, err := c.openAuditStore(ctx)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	now := time.Now()
+	runs, events, err := st.Retain(ctx, now, now.Add(-keep))
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(c.stdout, "retention (ended more than %s ago): payloads of %d events removed from %d runs\n", keep, events, runs)
 	return nil
 }
 
@@ -374,12 +406,23 @@ func (c *cli) newAuditService(st stateStore, cfg *config.Config, log *slog.Logge
 	return &audit.Service{
 		Checkpointer: &audit.Checkpointer{Log: as, SigningKey: key, Now: time.Now},
 		Every:        cfg.Audit.Every,
-		Publish: func(_ context.Context, cp audit.Checkpoint) error {
+		Publish: func(ctx context.Context, cp audit.Checkpoint) error {
 			log.Info("checkpoint signed", "size", cp.Size, "root", base64.StdEncoding.EncodeToString(cp.Root[:]))
-			if cfg.Audit.CheckpointFile == "" {
+			if cfg.Audit.CheckpointFile != "" {
+				if err := writeFileAtomic(relativeTo(c.g.config, cfg.Audit.CheckpointFile), cp.Note); err != nil {
+					return err
+				}
+			}
+			if cfg.Audit.Retention <= 0 {
 				return nil
 			}
-			return writeFileAtomic(relativeTo(c.g.config, cfg.Audit.CheckpointFile), cp.Note)
+			// A fresh checkpoint is what makes more runs eligible.
+			now := time.Now()
+			runs, events, err := as.Retain(ctx, now, now.Add(-cfg.Audit.Retention))
+			if runs > 0 {
+				log.Info("retention applied", "runs", runs, "events", events)
+			}
+			return err
 		},
 		OnError: func(err error) { log.Error("checkpoint failed", "error", err.Error()) },
 	}, nil

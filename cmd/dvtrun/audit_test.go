@@ -242,3 +242,36 @@ func TestCheckpointThroughTheOutbox(t *testing.T) {
 		t.Fatalf("outbox list does not show the checkpoint delivery: %d %q %q", r.code, r.stdout, r.stderr)
 	}
 }
+
+// TestAuditRetainCLI: `audit retain` removes the payloads of a run a
+// checkpoint covers, and `audit verify` still proves the log against the
+// checkpoint held outside, naming the run.
+func TestAuditRetainCLI(t *testing.T) {
+	h, runID, cp := auditHarness(t)
+	wantError(t, h.run("audit", "retain"), 2, "INVALID_ARGUMENT", "--older-than")
+	r := h.run("audit", "retain", "--older-than", "1ns")
+	if r.code != 0 || !regexp.MustCompile(`payloads of [1-9]\d* events removed from 1 runs`).MatchString(r.stdout) {
+		t.Fatalf("audit retain: %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	for _, e := range h.events(runID) {
+		if p := strings.TrimSpace(string(e.Payload)); p != "" && p != "null" {
+			t.Fatalf("runSeq %d keeps its payload %s", e.RunSeq, p)
+		}
+	}
+	if r := h.run("audit", "retain", "--older-than", "1ns"); r.code != 0 || !strings.Contains(r.stdout, "payloads of 0 events removed from 0 runs") {
+		t.Fatalf("second retain: %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	r = h.run("audit", "verify", "--public-key", storetest.TestPublicKey, "--checkpoint", cp, "--all")
+	if r.code != 0 || !strings.Contains(r.stdout, "run "+runID+": payloads removed by retention at ") {
+		t.Fatalf("verify after retention: %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	// The trigger lets retention through and nothing else.
+	db, err := sql.Open("sqlite", h.statePath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.ExecContext(context.Background(), `UPDATE dvt_run_events SET event_type = 'RunFailed' WHERE run_id = ? AND event_type = 'RunCompleted'`, runID); err == nil || !strings.Contains(err.Error(), "append-only") {
+		t.Fatalf("an edit of a retained run: %v, want refused as append-only", err)
+	}
+}

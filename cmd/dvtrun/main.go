@@ -214,7 +214,7 @@ func commands() []command {
 		{"export", "RUN_ID", "write a run's audit export (JSON bundle or CSV)", cmdExport},
 		{"plan", "validate|show|import-dbt", "validate a plan, print what a run ran, import a dbt manifest", cmdPlan},
 		{"verify", "[RUN_ID | --all]", "compare the SQL projection with the Go reducer", cmdVerify},
-		{"audit", "verify|checkpoint|prove|key|doctor", "tamper-evident log: verify chains and signed checkpoints, prove an event", cmdAudit},
+		{"audit", "verify|checkpoint|retain|prove|key|doctor", "tamper-evident log: verify chains and signed checkpoints, prove an event", cmdAudit},
 		{"project", "[--once]", "keep the live snapshot table current", cmdProject},
 		{"outbox", "deliver|list|dead|retry", "deliver outbox events to sinks, inspect and replay", cmdOutbox},
 		{"enqueue", "PLAN", "ask for a run of a plan; a worker starts it", cmdEnqueue},

@@ -13,6 +13,7 @@ import (
 //	  publicKey: dvtrun.audit+1a2b3c4d+AQ…  # pinned: verify checks against it
 //	  checkpointFile: /var/lib/dvtrun/checkpoint.txt
 //	  every: 1m                         # serve and worker sign this often
+//	  retention: 2160h                  # ended runs keep payloads 90 days
 type Audit struct {
 	// SigningKeyEnv names the environment variable holding the checkpoint
 	// signing key (a signed-note PRIVATE+KEY+… string): a secret by
@@ -25,6 +26,11 @@ type Audit struct {
 	CheckpointFile string `yaml:"checkpointFile"`
 	// Every is the checkpointer's cadence in serve and worker; 0: off.
 	Every time.Duration `yaml:"every"`
+	// Retention, when set, is how long an ended run keeps its event
+	// payloads: `dvtrun audit retain` (and serve and worker after each
+	// checkpoint) removes older ones once a checkpoint covers the run,
+	// keeping the hashes; 0: payloads are kept.
+	Retention time.Duration `yaml:"retention"`
 }
 
 // MinAuditEvery is the shortest checkpoint cadence accepted.
@@ -36,6 +42,8 @@ func (a *Audit) validate() error {
 		return keyError("audit.every", "%s is below the minimum of %s (0 or absent: no checkpointer in serve and worker)", a.Every, MinAuditEvery)
 	case a.Every != 0 && a.SigningKeyEnv == "":
 		return keyError("audit.signingKeyEnv", "is required with audit.every: the checkpointer signs with it")
+	case a.Retention < 0:
+		return keyError("audit.retention", "%s is negative (0 or absent: payloads are kept)", a.Retention)
 	case strings.HasPrefix(strings.TrimSpace(a.PublicKey), "PRIVATE+KEY"):
 		return keyError("audit.publicKey", "is a private key; give the public key `dvtrun audit key` prints, and keep the private one in the variable signingKeyEnv names")
 	}

@@ -60,6 +60,12 @@ func TestVerifyRun(t *testing.T) {
 		}
 		return out
 	}
+	pruned := append([]engine.RunEventRecord(nil), recs...)
+	pruned[2].Payload = nil
+	edited := append([]engine.RunEventRecord(nil), recs...)
+	edited[2].Payload = []byte(`{"ok":false}`)
+	retyped := append([]engine.RunEventRecord(nil), recs...)
+	retyped[2].EventType = engine.RunFailed
 	cases := []struct {
 		name   string
 		rc     RunChain
@@ -84,6 +90,11 @@ func TestVerifyRun(t *testing.T) {
 			}
 			return l
 		}()}, 3, "payload differs"},
+		// Retention removed run-1's last payload: the link holds.
+		{"payload removed by retention", RunChain{RunID: "run-1", Status: engine.StatusCompleted, NextSeq: 4, Retained: true, Records: pruned, Links: chain(recs)}, 0, ""},
+		{"payload removed without retention", RunChain{RunID: "run-1", Status: engine.StatusCompleted, NextSeq: 4, Records: pruned, Links: chain(recs)}, 3, "does not hash to its hash"},
+		{"retained run with an edited payload", RunChain{RunID: "run-1", Status: engine.StatusCompleted, NextSeq: 4, Retained: true, Records: edited, Links: chain(recs)}, 3, "does not hash to its hash"},
+		{"retained run with an edited event type", RunChain{RunID: "run-1", Status: engine.StatusCompleted, NextSeq: 4, Retained: true, Records: retyped, Links: chain(recs)}, 3, "does not hash to its hash"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

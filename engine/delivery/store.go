@@ -3,7 +3,8 @@
 // per sink, in run_seq order within a run, with exponential backoff, jitter
 // and a dead letter (ExecutionSemantics §4). Several delivery processes share
 // the work through conditional-update claims in the store, so in normal
-// operation nothing is delivered twice.
+// operation nothing is delivered twice. Signed audit checkpoints travel the
+// same way, as a stream of their own (checkpoint.go).
 package delivery
 
 import (

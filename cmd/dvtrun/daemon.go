@@ -67,7 +67,7 @@ func (d *daemonFlags) register(c *cli, name string, worker bool) *flag.FlagSet {
 var daemonHelp = map[string]string{
 	"scheduler": "Fire the configured schedules into the run queue until SIGTERM. Any number of schedulers\nmay run on one store: each tick becomes one request.",
 	"worker": "Claim queued run requests and run them until SIGTERM, then let runs in flight finish\nwithin --grace or hand them back to another worker. Exit 0. Also delivers the outbox to\n" +
-		"the config's sinks (as `dvtrun outbox deliver`) and keeps the live snapshots current\n(as `dvtrun project`).",
+		"the config's sinks (as `dvtrun outbox deliver`) and keeps the live snapshots current\n(as `dvtrun project`). On Temporal (the target's engine, or --engine temporal) it polls\nthe Temporal task queue and turns each claimed request into a workflow start.",
 	"serve": "Scheduler, worker, outbox delivery and the live projector in one process: the single-machine default.",
 }
 

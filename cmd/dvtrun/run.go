@@ -155,7 +155,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 // with the worker, which runs its claimed requests the same way.
 func (f *runFlags) registerExec(fs *flag.FlagSet) {
 	fs.IntVar(&f.threads, "threads", 4, "run up to `N` steps in parallel")
-	fs.StringVar(&f.engine, "engine", "", "`ENGINE` that executes the run: local (default) or temporal, a workflow per run on the config's temporal server (env DVT_ENGINE)")
+	fs.StringVar(&f.engine, "engine", "", "`ENGINE` that executes the run: local or temporal, a workflow per run on the target's (else the config's) temporal server (env DVT_ENGINE; default: the target's engine, else local)")
 	fs.StringVar(&f.secretsFile, "secrets-file", "", "`FILE` of KEY=VALUE secrets (DVT_SECRET_<NAME> in the environment wins)")
 	// A runner that dies keeps its lease until it expires; then `resume`
 	// (from any machine) or another worker may take the run over.

@@ -172,6 +172,22 @@ schedules:
 		if st := d.GetWorkflowExecutionInfo().GetStatus(); st != enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED {
 			t.Errorf("run %s: workflow %s", r.RunID, st)
 		}
+		// RunStarted says who triggered the run, as its RunQueued does.
+		want := []string{`"engineType":"temporal"`, `"triggerSource":"queue"`}
+		if r.Schedule == "ticker" {
+			want = []string{`"engineType":"temporal"`, `"triggerSource":"schedule"`, `"triggeredBy":"schedule:ticker"`}
+		}
+		started := ""
+		for line := range strings.Lines(dvt("events", r.RunID)) {
+			if strings.Contains(line, "RunStarted") {
+				started = line
+			}
+		}
+		for _, w := range want {
+			if !strings.Contains(started, w) {
+				t.Errorf("run %s: RunStarted without %s: %q", r.RunID, w, started)
+			}
+		}
 	}
 	// Two schedulers over 7s of @every 2s: at most 4 ticks, each one run.
 	if scheduled < 2 || scheduled > 4 || len(runs) != scheduled+1 {

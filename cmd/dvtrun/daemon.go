@@ -18,6 +18,8 @@ import (
 	// that a host or container without one still loads them.
 	_ "time/tzdata"
 
+	sdkworker "go.temporal.io/sdk/worker"
+
 	"github.com/dvtrun/dvtrun/engine"
 	"github.com/dvtrun/dvtrun/engine/config"
 	webui "github.com/dvtrun/dvtrun/engine/console"
@@ -30,8 +32,6 @@ import (
 	"github.com/dvtrun/dvtrun/engine/service"
 	"github.com/dvtrun/dvtrun/engine/worker"
 	"github.com/dvtrun/dvtrun/store"
-
-	sdkworker "go.temporal.io/sdk/worker"
 )
 
 // daemonFlags are shared by scheduler, worker and serve.

@@ -16,7 +16,10 @@ import (
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
 
+	"github.com/dvtrun/dvtrun/engine"
+	dvtemporal "github.com/dvtrun/dvtrun/engine/temporal"
 	"github.com/dvtrun/dvtrun/store/sqlite"
 )
 
@@ -278,5 +281,58 @@ targets:
 	}
 	if len(got) != len(want) {
 		t.Errorf("Temporal built %d relations, local %d", len(got), len(want))
+	}
+}
+
+// TestStartRunTwiceIsOneWorkflow is what makes a request claimed again (its
+// worker died while waiting) or started by two processes one run: two
+// concurrent starts of a run answer the same workflow execution, and a
+// start after it ended answers that execution, never a second one.
+func TestStartRunTwiceIsOneWorkflow(t *testing.T) {
+	ts := newServer(t)
+	p := loadShop(t)
+	e := newEnv(t, ts, nil)
+	e.worker("twice", p)
+	runID := e.start(p)
+	in := dvtemporal.Input{RunID: runID, Threads: 4}
+	var runs [2]client.WorkflowRun
+	var errs [2]error
+	var wg sync.WaitGroup
+	for i := range runs {
+		wg.Go(func() { runs[i], errs[i] = dvtemporal.StartRun(e.ctx, e.c, "twice", in) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("start %d: %v", i, err)
+		}
+	}
+	if runs[0].GetRunID() != runs[1].GetRunID() {
+		t.Fatalf("two starts of run %s: executions %s and %s", runID, runs[0].GetRunID(), runs[1].GetRunID())
+	}
+	if err := e.wait(runs[0], 2*time.Minute); err != nil {
+		t.Fatalf("workflow: %v", err)
+	}
+	again, err := dvtemporal.StartRun(e.ctx, e.c, "twice", in)
+	if err != nil {
+		t.Fatalf("a start after the end: %v", err)
+	}
+	if again.GetRunID() != runs[0].GetRunID() {
+		t.Fatalf("a start after the end began execution %s, not the ended %s", again.GetRunID(), runs[0].GetRunID())
+	}
+	if err := e.wait(again, 10*time.Second); err != nil {
+		t.Fatalf("the ended workflow: %v", err)
+	}
+	if snap := e.verify(runID); snap.Status != engine.StatusCompleted {
+		t.Fatalf("run %s is %s", runID, snap.Status)
+	}
+	started := 0
+	for _, ev := range e.events(runID) {
+		if ev.EventType == engine.RunStarted {
+			started++
+		}
+	}
+	if started != 1 {
+		t.Fatalf("%d RunStarted events, want 1", started)
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/queue"
 	dvtemporal "github.com/dvtrun/dvtrun/engine/temporal"
 	"github.com/dvtrun/dvtrun/store/sqlite"
 )
@@ -133,38 +134,53 @@ schedules:
 		ProviderRunRef string `json:"providerRunRef"`
 		Schedule       string `json:"schedule"`
 	}
-	// Every queued request ends (bounded): the worker has started and
-	// waited for each one's workflow.
-	var runs []run
+	// Every request ends (bounded): the worker has started and waited for
+	// each one's workflow.
+	var requests []queue.Request
 	deadline := time.Now().Add(time.Minute)
 	for {
-		runs = nil
-		if err := json.Unmarshal([]byte(dvt("runs", "--json")), &runs); err != nil {
+		requests = nil
+		if err := json.Unmarshal([]byte(dvt("queue", "--all", "--json")), &requests); err != nil {
 			t.Fatal(err)
 		}
-		done := len(runs) > 0
-		for _, r := range runs {
-			done = done && r.Status == "COMPLETED"
+		done := len(requests) > 0
+		for _, q := range requests {
+			done = done && q.State == queue.StateDone
 		}
-		if done && !strings.Contains(dvt("queue"), "QUEUED") {
+		if done {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("runs not all COMPLETED within a minute: %+v", runs)
+			t.Fatalf("requests not all DONE within a minute: %+v", requests)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+	var runs []run
+	if err := json.Unmarshal([]byte(dvt("runs", "--json")), &runs); err != nil {
+		t.Fatal(err)
+	}
+	if len(runs) != len(requests) {
+		t.Fatalf("%d runs of %d requests, want one each", len(runs), len(requests))
+	}
+	for _, q := range requests {
+		if q.Outcome != string(engine.StatusCompleted) {
+			t.Errorf("request %s: outcome %s", q.RunRequestID, q.Outcome)
+		}
+	}
 	stop(worker)
 
-	scheduled, requests := 0, map[string]bool{}
+	scheduled, seen := 0, map[string]bool{}
 	for _, r := range runs {
 		if r.Schedule == "ticker" {
 			scheduled++
 		}
-		if r.RunRequestID == "" || requests[r.RunRequestID] {
+		if r.Status != string(engine.StatusCompleted) {
+			t.Errorf("run %s is %s", r.RunID, r.Status)
+		}
+		if r.RunRequestID == "" || seen[r.RunRequestID] {
 			t.Errorf("run %s: runRequestId %q empty or seen twice", r.RunID, r.RunRequestID)
 		}
-		requests[r.RunRequestID] = true
+		seen[r.RunRequestID] = true
 		if !strings.HasPrefix(r.ProviderRunRef, "temporal://"+ts.GetDefaultNamespace()+"/"+r.RunID+"/") {
 			t.Errorf("run %s: providerRunRef %q, want temporal://%s/%s/…", r.RunID, r.ProviderRunRef, ts.GetDefaultNamespace(), r.RunID)
 		}

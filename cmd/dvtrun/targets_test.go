@@ -215,7 +215,7 @@ func TestEnqueueCarriesTheRunShape(t *testing.T) {
 		t.Fatalf("outcomes: shaped %+v, gate %+v", shaped, gate)
 	}
 	q := queuedOf(t, h, shaped.RunID)
-	if q.Target != "prod" || !q.FullRefresh || q.Vars["region"] != "eu" || q.Vars["days"] != float64(7) || q.Selection == nil ||
+	if q.Target != "prod" || !q.FullRefresh || q.Vars["region"] != "eu" || fmt.Sprint(q.Vars["days"]) != "7" || q.Selection == nil ||
 		strings.Join(q.Selection.Steps, ",") != "seed.customers,model.stg_customers,test.not_null_stg_customers_id" {
 		t.Fatalf("RunQueued of the shaped run: %+v (selection %+v)", q, q.Selection)
 	}

@@ -18,6 +18,8 @@ import (
 	// that a host or container without one still loads them.
 	_ "time/tzdata"
 
+	sdkworker "go.temporal.io/sdk/worker"
+
 	"github.com/dvtrun/dvtrun/engine"
 	"github.com/dvtrun/dvtrun/engine/config"
 	webui "github.com/dvtrun/dvtrun/engine/console"
@@ -65,7 +67,7 @@ func (d *daemonFlags) register(c *cli, name string, worker bool) *flag.FlagSet {
 var daemonHelp = map[string]string{
 	"scheduler": "Fire the configured schedules into the run queue until SIGTERM. Any number of schedulers\nmay run on one store: each tick becomes one request.",
 	"worker": "Claim queued run requests and run them until SIGTERM, then let runs in flight finish\nwithin --grace or hand them back to another worker. Exit 0. Also delivers the outbox to\n" +
-		"the config's sinks (as `dvtrun outbox deliver`) and keeps the live snapshots current\n(as `dvtrun project`).",
+		"the config's sinks (as `dvtrun outbox deliver`) and keeps the live snapshots current\n(as `dvtrun project`). On Temporal (the target's engine, or --engine temporal) it polls\nthe Temporal task queue and turns each claimed request into a workflow start.",
 	"serve": "Scheduler, worker, outbox delivery and the live projector in one process: the single-machine default.",
 }
 
@@ -321,6 +323,7 @@ type cliExec struct {
 	log    *slog.Logger
 	runs   *runDurations  // nil: not measured
 	cfg    *config.Config // for the targets requests name
+	tmp    *temporalHost  // the worker's target runs on Temporal: requests become workflow starts
 }
 
 // plan reads the request's plan bundle from the state store by the
@@ -362,6 +365,10 @@ func (x *cliExec) Run(ctx context.Context, r queue.Request, runID string) (engin
 	if err := checkSecrets(p, sel, x.lookup); err != nil {
 		return "", err
 	}
+	if x.tmp != nil && r.Shape.Target != "" && r.Shape.Target != x.c.targetName() {
+		// The workflow's activities run on this worker's warehouse.
+		return "", engine.Errorf(engine.CodeConfigInvalid, "the request runs on target %s; this worker starts Temporal workflows for target %s only", engine.QuoteText(r.Shape.Target), engine.QuoteText(x.c.targetName()))
+	}
 	wh, done, err := x.requestWarehouse(ctx, r.Shape.Target)
 	if err != nil {
 		return "", err
@@ -384,6 +391,13 @@ func (x *cliExec) Run(ctx context.Context, r queue.Request, runID string) (engin
 		return snap.Status, nil
 	case snap.Status == engine.StatusQueued:
 		resume = false
+	}
+	if x.tmp != nil {
+		// Started or joined: the workflow id is the run id recorded with
+		// the claim, so a request claimed again has one workflow.
+		snap, err := x.tmp.run(ctx, eng, x.f, runID)
+		x.ended(p.PlanID, snap)
+		return snap.Status, err
 	}
 	rn := x.c.newRunner(x.st, x.f, nil, x.lookup)
 	rn.Config.Config = eng.Config
@@ -490,18 +504,6 @@ func (c *cli) daemon(ctx context.Context, name string, args []string, withSchedu
 		m.sched = s.Metrics
 		group = append(group, s)
 	}
-	if withWorker && !withScheduler && c.onTemporal(d.exec.engine) {
-		lookup, err := c.secretLookup(d.exec.secretsFile)
-		if err != nil {
-			return err
-		}
-		wh, _, err := c.openWarehouse(ctx)
-		if err != nil {
-			return err
-		}
-		defer wh.Close()
-		return c.temporalWorker(ctx, d.exec, cfg, st, wh, lookup, log)
-	}
 	var w *worker.Worker
 	if withWorker {
 		lookup, err := c.secretLookup(d.exec.secretsFile)
@@ -513,6 +515,19 @@ func (c *cli) daemon(ctx context.Context, name string, args []string, withSchedu
 			return err
 		}
 		defer wh.Close()
+		var tmp *temporalHost
+		if c.onTemporal(d.exec.engine) {
+			// The worker polls the Temporal task queue, and turns the
+			// requests it claims from dvtrun's queue into workflow starts.
+			tc := c.temporalBlock(cfg)
+			tmp, err = c.hostTemporal(ctx, tc, d.exec, sdkworker.Options{MaxConcurrentActivityExecutionSize: max(d.exec.threads, 1)},
+				c.temporalActivities(st, wh, lookup, cfg, tc, d.exec.leaseTTL))
+			if err != nil {
+				return err
+			}
+			defer tmp.close()
+			log.Info("polling Temporal", "address", tc.Address, "namespace", tc.Namespace, "taskQueue", tc.TaskQueue)
+		}
 		owner := c.ownerID(name)
 		// One pulse for all the process's runs: one request per interval
 		// renews every lease and fetches every run's signals. It is not in
@@ -532,7 +547,7 @@ func (c *cli) daemon(ctx context.Context, name string, args []string, withSchedu
 			HeartbeatTTL: d.exec.leaseTTL, Poll: d.poll, Wakeups: wakeupsOf(st), Grace: d.grace,
 			Clock: engine.ClockFunc(time.Now), IDs: engine.IDFunc(newID), Sleep: sleepCtx, Log: log, Metrics: &worker.Counters{},
 			Exec: &cliExec{c: c, st: &timedAppends{queueStore: st, lat: &m.appends}, wh: wh, lookup: lookup, owner: owner,
-				f: d.exec, pulse: pl, log: log, runs: &m.runs, cfg: cfg},
+				f: d.exec, pulse: pl, log: log, runs: &m.runs, cfg: cfg, tmp: tmp},
 		}
 		m.worker = w.Metrics
 		// Delivery and the projector go before the worker, so they stop

@@ -181,7 +181,6 @@ func TestWorkerRefusesBadFlags(t *testing.T) {
 		{[]string{"run", "--threads", "0", fixture("slow", "plan.yaml")}, "--threads must be at least 1"},
 		{[]string{"run", "--engine", "conductor", fixture("slow", "plan.yaml")}, `--engine "conductor": want local or temporal`},
 		{[]string{"worker", "--engine", "nomad"}, `--engine "nomad": want local or temporal`},
-		{[]string{"serve", "--engine", "temporal"}, "serve runs the local worker"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			h := newHarness(t)

@@ -155,7 +155,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 // with the worker, which runs its claimed requests the same way.
 func (f *runFlags) registerExec(fs *flag.FlagSet) {
 	fs.IntVar(&f.threads, "threads", 4, "run up to `N` steps in parallel")
-	fs.StringVar(&f.engine, "engine", "", "`ENGINE` that executes the run: local (default) or temporal, a workflow per run on the config's temporal server (env DVT_ENGINE)")
+	fs.StringVar(&f.engine, "engine", "", "`ENGINE` that executes the run: local or temporal, a workflow per run on the target's (else the config's) temporal server (env DVT_ENGINE; default: the target's engine, else local)")
 	fs.StringVar(&f.secretsFile, "secrets-file", "", "`FILE` of KEY=VALUE secrets (DVT_SECRET_<NAME> in the environment wins)")
 	// A runner that dies keeps its lease until it expires; then `resume`
 	// (from any machine) or another worker may take the run over.
@@ -248,6 +248,7 @@ func cmdRun(ctx context.Context, c *cli, args []string) error {
 	wantSHA := fs.String("plan-sha256", "", "refuse the plan unless its file hashes to `HEX` (PLAN_HASH_MISMATCH)")
 	fullRefresh := fs.Bool("full-refresh", false, "rebuild incremental models from their full select instead of merging new rows")
 	varsFlag := fs.String("vars", "", varsHelp)
+	intervalFlag := fs.String("interval", "", "the data interval a run by hand covers, `START/END` (RFC 3339 times or dates, UTC; END excluded), as a schedule's tick gives one: {{ data_interval_start }}, {{ logical_date }}…")
 	pos, err := c.parse(fs, args, 1, 1)
 	if err != nil {
 		return err
@@ -256,6 +257,10 @@ func cmdRun(ctx context.Context, c *cli, args []string) error {
 		return err
 	}
 	vars, err := plan.ParseVars(*varsFlag)
+	if err != nil {
+		return err
+	}
+	interval, err := parseInterval(*intervalFlag)
 	if err != nil {
 		return err
 	}
@@ -268,7 +273,36 @@ func cmdRun(ctx context.Context, c *cli, args []string) error {
 	if err != nil {
 		return err
 	}
-	return c.startAndExecute(ctx, f, b, engine.StartRequest{Plan: p, Ref: b.Ref, RunRequestID: *reqID, Selection: sel, FullRefresh: *fullRefresh, Target: c.targetName(), Vars: vars}, "")
+	return c.startAndExecute(ctx, f, b, engine.StartRequest{Plan: p, Ref: b.Ref, RunRequestID: *reqID, Selection: sel, FullRefresh: *fullRefresh, Target: c.targetName(), Vars: vars, DataInterval: interval}, "")
+}
+
+// parseInterval reads --interval START/END (ISO 8601's interval notation):
+// each end an RFC 3339 time or a date (midnight UTC); "" is none.
+func parseInterval(v string) (*engine.DataInterval, error) {
+	if v == "" {
+		return nil, nil
+	}
+	bad := func(why string) error {
+		return engine.Errorf(engine.CodeInvalidArgument, "--interval %s: %s (want START/END, e.g. 2026-11-25/2026-11-26 or 2026-11-25T00:00:00Z/2026-11-25T06:00:00Z)", engine.QuoteText(v), why)
+	}
+	a, z, ok := strings.Cut(v, "/")
+	if !ok {
+		return nil, bad("no '/' between start and end")
+	}
+	var ends [2]time.Time
+	for i, s := range []string{a, z} {
+		t, err := time.Parse(time.RFC3339Nano, s)
+		if err != nil {
+			if t, err = time.Parse(time.DateOnly, s); err != nil {
+				return nil, bad(fmt.Sprintf("%q is neither an RFC 3339 time nor a date", s))
+			}
+		}
+		ends[i] = t.UTC()
+	}
+	if !ends[0].Before(ends[1]) {
+		return nil, bad("the start is not before the end")
+	}
+	return &engine.DataInterval{Start: ends[0].Format(engine.TimeFormat), End: ends[1].Format(engine.TimeFormat), Timezone: "UTC"}, nil
 }
 
 // startAndExecute stores the bundle b, records a new run of its plan

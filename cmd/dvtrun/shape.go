@@ -74,6 +74,10 @@ func (x *cliExec) requestWarehouse(ctx context.Context, target string) (wh wareh
 	if t.Store != x.c.g.store {
 		return nil, nil, engine.Errorf(engine.CodeConfigInvalid, "the request runs on target %s, whose runs are kept in another state store than this worker's: start a worker with --target %s", target, target)
 	}
+	if t.Engine == config.EngineTemporal {
+		// Its runs are workflows: only a worker of that target starts them.
+		return nil, nil, engine.Errorf(engine.CodeConfigInvalid, "the request runs on target %s, which runs on Temporal: a `dvtrun worker --target %s` starts its workflows", target, target)
+	}
 	w, _, err := x.c.openWarehouseURL(ctx, t.Warehouse, nil)
 	if err != nil {
 		return nil, nil, err

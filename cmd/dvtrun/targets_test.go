@@ -137,6 +137,8 @@ func TestTargetErrors(t *testing.T) {
 	// Two targets on one warehouse, named by the key.
 	bad := h.writeConfig("targets:\n  dev: {store: 'sqlite:s.db', warehouse: 'sqlite:w.db'}\n  prod: {store: 'sqlite:s.db', warehouse: 'sqlite:./w.db'}\n")
 	wantError(t, h.run("--config", bad, "queue"), 2, "CONFIG_INVALID", "targets.prod.warehouse: is the warehouse of target dev too")
+	conductor := h.writeConfig("targets:\n  tmp: {store: 'sqlite:s.db', warehouse: 'sqlite:w.db', engine: conductor}\n")
+	wantError(t, h.run("--config", conductor, "--target", "tmp", "queue"), 2, "CONFIG_INVALID", `targets.tmp.engine: "conductor": want local or temporal`)
 	noDefault := h.writeConfig("targets:\n  dev: {store: 'sqlite:s.db', warehouse: 'sqlite:w.db'}\n")
 	wantError(t, h.run("--config", noDefault, "queue"), 2, "CONFIG_INVALID", "no default target")
 	// No file anywhere up the tree.
@@ -213,7 +215,7 @@ func TestEnqueueCarriesTheRunShape(t *testing.T) {
 		t.Fatalf("outcomes: shaped %+v, gate %+v", shaped, gate)
 	}
 	q := queuedOf(t, h, shaped.RunID)
-	if q.Target != "prod" || !q.FullRefresh || q.Vars["region"] != "eu" || q.Vars["days"] != float64(7) || q.Selection == nil ||
+	if q.Target != "prod" || !q.FullRefresh || q.Vars["region"] != "eu" || fmt.Sprint(q.Vars["days"]) != "7" || q.Selection == nil ||
 		strings.Join(q.Selection.Steps, ",") != "seed.customers,model.stg_customers,test.not_null_stg_customers_id" {
 		t.Fatalf("RunQueued of the shaped run: %+v (selection %+v)", q, q.Selection)
 	}
@@ -430,6 +432,32 @@ targets:
 	}
 	if qa, dev := tableCount(t, filepath.Join(h.dir, "qa.db"), "customers"), tableCount(t, filepath.Join(h.dir, "dev.db"), "customers"); qa != 3 || dev != -1 {
 		t.Errorf("customers: qa %d, dev %d; want 3 and none", qa, dev)
+	}
+}
+
+// A local worker leaves the requests of a target on Temporal alone (a
+// worker of that target starts their workflows): they are handed back,
+// never run on the local runner, and the target's warehouse is untouched.
+func TestLocalWorkerLeavesTemporalTargets(t *testing.T) {
+	h := newHarness(t)
+	plan := filepath.Join(h.dir, "ok")
+	if err := os.CopyFS(plan, os.DirFS(fixture("ok"))); err != nil {
+		t.Fatal(err)
+	}
+	cfg := h.writeConfig(`target: dev
+targets:
+  dev: {store: "sqlite:state.db", warehouse: "sqlite:dev.db", environment: shared}
+  tmp: {store: "sqlite:state.db", warehouse: "sqlite:tmp.db", environment: shared, engine: temporal}
+`)
+	if r := h.run("--config", cfg, "--target", "tmp", "enqueue", filepath.Join(plan, "plan.yaml")); r.code != 0 {
+		t.Fatalf("enqueue: %+v", r)
+	}
+	rows := workUntilDone(t, h, "--config", cfg) // on dev, local
+	if len(rows) != 1 || rows[0].Outcome != "FAILED" || rows[0].Attempts < 2 {
+		t.Fatalf("the dev worker on tmp's request: %+v", rows)
+	}
+	if n := tableCount(t, filepath.Join(h.dir, "tmp.db"), "customers"); n != -1 {
+		t.Fatalf("the request ran locally on tmp's warehouse (%d customers)", n)
 	}
 }
 

@@ -17,27 +17,33 @@ import (
 	dvtemporal "github.com/dvtrun/dvtrun/engine/temporal"
 )
 
-// Engines a run executes on (--engine).
-const (
-	engineLocal    = "local"
-	engineTemporal = "temporal"
-)
-
 func checkEngine(name string) error {
 	switch name {
-	case "", engineLocal, engineTemporal:
+	case "", config.EngineLocal, config.EngineTemporal:
 		return nil
 	}
 	return engine.Errorf(engine.CodeInvalidArgument, "--engine %q: want local or temporal", name)
 }
 
 // onTemporal reports whether a run executes on Temporal: --engine, else
-// DVT_ENGINE.
+// DVT_ENGINE, else the target's engine (one rule: the most specific to
+// this command wins; the temporal block is the target's, else the
+// top-level one — temporalBlock).
 func (c *cli) onTemporal(flagValue string) bool {
 	if flagValue == "" {
 		flagValue = c.env("DVT_ENGINE")
 	}
-	return flagValue == engineTemporal
+	if flagValue == "" && c.target != nil {
+		flagValue = c.target.t.Engine
+	}
+	return flagValue == config.EngineTemporal
+}
+
+// temporalBlock is the temporal block of the command's target (its own,
+// else the top-level one), defaults filled.
+func (c *cli) temporalBlock(cfg *config.Config) config.Temporal {
+	_, tc := cfg.Engine(c.targetName())
+	return tc
 }
 
 // dialTemporal connects to the config's Temporal frontend; the SDK's own
@@ -82,56 +88,64 @@ func (c *cli) temporalActivities(st stateStore, wh engine.Warehouse, lookup plan
 // Temporal worker in this process for the run's task queue (any other
 // dvtrun worker polling it shares the steps). The snapshot is the store's.
 func (c *cli) executeOnTemporal(ctx context.Context, f runFlags, cfg *config.Config, st stateStore, wh engine.Warehouse, lookup plan.SecretLookup, runID string) (engine.Snapshot, error) {
-	tc := cfg.Temporal.WithDefaults()
-	cl, err := c.dialTemporal(ctx, tc)
+	tc := c.temporalBlock(cfg)
+	host, err := c.hostTemporal(ctx, tc, f, sdkworker.Options{}, c.temporalActivities(st, wh, lookup, cfg, tc, f.leaseTTL))
 	if err != nil {
 		return engine.Snapshot{}, err
 	}
-	defer cl.Close()
-	w := sdkworker.New(cl, tc.TaskQueue, sdkworker.Options{})
-	dvtemporal.Register(w, c.temporalActivities(st, wh, lookup, cfg, tc, f.leaseTTL))
-	if err := w.Start(); err != nil {
-		return engine.Snapshot{}, engine.Errorf(engine.CodeStoreUnavailable, "the Temporal worker for task queue %s did not start: %v", tc.TaskQueue, err)
+	defer host.close()
+	return host.run(ctx, c.engineFor(st), f, runID)
+}
+
+// temporalHost is a Temporal client with a worker polling the block's task
+// queue with dvtrun's workflow and activities.
+type temporalHost struct {
+	cl client.Client
+	w  sdkworker.Worker
+	tc config.Temporal
+}
+
+// hostTemporal connects and starts the worker; close stops both.
+func (c *cli) hostTemporal(ctx context.Context, tc config.Temporal, f runFlags, opts sdkworker.Options, acts *dvtemporal.Activities) (*temporalHost, error) {
+	cl, err := c.dialTemporal(ctx, tc)
+	if err != nil {
+		return nil, err
 	}
-	defer w.Stop()
-	run, err := dvtemporal.StartRun(ctx, cl, tc.TaskQueue, dvtemporal.Input{RunID: runID, Threads: f.threads, FailFast: f.failFast, HistoryBudget: tc.HistoryBudget, HeartbeatTimeout: tc.HeartbeatTimeout})
+	w := sdkworker.New(cl, tc.TaskQueue, opts)
+	dvtemporal.Register(w, acts)
+	if err := w.Start(); err != nil {
+		cl.Close()
+		return nil, engine.Errorf(engine.CodeStoreUnavailable, "the Temporal worker for task queue %s did not start: %v", tc.TaskQueue, err)
+	}
+	return &temporalHost{cl: cl, w: w, tc: tc}, nil
+}
+
+func (h *temporalHost) close() {
+	h.w.Stop()
+	h.cl.Close()
+}
+
+// run starts run runID's workflow — or joins it: the workflow id is the run
+// id, so a request claimed again after its worker died, or started by two
+// processes, has one workflow — and waits for it to end. The snapshot is
+// the store's.
+func (h *temporalHost) run(ctx context.Context, eng *engine.Engine, f runFlags, runID string) (engine.Snapshot, error) {
+	run, err := dvtemporal.StartRun(ctx, h.cl, h.tc.TaskQueue, dvtemporal.Input{RunID: runID, Threads: f.threads, FailFast: f.failFast, HistoryBudget: h.tc.HistoryBudget, HeartbeatTimeout: h.tc.HeartbeatTimeout})
 	if err != nil {
 		return engine.Snapshot{}, err
 	}
 	werr := run.Get(ctx, nil)
-	snap, err := c.engineFor(st).GetRunStatus(context.WithoutCancel(ctx), runID)
+	snap, err := eng.GetRunStatus(context.WithoutCancel(ctx), runID)
 	if err != nil {
 		return snap, err
 	}
 	if werr != nil && !snap.Status.Terminal() {
 		if ctx.Err() != nil {
-			return snap, engine.Errorf(engine.CodeStoreUnavailable, "run %s: interrupted; its workflow %s goes on on Temporal (any `dvtrun worker --engine temporal` carries it)", runID, run.GetID())
+			return snap, engine.Errorf(engine.CodeStoreUnavailable, "run %s: interrupted; its workflow %s goes on on Temporal (any `dvtrun worker` on Temporal carries it)", runID, run.GetID())
 		}
 		return snap, engine.Errorf(engine.CodeStoreUnavailable, "run %s: its Temporal workflow ended without ending the run (resume it): %v", runID, werr)
 	}
 	return snap, nil
-}
-
-// temporalWorker is `dvtrun worker --engine temporal`: it polls the
-// config's Temporal task queue instead of dvtrun's queue until ctx ends.
-func (c *cli) temporalWorker(ctx context.Context, f runFlags, cfg *config.Config, st stateStore, wh engine.Warehouse, lookup plan.SecretLookup, log *slog.Logger) error {
-	tc := cfg.Temporal.WithDefaults()
-	cl, err := c.dialTemporal(ctx, tc)
-	if err != nil {
-		return err
-	}
-	defer cl.Close()
-	w := sdkworker.New(cl, tc.TaskQueue, sdkworker.Options{MaxConcurrentActivityExecutionSize: max(f.threads, 1)})
-	dvtemporal.Register(w, c.temporalActivities(st, wh, lookup, cfg, tc, f.leaseTTL))
-	if err := w.Start(); err != nil {
-		return engine.Errorf(engine.CodeStoreUnavailable, "the Temporal worker for task queue %s did not start: %v", tc.TaskQueue, err)
-	}
-	log.Info("started", "engine", engineTemporal, "address", tc.Address, "namespace", tc.Namespace, "taskQueue", tc.TaskQueue)
-	<-ctx.Done()
-	log.Info("stopping")
-	w.Stop()
-	log.Info("stopped")
-	return nil
 }
 
 // forwardToTemporal hands a stored signal to the run's workflow when the
@@ -140,7 +154,7 @@ func (c *cli) forwardToTemporal(ctx context.Context, cfg *config.Config, meta en
 	if !strings.HasPrefix(meta.ProviderRunRef, "temporal://") {
 		return false, nil
 	}
-	cl, err := c.dialTemporal(ctx, cfg.Temporal.WithDefaults())
+	cl, err := c.dialTemporal(ctx, c.temporalBlock(cfg))
 	if err != nil {
 		return true, err
 	}

@@ -33,7 +33,8 @@ type Config struct {
 	Console   Console            `yaml:"console"`
 	// StateStore is read key by key (see its UnmarshalYAML).
 	StateStore StateStore `yaml:"stateStore"`
-	// Temporal is where `--engine temporal` runs workflows.
+	// Temporal is where runs on Temporal start their workflows when their
+	// target has no temporal block of its own.
 	Temporal Temporal `yaml:"temporal"`
 	// Audit is the tamper-evident log's checkpointing.
 	Audit Audit `yaml:"audit"`
@@ -64,7 +65,7 @@ func (c *Config) validate(file string) error {
 	if err := c.Signals.validate(); err != nil {
 		return err
 	}
-	if err := c.Temporal.validate(); err != nil {
+	if err := c.Temporal.validate("temporal"); err != nil {
 		return err
 	}
 	if err := validateSchedules(c.Schedules); err != nil {

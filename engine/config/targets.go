@@ -16,6 +16,7 @@ import (
 //	targets:
 //	  dev:  {store: "sqlite:.dvt/state.db", warehouse: "sqlite:.dvt/warehouse.db", environment: dev}
 //	  prod: {store: "snowflake://…", warehouse: "snowflake://…&schema=PROD", threads: 8}
+//	  tmp:  {store: …, warehouse: …, engine: temporal, temporal: {address: 127.0.0.1:7233, taskQueue: dvtrun}}
 //
 // SQLite paths are relative to the configuration file (the CLI resolves
 // them, as it does schedules' plans).
@@ -27,6 +28,11 @@ type Target struct {
 	Environment string `yaml:"environment"`
 	// Threads is the default of --threads (0: the CLI's own default).
 	Threads int `yaml:"threads"`
+	// Engine executes the target's runs: local (default) or temporal.
+	Engine string `yaml:"engine"`
+	// Temporal is the target's Temporal server and task queue (default:
+	// the top-level temporal block).
+	Temporal *Temporal `yaml:"temporal"`
 }
 
 // TargetNames lists the configured targets, sorted.
@@ -58,7 +64,7 @@ func (c *Config) validateTargets(file string) error {
 		case !scheduleName.MatchString(name):
 			return keyError(key, "%q: use letters, digits, '_', '.' and '-' (at most 128)", name)
 		case t == nil:
-			return keyError(key, "want a mapping of store, warehouse, environment and threads")
+			return keyError(key, "want a mapping of store, warehouse, environment, threads, engine and temporal")
 		case t.Store == "":
 			return keyError(key+".store", "is required")
 		case t.Warehouse == "":
@@ -67,6 +73,13 @@ func (c *Config) validateTargets(file string) error {
 			return keyError(key+".warehouse", "is required (each target names its own warehouse)")
 		case t.Threads < 0:
 			return keyError(key+".threads", "must be at least 1 (or left out)")
+		case t.Engine != "" && t.Engine != EngineLocal && t.Engine != EngineTemporal:
+			return keyError(key+".engine", "%q: want local or temporal", t.Engine)
+		}
+		if t.Temporal != nil {
+			if err := t.Temporal.validate(key + ".temporal"); err != nil {
+				return err
+			}
 		}
 		if t.Environment == "" {
 			t.Environment = name

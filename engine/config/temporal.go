@@ -1,14 +1,13 @@
 package config
 
 import (
-	"fmt"
 	"net"
 	"time"
 )
 
-// Temporal is the config's temporal block: where `--engine temporal` runs
-// a run's workflow. Empty fields take the defaults of a local dev server
-// (`make temporal-dev`).
+// Temporal is a temporal block — the top-level one, or a target's: where a
+// run on Temporal runs its workflow. Empty fields take the defaults of a
+// local dev server (`make temporal-dev`).
 type Temporal struct {
 	Address   string `yaml:"address"`   // host:port of the frontend (default 127.0.0.1:7233)
 	Namespace string `yaml:"namespace"` // default "default"
@@ -38,17 +37,44 @@ func (t Temporal) WithDefaults() Temporal {
 	return t
 }
 
-func (t Temporal) validate() error {
+// Engines a run executes on: a target's engine, --engine, DVT_ENGINE.
+const (
+	EngineLocal    = "local"
+	EngineTemporal = "temporal"
+)
+
+// Engine is the engine a run on target executes on — the target's engine,
+// else local — and the temporal block it uses there: the target's own,
+// else the top-level one, with the defaults filled. target "" (no target)
+// is local on the top-level block. --engine and DVT_ENGINE override the
+// engine, never the block.
+func (c *Config) Engine(target string) (string, Temporal) {
+	tc := c.Temporal
+	t := c.Targets[target]
+	if t == nil {
+		return EngineLocal, tc.WithDefaults()
+	}
+	if t.Temporal != nil {
+		tc = *t.Temporal
+	}
+	if t.Engine == "" {
+		return EngineLocal, tc.WithDefaults()
+	}
+	return t.Engine, tc.WithDefaults()
+}
+
+// validate checks the block at key (temporal, targets.NAME.temporal).
+func (t Temporal) validate(key string) error {
 	if t.Address != "" {
 		if _, _, err := net.SplitHostPort(t.Address); err != nil {
-			return fmt.Errorf("temporal.address %q is not host:port", t.Address)
+			return keyError(key+".address", "%q is not host:port", t.Address)
 		}
 	}
 	if t.HeartbeatTimeout < 0 || (t.HeartbeatTimeout > 0 && t.HeartbeatTimeout < 400*time.Millisecond) {
-		return fmt.Errorf("temporal.heartbeatTimeout must be at least 400ms")
+		return keyError(key+".heartbeatTimeout", "must be at least 400ms")
 	}
 	if t.HistoryBudget < 0 {
-		return fmt.Errorf("temporal.historyBudget must not be negative")
+		return keyError(key+".historyBudget", "must not be negative")
 	}
 	return nil
 }

@@ -38,3 +38,51 @@ func TestTemporalBlock(t *testing.T) {
 		})
 	}
 }
+
+// TestTargetEngine: a target's engine and temporal block, the top-level
+// block as the fallback of the block (never of the engine).
+func TestTargetEngine(t *testing.T) {
+	c, err := Parse([]byte(`
+temporal: {address: 'top.example:7233', taskQueue: top}
+targets:
+  dev: {store: a, warehouse: "sqlite:dev.db"}
+  tmp: {store: a, warehouse: "sqlite:tmp.db", engine: temporal, temporal: {address: '127.0.0.1:7233', namespace: ns, taskQueue: dvtrun}}
+  shared: {store: a, warehouse: "sqlite:shared.db", engine: temporal}
+  loc: {store: a, warehouse: "sqlite:loc.db", engine: local, temporal: {taskQueue: own}}
+`), "dvt.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	top := Temporal{Address: "top.example:7233", Namespace: "default", TaskQueue: "top", HeartbeatTimeout: 5 * time.Second}
+	cases := []struct {
+		target, engine string
+		block          Temporal
+	}{
+		{"", EngineLocal, top},
+		{"dev", EngineLocal, top},
+		{"tmp", EngineTemporal, Temporal{Address: "127.0.0.1:7233", Namespace: "ns", TaskQueue: "dvtrun", HeartbeatTimeout: 5 * time.Second}},
+		{"shared", EngineTemporal, top},
+		{"loc", EngineLocal, Temporal{Address: "127.0.0.1:7233", Namespace: "default", TaskQueue: "own", HeartbeatTimeout: 5 * time.Second}},
+	}
+	for _, tc := range cases {
+		eng, block := c.Engine(tc.target)
+		if eng != tc.engine || block != tc.block {
+			t.Errorf("Engine(%q) = %s %+v, want %s %+v", tc.target, eng, block, tc.engine, tc.block)
+		}
+	}
+}
+
+func TestTargetEngineErrorsNameTheKey(t *testing.T) {
+	cases := []struct{ text, want string }{
+		{"targets: {tmp: {store: a, warehouse: b, engine: conductor}}", `targets.tmp.engine: "conductor": want local or temporal`},
+		{"targets: {tmp: {store: a, warehouse: b, engine: temporal, temporal: {address: nowhere}}}", `targets.tmp.temporal.address: "nowhere" is not host:port`},
+		{"targets: {tmp: {store: a, warehouse: b, temporal: {heartbeatTimeout: 1ms}}}", "targets.tmp.temporal.heartbeatTimeout: must be at least 400ms"},
+		{"targets: {tmp: {store: a, warehouse: b, temporal: {historyBudget: -2}}}", "targets.tmp.temporal.historyBudget: must not be negative"},
+		{"targets: {tmp: {store: a, warehouse: b, temporal: {apiKey: x}}}", "field apiKey not found"},
+	}
+	for _, tc := range cases {
+		if _, err := Parse([]byte(tc.text), "dvt.yaml"); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err = %v, want one with %q", tc.text, err, tc.want)
+		}
+	}
+}

@@ -259,6 +259,13 @@ func (a *Activities) Start(ctx context.Context, in StartInput) (StartResult, err
 			return out, fmt.Errorf("run %s: the warehouse is unusable: %w", in.RunID, err)
 		}
 	}
+	// Who triggered the run is what its RunQueued says (a schedule, the
+	// queue), as the local runner's RunStarted; this worker's own config
+	// only for a RunQueued that does not say.
+	by, source := a.Config.TriggeredBy, a.Config.TriggerSource
+	if rq, err := engine.QueuedRequest(events); err == nil && rq.TriggerSource != "" {
+		by, source = rq.TriggeredBy, rq.TriggerSource
+	}
 	ref := fmt.Sprintf("temporal://%s/%s/%s", a.Namespace, info.WorkflowExecution.ID, info.WorkflowExecution.RunID)
 	if err := a.Log.SetProviderRunRef(ctx, in.RunID, ref); err != nil {
 		return out, err
@@ -266,7 +273,7 @@ func (a *Activities) Start(ctx context.Context, in StartInput) (StartResult, err
 	if _, err := em.Emit(ctx, engine.Emission{Type: engine.RunStarted, Attempt: 1, Payload: map[string]any{
 		"engineRunRef": ref, "engineType": EngineType, "owner": a.owner(info.WorkflowExecution.ID), "threads": in.Threads,
 		"context": map[string]any{"tenantId": rc.meta.TenantID, "projectId": rc.meta.ProjectID, "environmentId": rc.meta.EnvironmentID,
-			"triggeredBy": a.Config.TriggeredBy, "triggerSource": a.Config.TriggerSource},
+			"triggeredBy": by, "triggerSource": source},
 	}}); err != nil {
 		return out, err
 	}

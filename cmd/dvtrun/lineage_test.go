@@ -341,15 +341,7 @@ func errorMessage(t *testing.T, raw [][]byte, runID, typ string) string {
 // TestOpenLineageJaffleShop imports dbt's jaffle_shop (the reference
 // manifest), runs it and checks the OpenLineage file it delivers to.
 func TestOpenLineageJaffleShop(t *testing.T) {
-	ref := filepath.Join(repoRoot(t), "..", "shared", "reference")
-	manifest := filepath.Join(ref, "dbt_manifests", "openlineage_postgres_v12", "manifest.json")
-	if _, err := os.Stat(manifest); err != nil {
-		// CI lays ../shared beside the clone: there its absence is a failure.
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("reference material not available at %s: %v", ref, err)
-		}
-		t.Skipf("reference material not available at %s: %v", ref, err)
-	}
+	ref, manifest := jaffleReference(t)
 	h := newHarness(t)
 	planFile := filepath.Join(h.dir, "jaffle_shop.yaml")
 	if r := h.run("plan", "import-dbt", manifest, "--project-dir", filepath.Join(ref, "jaffle_shop"), "-o", planFile); r.code != 0 {

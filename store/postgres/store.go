@@ -605,24 +605,18 @@ func (s *Store) ListEvents(ctx context.Context, runID string, afterSeq int64, li
 	if limit <= 0 {
 		lim = nil // LIMIT NULL: no limit
 	}
-	rows, err := s.query(ctx, s.q["list_events"], runID, afterSeq, lim)
-	if err != nil {
-		return nil, s.classify(err)
-	}
-	defer rows.Close()
-	var out []engine.RunEventRecord
-	for r, err := range s.scanEvents(rows) {
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, r)
-	}
-	return out, nil
+	return s.queryEvents(ctx, s.q["list_events"], runID, afterSeq, lim)
 }
 
 // ListStepEvents implements store.Store.
 func (s *Store) ListStepEvents(ctx context.Context, runID, stepID string) ([]engine.RunEventRecord, error) {
-	rows, err := s.query(ctx, s.q["list_step_events"], runID, stepID)
+	return s.queryEvents(ctx, s.q["list_step_events"], runID, stepID)
+}
+
+// queryEvents runs a query returning list_events' columns and collects
+// the events.
+func (s *Store) queryEvents(ctx context.Context, query string, args ...any) ([]engine.RunEventRecord, error) {
+	rows, err := s.query(ctx, query, args...)
 	if err != nil {
 		return nil, s.classify(err)
 	}

@@ -430,44 +430,34 @@ func compactJSON(s sql.NullString) json.RawMessage {
 
 // ListEvents implements store.Store.
 func (s *Store) ListEvents(ctx context.Context, runID string, afterSeq int64, limit int) ([]engine.RunEventRecord, error) {
-	var rows *sql.Rows
-	var err error
 	if limit > 0 {
-		rows, err = s.db.QueryContext(ctx, s.q["list_events_limit"], runID, afterSeq, limit)
-	} else {
-		rows, err = s.db.QueryContext(ctx, s.q["list_events"], runID, afterSeq)
+		return s.queryEvents(ctx, "list events", s.q["list_events_limit"], runID, afterSeq, limit)
 	}
-	if err != nil {
-		return nil, s.classify("list events", err)
-	}
-	defer rows.Close()
-	var out []engine.RunEventRecord
-	for rows.Next() {
-		r, err := scanEvent(rows)
-		if err != nil {
-			return nil, s.classify("list events", err)
-		}
-		out = append(out, r)
-	}
-	return out, s.classify("list events", rows.Err())
+	return s.queryEvents(ctx, "list events", s.q["list_events"], runID, afterSeq)
 }
 
 // ListStepEvents implements store.Store.
 func (s *Store) ListStepEvents(ctx context.Context, runID, stepID string) ([]engine.RunEventRecord, error) {
-	rows, err := s.db.QueryContext(ctx, s.q["list_step_events"], runID, stepID)
+	return s.queryEvents(ctx, "list step events", s.q["list_step_events"], runID, stepID)
+}
+
+// queryEvents runs a query returning list_events' columns and collects
+// the events; what names the operation in errors.
+func (s *Store) queryEvents(ctx context.Context, what, query string, args ...any) ([]engine.RunEventRecord, error) {
+	rows, err := s.db.QueryContext(ctx, query, args...)
 	if err != nil {
-		return nil, s.classify("list step events", err)
+		return nil, s.classify(what, err)
 	}
 	defer rows.Close()
 	var out []engine.RunEventRecord
 	for rows.Next() {
 		r, err := scanEvent(rows)
 		if err != nil {
-			return nil, s.classify("list step events", err)
+			return nil, s.classify(what, err)
 		}
 		out = append(out, r)
 	}
-	return out, s.classify("list step events", rows.Err())
+	return out, s.classify(what, rows.Err())
 }
 
 type scanner interface{ Scan(dest ...any) error }

@@ -292,6 +292,12 @@ func killedBetweenCommitAndAppend(t *testing.T, bin, plan string, rng *rand.Rand
 		// fence itself off before the step runs.
 		a := startProc(t, bin, env, "run", "--threads", "2", "--lease-ttl", "2s", plan)
 		a.waitLine(t, "START sql operation "+step+" ")
+		// The START line can come before the writer has stored RunStarted
+		// (appends are written behind): lock the store only once it has.
+		waitUntil(t, "the run's RunStarted in the store", func() bool {
+			ids, err := h.listRuns()
+			return err == nil && len(ids) == 1 && h.statusOf(ids[0]).Status == engine.StatusRunning
+		})
 		lock := lockDB(t, h.statePath())
 		// The step commits in the warehouse; its StepCompleted waits
 		// for the store. Kill somewhere inside that window.

@@ -15,13 +15,13 @@ import (
 	"github.com/dvtrun/dvtrun/store/storetest"
 )
 
-// TestAuditDocQueriesMatchSQLite runs every query of docs/audit.md on the
+// TestAuditDocQueriesMatchSQLite runs every query of docs/reference/sql.md on the
 // Snowflake views (through the test server) and on the SQLite views over the
 // same 300 generated runs, and requires the same rows. The SQLite results
 // are themselves compared with the Go reducer (store/sqlite
 // TestAuditDocQueries), so the documented queries mean the same on both.
 func TestAuditDocQueriesMatchSQLite(t *testing.T) {
-	queries := storetest.DocQueries(t, "../../docs/audit.md")
+	queries := storetest.DocQueries(t, "../../docs/reference/sql.md")
 	streams := map[string][]engine.RunEventRecord{}
 	for seed := uint64(1); seed <= 300; seed++ {
 		id := fmt.Sprintf("run-%06d", seed)

@@ -15,7 +15,7 @@ import (
 	"github.com/dvtrun/dvtrun/engine/eventgen"
 )
 
-// docQuery is a query of docs/audit.md, introduced by <!-- query: name -->.
+// docQuery is a query of docs/reference/sql.md, introduced by <!-- query: name -->.
 var docQuery = regexp.MustCompile("(?s)<!-- query: ([a-z_]+) -->\\s*```sql\\n(.*?)```")
 
 // window is the persisted_at window the documented queries use.
@@ -26,17 +26,17 @@ var (
 
 func inWindow(t time.Time) bool { return !t.Before(winFrom) && t.Before(winTo) }
 
-// TestAuditDocQueries runs every query of docs/audit.md against a store
+// TestAuditDocQueries runs every query of docs/reference/sql.md against a store
 // holding 300 generated runs of two tenants and compares its rows with
 // what the Go reducer says, replayed event by event.
 func TestAuditDocQueries(t *testing.T) {
-	doc, err := os.ReadFile("../../docs/audit.md")
+	doc, err := os.ReadFile("../../docs/reference/sql.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	queries := docQuery.FindAllStringSubmatch(string(doc), -1)
 	if blocks := strings.Count(string(doc), "```sql"); blocks != len(queries) || blocks == 0 {
-		t.Fatalf("docs/audit.md has %d sql blocks and %d named queries: every block needs a <!-- query: name --> marker", blocks, len(queries))
+		t.Fatalf("docs/reference/sql.md has %d sql blocks and %d named queries: every block needs a <!-- query: name --> marker", blocks, len(queries))
 	}
 
 	streams := map[string][]engine.RunEventRecord{}
@@ -72,7 +72,7 @@ func TestAuditDocQueries(t *testing.T) {
 	}
 	for name := range want {
 		if !seen[name] {
-			t.Errorf("expectation %s matches no query of docs/audit.md", name)
+			t.Errorf("expectation %s matches no query of docs/reference/sql.md", name)
 		}
 	}
 }

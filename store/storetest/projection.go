@@ -39,8 +39,8 @@ func ReportDiffs(t testing.TB, what string, diffs []engine.SnapshotDiff) {
 	t.Errorf("%s: %d differences%s", what, len(diffs), b.String())
 }
 
-// DocQueries returns the named queries of docs/audit.md (name, SQL), read
-// from path (the tests of store/<backend> pass "../../docs/audit.md").
+// DocQueries returns the named queries of docs/reference/sql.md (name, SQL), read
+// from path (the tests of store/<backend> pass "../../docs/reference/sql.md").
 func DocQueries(t testing.TB, path string) [][2]string {
 	t.Helper()
 	doc, err := os.ReadFile(path)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -22,12 +23,56 @@ import (
 type uiFlags struct {
 	tokenEnv, basicEnv string
 	poll               time.Duration
+	hosts              string
+	maxStreams         int
 }
 
 func (u *uiFlags) register(fsReg *flag.FlagSet) {
 	fsReg.StringVar(&u.tokenEnv, "ui-token-env", "", "require a bearer token, read from environment variable `NAME` (overrides the config's console.tokenEnv)")
 	fsReg.StringVar(&u.basicEnv, "ui-basic-auth-env", "", "require HTTP basic auth USER:PASSWORD, read from environment variable `NAME` (overrides console.basicAuthEnv)")
 	fsReg.DurationVar(&u.poll, "ui-poll", time.Second, "how often a live run page reads the log for new events")
+	fsReg.StringVar(&u.hosts, "ui-hosts", "", "without authentication, also answer requests for these host `NAMES` (comma-separated; adds to console.hosts). Others are refused (DNS rebinding)")
+	fsReg.IntVar(&u.maxStreams, "ui-max-streams", 0, "serve at most `N` live run streams at once; past it 503 with Retry-After (default console.maxStreams, else 64)")
+}
+
+// check refuses the console flags' bad values.
+func (u uiFlags) check() error {
+	if u.maxStreams < 0 {
+		return engine.Errorf(engine.CodeInvalidArgument, "--ui-max-streams must not be negative")
+	}
+	return nil
+}
+
+// consoleHosts are the host names the console answers to without
+// authentication: the config's and --ui-hosts'.
+func (u uiFlags) consoleHosts(cc config.Console) []string {
+	hosts := append([]string(nil), cc.Hosts...)
+	for _, h := range strings.Split(u.hosts, ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			hosts = append(hosts, h)
+		}
+	}
+	return hosts
+}
+
+// open reports whether the console is served without authentication.
+func (u uiFlags) open(cc config.Console) bool {
+	return cc.TokenEnv == "" && cc.BasicAuthEnv == "" && u.tokenEnv == "" && u.basicEnv == ""
+}
+
+// HTTP server bounds of the console and /metrics: a client gets
+// httpHeaderTimeout to send its request's headers, and an idle keep-alive
+// connection is closed after httpIdleTimeout (a variable: tests shorten it).
+var (
+	httpHeaderTimeout = 5 * time.Second
+	httpIdleTimeout   = 30 * time.Second
+)
+
+// newHTTPServer is the http.Server of the console and /metrics, with the
+// bounds above: a client that connects and stays silent, or keeps an idle
+// connection, does not hold it for long.
+func newHTTPServer(h http.Handler) *http.Server {
+	return &http.Server{Handler: h, ReadHeaderTimeout: httpHeaderTimeout, IdleTimeout: httpIdleTimeout}
 }
 
 func cmdUI(ctx context.Context, c *cli, args []string) error {
@@ -40,8 +85,14 @@ func cmdUI(ctx context.Context, c *cli, args []string) error {
 	if _, err := c.parse(fs, args, 0, 0); err != nil {
 		return err
 	}
+	if err := u.check(); err != nil {
+		return err
+	}
 	cfg, err := c.queueConfig()
 	if err != nil {
+		return err
+	}
+	if _, err := c.consoleAuth(cfg.Console, u); err != nil { // before the store is opened
 		return err
 	}
 	st, err := c.openQueueStore(ctx, true)
@@ -58,10 +109,10 @@ func cmdUI(ctx context.Context, c *cli, args []string) error {
 	if err != nil {
 		return engine.Errorf(engine.CodeInvalidArgument, "--listen %s: %v", *listen, err)
 	}
-	if !isLoopback(ln.Addr()) && cfg.Console.TokenEnv == "" && cfg.Console.BasicAuthEnv == "" && u.tokenEnv == "" && u.basicEnv == "" {
-		fmt.Fprintf(c.stderr, "warning: the console serves %s beyond this machine without authentication (see --ui-token-env, --ui-basic-auth-env)\n", ln.Addr())
+	if !isLoopback(ln.Addr()) && u.open(cfg.Console) {
+		fmt.Fprintf(c.stderr, "warning: %s\n", openConsoleWarning(ln.Addr()))
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	srv := newHTTPServer(h)
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
 	fmt.Fprintf(c.stdout, "dvtrun console: http://%s/runs\n", ln.Addr())
@@ -92,6 +143,7 @@ func (c *cli) consoleHandler(ctx context.Context, st queueStore, cfg *config.Con
 		History: st, Clock: engine.ClockFunc(time.Now),
 		TenantID: c.g.tenant, ProjectID: c.g.project, EnvironmentID: c.g.environment,
 		Requests: st, Workers: st, Leases: st, Auth: auth, Poll: u.poll,
+		MaxStreams: cmp.Or(u.maxStreams, cfg.Console.MaxStreams), Hosts: u.consoleHosts(cfg.Console),
 		Log: c.jsonLogger("ui"),
 		PlanGraph: func(ctx context.Context, sha string) ([]webui.GraphNode, bool, error) {
 			data, ok, err := st.GetPlanBundle(ctx, sha)
@@ -168,19 +220,34 @@ func (c *cli) consoleAuth(cc config.Console, u uiFlags) (webui.Auth, error) {
 	if u.basicEnv != "" {
 		basicEnv = u.basicEnv
 	}
+	tokenKey, basicKey := "console.tokenEnv", "console.basicAuthEnv"
+	if u.tokenEnv != "" {
+		tokenKey = "--ui-token-env"
+	}
+	if u.basicEnv != "" {
+		basicKey = "--ui-basic-auth-env"
+	}
+	// A value of blanks (a variable set to " " or a stray newline) is no
+	// secret: it would open the console to anyone who sends a blank token.
 	var a webui.Auth
 	if tokenEnv != "" {
-		if a.BearerToken = c.env(tokenEnv); a.BearerToken == "" {
-			return a, engine.Errorf(engine.CodeConfigInvalid, "the console's bearer token variable %s is empty or unset", tokenEnv)
+		if a.BearerToken = strings.TrimSpace(c.env(tokenEnv)); a.BearerToken == "" {
+			return a, engine.Errorf(engine.CodeConfigInvalid, "%s: the console's bearer token variable %s is unset, empty or only blanks", tokenKey, tokenEnv)
 		}
 	}
 	if basicEnv != "" {
-		v := c.env(basicEnv)
+		v := strings.TrimSpace(c.env(basicEnv))
 		user, pass, ok := strings.Cut(v, ":")
-		if !ok || user == "" || pass == "" {
-			return a, engine.Errorf(engine.CodeConfigInvalid, "the console's basic auth variable %s must hold USER:PASSWORD", basicEnv)
+		if !ok || strings.TrimSpace(user) == "" || strings.TrimSpace(pass) == "" {
+			return a, engine.Errorf(engine.CodeConfigInvalid, "%s: the console's basic auth variable %s must hold USER:PASSWORD, neither blank", basicKey, basicEnv)
 		}
 		a.BasicUser, a.BasicPass = user, pass
 	}
 	return a, nil
+}
+
+// openConsoleWarning is the warning of a console served beyond this
+// machine without authentication.
+func openConsoleWarning(addr net.Addr) string {
+	return fmt.Sprintf("the console on %s is served beyond this machine without authentication: anyone who reaches it can read every run, its SQL and errors (set console.tokenEnv or --ui-token-env, or console.basicAuthEnv or --ui-basic-auth-env)", addr)
 }

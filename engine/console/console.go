@@ -20,8 +20,11 @@ import (
 	"html/template"
 	"io/fs"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/netip"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/dvtrun/dvtrun/engine"
@@ -135,14 +138,27 @@ type Config struct {
 	// VerifyMaxEvents: a run with more events is verified on request only
 	// (?verify=1), so that its page stays fast (default 5000).
 	VerifyMaxEvents int64
-	Log             *slog.Logger
+	// MaxStreams bounds the live streams open at once (each holds a
+	// connection and polls the store); past it a stream is refused with
+	// 503 and Retry-After (default DefaultMaxStreams).
+	MaxStreams int
+	// Hosts are the names (besides localhost and IP literals) the console
+	// answers to when it has no authentication: a request naming any other
+	// Host is refused, so that a web page whose DNS name is rebound to this
+	// machine cannot read the console through the visitor's browser.
+	Hosts []string
+	Log   *slog.Logger
 }
+
+// DefaultMaxStreams is Config.MaxStreams' default.
+const DefaultMaxStreams = 64
 
 // Server serves the console.
 type Server struct {
-	cfg  Config
-	tmpl map[string]*template.Template
-	mux  *http.ServeMux
+	cfg     Config
+	tmpl    map[string]*template.Template
+	mux     *http.ServeMux
+	streams atomic.Int64 // live streams open
 }
 
 // New builds the console's handler.
@@ -159,6 +175,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.VerifyMaxEvents <= 0 {
 		cfg.VerifyMaxEvents = 5000
 	}
+	if cfg.MaxStreams <= 0 {
+		cfg.MaxStreams = DefaultMaxStreams
+	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
@@ -172,7 +191,7 @@ func New(cfg Config) (*Server, error) {
 		s.tmpl[p] = t
 	}
 	static, _ := fs.Sub(staticFS, "static")
-	s.mux.Handle("GET /static/", http.StripPrefix("/static/", staticHandler(static)))
+	s.mux.Handle("GET /static/{file}", http.StripPrefix("/static/", staticHandler(static)))
 	s.mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/runs", http.StatusSeeOther)
 	})
@@ -188,10 +207,15 @@ func New(cfg Config) (*Server, error) {
 }
 
 // staticHandler serves the embedded CSS and script; they change only with
-// the binary, so a browser may keep them for a while.
+// the binary, so a browser may keep them for a while. Files only: a
+// directory is not found, never listed.
 func staticHandler(files fs.FS) http.Handler {
 	h := http.FileServerFS(files)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if st, err := fs.Stat(files, strings.TrimPrefix(r.URL.Path, "/")); err != nil || st.IsDir() {
+			http.NotFound(w, r)
+			return
+		}
 		w.Header().Set("Cache-Control", "public, max-age=300")
 		h.ServeHTTP(w, r)
 	})
@@ -208,7 +232,16 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Referrer-Policy", "same-origin")
+	// Pages show run history that changes and may be private: no cache
+	// keeps them (static files set their own).
+	h.Set("Cache-Control", "no-store")
+	if !s.hostAllowed(r.Host) {
+		h.Set("Connection", "close")
+		s.fail(w, r, http.StatusMisdirectedRequest, fmt.Sprintf("This console has no authentication, so it answers only to localhost, an IP address or the names it was given (console.hosts, --ui-hosts); the request named host %s.", engine.QuoteText(r.Host)))
+		return
+	}
 	if !s.authorized(r) {
+		h.Set("Connection", "close") // a refused client does not keep the connection
 		if s.cfg.Auth.BasicUser != "" {
 			h.Set("WWW-Authenticate", `Basic realm="dvtrun console", charset="UTF-8"`)
 		} else {
@@ -227,6 +260,33 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.mux.ServeHTTP(w, r)
+}
+
+// hostAllowed reports whether a request's Host may be served: any, with
+// authentication (a rebound page does not have the credentials); without,
+// localhost, an IP literal (what a listen address is; no DNS rebinding
+// goes through one) or a configured name.
+func (s *Server) hostAllowed(hostport string) bool {
+	if s.cfg.Auth.BearerToken != "" || s.cfg.Auth.BasicUser != "" {
+		return true
+	}
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.ToLower(strings.Trim(host, "[]")), ".")
+	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
+		return true
+	}
+	if _, err := netip.ParseAddr(host); err == nil {
+		return true
+	}
+	for _, n := range s.cfg.Hosts {
+		if strings.EqualFold(strings.TrimSuffix(n, "."), host) {
+			return true
+		}
+	}
+	return false
 }
 
 // authorized reports whether r carries the configured credentials (any

@@ -22,6 +22,7 @@ import (
 func get(t testing.TB, h http.Handler, path string, hdr ...string) (int, string, *http.Response) {
 	t.Helper()
 	req := httptest.NewRequest(http.MethodGet, path, nil)
+	req.Host = "localhost:8080" // httptest's example.com is refused without auth (DNS rebinding)
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
@@ -174,6 +175,7 @@ func TestHostileInput(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			req := httptest.NewRequest(c.method, "/", nil)
+			req.Host = "127.0.0.1:8080"
 			req.URL, _ = url.Parse(c.path)
 			req.RequestURI = c.path
 			if c.name == "bad Last-Event-ID" {
@@ -506,5 +508,144 @@ func TestIntegrityBadgeShowsADifference(t *testing.T) {
 	if !strings.Contains(body, `class="badge failed" id="integrity"`) || !strings.Contains(body, "✗ 1 difference(s): SQL projection != Go reducer") ||
 		!strings.Contains(body, "<td>model.orders</td><td>status</td><td>RUNNING</td><td>SUCCESS</td>") {
 		t.Fatalf("the badge does not show the difference:\n%s", body)
+	}
+}
+
+// TestHostCheck attacks the console as a DNS-rebinding page would: without
+// authentication a request naming a foreign Host is refused (421, body
+// saying why), while localhost, IP literals and configured names are
+// served; with authentication any Host is (the credentials protect it).
+func TestHostCheck(t *testing.T) {
+	w := newWorld(t)
+	cases := []struct {
+		name   string
+		auth   console.Auth
+		hosts  []string
+		host   string
+		status int
+	}{
+		{"rebound name", console.Auth{}, nil, "attacker.example:8080", 421},
+		{"rebound name without port", console.Auth{}, nil, "evil.test", 421},
+		{"suffix of a configured name", console.Auth{}, []string{"dvt.example.com"}, "xdvt.example.com", 421},
+		{"localhost", console.Auth{}, nil, "localhost:8080", 200},
+		{"localhost, upper case, trailing dot", console.Auth{}, nil, "LOCALHOST.:8080", 200},
+		{"IPv4 loopback", console.Auth{}, nil, "127.0.0.1:8080", 200},
+		{"IPv6 loopback", console.Auth{}, nil, "[::1]:8080", 200},
+		{"listen address", console.Auth{}, nil, "10.1.2.3:9464", 200},
+		{"configured name", console.Auth{}, []string{"dvt.example.com"}, "DVT.example.com:443", 200},
+		{"empty host", console.Auth{}, nil, "", 421},
+		{"any host with a token", console.Auth{BearerToken: "t0k"}, nil, "attacker.example", 200},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			srv := w.server(t, func(cfg *console.Config) { cfg.Auth, cfg.Hosts = c.auth, c.hosts })
+			for _, path := range []string{"/runs", "/runs/" + w.failed.Meta.RunID, "/static/console.css"} {
+				req := httptest.NewRequest("GET", path, nil)
+				req.Host = c.host
+				if c.auth.BearerToken != "" {
+					req.Header.Set("Authorization", "Bearer "+c.auth.BearerToken)
+				}
+				rec := httptest.NewRecorder()
+				srv.ServeHTTP(rec, req)
+				if rec.Code != c.status {
+					t.Fatalf("GET %s with Host %q: %d, want %d", path, c.host, rec.Code, c.status)
+				}
+				if c.status == 421 {
+					if body := rec.Body.String(); !strings.Contains(body, "answers only to localhost") || strings.Contains(body, w.failed.Meta.RunID) {
+						t.Errorf("refusal body does not say why, or leaks a run:\n%s", body)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestNoStoreAndNoListing: pages and streams are never cached; /static/
+// serves its files only, and a directory is 404, not a listing.
+func TestNoStoreAndNoListing(t *testing.T) {
+	w := newWorld(t)
+	srv := w.server(t, nil)
+	for _, p := range []string{"/runs", "/runs/" + w.failed.Meta.RunID, "/runs/" + w.failed.Meta.RunID + "/steps/test.positive_amount", "/schedules", "/queue", "/nope"} {
+		_, _, res := get(t, srv, p)
+		if got := res.Header.Get("Cache-Control"); got != "no-store" {
+			t.Errorf("GET %s: Cache-Control %q, want no-store", p, got)
+		}
+	}
+	for _, p := range []string{"/static/", "/static", "/static/.", "/static/x/", "/static//", "/static/nope.js", "/static/../templates/"} {
+		status, body, res := get(t, srv, p)
+		if status/100 == 3 { // the mux cleans the path first
+			loc := res.Header.Get("Location")
+			status, body, _ = get(t, srv, loc)
+		}
+		if status != 404 {
+			t.Errorf("GET %s: %d, want 404", p, status)
+		}
+		if strings.Contains(body, "console.css") || strings.Contains(body, "live.js") {
+			t.Errorf("GET %s lists the directory:\n%s", p, body)
+		}
+	}
+	status, _, res := get(t, srv, "/static/console.css")
+	if status != 200 || res.Header.Get("Cache-Control") != "public, max-age=300" {
+		t.Errorf("GET /static/console.css: %d, Cache-Control %q", status, res.Header.Get("Cache-Control"))
+	}
+}
+
+// TestStreamCap: with MaxStreams live streams open, one more is refused
+// with 503 and Retry-After; once one closes, a new one is served.
+func TestStreamCap(t *testing.T) {
+	w := newWorld(t)
+	hs := httptest.NewServer(w.server(t, func(c *console.Config) { c.MaxStreams = 2; c.StreamFor = time.Minute }))
+	defer hs.Close()
+	url := hs.URL + "/runs/" + w.live.Meta.RunID + "/events"
+	open := func() (*http.Response, context.CancelFunc) {
+		t.Helper()
+		rctx, cancel := context.WithCancel(ctx)
+		req, _ := http.NewRequestWithContext(rctx, "GET", url, nil)
+		req.Header.Set("Accept", "text/event-stream")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			cancel()
+			t.Fatal(err)
+		}
+		return res, cancel
+	}
+	var cancels []context.CancelFunc
+	defer func() {
+		for _, c := range cancels {
+			c()
+		}
+	}()
+	for i := 0; i < 2; i++ {
+		res, cancel := open()
+		cancels = append(cancels, cancel)
+		if res.StatusCode != 200 {
+			t.Fatalf("stream %d: %d", i+1, res.StatusCode)
+		}
+		readSSE(bufio.NewReader(res.Body), 1) // it is being served
+	}
+	res, cancel := open()
+	body, _ := io.ReadAll(res.Body)
+	cancel()
+	if res.StatusCode != 503 || res.Header.Get("Retry-After") == "" || !strings.Contains(string(body), "at most 2 live streams") {
+		t.Fatalf("third stream: %d, Retry-After %q\n%s", res.StatusCode, res.Header.Get("Retry-After"), body)
+	}
+	// Pages are still served past the cap.
+	if pr, err := http.Get(hs.URL + "/runs"); err != nil || pr.StatusCode != 200 {
+		t.Fatalf("a page past the stream cap: %v %v", pr, err)
+	}
+	cancels[0]()
+	// The closed stream's slot frees once its handler returns.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		res, cancel := open()
+		cancels = append(cancels, cancel)
+		if res.StatusCode == 200 {
+			break
+		}
+		res.Body.Close()
+		if time.Now().After(deadline) {
+			t.Fatalf("no stream served after one closed: %d", res.StatusCode)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -211,6 +212,9 @@ func cmdSchedule(ctx context.Context, c *cli, args []string) error {
 	if err != nil {
 		return err
 	}
+	if sub == "list" {
+		c.noteScope("schedule list")
+	}
 	st, err := c.openQueueStore(ctx, false)
 	if err != nil {
 		return err
@@ -251,7 +255,19 @@ func cmdSchedule(ctx context.Context, c *cli, args []string) error {
 			d.Name, len(reqs), f.UTC().Format(time.RFC3339), t.UTC().Format(time.RFC3339), created, len(reqs)-created)
 		return nil
 	}
-	return c.listSchedules(ctx, st, s, *asJSON)
+	if err := c.listSchedules(ctx, st, s, *asJSON); err != nil {
+		return err
+	}
+	if !*asJSON {
+		// Schedules whose runs are in another target's store are that
+		// target's to list.
+		for _, sc := range cfg.Schedules {
+			if !slices.ContainsFunc(s.Defs, func(d schedule.Def) bool { return d.Name == sc.Name }) {
+				fmt.Fprintf(c.stderr, "dvtrun: schedule %s runs on target %s, whose runs are in another state store: dvtrun schedule list --target %s\n", sc.Name, sc.Target, sc.Target)
+			}
+		}
+	}
+	return nil
 }
 
 // scheduleRows are the schedules with their next ticks and what their

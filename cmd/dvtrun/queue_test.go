@@ -6,6 +6,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/dvtrun/dvtrun/engine/queue"
 )
 
 func (h *harness) writeConfig(text string) string {
@@ -120,4 +123,77 @@ func TestScheduleCommands(t *testing.T) {
 	wantError(t, h.run("schedule", "explode"), 2, "INVALID_ARGUMENT")
 	wantError(t, h.run("schedule", "backfill", "nightly", "--config", cfg, "--from", "x"), 2, "INVALID_ARGUMENT", "--from")
 	wantError(t, h.run("worker", "--http", "no-port"), 2, "INVALID_ARGUMENT", "--http")
+}
+
+// TestListingsFollowTargets reproduces issue 27's first finding: a prod
+// schedule backfilled from the default target (dev) made `queue` say "The
+// run queue is empty" and `runs` show nothing. Each listing now names the
+// target and environment it shows, and the others (on stderr, never in
+// --json), and says where the other targets' requests and runs are. And
+// (the second finding) `schedule list` counts the backfill and the
+// trigger, with the last tick and the last run's state.
+func TestListingsFollowTargets(t *testing.T) {
+	h := newHarness(t)
+	_, sub := targetsProject(t, h, `schedules:
+  - {name: nightly, cron: "0 3 * * *", timezone: UTC, plan: ../ok/plan.yaml, target: prod}
+`)
+	if err := os.CopyFS(filepath.Join(h.dir, "ok"), os.DirFS(fixture("ok"))); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(sub)
+	if r := h.run("schedule", "backfill", "nightly", "--from", "2026-03-01T00:00:00Z", "--to", "2026-03-03T23:00:00Z"); r.code != 0 || !strings.Contains(r.stdout, "3 newly enqueued") {
+		t.Fatalf("backfill: %+v", r)
+	}
+	r := h.run("queue")
+	if r.code != 0 || !strings.Contains(r.stdout, "The run queue of target dev is empty.") ||
+		!strings.Contains(r.stderr, "target dev (environment development); other targets: prod (dvtrun queue --target NAME)") ||
+		!strings.Contains(r.stderr, "3 request(s) of target prod (environment production) are in this store: dvtrun queue --target prod") {
+		t.Fatalf("queue on dev: %+v", r)
+	}
+	r = h.run("queue", "--target", "prod")
+	if r.code != 0 || strings.Count(r.stdout, "PENDING") != 3 || !strings.Contains(r.stderr, "target prod (environment production); other targets: dev") {
+		t.Fatalf("queue on prod: %+v", r)
+	}
+	r = h.run("queue", "--target", "prod", "--json")
+	var rows []queue.Request
+	if err := json.Unmarshal([]byte(r.stdout), &rows); err != nil || len(rows) != 3 {
+		t.Fatalf("queue --json: %v\n%s", err, r.stdout)
+	}
+	if r := h.run("schedule", "trigger", "nightly"); r.code != 0 {
+		t.Fatalf("trigger: %+v", r)
+	}
+	workUntilDone(t, h, "--target", "prod")
+
+	r = h.run("runs")
+	if r.code != 0 || !strings.Contains(r.stderr, "target prod (environment production) has runs in this store: dvtrun runs --target prod") ||
+		!strings.Contains(r.stderr, "other targets: prod (dvtrun runs --target NAME)") {
+		t.Fatalf("runs on dev: %+v", r)
+	}
+	r = h.run("runs", "--target", "prod")
+	if r.code != 0 || strings.Count(r.stdout, "COMPLETED") != 4 || !strings.Contains(r.stderr, "target prod (environment production)") {
+		t.Fatalf("runs on prod: %+v", r)
+	}
+
+	r = h.run("schedule", "list")
+	if r.code != 0 {
+		t.Fatalf("schedule list: %+v", r)
+	}
+	var line string
+	for _, l := range strings.Split(r.stdout, "\n") {
+		if strings.HasPrefix(l, "nightly ") {
+			line = l
+		}
+	}
+	if f := strings.Fields(line); len(f) < 4 || f[len(f)-3] != "4" || !strings.Contains(line, "DONE COMPLETED") || !strings.Contains(line, "2026-") {
+		t.Fatalf("schedule list does not show the fired count, last tick and last run:\n%s", r.stdout)
+	}
+	r = h.run("schedule", "list", "--json")
+	var sched []struct {
+		LastTick  time.Time `json:"lastTick"`
+		LastState string    `json:"lastState"`
+		Fired     int64     `json:"fired"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &sched); err != nil || len(sched) != 1 || sched[0].Fired != 4 || sched[0].LastState != "DONE COMPLETED" || sched[0].LastTick.IsZero() {
+		t.Fatalf("schedule list --json: %v %+v\n%s", err, sched, r.stdout)
+	}
 }

@@ -27,7 +27,10 @@ type Advance struct {
 	Version  int64
 	NextTick time.Time
 	LastTick time.Time // zero: unchanged
-	Requests []queue.Request
+	// LastRequestID, when Requests is empty, is the request to record as
+	// the last (one a trigger or backfill enqueued itself); "": unchanged.
+	LastRequestID string
+	Requests      []queue.Request
 	Fired    int
 	Missed   int
 	Skipped  int

@@ -31,9 +31,9 @@ type Advance struct {
 	// the last (one a trigger or backfill enqueued itself); "": unchanged.
 	LastRequestID string
 	Requests      []queue.Request
-	Fired    int
-	Missed   int
-	Skipped  int
+	Fired         int
+	Missed        int
+	Skipped       int
 }
 
 // CursorStore is what the scheduler needs of the state store beyond the

@@ -81,7 +81,7 @@ func TestUIServesTheConsole(t *testing.T) {
 		{"/runs/" + runID, "Bearer " + token, 200, `id="dag"`},
 		{"/runs/" + runID, "Bearer " + token, 200, "✓ verified"},
 		{"/runs/" + runID + "/steps/model.stg_customers", "Bearer " + token, 200, "attempt 1 committed at"},
-		{"/runs/" + runID, "Bearer " + token, 200, "successful steps committed exactly once"},
+		{"/runs/" + runID, "Bearer " + token, 200, "successful steps have a ledger entry, so their changes to the warehouse were committed exactly once"},
 		{"/runs/no-such-run", "Bearer " + token, 404, "not found"},
 		{"/workers", "Bearer " + token, 200, "Workers"},
 	} {

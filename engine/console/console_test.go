@@ -64,8 +64,8 @@ func TestPages(t *testing.T) {
 			`data-step="model.orders" data-status="SUCCESS"`, `data-step="seed.customers" data-status="PENDING"`, "✗ FAILED", `marker-end="url(#arrow)"`}, nil},
 		{"live run follows", "/runs/" + live, []string{`data-live="/runs/` + live + `/events?after=3"`, "▶ RUNNING", "dvtrun status " + live + " --follow",
 			"not verified: the run has not ended"}, []string{"verify now"}},
-		{"step", "/runs/" + failed + "/steps/test.positive_amount", []string{"SELECT * FROM orders WHERE amount &lt; 0 -- &lt;b&gt;not bold&lt;/b&gt;",
-			failingMsg, "TEST_FAILED", `id="step-error"`, "Failing rows"}, []string{"<b>not bold</b>"}},
+		{"step", "/runs/" + failed + "/steps/test.positive_amount", []string{"SELECT *\nFROM orders\n\tWHERE amount &lt; 0 -- &lt;b&gt;not bold&lt;/b&gt;",
+			failingMsg, "TEST_FAILED", `id="step-error"`, "Failing rows"}, []string{"<b>not bold</b>", `SELECT *\nFROM`, `\tWHERE`}},
 		{"completed step", "/runs/" + ok + "/steps/model.orders", []string{"CREATE TABLE orders AS SELECT 1", "Rows affected", "✓ SUCCESS"}, nil},
 		{"events errors only on a failed run", "/runs/" + failed + "/events", []string{"StepFailed", "RunFailed", "errors only"}, []string{"<td>StepStarted</td>", "<td>RunQueued</td>"}},
 		{"events all", "/runs/" + failed + "/events?errors=0", []string{"<td>RunQueued</td>", "<td>StepStarted</td>", "<td>StepFailed</td>"}, nil},
@@ -647,5 +647,48 @@ func TestStreamCap(t *testing.T) {
 			t.Fatalf("no stream served after one closed: %d", res.StatusCode)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestStepSQLKeepsItsLines: a step's SQL is shown as written, line breaks
+// and tabs kept (it was one line with literal \n), CRLF as one break, and
+// every other control character still made visible.
+func TestStepSQLKeepsItsLines(t *testing.T) {
+	w := newWorld(t)
+	const sqlText = "INSERT INTO t\r\nSELECT 1 \x1b[31mred\x1b[0m\n\t-- done\x07"
+	f := run(t, w.st, "shop_plan", map[string]any{"triggeredBy": "ann", "triggerSource": "cli"},
+		ev(engine.RunStarted, "", ""), ev(engine.StepStarted, "sql.load", ""),
+		ev(engine.StepCompleted, "sql.load", mustJSON(map[string]any{"sql": sqlText, "rowsAffected": 1})), ev(engine.RunCompleted, "", ""))
+	status, body, _ := get(t, w.server(t, nil), "/runs/"+f.Meta.RunID+"/steps/sql.load")
+	if status != 200 {
+		t.Fatalf("step page: %d", status)
+	}
+	want := "<code>INSERT INTO t\nSELECT 1 \\x1b[31mred\\x1b[0m\n\t-- done\\x07</code>"
+	if !strings.Contains(body, want) {
+		t.Fatalf("the step page does not show\n%q\nin\n%s", want, body)
+	}
+	for _, bad := range []string{"\x1b", "\x07", "\r", `t\r\n`, `t\nSELECT`} {
+		if strings.Contains(body, bad) {
+			t.Errorf("the step page holds %q", bad)
+		}
+	}
+}
+
+// TestGanttCutsLongNames: a step name longer than the Gantt's name column
+// is drawn cut with an ellipsis, whole in its <title> and data-step, and
+// clipped to the column, so it never runs into the bars and statuses.
+func TestGanttCutsLongNames(t *testing.T) {
+	w := newWorld(t)
+	long := "model." + strings.Repeat("very_long_customer_lifetime_value_", 3) + "end"
+	f := run(t, w.st, "shop_plan", map[string]any{"triggeredBy": "ann", "triggerSource": "cli"},
+		ev(engine.RunStarted, "", ""), ev(engine.StepStarted, long, ""), ev(engine.StepCompleted, long, `{"rowsAffected":1}`),
+		ev(engine.StepStarted, "model.short", ""), ev(engine.RunCompleted, "", ""))
+	_, body, _ := get(t, w.server(t, nil), "/runs/"+f.Meta.RunID)
+	cut := long[:33] + "…"
+	for _, want := range []string{`<clipPath id="gantt-labels"><rect x="0" y="0" width="254"`, `data-step="` + long + `"`,
+		`clip-path="url(#gantt-labels)"><title>` + long + `</title>` + cut + `</text>`, `<title>model.short</title>model.short</text>`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the run page lacks %q", want)
+		}
 	}
 }

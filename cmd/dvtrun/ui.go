@@ -130,15 +130,93 @@ func cmdUI(ctx context.Context, c *cli, args []string) error {
 	return nil
 }
 
-// consoleHandler wires the console to the state store (history, queue,
-// outbox, leases, SQL projection, stored plan bundles), the config's
-// schedules, the warehouse's ledger when there is one, and the configured
-// authentication. The returned func closes what it opened.
+// consoleHandler is the console of the command's target and, when the
+// config has several targets, of each of the others too, with a target
+// selector on every page (the others' state stores are opened read-only
+// beside the command's; a target whose store cannot be opened is listed
+// with why). The returned func closes what it opened.
 func (c *cli) consoleHandler(ctx context.Context, st queueStore, cfg *config.Config, u uiFlags) (http.Handler, func(), error) {
 	auth, err := c.consoleAuth(cfg.Console, u)
 	if err != nil {
 		return nil, nil, err
 	}
+	def, closeDef, err := c.consoleServer(ctx, st, cfg, u, auth)
+	if err != nil {
+		return nil, nil, err
+	}
+	if c.target == nil || len(cfg.Targets) < 2 {
+		return def, closeDef, nil
+	}
+	closers := []func(){closeDef}
+	closeAll := func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}
+	defStore := c.g.store
+	var ts []webui.Target
+	for _, name := range cfg.TargetNames() {
+		if name == c.target.name {
+			ts = append(ts, webui.Target{Name: name, Server: def, Default: true})
+			continue
+		}
+		var srv *webui.Server
+		err := c.asTarget(cfg, name, func() error {
+			tst := st
+			if c.g.store != defStore {
+				o, err := c.openQueueStore(ctx, true)
+				if err != nil {
+					return err
+				}
+				closers = append(closers, func() { o.Close() })
+				tst = o
+			}
+			s, closeS, err := c.consoleServer(ctx, tst, cfg, u, auth)
+			if err != nil {
+				return err
+			}
+			closers = append(closers, closeS)
+			srv = s
+			return nil
+		})
+		t := webui.Target{Name: name, Server: srv}
+		if err != nil {
+			msg := err.Error()
+			var e *engine.Error
+			if errors.As(err, &e) {
+				msg = e.Msg
+			}
+			t.Why = "its state store could not be opened: " + c.clean(msg)
+			c.jsonLogger("ui").Warn("the console cannot show a target", "target", name, "error", t.Why)
+		}
+		ts = append(ts, t)
+	}
+	m, err := webui.NewTargets(ts)
+	if err != nil {
+		closeAll()
+		return nil, nil, err
+	}
+	return m, closeAll, nil
+}
+
+// asTarget runs fn with the command switched to config target name (its
+// store, warehouse and environment), then switches back.
+func (c *cli) asTarget(cfg *config.Config, name string, fn func() error) error {
+	t, err := c.resolveTarget(cfg, name)
+	if err != nil {
+		return err
+	}
+	target, store, wh, env := c.target, c.g.store, c.g.warehouse, c.g.environment
+	defer func() { c.target, c.g.store, c.g.warehouse, c.g.environment = target, store, wh, env }()
+	c.target, c.g.store, c.g.warehouse, c.g.environment = &chosenTarget{name: name, t: t}, t.Store, t.Warehouse, t.Environment
+	return fn()
+}
+
+// consoleServer wires one target's console to its state store (history,
+// queue, outbox, leases, SQL projection, stored plan bundles), the
+// config's schedules kept in that store, the warehouse's ledger when
+// there is one, and the authentication.
+func (c *cli) consoleServer(ctx context.Context, st queueStore, cfg *config.Config, u uiFlags, auth webui.Auth) (*webui.Server, func(), error) {
 	cc := webui.Config{
 		History: st, Clock: engine.ClockFunc(time.Now),
 		TenantID: c.g.tenant, ProjectID: c.g.project, EnvironmentID: c.g.environment,

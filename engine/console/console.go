@@ -155,6 +155,8 @@ const DefaultMaxStreams = 64
 
 // Server serves the console.
 type Server struct {
+	target  string       // the config target shown ("": the console shows one)
+	targets []TargetLink // the target selector (nil: none)
 	cfg     Config
 	tmpl    map[string]*template.Template
 	mux     *http.ServeMux
@@ -228,6 +230,15 @@ const maxQuery = 4096
 // ServeHTTP checks authentication, refuses writes (the console is
 // read-only) and oversized queries, then serves the page.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if s.gate(w, r) {
+		s.mux.ServeHTTP(w, r)
+	}
+}
+
+// gate sets the security headers and refuses (answering the request) what
+// no page serves: a foreign Host without authentication, missing
+// credentials, a write, an oversized query. true: serve it.
+func (s *Server) gate(w http.ResponseWriter, r *http.Request) bool {
 	h := w.Header()
 	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
 	h.Set("X-Content-Type-Options", "nosniff")
@@ -238,7 +249,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !s.hostAllowed(r.Host) {
 		h.Set("Connection", "close")
 		s.fail(w, r, http.StatusMisdirectedRequest, fmt.Sprintf("This console has no authentication, so it answers only to localhost, an IP address or the names it was given (console.hosts, --ui-hosts); the request named host %s.", engine.QuoteText(r.Host)))
-		return
+		return false
 	}
 	if !s.authorized(r) {
 		h.Set("Connection", "close") // a refused client does not keep the connection
@@ -248,18 +259,18 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			h.Set("WWW-Authenticate", `Bearer realm="dvtrun console"`)
 		}
 		s.fail(w, r, http.StatusUnauthorized, "Sign in to see the console: it is served with authentication.")
-		return
+		return false
 	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		h.Set("Allow", "GET, HEAD")
 		s.fail(w, r, http.StatusMethodNotAllowed, "The console is read-only: it answers GET and HEAD only.")
-		return
+		return false
 	}
 	if len(r.URL.RawQuery) > maxQuery {
 		s.fail(w, r, http.StatusRequestURITooLong, fmt.Sprintf("The query string is %d bytes; the console accepts at most %d.", len(r.URL.RawQuery), maxQuery))
-		return
+		return false
 	}
-	s.mux.ServeHTTP(w, r)
+	return true
 }
 
 // hostAllowed reports whether a request's Host may be served: any, with
@@ -335,16 +346,19 @@ func (s *Server) handle(fn func(*http.Request) (page, error)) http.HandlerFunc {
 
 // layoutData is what layout.html reads.
 type layoutData struct {
-	Title string
-	Nav   string
-	Scope string
-	Page  any
+	Title   string
+	Nav     string
+	Scope   string
+	Target  string
+	Targets []TargetLink
+	Page    any
 }
 
 func (s *Server) render(w http.ResponseWriter, r *http.Request, status int, p page) {
 	t := s.tmpl[p.name]
 	var b strings.Builder
-	err := t.Execute(&b, layoutData{Title: p.title, Nav: p.nav, Scope: s.cfg.TenantID + "/" + s.cfg.ProjectID + "/" + s.cfg.EnvironmentID, Page: p.data})
+	err := t.Execute(&b, layoutData{Title: p.title, Nav: p.nav, Scope: s.cfg.TenantID + "/" + s.cfg.ProjectID + "/" + s.cfg.EnvironmentID,
+		Target: s.target, Targets: s.targets, Page: p.data})
 	if err != nil {
 		s.cfg.Log.Error("console page failed", "page", p.name, "error", err.Error())
 		http.Error(w, "the page could not be rendered", http.StatusInternalServerError)

@@ -692,3 +692,76 @@ func TestGanttCutsLongNames(t *testing.T) {
 		}
 	}
 }
+
+// TestTargets: the console of several targets serves the default one
+// until /target picks another (a cookie every later page follows); the
+// pick goes back only to a console page, never elsewhere; it is behind
+// the same gate as every page; an unknown or unavailable target is 404.
+func TestTargets(t *testing.T) {
+	w := newWorld(t)
+	dev := w.server(t, nil)
+	other := w.server(t, func(c *console.Config) { c.EnvironmentID = "production" }) // no runs in it
+	m, err := console.NewTargets([]console.Target{{Name: "dev", Server: dev, Default: true}, {Name: "prod", Server: other}, {Name: "qa", Why: "its state store could not be opened"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, body, _ := get(t, m, "/runs")
+	if !strings.Contains(body, w.ok.Meta.RunID) || !strings.Contains(body, `<a href="/target?name=prod&amp;to=/runs"`) || !strings.Contains(body, `<s title="its state store could not be opened">qa</s>`) {
+		t.Fatalf("default target's page:\n%s", body)
+	}
+	cases := []struct {
+		name, path, host string
+		status           int
+		location         string
+	}{
+		{"pick prod, back to schedules", "/target?name=prod&to=/schedules", "localhost", 303, "/schedules"},
+		{"pick prod, no page", "/target?name=prod", "localhost", 303, "/runs"},
+		{"an open redirect is not followed", "/target?name=prod&to=//evil.example/x", "localhost", 303, "/runs"},
+		{"an absolute URL is not followed", "/target?name=prod&to=https://evil.example/", "localhost", 303, "/runs"},
+		{"unknown target", "/target?name=nope", "localhost", 404, ""},
+		{"unavailable target", "/target?name=qa", "localhost", 404, ""},
+		{"rebound host", "/target?name=prod", "evil.example", 421, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			req := httptest.NewRequest("GET", c.path, nil)
+			req.Host = c.host
+			rec := httptest.NewRecorder()
+			m.ServeHTTP(rec, req)
+			if rec.Code != c.status || rec.Header().Get("Location") != c.location {
+				t.Fatalf("GET %s: %d to %q, want %d to %q\n%s", c.path, rec.Code, rec.Header().Get("Location"), c.status, c.location, rec.Body)
+			}
+			cookies := rec.Result().Cookies()
+			if c.status != 303 {
+				if len(cookies) != 0 {
+					t.Fatalf("a refused pick set %v", cookies)
+				}
+				return
+			}
+			if len(cookies) != 1 || cookies[0].Value != "prod" || !cookies[0].HttpOnly || cookies[0].SameSite != http.SameSiteLaxMode || cookies[0].Path != "/" {
+				t.Fatalf("cookies %+v", cookies)
+			}
+			// Every page now shows prod (an environment without runs).
+			req = httptest.NewRequest("GET", "/runs", nil)
+			req.Host = "localhost"
+			req.AddCookie(cookies[0])
+			rec = httptest.NewRecorder()
+			m.ServeHTTP(rec, req)
+			if b := rec.Body.String(); strings.Contains(b, w.ok.Meta.RunID) || !strings.Contains(b, `<strong aria-current="true" title="environment production">prod</strong>`) || !strings.Contains(b, "No runs match") {
+				t.Fatalf("after picking prod:\n%s", b)
+			}
+		})
+	}
+	// A cookie naming no target falls back to the default.
+	req := httptest.NewRequest("GET", "/runs", nil)
+	req.Host = "localhost"
+	req.AddCookie(&http.Cookie{Name: "dvt_target", Value: "qa"})
+	rec := httptest.NewRecorder()
+	m.ServeHTTP(rec, req)
+	if !strings.Contains(rec.Body.String(), w.ok.Meta.RunID) {
+		t.Fatal("a cookie naming an unavailable target did not fall back to the default")
+	}
+	if _, err := console.NewTargets([]console.Target{{Name: "qa", Why: "x", Default: true}}); err == nil {
+		t.Fatal("a default target without a console was accepted")
+	}
+}

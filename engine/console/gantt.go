@@ -53,9 +53,9 @@ const (
 	// longer one is cut with an ellipsis (its <title> has it whole), and
 	// the column clips what a wide font still pushes past it.
 	ganttMaxLabel = 34
-	ganttPlot  = 640
-	ganttRow   = 22
-	ganttTop   = 24 // the axis
+	ganttPlot     = 640
+	ganttRow      = 22
+	ganttTop      = 24 // the axis
 )
 
 // gantt is the run's timeline as SVG shapes: the queue wait apart from

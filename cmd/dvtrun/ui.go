@@ -78,7 +78,10 @@ func newHTTPServer(h http.Handler) *http.Server {
 func cmdUI(ctx context.Context, c *cli, args []string) error {
 	fs := c.newFlagSet("ui", "", "Serve the operator console: run history, run pages with a Gantt chart and the DAG, live\n"+
 		"updates, steps, events, schedules, the queue, workers and the outbox. Read-only. Prints the URL\n"+
-		"it serves, on loopback unless --listen names another address. Stop it with Ctrl-C.")
+		"it serves, on loopback unless --listen names another address. Stop it with Ctrl-C.\n"+
+		"It shows the target the command runs on (--target, DVT_TARGET, the config's target:); when the\n"+
+		"config has several targets, every page links to the others. Without authentication it answers\n"+
+		"only requests for localhost, an IP address or a name in console.hosts / --ui-hosts.")
 	listen := fs.String("listen", "127.0.0.1:8080", "serve on `ADDR` (host:port; port 0 picks a free one)")
 	var u uiFlags
 	u.register(fs)

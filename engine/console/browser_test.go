@@ -2,6 +2,7 @@ package console_test
 
 import (
 	"context"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -16,6 +17,7 @@ import (
 	"github.com/chromedp/chromedp/kb"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/console"
 )
 
 // chromiumPath is Debian's Chromium, which .ci/run installs when missing.
@@ -290,4 +292,35 @@ func writeArtifact(t *testing.T, name string, png []byte) {
 		t.Fatal(err)
 	}
 	t.Logf("screenshot: %s (%d bytes)", p, len(png))
+}
+
+// TestBrowserStreamCap: a run page whose live stream the console refused
+// (its stream cap reached) tries again later, and follows the run once a
+// stream is free.
+func TestBrowserStreamCap(t *testing.T) {
+	bctx, cancel := browser(t)
+	defer cancel()
+	w := newWorld(t)
+	hs := httptest.NewServer(w.server(t, func(c *console.Config) { c.MaxStreams = 1 }))
+	defer hs.Close()
+	other := run(t, w.st, "shop_plan", map[string]any{"triggeredBy": "bob", "triggerSource": "cli"},
+		ev(engine.RunStarted, "", ""), ev(engine.StepStarted, "model.orders", ""))
+	// Another page holds the only stream.
+	sctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	req, _ := http.NewRequestWithContext(sctx, "GET", hs.URL+"/runs/"+other.Meta.RunID+"/events", nil)
+	req.Header.Set("Accept", "text/event-stream")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil || res.StatusCode != 200 {
+		t.Fatalf("the first stream: %v %v", res, err)
+	}
+	defer res.Body.Close()
+	do(t, bctx, "open the live run", chromedp.Navigate(hs.URL+"/runs/"+w.live.Meta.RunID), chromedp.WaitVisible(chromedp.CSS(`#run-status`)),
+		waitFor(`document.documentElement.dataset.liveRetry === 'true'`))
+	stop() // the slot frees
+	appendEvent(t, w.st, w.live, ev(engine.StepCompleted, "model.orders", `{"rowsAffected":1}`))
+	appendEvent(t, w.st, w.live, ev(engine.RunCompleted, "", ""))
+	do(t, bctx, "follow the run once a stream is free",
+		waitFor(`document.querySelector('#run-status').textContent.includes('COMPLETED')`),
+		waitFor(`document.documentElement.dataset.runEnded === 'true'`))
 }

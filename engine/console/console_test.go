@@ -246,6 +246,10 @@ func TestAuth(t *testing.T) {
 				if strings.Contains(body, token) || strings.Contains(body, pass) {
 					t.Errorf("GET %s: the page shows a secret", p)
 				}
+				// A refused client is not left holding a keep-alive connection.
+				if got := res.Header.Get("Connection"); (status == 401) != (got == "close") {
+					t.Errorf("GET %s: %d with Connection %q", p, status, got)
+				}
 			}
 		})
 	}
@@ -549,6 +553,9 @@ func TestHostCheck(t *testing.T) {
 				srv.ServeHTTP(rec, req)
 				if rec.Code != c.status {
 					t.Fatalf("GET %s with Host %q: %d, want %d", path, c.host, rec.Code, c.status)
+				}
+				if (c.status == 421) != (rec.Header().Get("Connection") == "close") {
+					t.Errorf("GET %s with Host %q: %d with Connection %q", path, c.host, rec.Code, rec.Header().Get("Connection"))
 				}
 				if c.status == 421 {
 					if body := rec.Body.String(); !strings.Contains(body, "answers only to localhost") || strings.Contains(body, w.failed.Meta.RunID) {

@@ -754,7 +754,7 @@ func TestTargets(t *testing.T) {
 			req.AddCookie(cookies[0])
 			rec = httptest.NewRecorder()
 			m.ServeHTTP(rec, req)
-			if b := rec.Body.String(); strings.Contains(b, w.ok.Meta.RunID) || !strings.Contains(b, `<strong aria-current="true" title="environment production">prod</strong>`) || !strings.Contains(b, "No runs match") {
+			if b := rec.Body.String(); strings.Contains(b, w.ok.Meta.RunID) || !strings.Contains(b, `<strong aria-current="true" title="environment production">prod</strong>`) || !strings.Contains(b, "No runs match in target prod (environment production); the other targets are linked at the top of the page.") {
 				t.Fatalf("after picking prod:\n%s", b)
 			}
 		})

@@ -382,6 +382,8 @@ func (s *QueueSQL) AdvanceCursor(ctx context.Context, a schedule.Advance) (bool,
 		var lastReq, lastTick any
 		if n := len(a.Requests); n > 0 {
 			lastReq = a.Requests[n-1].RequestID
+		} else if a.LastRequestID != "" {
+			lastReq = a.LastRequestID
 		}
 		if !a.LastTick.IsZero() {
 			lastTick = s.d.Time(a.LastTick)

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -77,6 +78,9 @@ func (d daemonFlags) check(worker bool) error {
 	}
 	if d.ui && d.http == "" {
 		return engine.Errorf(engine.CodeInvalidArgument, "--ui serves the console on the --http address: give --http ADDR too")
+	}
+	if err := d.uiFlags.check(); err != nil {
+		return err
 	}
 	if d.http != "" {
 		if _, _, err := net.SplitHostPort(d.http); err != nil {
@@ -208,6 +212,9 @@ func cmdSchedule(ctx context.Context, c *cli, args []string) error {
 	if err != nil {
 		return err
 	}
+	if sub == "list" {
+		c.noteScope("schedule list")
+	}
 	st, err := c.openQueueStore(ctx, false)
 	if err != nil {
 		return err
@@ -248,7 +255,19 @@ func cmdSchedule(ctx context.Context, c *cli, args []string) error {
 			d.Name, len(reqs), f.UTC().Format(time.RFC3339), t.UTC().Format(time.RFC3339), created, len(reqs)-created)
 		return nil
 	}
-	return c.listSchedules(ctx, st, s, *asJSON)
+	if err := c.listSchedules(ctx, st, s, *asJSON); err != nil {
+		return err
+	}
+	if !*asJSON {
+		// Schedules whose runs are in another target's store are that
+		// target's to list.
+		for _, sc := range cfg.Schedules {
+			if !slices.ContainsFunc(s.Defs, func(d schedule.Def) bool { return d.Name == sc.Name }) {
+				fmt.Fprintf(c.stderr, "dvtrun: schedule %s runs on target %s, whose runs are in another state store: dvtrun schedule list --target %s\n", sc.Name, sc.Target, sc.Target)
+			}
+		}
+	}
+	return nil
 }
 
 // scheduleRows are the schedules with their next ticks and what their
@@ -476,6 +495,11 @@ func (c *cli) daemon(ctx context.Context, name string, args []string, withSchedu
 	if err != nil {
 		return err
 	}
+	if d.ui { // a console that would start open is refused before anything runs
+		if _, err := c.consoleAuth(cfg.Console, d.uiFlags); err != nil {
+			return err
+		}
+	}
 	log := c.jsonLogger(name)
 	c.waitLog = log
 	if c.takeConfigNote() != "" { // the log's first record, not a line of text
@@ -590,7 +614,7 @@ func (c *cli) daemon(ctx context.Context, name string, args []string, withSchedu
 		defer closeUI()
 		ui = h
 	}
-	srv, err := c.serveHTTP(d.http, m, ready, ui, log)
+	srv, err := c.serveHTTP(d.http, m, ready, ui, d.uiFlags.open(cfg.Console), log)
 	if err != nil {
 		return err
 	}
@@ -612,7 +636,7 @@ func (c *cli) daemon(ctx context.Context, name string, args []string, withSchedu
 
 // serveHTTP serves /livez, /readyz and /metrics, and the console (ui, when
 // not nil) on every other path; addr "" serves nothing.
-func (c *cli) serveHTTP(addr string, m *metrics, ready func() bool, ui http.Handler, log *slog.Logger) (*http.Server, error) {
+func (c *cli) serveHTTP(addr string, m *metrics, ready func() bool, ui http.Handler, uiOpen bool, log *slog.Logger) (*http.Server, error) {
 	if addr == "" {
 		return nil, nil
 	}
@@ -638,7 +662,7 @@ func (c *cli) serveHTTP(addr string, m *metrics, ready func() bool, ui http.Hand
 	if ui != nil {
 		mux.Handle("/", ui)
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	srv := newHTTPServer(mux)
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("http server failed", "error", err.Error())
@@ -649,7 +673,11 @@ func (c *cli) serveHTTP(addr string, m *metrics, ready func() bool, ui http.Hand
 		log.Info("console", "url", "http://"+ln.Addr().String()+"/runs")
 	}
 	if !isLoopback(ln.Addr()) {
-		log.Warn("http is served on a non-loopback address: anyone who reaches it can read /metrics (plan and schedule names, queue depth)", "addr", ln.Addr().String())
+		if ui != nil && uiOpen {
+			log.Warn(openConsoleWarning(ln.Addr())+"; and /metrics (plan and schedule names, queue depth)", "addr", ln.Addr().String())
+		} else {
+			log.Warn("http is served on a non-loopback address: anyone who reaches it can read /metrics (plan and schedule names, queue depth)", "addr", ln.Addr().String())
+		}
 	}
 	return srv, nil
 }

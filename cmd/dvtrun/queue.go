@@ -194,6 +194,7 @@ func cmdQueue(ctx context.Context, c *cli, args []string) error {
 	if _, err := c.parse(fs, args, 0, 0); err != nil {
 		return err
 	}
+	c.noteScope("queue")
 	st, err := c.openQueueStore(ctx, true)
 	if err != nil {
 		return err
@@ -209,8 +210,13 @@ func cmdQueue(ctx context.Context, c *cli, args []string) error {
 	}
 	now := time.Now()
 	rows := []row{}
+	elsewhere := map[string]int{} // requests of the scope's other environments
 	for _, r := range list {
-		if r.TenantID != c.g.tenant || r.ProjectID != c.g.project || r.EnvironmentID != c.g.environment {
+		if r.TenantID != c.g.tenant || r.ProjectID != c.g.project {
+			continue
+		}
+		if r.EnvironmentID != c.g.environment {
+			elsewhere[r.EnvironmentID]++
 			continue
 		}
 		rows = append(rows, row{r, now.Sub(r.EnqueuedAt).Seconds()})
@@ -219,7 +225,12 @@ func cmdQueue(ctx context.Context, c *cli, args []string) error {
 		return c.printJSON(rows)
 	}
 	if len(rows) == 0 {
-		fmt.Fprintln(c.stdout, "The run queue is empty.")
+		if c.target != nil {
+			fmt.Fprintf(c.stdout, "The run queue of target %s is empty.\n", c.target.name)
+		} else {
+			fmt.Fprintln(c.stdout, "The run queue is empty.")
+		}
+		c.hintOtherTargets("queue", "request(s)", elsewhere)
 		return nil
 	}
 	tw := newTable(c.stdout)

@@ -1,11 +1,18 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/dvtrun/dvtrun/engine/queue"
 )
 
 func (h *harness) writeConfig(text string) string {
@@ -120,4 +127,182 @@ func TestScheduleCommands(t *testing.T) {
 	wantError(t, h.run("schedule", "explode"), 2, "INVALID_ARGUMENT")
 	wantError(t, h.run("schedule", "backfill", "nightly", "--config", cfg, "--from", "x"), 2, "INVALID_ARGUMENT", "--from")
 	wantError(t, h.run("worker", "--http", "no-port"), 2, "INVALID_ARGUMENT", "--http")
+}
+
+// TestListingsFollowTargets reproduces issue 27's first finding: a prod
+// schedule backfilled from the default target (dev) made `queue` say "The
+// run queue is empty" and `runs` show nothing. Each listing now names the
+// target and environment it shows, and the others (on stderr, never in
+// --json), and says where the other targets' requests and runs are. And
+// (the second finding) `schedule list` counts the backfill and the
+// trigger, with the last tick and the last run's state.
+func TestListingsFollowTargets(t *testing.T) {
+	h := newHarness(t)
+	_, sub := targetsProject(t, h, `schedules:
+  - {name: nightly, cron: "0 3 * * *", timezone: UTC, plan: ../ok/plan.yaml, target: prod}
+`)
+	if err := os.CopyFS(filepath.Join(h.dir, "ok"), os.DirFS(fixture("ok"))); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(sub)
+	if r := h.run("schedule", "backfill", "nightly", "--from", "2026-03-01T00:00:00Z", "--to", "2026-03-03T23:00:00Z"); r.code != 0 || !strings.Contains(r.stdout, "3 newly enqueued") {
+		t.Fatalf("backfill: %+v", r)
+	}
+	r := h.run("queue")
+	if r.code != 0 || !strings.Contains(r.stdout, "The run queue of target dev is empty.") ||
+		!strings.Contains(r.stderr, "target dev (environment development); other targets: prod (dvtrun queue --target NAME)") ||
+		!strings.Contains(r.stderr, "3 request(s) of target prod (environment production) are in this store: dvtrun queue --target prod") {
+		t.Fatalf("queue on dev: %+v", r)
+	}
+	r = h.run("queue", "--target", "prod")
+	if r.code != 0 || strings.Count(r.stdout, "PENDING") != 3 || !strings.Contains(r.stderr, "target prod (environment production); other targets: dev") {
+		t.Fatalf("queue on prod: %+v", r)
+	}
+	r = h.run("queue", "--target", "prod", "--json")
+	var rows []queue.Request
+	if err := json.Unmarshal([]byte(r.stdout), &rows); err != nil || len(rows) != 3 {
+		t.Fatalf("queue --json: %v\n%s", err, r.stdout)
+	}
+	if r := h.run("schedule", "trigger", "nightly"); r.code != 0 {
+		t.Fatalf("trigger: %+v", r)
+	}
+	workUntilDone(t, h, "--target", "prod")
+
+	r = h.run("runs")
+	if r.code != 0 || !strings.Contains(r.stderr, "target prod (environment production) has runs in this store: dvtrun runs --target prod") ||
+		!strings.Contains(r.stderr, "other targets: prod (dvtrun runs --target NAME)") {
+		t.Fatalf("runs on dev: %+v", r)
+	}
+	r = h.run("runs", "--target", "prod")
+	if r.code != 0 || strings.Count(r.stdout, "COMPLETED") != 4 || !strings.Contains(r.stderr, "target prod (environment production)") {
+		t.Fatalf("runs on prod: %+v", r)
+	}
+
+	r = h.run("schedule", "list")
+	if r.code != 0 {
+		t.Fatalf("schedule list: %+v", r)
+	}
+	var line string
+	for _, l := range strings.Split(r.stdout, "\n") {
+		if strings.HasPrefix(l, "nightly ") {
+			line = l
+		}
+	}
+	if f := strings.Fields(line); len(f) < 4 || f[len(f)-3] != "4" || !strings.Contains(line, "DONE COMPLETED") || !strings.Contains(line, "2026-") {
+		t.Fatalf("schedule list does not show the fired count, last tick and last run:\n%s", r.stdout)
+	}
+	r = h.run("schedule", "list", "--json")
+	var sched []struct {
+		LastTick  time.Time `json:"lastTick"`
+		LastState string    `json:"lastState"`
+		Fired     int64     `json:"fired"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &sched); err != nil || len(sched) != 1 || sched[0].Fired != 4 || sched[0].LastState != "DONE COMPLETED" || sched[0].LastTick.IsZero() {
+		t.Fatalf("schedule list --json: %v %+v\n%s", err, sched, r.stdout)
+	}
+
+	// The console of the default target (dev) offers prod by a plain link;
+	// picking it shows prod's runs, queue and schedule on every page.
+	c := consoleClient(t, h, "ui")
+	if body := c.get(t, "/runs"); !strings.Contains(body, "No runs match") || !strings.Contains(body, `href="/target?name=prod&amp;to=/runs"`) ||
+		!strings.Contains(body, `<strong aria-current="true" title="environment development">dev</strong>`) {
+		t.Fatalf("dev's console:\n%s", body)
+	}
+	if body := c.get(t, "/target?name=prod&to=/runs"); strings.Count(body, "✓ COMPLETED") < 4 || !strings.Contains(body, `<strong aria-current="true" title="environment production">prod</strong>`) {
+		t.Fatalf("prod's runs after picking prod:\n%s", body)
+	}
+	if body := c.get(t, "/schedules"); !strings.Contains(body, "DONE COMPLETED") || !strings.Contains(body, "<td>4</td>") {
+		t.Fatalf("prod's schedules page does not show the fired count and the last run:\n%s", body)
+	}
+	if body := c.get(t, "/queue"); !strings.Contains(body, `<strong aria-current="true" title="environment production">prod</strong>`) || !strings.Contains(body, "acme/shop/production") && !strings.Contains(body, "/production</span>") {
+		t.Fatalf("prod's queue page does not keep prod:\n%s", body)
+	}
+	// A console started on prod shows prod first.
+	if body := consoleClient(t, h, "--target", "prod", "ui").get(t, "/runs"); strings.Count(body, "✓ COMPLETED") < 4 {
+		t.Fatalf("ui --target prod:\n%s", body)
+	}
+}
+
+// consoleTestClient is a browser's view of a `dvtrun ui` started for a
+// test: it keeps cookies (the picked target) and follows redirects.
+type consoleTestClient struct {
+	base   string
+	client *http.Client
+}
+
+// consoleClient starts `dvtrun ARGS --listen ADDR` until the test ends.
+func consoleClient(t *testing.T, h *harness, args ...string) consoleTestClient {
+	t.Helper()
+	addr := freeAddr(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan result, 1)
+	go func() { done <- h.runCtx(ctx, append(args, "--listen", addr)...) }()
+	t.Cleanup(func() {
+		cancel()
+		if r := <-done; r.code != 0 {
+			t.Errorf("%v: %+v", args, r)
+		}
+	})
+	waitServing(t, "http://"+addr+"/runs")
+	jar, _ := cookiejar.New(nil)
+	return consoleTestClient{base: "http://" + addr, client: &http.Client{Jar: jar}}
+}
+
+func (c consoleTestClient) get(t *testing.T, path string) string {
+	t.Helper()
+	res, err := c.client.Get(c.base + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	if res.StatusCode != 200 {
+		t.Fatalf("GET %s: %d\n%s", path, res.StatusCode, b)
+	}
+	return string(b)
+}
+
+// TestConsoleOfTargetsOnTwoStores: targets whose runs are in different
+// state stores are each shown by the console, picked from any page.
+func TestConsoleOfTargetsOnTwoStores(t *testing.T) {
+	h := newHarness(t)
+	if err := os.CopyFS(filepath.Join(h.dir, "ok"), os.DirFS(fixture("ok"))); err != nil {
+		t.Fatal(err)
+	}
+	cfg := h.writeConfig(`target: dev
+targets:
+  dev:  {store: "sqlite:dev-state.db", warehouse: "sqlite:dev.db"}
+  prod: {store: "sqlite:prod-state.db", warehouse: "sqlite:prod.db"}
+  qa:   {store: "sqlite:qa-state.db", warehouse: "sqlite:qa.db"}
+schedules:
+  - {name: nightly, cron: "0 3 * * *", plan: ok/plan.yaml, target: prod}
+`)
+	if r := h.run("--config", cfg, "run", filepath.Join(h.dir, "ok", "plan.yaml")); r.code != 0 {
+		t.Fatalf("run on dev: %+v", r)
+	}
+	if r := h.run("--config", cfg, "--target", "prod", "schedule", "trigger", "nightly"); r.code != 0 {
+		t.Fatalf("trigger on prod: %+v", r)
+	}
+	workUntilDone(t, h, "--config", cfg, "--target", "prod")
+	c := consoleClient(t, h, "--config", cfg, "ui")
+	if body := c.get(t, "/runs"); strings.Count(body, "✓ COMPLETED") != 1 || !strings.Contains(body, `href="/target?name=prod&amp;to=/runs"`) {
+		t.Fatalf("dev's console:\n%s", body)
+	}
+	// qa has no store yet: listed, not a link, saying why.
+	if body := c.get(t, "/schedules"); !strings.Contains(body, `<s title="`) || !strings.Contains(body, "qa-state.db") {
+		t.Fatalf("qa is not listed as unavailable:\n%s", body)
+	}
+	body := c.get(t, "/target?name=prod&to=/schedules")
+	if !strings.Contains(body, "nightly") || !strings.Contains(body, "DONE COMPLETED") || !strings.Contains(body, "<td>1</td>") {
+		t.Fatalf("prod's schedules:\n%s", body)
+	}
+	if body := c.get(t, "/runs"); strings.Count(body, "✓ COMPLETED") != 1 || !strings.Contains(body, "schedule:nightly") {
+		t.Fatalf("prod's runs:\n%s", body)
+	}
+	// An unknown or unavailable target is not picked.
+	res, err := c.client.Get(c.base + "/target?name=qa")
+	if err != nil || res.StatusCode != 404 {
+		t.Fatalf("picking qa: %v %v", res, err)
+	}
+	res.Body.Close()
 }

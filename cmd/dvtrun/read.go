@@ -180,6 +180,7 @@ func cmdRuns(ctx context.Context, c *cli, args []string) error {
 		}
 		f.After = &cur
 	}
+	c.noteScope("runs")
 	st, err := c.openStore(ctx, true)
 	if err != nil {
 		return err
@@ -258,6 +259,25 @@ func cmdRuns(ctx context.Context, c *cli, args []string) error {
 	}
 	if next != "" {
 		fmt.Fprintf(c.stdout, "\nMore runs: dvtrun runs --after %s (with the same filters)\n", next)
+	}
+	if len(rows) == 0 && f.After == nil {
+		// Nothing here: say which other targets of this store have runs
+		// (one query each, of one row).
+		counts := map[string]int{}
+		for _, o := range c.otherTargets() {
+			if !o.sameStore || o.environment == c.g.environment {
+				continue
+			}
+			of := store.RunFilter{TenantID: c.g.tenant, ProjectID: c.g.project, EnvironmentID: o.environment, Limit: 1}
+			if l, err := st.ListRuns(ctx, of); err == nil && len(l) > 0 {
+				counts[o.environment] = len(l)
+			}
+		}
+		for _, o := range c.otherTargets() {
+			if o.sameStore && counts[o.environment] > 0 {
+				fmt.Fprintf(c.stderr, "dvtrun: target %s (environment %s) has runs in this store: dvtrun runs --target %s\n", o.name, o.environment, o.name)
+			}
+		}
 	}
 	return nil
 }

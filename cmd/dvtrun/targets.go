@@ -190,3 +190,62 @@ func (c *cli) flushConfigNote() {
 		fmt.Fprintln(c.rawStderr, "dvtrun: "+c.clean(n))
 	}
 }
+
+// otherTarget is a config target besides the command's, as a listing
+// command names it.
+type otherTarget struct {
+	name, environment string
+	sameStore         bool // its runs are in the command's state store
+}
+
+// otherTargets are the config's targets but the command's, by name.
+func (c *cli) otherTargets() []otherTarget {
+	if c.target == nil {
+		return nil
+	}
+	cfg, err := c.loadConfig()
+	if err != nil {
+		return nil
+	}
+	var out []otherTarget
+	for _, name := range cfg.TargetNames() {
+		if name == c.target.name {
+			continue
+		}
+		t, err := c.resolveTarget(cfg, name)
+		if err != nil {
+			continue
+		}
+		out = append(out, otherTarget{name: name, environment: t.Environment, sameStore: t.Store == c.g.store})
+	}
+	return out
+}
+
+// noteScope makes the config note of a command that lists one target's
+// store and environment (queue, runs, schedule list) say which it shows
+// and how to see the others. The note goes to stderr, never into --json.
+func (c *cli) noteScope(command string) {
+	if c.target == nil {
+		return
+	}
+	note := fmt.Sprintf("config %s, target %s (environment %s)", c.g.config, c.target.name, c.g.environment)
+	if others := c.otherTargets(); len(others) > 0 {
+		names := make([]string, len(others))
+		for i, o := range others {
+			names[i] = o.name
+		}
+		note += fmt.Sprintf("; other targets: %s (dvtrun %s --target NAME)", strings.Join(names, ", "), command)
+	}
+	c.setConfigNote(note)
+}
+
+// hintOtherTargets says, on stderr, which other targets of the same store
+// hold what a listing of this target did not show: counts maps an
+// environment to how many items it holds.
+func (c *cli) hintOtherTargets(command, items string, counts map[string]int) {
+	for _, o := range c.otherTargets() {
+		if n := counts[o.environment]; o.sameStore && o.environment != c.g.environment && n > 0 {
+			fmt.Fprintf(c.stderr, "dvtrun: %d %s of target %s (environment %s) are in this store: dvtrun %s --target %s\n", n, items, o.name, o.environment, command, o.name)
+		}
+	}
+}

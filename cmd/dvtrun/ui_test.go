@@ -1,7 +1,12 @@
 package main
 
 import (
+	"bufio"
 	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -76,7 +81,7 @@ func TestUIServesTheConsole(t *testing.T) {
 		{"/runs/" + runID, "Bearer " + token, 200, `id="dag"`},
 		{"/runs/" + runID, "Bearer " + token, 200, "✓ verified"},
 		{"/runs/" + runID + "/steps/model.stg_customers", "Bearer " + token, 200, "attempt 1 committed at"},
-		{"/runs/" + runID, "Bearer " + token, 200, "successful steps committed exactly once"},
+		{"/runs/" + runID, "Bearer " + token, 200, "successful steps have a ledger entry, so their changes to the warehouse were committed exactly once"},
 		{"/runs/no-such-run", "Bearer " + token, 404, "not found"},
 		{"/workers", "Bearer " + token, 200, "Workers"},
 	} {
@@ -124,5 +129,119 @@ func TestServeUI(t *testing.T) {
 	cancel()
 	if r := <-done; r.code != 0 || !strings.Contains(r.stderr, `"msg":"console"`) {
 		t.Fatalf("serve: %+v", r)
+	}
+}
+
+// TestConsoleRefusesBlankSecrets: a token or basic-auth variable that is
+// set but blank after trimming would open the console to a blank
+// credential; it is CONFIG_INVALID (exit 2) naming the key that named it.
+func TestConsoleRefusesBlankSecrets(t *testing.T) {
+	cases := []struct {
+		name, config string
+		flags        []string
+		value        string
+		want         []string
+	}{
+		{"token flag, spaces", "", []string{"--ui-token-env", "DVT_UI_SECRET"}, "   ", []string{"--ui-token-env", "DVT_UI_SECRET", "only blanks"}},
+		{"token flag, newline and tab", "", []string{"--ui-token-env", "DVT_UI_SECRET"}, "\n\t", []string{"--ui-token-env", "DVT_UI_SECRET"}},
+		{"token flag, empty", "", []string{"--ui-token-env", "DVT_UI_SECRET"}, "", []string{"--ui-token-env", "DVT_UI_SECRET"}},
+		{"token config key, spaces", "console: {tokenEnv: DVT_UI_SECRET}\n", nil, "  ", []string{"console.tokenEnv", "DVT_UI_SECRET"}},
+		{"basic config key, blank password", "console: {basicAuthEnv: DVT_UI_SECRET}\n", nil, "ops:  ", []string{"console.basicAuthEnv", "DVT_UI_SECRET"}},
+		{"basic flag, blank user", "", []string{"--ui-basic-auth-env", "DVT_UI_SECRET"}, " :pw", []string{"--ui-basic-auth-env", "DVT_UI_SECRET"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			h := newHarness(t)
+			h.env["DVT_UI_SECRET"] = c.value
+			args := []string{}
+			if c.config != "" {
+				args = append(args, "--config", h.writeConfig(c.config))
+			}
+			args = append(args, "ui", "--listen", "127.0.0.1:0")
+			wantError(t, h.run(append(args, c.flags...)...), 2, "CONFIG_INVALID", c.want...)
+		})
+	}
+}
+
+// TestHTTPServerBounds: the console's and /metrics' server closes an idle
+// keep-alive connection after its idle bound, and a connection that sends
+// no request headers after its header bound (both shortened here), instead
+// of holding them (a connection once stayed open 40s after its 401).
+func TestHTTPServerBounds(t *testing.T) {
+	defer func(h, i time.Duration) { httpHeaderTimeout, httpIdleTimeout = h, i }(httpHeaderTimeout, httpIdleTimeout)
+	httpHeaderTimeout, httpIdleTimeout = 200*time.Millisecond, 200*time.Millisecond
+	c := &cli{stdout: io.Discard, stderr: io.Discard, rawStderr: io.Discard}
+	addr := freeAddr(t)
+	srv, err := c.serveHTTP(addr, &metrics{}, func() bool { return true }, nil, false, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	if srv.IdleTimeout != httpIdleTimeout || srv.ReadHeaderTimeout != httpHeaderTimeout {
+		t.Fatalf("server bounds: idle %s, header %s", srv.IdleTimeout, srv.ReadHeaderTimeout)
+	}
+	closedWithin := func(conn net.Conn, what string) {
+		t.Helper()
+		// Far longer than the bound, far shorter than a default server
+		// would keep the connection: the server, not this deadline, ends it.
+		_ = conn.SetReadDeadline(time.Now().Add(20 * time.Second))
+		if _, err := io.Copy(io.Discard, conn); err != nil {
+			t.Fatalf("%s: the connection was not closed by the server: %v", what, err)
+		}
+	}
+	// Idle after a complete keep-alive exchange.
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "GET /livez HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+	res, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil || res.StatusCode != 200 || res.Close {
+		t.Fatalf("livez: %v %+v", err, res)
+	}
+	closedWithin(conn, "idle keep-alive")
+	// Silent after connecting.
+	silent, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	fmt.Fprintf(silent, "GET /livez HTTP/1.1\r\n") // and never the rest
+	closedWithin(silent, "headers never finished")
+}
+
+// TestOpenConsoleWarns: a console served beyond loopback without
+// authentication says so (the console, not only /metrics), by `ui`,
+// `serve --ui` and `worker --ui`; and it still refuses a rebound Host.
+func TestOpenConsoleWarns(t *testing.T) {
+	h := newHarness(t)
+	if r := h.run("run", fixture("ok", "plan.yaml")); r.code != 0 {
+		t.Fatalf("run: %+v", r)
+	}
+	for _, args := range [][]string{{"ui", "--listen"}, {"serve", "--poll", "100ms", "--ui", "--http"}, {"worker", "--poll", "100ms", "--ui", "--http"}} {
+		t.Run(args[0], func(t *testing.T) {
+			port := freeAddr(t)[len("127.0.0.1:"):]
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			done := make(chan result, 1)
+			go func() { done <- h.runCtx(ctx, append(args, "0.0.0.0:"+port)...) }()
+			base := "http://127.0.0.1:" + port
+			waitServing(t, base+"/runs")
+			req, _ := http.NewRequest("GET", base+"/runs", nil)
+			req.Host = "rebound.attacker.example"
+			res, err := http.DefaultClient.Do(req)
+			if err != nil || res.StatusCode != http.StatusMisdirectedRequest {
+				t.Errorf("GET /runs with a rebound Host: %v %v", res, err)
+			}
+			if code, _ := getAuth(base+"/runs", ""); code != 200 {
+				t.Errorf("GET /runs by IP: %d", code)
+			}
+			cancel()
+			r := <-done
+			if r.code != 0 || !strings.Contains(r.stderr, "without authentication: anyone who reaches it can read every run") {
+				t.Fatalf("%s on 0.0.0.0 without auth gave no console warning: %+v", args[0], r)
+			}
+		})
 	}
 }

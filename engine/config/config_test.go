@@ -20,7 +20,7 @@ sinks:
 signals:
   rules:
     - {actors: [alice], signals: [PAUSE, RESUME], environments: [prod]}
-console: {tokenEnv: DVT_UI_TOKEN, basicAuthEnv: DVT_UI_BASIC}
+console: {tokenEnv: DVT_UI_TOKEN, basicAuthEnv: DVT_UI_BASIC, hosts: [dvt.example.com], maxStreams: 8}
 `), "dvt.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -32,7 +32,7 @@ console: {tokenEnv: DVT_UI_TOKEN, basicAuthEnv: DVT_UI_BASIC}
 	if r := c.Signals.Rules; len(r) != 1 || r[0].Actors[0] != "alice" || len(r[0].Signals) != 2 {
 		t.Errorf("signals = %+v", c.Signals)
 	}
-	if c.Console.TokenEnv != "DVT_UI_TOKEN" || c.Console.BasicAuthEnv != "DVT_UI_BASIC" {
+	if c.Console.TokenEnv != "DVT_UI_TOKEN" || c.Console.BasicAuthEnv != "DVT_UI_BASIC" || len(c.Console.Hosts) != 1 || c.Console.Hosts[0] != "dvt.example.com" || c.Console.MaxStreams != 8 {
 		t.Errorf("console = %+v", c.Console)
 	}
 	if c, err := Parse(nil, "empty.yaml"); err != nil || len(c.Sinks) != 0 {
@@ -61,6 +61,9 @@ func TestParseErrorsNameTheKey(t *testing.T) {
 		{"not yaml", "sinks: [", "dvt.yaml"},
 		{"console token env", "console: {tokenEnv: \"A B\"}", `console.tokenEnv: "A B" is not an environment variable name`},
 		{"console basic auth env", "console: {basicAuthEnv: 1X}", `console.basicAuthEnv: "1X" is not an environment variable name`},
+		{"console host with a port", "console: {hosts: [\"dvt.example.com:8080\"]}", `console.hosts: "dvt.example.com:8080" is not a host name`},
+		{"console host with a scheme", "console: {hosts: [\"http://x\"]}", `console.hosts: "http://x" is not a host name`},
+		{"console negative max streams", "console: {maxStreams: -1}", `console.maxStreams: -1 must not be negative`},
 		{"console secret inline", "console: {token: abc}", "field token not found"},
 		// stateStore (ExecutionSemantics §5), read key by key.
 		{"stateStore: not a mapping", "stateStore: [1]", "stateStore: want a mapping"},

@@ -1,6 +1,9 @@
 package config
 
-import "regexp"
+import (
+	"regexp"
+	"strings"
+)
 
 // Console is the operator console's (dvtrun ui, --ui) authentication, by
 // reference: the names of environment variables that hold the secrets,
@@ -12,7 +15,16 @@ type Console struct {
 	// BasicAuthEnv names the variable holding USER:PASSWORD for HTTP basic
 	// auth, which browsers prompt for.
 	BasicAuthEnv string `yaml:"basicAuthEnv"`
+	// Hosts are the DNS names the console answers to without
+	// authentication, besides localhost and IP addresses (a request naming
+	// another Host is refused: DNS rebinding).
+	Hosts []string `yaml:"hosts"`
+	// MaxStreams bounds the live run streams the console serves at once
+	// (0: the default, 64); past it a browser is told to retry.
+	MaxStreams int `yaml:"maxStreams"`
 }
+
+var hostName = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*\.?$`)
 
 var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
@@ -21,6 +33,14 @@ func (c Console) validate() error {
 		if v != "" && !envName.MatchString(v) {
 			return keyError(key, "%q is not an environment variable name", v)
 		}
+	}
+	for _, h := range c.Hosts {
+		if !hostName.MatchString(h) || len(h) > 253 || strings.Contains(h, ":") {
+			return keyError("console.hosts", "%q is not a host name (a DNS name, without a port)", h)
+		}
+	}
+	if c.MaxStreams < 0 {
+		return keyError("console.maxStreams", "%d must not be negative", c.MaxStreams)
 	}
 	return nil
 }

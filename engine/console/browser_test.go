@@ -2,6 +2,7 @@ package console_test
 
 import (
 	"context"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -16,6 +17,7 @@ import (
 	"github.com/chromedp/chromedp/kb"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/console"
 )
 
 // chromiumPath is Debian's Chromium, which .ci/run installs when missing.
@@ -222,5 +224,103 @@ func TestBrowser(t *testing.T) {
 		if strings.TrimSpace(sqlText) != failingSQL || !strings.Contains(errText, failingMsg) || !strings.Contains(errText, "TEST_FAILED") || !strings.Contains(status, "FAILED") {
 			t.Errorf("step page: SQL %q, error %q, status %q", sqlText, errText, status)
 		}
+		// The SQL's lines are lines on the page, not one line with \n.
+		lines := get1(t, bctx, "SQL lines", chromedp.Evaluate[int](`Math.round(document.querySelector('#step-sql').getBoundingClientRect().height / parseFloat(getComputedStyle(document.querySelector('#step-sql code')).lineHeight || 16))`))
+		if strings.Contains(sqlText, `\n`) || lines < 3 {
+			t.Errorf("the SQL is drawn on %d line(s): %q", lines, sqlText)
+		}
+		png := get1(t, bctx, "step screenshot", chromedp.FullScreenshot(100))
+		writeArtifact(t, "step-sql.png", png)
 	})
+
+	t.Run("long step names: cut in the Gantt, whole in the tooltip; multi-line SQL on the step page", func(t *testing.T) {
+		long := "model." + strings.Repeat("very_long_customer_lifetime_value_", 3) + "end"
+		failing := "test." + strings.Repeat("not_null_orders_customer_id_", 3) + "check"
+		sqlText := "CREATE TABLE clv AS\nSELECT customer_id,\n       sum(amount) AS lifetime_value\nFROM orders\nGROUP BY customer_id"
+		f := run(t, w.st, "shop_plan", map[string]any{"triggeredBy": "ann", "triggerSource": "cli"},
+			ev(engine.RunStarted, "", ""), ev(engine.StepStarted, long, ""),
+			ev(engine.StepCompleted, long, mustJSON(map[string]any{"sql": sqlText, "rowsAffected": 42})),
+			ev(engine.StepStarted, failing, ""),
+			ev(engine.StepFailed, failing, `{"error":{"code":"TEST_FAILED","message":"2 rows"}}`),
+			ev(engine.StepStarted, "model.short", ""), ev(engine.StepCompleted, "model.short", `{"rowsAffected":1}`),
+			ev(engine.RunFailed, "", `{"error":{"code":"STEP_FAILED","message":"1 step failed"}}`))
+		do(t, bctx, "open the run", chromedp.Navigate(hs.URL+"/runs/"+f.Meta.RunID), chromedp.WaitVisible(chromedp.CSS(`#gantt`)))
+		// Each name ends before the column's edge (the bars start at 260),
+		// and before its status text; the tooltip holds it whole.
+		type label struct {
+			Step  string  `json:"step"`
+			Title string  `json:"title"`
+			Right float64 `json:"right"`
+			Text  float64 `json:"text"` // the status text's left edge
+		}
+		labels := get1(t, bctx, "Gantt labels", chromedp.Evaluate[[]label](`Array.from(document.querySelectorAll('#gantt g.row')).map(g => {
+			const l = g.querySelector('text.label'), s = g.querySelector('text.bartext'), t = l.querySelector('title');
+			return {step: g.dataset.step, title: t ? t.textContent : '', right: l.getBBox().x + l.getComputedTextLength(), text: s.getBBox().x};
+		})`))
+		seen := 0
+		for _, l := range labels {
+			if l.Right > 256 || l.Right >= l.Text {
+				t.Errorf("Gantt row %s: its name ends at %.0f, its status starts at %.0f", l.Step, l.Right, l.Text)
+			}
+			if l.Step == long || l.Step == failing {
+				seen++
+				if l.Title != l.Step {
+					t.Errorf("Gantt row %s: tooltip %q", l.Step, l.Title)
+				}
+			}
+		}
+		if seen != 2 {
+			t.Fatalf("the Gantt shows %d of the 2 long names: %+v", seen, labels)
+		}
+		writeArtifact(t, "gantt-long-names.png", get1(t, bctx, "Gantt screenshot", chromedp.Screenshot(chromedp.CSS(`figure.gantt`))))
+		writeArtifact(t, "run-long-names.png", get1(t, bctx, "run screenshot", chromedp.FullScreenshot(100)))
+
+		do(t, bctx, "open the long step", chromedp.Navigate(hs.URL+"/runs/"+f.Meta.RunID+"/steps/"+long), chromedp.WaitVisible(chromedp.CSS(`#step-sql`)))
+		got := get1(t, bctx, "SQL", chromedp.Evaluate[string](`document.querySelector('#step-sql').innerText`))
+		if strings.TrimSpace(got) != sqlText {
+			t.Errorf("the step page shows the SQL as %q, want %q", got, sqlText)
+		}
+		writeArtifact(t, "step-long-name.png", get1(t, bctx, "step screenshot", chromedp.FullScreenshot(100)))
+	})
+}
+
+// writeArtifact writes a screenshot to artifactsDir and logs its path.
+func writeArtifact(t *testing.T, name string, png []byte) {
+	t.Helper()
+	p := filepath.Join(artifactsDir(t), name)
+	if err := os.WriteFile(p, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot: %s (%d bytes)", p, len(png))
+}
+
+// TestBrowserStreamCap: a run page whose live stream the console refused
+// (its stream cap reached) tries again later, and follows the run once a
+// stream is free.
+func TestBrowserStreamCap(t *testing.T) {
+	bctx, cancel := browser(t)
+	defer cancel()
+	w := newWorld(t)
+	hs := httptest.NewServer(w.server(t, func(c *console.Config) { c.MaxStreams = 1 }))
+	defer hs.Close()
+	other := run(t, w.st, "shop_plan", map[string]any{"triggeredBy": "bob", "triggerSource": "cli"},
+		ev(engine.RunStarted, "", ""), ev(engine.StepStarted, "model.orders", ""))
+	// Another page holds the only stream.
+	sctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	req, _ := http.NewRequestWithContext(sctx, "GET", hs.URL+"/runs/"+other.Meta.RunID+"/events", nil)
+	req.Header.Set("Accept", "text/event-stream")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil || res.StatusCode != 200 {
+		t.Fatalf("the first stream: %v %v", res, err)
+	}
+	defer res.Body.Close()
+	do(t, bctx, "open the live run", chromedp.Navigate(hs.URL+"/runs/"+w.live.Meta.RunID), chromedp.WaitVisible(chromedp.CSS(`#run-status`)),
+		waitFor(`document.documentElement.dataset.liveRetry === 'true'`))
+	stop() // the slot frees
+	appendEvent(t, w.st, w.live, ev(engine.StepCompleted, "model.orders", `{"rowsAffected":1}`))
+	appendEvent(t, w.st, w.live, ev(engine.RunCompleted, "", ""))
+	do(t, bctx, "follow the run once a stream is free",
+		waitFor(`document.querySelector('#run-status').textContent.includes('COMPLETED')`),
+		waitFor(`document.documentElement.dataset.runEnded === 'true'`))
 }

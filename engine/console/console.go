@@ -20,8 +20,11 @@ import (
 	"html/template"
 	"io/fs"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/netip"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/dvtrun/dvtrun/engine"
@@ -135,14 +138,29 @@ type Config struct {
 	// VerifyMaxEvents: a run with more events is verified on request only
 	// (?verify=1), so that its page stays fast (default 5000).
 	VerifyMaxEvents int64
-	Log             *slog.Logger
+	// MaxStreams bounds the live streams open at once (each holds a
+	// connection and polls the store); past it a stream is refused with
+	// 503 and Retry-After (default DefaultMaxStreams).
+	MaxStreams int
+	// Hosts are the names (besides localhost and IP literals) the console
+	// answers to when it has no authentication: a request naming any other
+	// Host is refused, so that a web page whose DNS name is rebound to this
+	// machine cannot read the console through the visitor's browser.
+	Hosts []string
+	Log   *slog.Logger
 }
+
+// DefaultMaxStreams is Config.MaxStreams' default.
+const DefaultMaxStreams = 64
 
 // Server serves the console.
 type Server struct {
-	cfg  Config
-	tmpl map[string]*template.Template
-	mux  *http.ServeMux
+	target  string       // the config target shown ("": the console shows one)
+	targets []TargetLink // the target selector (nil: none)
+	cfg     Config
+	tmpl    map[string]*template.Template
+	mux     *http.ServeMux
+	streams atomic.Int64 // live streams open
 }
 
 // New builds the console's handler.
@@ -159,6 +177,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.VerifyMaxEvents <= 0 {
 		cfg.VerifyMaxEvents = 5000
 	}
+	if cfg.MaxStreams <= 0 {
+		cfg.MaxStreams = DefaultMaxStreams
+	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
@@ -172,7 +193,7 @@ func New(cfg Config) (*Server, error) {
 		s.tmpl[p] = t
 	}
 	static, _ := fs.Sub(staticFS, "static")
-	s.mux.Handle("GET /static/", http.StripPrefix("/static/", staticHandler(static)))
+	s.mux.Handle("GET /static/{file}", http.StripPrefix("/static/", staticHandler(static)))
 	s.mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/runs", http.StatusSeeOther)
 	})
@@ -188,10 +209,15 @@ func New(cfg Config) (*Server, error) {
 }
 
 // staticHandler serves the embedded CSS and script; they change only with
-// the binary, so a browser may keep them for a while.
+// the binary, so a browser may keep them for a while. Files only: a
+// directory is not found, never listed.
 func staticHandler(files fs.FS) http.Handler {
 	h := http.FileServerFS(files)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if st, err := fs.Stat(files, strings.TrimPrefix(r.URL.Path, "/")); err != nil || st.IsDir() {
+			http.NotFound(w, r)
+			return
+		}
 		w.Header().Set("Cache-Control", "public, max-age=300")
 		h.ServeHTTP(w, r)
 	})
@@ -204,29 +230,74 @@ const maxQuery = 4096
 // ServeHTTP checks authentication, refuses writes (the console is
 // read-only) and oversized queries, then serves the page.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if s.gate(w, r) {
+		s.mux.ServeHTTP(w, r)
+	}
+}
+
+// gate sets the security headers and refuses (answering the request) what
+// no page serves: a foreign Host without authentication, missing
+// credentials, a write, an oversized query. true: serve it.
+func (s *Server) gate(w http.ResponseWriter, r *http.Request) bool {
 	h := w.Header()
 	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Referrer-Policy", "same-origin")
+	// Pages show run history that changes and may be private: no cache
+	// keeps them (static files set their own).
+	h.Set("Cache-Control", "no-store")
+	if !s.hostAllowed(r.Host) {
+		h.Set("Connection", "close")
+		s.fail(w, r, http.StatusMisdirectedRequest, fmt.Sprintf("This console has no authentication, so it answers only to localhost, an IP address or the names it was given (console.hosts, --ui-hosts); the request named host %s.", engine.QuoteText(r.Host)))
+		return false
+	}
 	if !s.authorized(r) {
+		h.Set("Connection", "close") // a refused client does not keep the connection
 		if s.cfg.Auth.BasicUser != "" {
 			h.Set("WWW-Authenticate", `Basic realm="dvtrun console", charset="UTF-8"`)
 		} else {
 			h.Set("WWW-Authenticate", `Bearer realm="dvtrun console"`)
 		}
 		s.fail(w, r, http.StatusUnauthorized, "Sign in to see the console: it is served with authentication.")
-		return
+		return false
 	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		h.Set("Allow", "GET, HEAD")
 		s.fail(w, r, http.StatusMethodNotAllowed, "The console is read-only: it answers GET and HEAD only.")
-		return
+		return false
 	}
 	if len(r.URL.RawQuery) > maxQuery {
 		s.fail(w, r, http.StatusRequestURITooLong, fmt.Sprintf("The query string is %d bytes; the console accepts at most %d.", len(r.URL.RawQuery), maxQuery))
-		return
+		return false
 	}
-	s.mux.ServeHTTP(w, r)
+	return true
+}
+
+// hostAllowed reports whether a request's Host may be served: any, with
+// authentication (a rebound page does not have the credentials); without,
+// localhost, an IP literal (what a listen address is; no DNS rebinding
+// goes through one) or a configured name.
+func (s *Server) hostAllowed(hostport string) bool {
+	if s.cfg.Auth.BearerToken != "" || s.cfg.Auth.BasicUser != "" {
+		return true
+	}
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.ToLower(strings.Trim(host, "[]")), ".")
+	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
+		return true
+	}
+	if _, err := netip.ParseAddr(host); err == nil {
+		return true
+	}
+	for _, n := range s.cfg.Hosts {
+		if strings.EqualFold(strings.TrimSuffix(n, "."), host) {
+			return true
+		}
+	}
+	return false
 }
 
 // authorized reports whether r carries the configured credentials (any
@@ -275,16 +346,19 @@ func (s *Server) handle(fn func(*http.Request) (page, error)) http.HandlerFunc {
 
 // layoutData is what layout.html reads.
 type layoutData struct {
-	Title string
-	Nav   string
-	Scope string
-	Page  any
+	Title   string
+	Nav     string
+	Scope   string
+	Target  string
+	Targets []TargetLink
+	Page    any
 }
 
 func (s *Server) render(w http.ResponseWriter, r *http.Request, status int, p page) {
 	t := s.tmpl[p.name]
 	var b strings.Builder
-	err := t.Execute(&b, layoutData{Title: p.title, Nav: p.nav, Scope: s.cfg.TenantID + "/" + s.cfg.ProjectID + "/" + s.cfg.EnvironmentID, Page: p.data})
+	err := t.Execute(&b, layoutData{Title: p.title, Nav: p.nav, Scope: s.cfg.TenantID + "/" + s.cfg.ProjectID + "/" + s.cfg.EnvironmentID,
+		Target: s.target, Targets: s.targets, Page: p.data})
 	if err != nil {
 		s.cfg.Log.Error("console page failed", "page", p.name, "error", err.Error())
 		http.Error(w, "the page could not be rendered", http.StatusInternalServerError)

@@ -22,6 +22,7 @@ import (
 func get(t testing.TB, h http.Handler, path string, hdr ...string) (int, string, *http.Response) {
 	t.Helper()
 	req := httptest.NewRequest(http.MethodGet, path, nil)
+	req.Host = "localhost:8080" // httptest's example.com is refused without auth (DNS rebinding)
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
@@ -63,8 +64,8 @@ func TestPages(t *testing.T) {
 			`data-step="model.orders" data-status="SUCCESS"`, `data-step="seed.customers" data-status="PENDING"`, "✗ FAILED", `marker-end="url(#arrow)"`}, nil},
 		{"live run follows", "/runs/" + live, []string{`data-live="/runs/` + live + `/events?after=3"`, "▶ RUNNING", "dvtrun status " + live + " --follow",
 			"not verified: the run has not ended"}, []string{"verify now"}},
-		{"step", "/runs/" + failed + "/steps/test.positive_amount", []string{"SELECT * FROM orders WHERE amount &lt; 0 -- &lt;b&gt;not bold&lt;/b&gt;",
-			failingMsg, "TEST_FAILED", `id="step-error"`, "Failing rows"}, []string{"<b>not bold</b>"}},
+		{"step", "/runs/" + failed + "/steps/test.positive_amount", []string{"SELECT *\nFROM orders\n\tWHERE amount &lt; 0 -- &lt;b&gt;not bold&lt;/b&gt;",
+			failingMsg, "TEST_FAILED", `id="step-error"`, "Failing rows"}, []string{"<b>not bold</b>", `SELECT *\nFROM`, `\tWHERE`}},
 		{"completed step", "/runs/" + ok + "/steps/model.orders", []string{"CREATE TABLE orders AS SELECT 1", "Rows affected", "✓ SUCCESS"}, nil},
 		{"events errors only on a failed run", "/runs/" + failed + "/events", []string{"StepFailed", "RunFailed", "errors only"}, []string{"<td>StepStarted</td>", "<td>RunQueued</td>"}},
 		{"events all", "/runs/" + failed + "/events?errors=0", []string{"<td>RunQueued</td>", "<td>StepStarted</td>", "<td>StepFailed</td>"}, nil},
@@ -174,6 +175,7 @@ func TestHostileInput(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			req := httptest.NewRequest(c.method, "/", nil)
+			req.Host = "127.0.0.1:8080"
 			req.URL, _ = url.Parse(c.path)
 			req.RequestURI = c.path
 			if c.name == "bad Last-Event-ID" {
@@ -243,6 +245,10 @@ func TestAuth(t *testing.T) {
 				}
 				if strings.Contains(body, token) || strings.Contains(body, pass) {
 					t.Errorf("GET %s: the page shows a secret", p)
+				}
+				// A refused client is not left holding a keep-alive connection.
+				if got := res.Header.Get("Connection"); (status == 401) != (got == "close") {
+					t.Errorf("GET %s: %d with Connection %q", p, status, got)
 				}
 			}
 		})
@@ -506,5 +512,263 @@ func TestIntegrityBadgeShowsADifference(t *testing.T) {
 	if !strings.Contains(body, `class="badge failed" id="integrity"`) || !strings.Contains(body, "✗ 1 difference(s): SQL projection != Go reducer") ||
 		!strings.Contains(body, "<td>model.orders</td><td>status</td><td>RUNNING</td><td>SUCCESS</td>") {
 		t.Fatalf("the badge does not show the difference:\n%s", body)
+	}
+}
+
+// TestHostCheck attacks the console as a DNS-rebinding page would: without
+// authentication a request naming a foreign Host is refused (421, body
+// saying why), while localhost, IP literals and configured names are
+// served; with authentication any Host is (the credentials protect it).
+func TestHostCheck(t *testing.T) {
+	w := newWorld(t)
+	cases := []struct {
+		name   string
+		auth   console.Auth
+		hosts  []string
+		host   string
+		status int
+	}{
+		{"rebound name", console.Auth{}, nil, "attacker.example:8080", 421},
+		{"rebound name without port", console.Auth{}, nil, "evil.test", 421},
+		{"suffix of a configured name", console.Auth{}, []string{"dvt.example.com"}, "xdvt.example.com", 421},
+		{"localhost", console.Auth{}, nil, "localhost:8080", 200},
+		{"localhost, upper case, trailing dot", console.Auth{}, nil, "LOCALHOST.:8080", 200},
+		{"IPv4 loopback", console.Auth{}, nil, "127.0.0.1:8080", 200},
+		{"IPv6 loopback", console.Auth{}, nil, "[::1]:8080", 200},
+		{"listen address", console.Auth{}, nil, "10.1.2.3:9464", 200},
+		{"configured name", console.Auth{}, []string{"dvt.example.com"}, "DVT.example.com:443", 200},
+		{"empty host", console.Auth{}, nil, "", 421},
+		{"any host with a token", console.Auth{BearerToken: "t0k"}, nil, "attacker.example", 200},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			srv := w.server(t, func(cfg *console.Config) { cfg.Auth, cfg.Hosts = c.auth, c.hosts })
+			for _, path := range []string{"/runs", "/runs/" + w.failed.Meta.RunID, "/static/console.css"} {
+				req := httptest.NewRequest("GET", path, nil)
+				req.Host = c.host
+				if c.auth.BearerToken != "" {
+					req.Header.Set("Authorization", "Bearer "+c.auth.BearerToken)
+				}
+				rec := httptest.NewRecorder()
+				srv.ServeHTTP(rec, req)
+				if rec.Code != c.status {
+					t.Fatalf("GET %s with Host %q: %d, want %d", path, c.host, rec.Code, c.status)
+				}
+				if (c.status == 421) != (rec.Header().Get("Connection") == "close") {
+					t.Errorf("GET %s with Host %q: %d with Connection %q", path, c.host, rec.Code, rec.Header().Get("Connection"))
+				}
+				if c.status == 421 {
+					if body := rec.Body.String(); !strings.Contains(body, "answers only to localhost") || strings.Contains(body, w.failed.Meta.RunID) {
+						t.Errorf("refusal body does not say why, or leaks a run:\n%s", body)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestNoStoreAndNoListing: pages and streams are never cached; /static/
+// serves its files only, and a directory is 404, not a listing.
+func TestNoStoreAndNoListing(t *testing.T) {
+	w := newWorld(t)
+	srv := w.server(t, nil)
+	for _, p := range []string{"/runs", "/runs/" + w.failed.Meta.RunID, "/runs/" + w.failed.Meta.RunID + "/steps/test.positive_amount", "/schedules", "/queue", "/nope"} {
+		_, _, res := get(t, srv, p)
+		if got := res.Header.Get("Cache-Control"); got != "no-store" {
+			t.Errorf("GET %s: Cache-Control %q, want no-store", p, got)
+		}
+	}
+	for _, p := range []string{"/static/", "/static", "/static/.", "/static/x/", "/static//", "/static/nope.js", "/static/../templates/"} {
+		status, body, res := get(t, srv, p)
+		if status/100 == 3 { // the mux cleans the path first
+			loc := res.Header.Get("Location")
+			status, body, _ = get(t, srv, loc)
+		}
+		if status != 404 {
+			t.Errorf("GET %s: %d, want 404", p, status)
+		}
+		if strings.Contains(body, "console.css") || strings.Contains(body, "live.js") {
+			t.Errorf("GET %s lists the directory:\n%s", p, body)
+		}
+	}
+	status, _, res := get(t, srv, "/static/console.css")
+	if status != 200 || res.Header.Get("Cache-Control") != "public, max-age=300" {
+		t.Errorf("GET /static/console.css: %d, Cache-Control %q", status, res.Header.Get("Cache-Control"))
+	}
+}
+
+// TestStreamCap: with MaxStreams live streams open, one more is refused
+// with 503 and Retry-After; once one closes, a new one is served.
+func TestStreamCap(t *testing.T) {
+	w := newWorld(t)
+	hs := httptest.NewServer(w.server(t, func(c *console.Config) { c.MaxStreams = 2; c.StreamFor = time.Minute }))
+	defer hs.Close()
+	url := hs.URL + "/runs/" + w.live.Meta.RunID + "/events"
+	open := func() (*http.Response, context.CancelFunc) {
+		t.Helper()
+		rctx, cancel := context.WithCancel(ctx)
+		req, _ := http.NewRequestWithContext(rctx, "GET", url, nil)
+		req.Header.Set("Accept", "text/event-stream")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			cancel()
+			t.Fatal(err)
+		}
+		return res, cancel
+	}
+	var cancels []context.CancelFunc
+	defer func() {
+		for _, c := range cancels {
+			c()
+		}
+	}()
+	for i := 0; i < 2; i++ {
+		res, cancel := open()
+		cancels = append(cancels, cancel)
+		if res.StatusCode != 200 {
+			t.Fatalf("stream %d: %d", i+1, res.StatusCode)
+		}
+		readSSE(bufio.NewReader(res.Body), 1) // it is being served
+	}
+	res, cancel := open()
+	body, _ := io.ReadAll(res.Body)
+	cancel()
+	if res.StatusCode != 503 || res.Header.Get("Retry-After") == "" || !strings.Contains(string(body), "at most 2 live streams") {
+		t.Fatalf("third stream: %d, Retry-After %q\n%s", res.StatusCode, res.Header.Get("Retry-After"), body)
+	}
+	// Pages are still served past the cap.
+	if pr, err := http.Get(hs.URL + "/runs"); err != nil || pr.StatusCode != 200 {
+		t.Fatalf("a page past the stream cap: %v %v", pr, err)
+	}
+	cancels[0]()
+	// The closed stream's slot frees once its handler returns.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		res, cancel := open()
+		cancels = append(cancels, cancel)
+		if res.StatusCode == 200 {
+			break
+		}
+		res.Body.Close()
+		if time.Now().After(deadline) {
+			t.Fatalf("no stream served after one closed: %d", res.StatusCode)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestStepSQLKeepsItsLines: a step's SQL is shown as written, line breaks
+// and tabs kept (it was one line with literal \n), CRLF as one break, and
+// every other control character still made visible.
+func TestStepSQLKeepsItsLines(t *testing.T) {
+	w := newWorld(t)
+	const sqlText = "INSERT INTO t\r\nSELECT 1 \x1b[31mred\x1b[0m\n\t-- done\x07"
+	f := run(t, w.st, "shop_plan", map[string]any{"triggeredBy": "ann", "triggerSource": "cli"},
+		ev(engine.RunStarted, "", ""), ev(engine.StepStarted, "sql.load", ""),
+		ev(engine.StepCompleted, "sql.load", mustJSON(map[string]any{"sql": sqlText, "rowsAffected": 1})), ev(engine.RunCompleted, "", ""))
+	status, body, _ := get(t, w.server(t, nil), "/runs/"+f.Meta.RunID+"/steps/sql.load")
+	if status != 200 {
+		t.Fatalf("step page: %d", status)
+	}
+	want := "<code>INSERT INTO t\nSELECT 1 \\x1b[31mred\\x1b[0m\n\t-- done\\x07</code>"
+	if !strings.Contains(body, want) {
+		t.Fatalf("the step page does not show\n%q\nin\n%s", want, body)
+	}
+	for _, bad := range []string{"\x1b", "\x07", "\r", `t\r\n`, `t\nSELECT`} {
+		if strings.Contains(body, bad) {
+			t.Errorf("the step page holds %q", bad)
+		}
+	}
+}
+
+// TestGanttCutsLongNames: a step name longer than the Gantt's name column
+// is drawn cut with an ellipsis, whole in its <title> and data-step, and
+// clipped to the column, so it never runs into the bars and statuses.
+func TestGanttCutsLongNames(t *testing.T) {
+	w := newWorld(t)
+	long := "model." + strings.Repeat("very_long_customer_lifetime_value_", 3) + "end"
+	f := run(t, w.st, "shop_plan", map[string]any{"triggeredBy": "ann", "triggerSource": "cli"},
+		ev(engine.RunStarted, "", ""), ev(engine.StepStarted, long, ""), ev(engine.StepCompleted, long, `{"rowsAffected":1}`),
+		ev(engine.StepStarted, "model.short", ""), ev(engine.RunCompleted, "", ""))
+	_, body, _ := get(t, w.server(t, nil), "/runs/"+f.Meta.RunID)
+	cut := long[:33] + "…"
+	for _, want := range []string{`<clipPath id="gantt-labels"><rect x="0" y="0" width="254"`, `data-step="` + long + `"`,
+		`clip-path="url(#gantt-labels)"><title>` + long + `</title>` + cut + `</text>`, `<title>model.short</title>model.short</text>`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the run page lacks %q", want)
+		}
+	}
+}
+
+// TestTargets: the console of several targets serves the default one
+// until /target picks another (a cookie every later page follows); the
+// pick goes back only to a console page, never elsewhere; it is behind
+// the same gate as every page; an unknown or unavailable target is 404.
+func TestTargets(t *testing.T) {
+	w := newWorld(t)
+	dev := w.server(t, nil)
+	other := w.server(t, func(c *console.Config) { c.EnvironmentID = "production" }) // no runs in it
+	m, err := console.NewTargets([]console.Target{{Name: "dev", Server: dev, Default: true}, {Name: "prod", Server: other}, {Name: "qa", Why: "its state store could not be opened"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, body, _ := get(t, m, "/runs")
+	if !strings.Contains(body, w.ok.Meta.RunID) || !strings.Contains(body, `<a href="/target?name=prod&amp;to=/runs"`) || !strings.Contains(body, `<s title="its state store could not be opened">qa</s>`) {
+		t.Fatalf("default target's page:\n%s", body)
+	}
+	cases := []struct {
+		name, path, host string
+		status           int
+		location         string
+	}{
+		{"pick prod, back to schedules", "/target?name=prod&to=/schedules", "localhost", 303, "/schedules"},
+		{"pick prod, no page", "/target?name=prod", "localhost", 303, "/runs"},
+		{"an open redirect is not followed", "/target?name=prod&to=//evil.example/x", "localhost", 303, "/runs"},
+		{"an absolute URL is not followed", "/target?name=prod&to=https://evil.example/", "localhost", 303, "/runs"},
+		{"unknown target", "/target?name=nope", "localhost", 404, ""},
+		{"unavailable target", "/target?name=qa", "localhost", 404, ""},
+		{"rebound host", "/target?name=prod", "evil.example", 421, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			req := httptest.NewRequest("GET", c.path, nil)
+			req.Host = c.host
+			rec := httptest.NewRecorder()
+			m.ServeHTTP(rec, req)
+			if rec.Code != c.status || rec.Header().Get("Location") != c.location {
+				t.Fatalf("GET %s: %d to %q, want %d to %q\n%s", c.path, rec.Code, rec.Header().Get("Location"), c.status, c.location, rec.Body)
+			}
+			cookies := rec.Result().Cookies()
+			if c.status != 303 {
+				if len(cookies) != 0 {
+					t.Fatalf("a refused pick set %v", cookies)
+				}
+				return
+			}
+			if len(cookies) != 1 || cookies[0].Value != "prod" || !cookies[0].HttpOnly || cookies[0].SameSite != http.SameSiteLaxMode || cookies[0].Path != "/" {
+				t.Fatalf("cookies %+v", cookies)
+			}
+			// Every page now shows prod (an environment without runs).
+			req = httptest.NewRequest("GET", "/runs", nil)
+			req.Host = "localhost"
+			req.AddCookie(cookies[0])
+			rec = httptest.NewRecorder()
+			m.ServeHTTP(rec, req)
+			if b := rec.Body.String(); strings.Contains(b, w.ok.Meta.RunID) || !strings.Contains(b, `<strong aria-current="true" title="environment production">prod</strong>`) || !strings.Contains(b, "No runs match in target prod (environment production); the other targets are linked at the top of the page.") {
+				t.Fatalf("after picking prod:\n%s", b)
+			}
+		})
+	}
+	// A cookie naming no target falls back to the default.
+	req := httptest.NewRequest("GET", "/runs", nil)
+	req.Host = "localhost"
+	req.AddCookie(&http.Cookie{Name: "dvt_target", Value: "qa"})
+	rec := httptest.NewRecorder()
+	m.ServeHTTP(rec, req)
+	if !strings.Contains(rec.Body.String(), w.ok.Meta.RunID) {
+		t.Fatal("a cookie naming an unavailable target did not fall back to the default")
+	}
+	if _, err := console.NewTargets([]console.Target{{Name: "qa", Why: "x", Default: true}}); err == nil {
+		t.Fatal("a default target without a console was accepted")
 	}
 }

@@ -194,6 +194,10 @@ func payloadText(b json.RawMessage) string {
 	return s
 }
 
+// streamRetryAfter is the Retry-After, in seconds, of a stream refused by
+// the cap.
+const streamRetryAfter = 10
+
 // streamEvent is the data of one SSE message: enough for the page to know
 // what changed.
 type streamEvent struct {
@@ -208,6 +212,15 @@ type streamEvent struct {
 // stream lasts at most StreamFor; the browser then reconnects and resumes.
 func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
+	// Each stream holds a connection and polls the store: past the cap a
+	// browser is told to come back (EventSource reconnects by itself).
+	if n := s.streams.Add(1); n > int64(s.cfg.MaxStreams) {
+		s.streams.Add(-1)
+		w.Header().Set("Retry-After", strconv.Itoa(streamRetryAfter))
+		s.fail(w, r, http.StatusServiceUnavailable, fmt.Sprintf("The console serves at most %d live streams at once; try again in %d seconds.", s.cfg.MaxStreams, streamRetryAfter))
+		return
+	}
+	defer s.streams.Add(-1)
 	sum, err := s.loadRun(ctx, r.PathValue("runId"))
 	if err != nil {
 		s.failErr(w, r, err)

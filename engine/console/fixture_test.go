@@ -23,7 +23,7 @@ const hostileStep = "model.<script>alert(1)</script>\x1b[31m"
 // failingSQL and failingMsg are what the failing step of the failed run
 // sent and got back.
 const (
-	failingSQL = "SELECT * FROM orders WHERE amount < 0 -- <b>not bold</b>"
+	failingSQL = "SELECT *\nFROM orders\n\tWHERE amount < 0 -- <b>not bold</b>"
 	failingMsg = "test found 3 rows with a negative amount"
 )
 

@@ -49,15 +49,20 @@ func shownSteps(steps []engine.StepSnapshot) []engine.StepSnapshot {
 // Gantt geometry, in SVG user units.
 const (
 	ganttLabel = 260 // the step names' column
-	ganttPlot  = 640
-	ganttRow   = 22
-	ganttTop   = 24 // the axis
+	// ganttMaxLabel is the characters of a step name the column holds; a
+	// longer one is cut with an ellipsis (its <title> has it whole), and
+	// the column clips what a wide font still pushes past it.
+	ganttMaxLabel = 34
+	ganttPlot     = 640
+	ganttRow      = 22
+	ganttTop      = 24 // the axis
 )
 
 // gantt is the run's timeline as SVG shapes: the queue wait apart from
 // execution, then one bar per step.
 type gantt struct {
 	Width, Height int
+	LabelWidth    int // the names' column, less a gap before the bars
 	Ticks         []tick
 	Rows          []bar
 	Shown, Total  int
@@ -71,7 +76,8 @@ type tick struct {
 // bar is one row: a label, and a bar when the thing started.
 type bar struct {
 	Y      int
-	Label  string
+	Label  string // the whole name: data-step, the tooltip
+	Short  string // as drawn: cut to ganttMaxLabel
 	Href   string
 	Class  string // wait, run or the step status in lower case
 	Status string // the status as text: never colour alone
@@ -83,7 +89,7 @@ type bar struct {
 
 func buildGantt(r store.RunSummary, snap engine.Snapshot) gantt {
 	steps := shownSteps(snap.Steps)
-	g := gantt{Width: ganttLabel + ganttPlot + 120, Shown: len(steps), Total: len(snap.Steps)}
+	g := gantt{Width: ganttLabel + ganttPlot + 120, LabelWidth: ganttLabel - 6, Shown: len(steps), Total: len(snap.Steps)}
 	// The time axis: from the request (queue wait included) to the end of
 	// the last thing known to have happened.
 	start := r.QueuedAt
@@ -121,6 +127,10 @@ func buildGantt(r store.RunSummary, snap engine.Snapshot) gantt {
 	y := ganttTop
 	add := func(b bar) {
 		b.Y = y
+		b.Short = b.Label
+		if r := []rune(b.Label); len(r) > ganttMaxLabel {
+			b.Short = string(r[:ganttMaxLabel-1]) + "…"
+		}
 		if b.HasBar {
 			if b.W < 2 {
 				b.W = 2 // an instant is still visible

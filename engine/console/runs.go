@@ -80,6 +80,9 @@ type runsPage struct {
 	Runs     []store.RunSummary
 	Next     string // the next page's URL; "" on the last page
 	Failing  bool
+	// Target is the config target shown, when the console serves several
+	// (an empty page then says which target it looked in).
+	Target, Environment string
 }
 
 func (s *Server) scope(f store.RunFilter) store.RunFilter {
@@ -94,6 +97,9 @@ func (s *Server) runs(r *http.Request) (page, error) {
 		return page{}, err
 	}
 	p := runsPage{Q: rq, Statuses: runStatuses, Triggers: store.Triggers}
+	if len(s.targets) > 1 {
+		p.Target, p.Environment = s.target, s.cfg.EnvironmentID
+	}
 	if rq.View == failingView {
 		p.Failing = true
 		p.Runs, err = s.failing(ctx, f)

@@ -457,6 +457,11 @@ func sqlProblems(s Step) []string {
 	if strings.TrimSpace(s.SQL) == "" {
 		return []string{"SQL is empty"}
 	}
+	// SQLite ends a statement at a NUL byte and runs what came before: the
+	// rest of the step would be silently dropped.
+	if i := strings.IndexByte(s.SQL, 0); i >= 0 {
+		return []string{fmt.Sprintf("the SQL holds a NUL byte (at byte %d), where a warehouse may cut the statement short; remove it", i)}
+	}
 	var out []string
 	switch s.Kind {
 	case KindModel, KindTest:

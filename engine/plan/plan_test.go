@@ -162,6 +162,8 @@ func TestValidateHostile(t *testing.T) {
 		{"begin/commit in a sql step", step(`{id: sql.a, kind: sql, sql: "begin; insert into t values (1); commit"}`), `step sql.a: "begin" controls the transaction`},
 		{"undeclared secret", step(`{id: sql.a, kind: sql, sql: "insert into t values ({{ secret('API_TOKEN') }})"}`), "step sql.a: the SQL uses secret API_TOKEN, which the step does not declare"},
 		{"secret in a view", step(`{id: model.a, kind: model, sql: "select {{ secret('K') }} as k", secrets: [{name: K}]}`), "step model.a: a view cannot take a secret"},
+		{"NUL byte in a model's SQL", step(`{id: model.a, kind: model, materialized: table, sql: "select 1 as x\0; drop table t"}`), "step model.a: the SQL holds a NUL byte (at byte 13)"},
+		{"NUL byte in a sql step", step(`{id: sql.a, kind: sql, sql: "delete from t where 1=0\0 or 1=1"}`), "step sql.a: the SQL holds a NUL byte"},
 		{"long id", step(`{id: "sql.` + strings.Repeat("x", 40000) + `\e", kind: sql, sql: x}`), `(40005 bytes) contains a control character`},
 	}
 	for _, tc := range tests {

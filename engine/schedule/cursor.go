@@ -27,10 +27,13 @@ type Advance struct {
 	Version  int64
 	NextTick time.Time
 	LastTick time.Time // zero: unchanged
-	Requests []queue.Request
-	Fired    int
-	Missed   int
-	Skipped  int
+	// LastRequestID, when Requests is empty, is the request to record as
+	// the last (one a trigger or backfill enqueued itself); "": unchanged.
+	LastRequestID string
+	Requests      []queue.Request
+	Fired         int
+	Missed        int
+	Skipped       int
 }
 
 // CursorStore is what the scheduler needs of the state store beyond the

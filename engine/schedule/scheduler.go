@@ -416,7 +416,42 @@ func Trigger(ctx context.Context, q *queue.Queue, s *Scheduler, d Def) (queue.Re
 	if err != nil {
 		return queue.Request{}, false, err
 	}
-	return q.Enqueue(ctx, r)
+	got, created, err := q.Enqueue(ctx, r)
+	if err != nil || !created {
+		return got, created, err
+	}
+	return got, created, s.recordFired(ctx, d, latest, got.RequestID, 1)
+}
+
+// recordFired adds what a trigger or backfill enqueued to the schedule's
+// cursor, as the scheduler's own ticks are: fired more, the last request,
+// and the last tick when tick is later than the cursor's. The next tick is
+// left as it is: the cron still fires what it has not. The requests are
+// already queued; a cursor another replica keeps advancing is retried a
+// few times, then left (its counters only describe the schedule).
+func (s *Scheduler) recordFired(ctx context.Context, d Def, tick time.Time, requestID string, fired int) error {
+	for range 5 {
+		cur, ok, err := s.Store.GetCursor(ctx, d.Name)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			if err := s.Store.InitCursor(ctx, d.Name, d.Spec.Next(s.Clock.Now().UTC())); err != nil {
+				return err
+			}
+			continue
+		}
+		a := Advance{Name: d.Name, Version: cur.Version, NextTick: cur.NextTick, Fired: fired}
+		if tick.After(cur.LastTick) || cur.LastRequestID == "" {
+			a.LastTick, a.LastRequestID = tick, requestID
+		}
+		won, err := s.Store.AdvanceCursor(ctx, a)
+		if err != nil || won {
+			return err
+		}
+	}
+	s.log().Warn("schedule cursor kept moving: a trigger or backfill is not counted in it", "schedule", d.Name, "request", requestID)
+	return nil
 }
 
 // Backfill enqueues the ticks of d in [from, to] through the run queue,
@@ -439,6 +474,9 @@ func Backfill(ctx context.Context, q *queue.Queue, s *Scheduler, d Def, from, to
 	for _, t := range ticks {
 		got, isNew, err := q.Enqueue(ctx, s.request(d, p, TickRequestID(d.Name, t), time.Time{}, t))
 		if err != nil {
+			if created > 0 {
+				_ = s.recordFired(ctx, d, ticks[len(out)-1], out[len(out)-1].RequestID, created)
+			}
 			return out, created, err
 		}
 		if isNew {
@@ -446,5 +484,8 @@ func Backfill(ctx context.Context, q *queue.Queue, s *Scheduler, d Def, from, to
 		}
 		out = append(out, got)
 	}
-	return out, created, nil
+	if created == 0 {
+		return out, created, nil
+	}
+	return out, created, s.recordFired(ctx, d, ticks[len(ticks)-1], out[len(out)-1].RequestID, created)
 }

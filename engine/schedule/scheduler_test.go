@@ -290,7 +290,7 @@ func TestOverlapPolicies(t *testing.T) {
 
 func TestBackfillAndTriggerUseTheRequestPath(t *testing.T) {
 	f := newFixture(t, utc("2026-04-01T12:00:00Z"))
-	d := def(t, "nightly", "0 2 * * *", "Europe/Berlin", schedule.OverlapSkip, time.Hour)
+	d := def(t, "nightly", "0 2 * * *", "Europe/Berlin", schedule.OverlapAllowAll, time.Hour)
 	s := f.scheduler(f.store, d)
 	q := &queue.Queue{Store: f.store, IDs: engine.IDFunc(uuid.NewString)}
 	got, created, err := schedule.Backfill(ctx, q, s, d, utc("2026-03-01T00:00:00Z"), utc("2026-03-05T00:00:00Z"))
@@ -300,9 +300,26 @@ func TestBackfillAndTriggerUseTheRequestPath(t *testing.T) {
 	if got[0].RunRequestID != schedule.TickRequestID("nightly", utc("2026-03-01T01:00:00Z")) {
 		t.Fatalf("first backfilled tick %s", got[0].RunRequestID)
 	}
-	// The same range again: every tick is already requested.
+	// The cursor counts what the backfill fired, as `schedule list` and
+	// the console show it: the last tick, its request, fired.
+	cursor := func() schedule.Cursor {
+		t.Helper()
+		c, ok, err := f.store.GetCursor(ctx, "nightly")
+		if err != nil || !ok {
+			t.Fatalf("cursor: %v %v", ok, err)
+		}
+		return c
+	}
+	c := cursor()
+	if c.Fired != 4 || !c.LastTick.Equal(utc("2026-03-04T01:00:00Z")) || c.LastRequestID != got[3].RequestID || !c.NextTick.Equal(utc("2026-04-02T00:00:00Z")) {
+		t.Fatalf("cursor after the backfill: %+v", c)
+	}
+	// The same range again: every tick is already requested, none counted.
 	if _, created, err := schedule.Backfill(ctx, q, s, d, utc("2026-03-01T00:00:00Z"), utc("2026-03-05T00:00:00Z")); err != nil || created != 0 {
 		t.Fatalf("second backfill created %d (%v)", created, err)
+	}
+	if c2 := cursor(); c2.Fired != 4 || c2.Version != c.Version {
+		t.Fatalf("cursor after a backfill that enqueued nothing: %+v", c2)
 	}
 	r, isNew, err := schedule.Trigger(ctx, q, s, d)
 	if err != nil || !isNew || r.Schedule != "nightly" {
@@ -310,6 +327,24 @@ func TestBackfillAndTriggerUseTheRequestPath(t *testing.T) {
 	}
 	if n := len(f.requests(t)); n != 5 {
 		t.Fatalf("%d requests", n)
+	}
+	if c = cursor(); c.Fired != 5 || c.LastRequestID != r.RequestID || !c.LastTick.Equal(utc("2026-04-01T00:00:00Z")) {
+		t.Fatalf("cursor after the trigger: %+v", c)
+	}
+	// An older backfill counts but leaves the last tick and request.
+	if _, created, err := schedule.Backfill(ctx, q, s, d, utc("2026-02-01T00:00:00Z"), utc("2026-02-02T00:00:00Z")); err != nil || created != 1 {
+		t.Fatalf("older backfill: %d %v", created, err)
+	}
+	if c = cursor(); c.Fired != 6 || c.LastRequestID != r.RequestID || !c.LastTick.Equal(utc("2026-04-01T00:00:00Z")) {
+		t.Fatalf("cursor after an older backfill: %+v", c)
+	}
+	// The cron goes on from its own next tick: the next pass fires it.
+	f.clock.Set(utc("2026-04-02T00:00:30Z"))
+	if res := pass(t, s); res.Fired != 1 {
+		t.Fatalf("pass after the trigger: %+v", res)
+	}
+	if c = cursor(); c.Fired != 7 || !c.LastTick.Equal(utc("2026-04-02T00:00:00Z")) {
+		t.Fatalf("cursor after the next tick: %+v", c)
 	}
 }
 

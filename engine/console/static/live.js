@@ -7,7 +7,7 @@
   "use strict";
   var el = document.querySelector("[data-live]");
   if (!el || !window.EventSource) return;
-  var es = new EventSource(el.getAttribute("data-live"));
+  var es = null, ended = false;
   var busy = false, again = false;
   function swap() {
     if (busy) { again = true; return; }
@@ -28,12 +28,25 @@
     });
   }
   var timer = null;
-  es.addEventListener("runevent", function () {
-    if (!timer) timer = setTimeout(function () { timer = null; swap(); }, 150);
-  });
-  es.addEventListener("end", function () {
-    es.close();
-    document.documentElement.setAttribute("data-run-ended", "true");
-    swap();
-  });
+  function connect() {
+    es = new EventSource(el.getAttribute("data-live"));
+    es.addEventListener("runevent", function () {
+      if (!timer) timer = setTimeout(function () { timer = null; swap(); }, 150);
+    });
+    es.addEventListener("end", function () {
+      ended = true;
+      es.close();
+      document.documentElement.setAttribute("data-run-ended", "true");
+      swap();
+    });
+    // A dropped stream the browser reconnects by itself; one the console
+    // refused (503: it serves a bounded number of streams) it gives up on.
+    // Try again later, and catch up on what changed meanwhile.
+    es.addEventListener("error", function () {
+      if (es.readyState !== EventSource.CLOSED || ended) return;
+      document.documentElement.setAttribute("data-live-retry", "true");
+      setTimeout(function () { swap(); connect(); }, 5000);
+    });
+  }
+  connect();
 })();

@@ -42,9 +42,20 @@ func (h *harness) tamper(stmts ...string) {
 		h.t.Fatal(err)
 	}
 	defer db.Close()
-	for _, table := range []string{"dvt_run_events", "dvt_audit_genesis", "dvt_audit_log", "dvt_audit_checkpoints"} {
-		stmts = append([]string{"DROP TRIGGER IF EXISTS " + table + "_no_update", "DROP TRIGGER IF EXISTS " + table + "_no_delete"}, stmts...)
+	rows, err := db.QueryContext(context.Background(), `SELECT name FROM sqlite_master WHERE type = 'trigger' AND name LIKE '%\_no\_%' ESCAPE '\'`)
+	if err != nil {
+		h.t.Fatal(err)
 	}
+	var drops []string
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			h.t.Fatal(err)
+		}
+		drops = append(drops, "DROP TRIGGER "+n)
+	}
+	rows.Close()
+	stmts = append(drops, stmts...)
 	for _, q := range stmts {
 		if _, err := db.ExecContext(context.Background(), q); err != nil {
 			h.t.Fatalf("%s: %v", q, err)
@@ -75,6 +86,14 @@ func TestAuditVerifyCLI(t *testing.T) {
 		{"run, log and checkpoints deleted: the external checkpoint remembers", func(run string) []string {
 			return []string{`DELETE FROM dvt_run_events`, `DELETE FROM dvt_run_seq`, `DELETE FROM dvt_audit_log`, `DELETE FROM dvt_audit_checkpoints`}
 		}, []string{"--checkpoint", "checkpoint.txt"}, []string{"the external checkpoint covers", "events were removed"}},
+		{"retention forged to hide an edit (issue 25, Found 1)", func(run string) []string {
+			return []string{
+				`UPDATE dvt_run_events SET payload = NULL WHERE run_id = '` + run + `'`,
+				`UPDATE dvt_run_events SET event_type = 'RunFailed' WHERE run_id = '` + run + `' AND event_type = 'RunCompleted'`,
+				`UPDATE dvt_run_seq SET status = 'FAILED' WHERE run_id = '` + run + `'`,
+				`INSERT INTO dvt_audit_retention (run_id, removed_at, cutoff) VALUES ('` + run + `', '2026-05-01T00:00:00.000000000Z', '2026-04-01T00:00:00.000000000Z')`,
+			}
+		}, []string{"--checkpoint", "checkpoint.txt"}, []string{"retention: ", "no signed record"}},
 		{"checkpoint replaced", func(string) []string {
 			return []string{`UPDATE dvt_audit_checkpoints SET note = REPLACE(note, 'dvtrun.audit', 'dvtrun.other')`}
 		}, nil, []string{"stored checkpoint of size", "not signed by the pinned key"}},
@@ -160,11 +179,12 @@ func TestAuditCommands(t *testing.T) {
 	})
 	t.Run("doctor: triggers present, then one dropped", func(t *testing.T) {
 		r := h.run("audit", "doctor")
-		if r.code != 0 || strings.Count(r.stdout, " ok ") != 8 {
+		if r.code != 0 || strings.Count(r.stdout, " ok ") != 16 || !strings.Contains(r.stdout, "trigger dvt_run_seq_no_delete") ||
+			!strings.Contains(r.stdout, "trigger dvt_audit_retention_no_insert") || !strings.Contains(r.stdout, "trigger dvt_runs_no_update") {
 			t.Fatalf("doctor: %d %q %q", r.code, r.stdout, r.stderr)
 		}
 		h.tamper() // drops them
-		wantError(t, h.run("audit", "doctor"), exitFailed, "AUDIT_VERIFY_FAILED", "8 of 8 append-only checks failed")
+		wantError(t, h.run("audit", "doctor"), exitFailed, "AUDIT_VERIFY_FAILED", "16 of 16 append-only checks failed")
 	})
 }
 

@@ -53,11 +53,11 @@ func (s *Store) AuditGuards(ctx context.Context) ([]audit.Guard, error) {
 		for _, op := range t.ops {
 			name := t.table + "_no_" + op
 			g := audit.Guard{Check: "trigger " + name, OK: present[name], Detail: "refuses " + strings.ToUpper(op) + " on " + t.table}
-			if op == "update" && t.partial != "" {
-				g.Detail = "refuses UPDATE on " + t.table + " " + t.partial
+			if op == "update" && t.update != "" {
+				g.Detail += " " + t.update
 			}
 			if op == "insert" {
-				g.Detail = "refuses INSERT on " + t.table + " " + t.partial
+				g.Detail += " " + t.insert
 			}
 			if !g.OK {
 				g.Detail = "missing: " + t.table + " accepts " + strings.ToUpper(op)
@@ -69,17 +69,17 @@ func (s *Store) AuditGuards(ctx context.Context) ([]audit.Guard, error) {
 }
 
 // sqliteGuards are the append-only triggers per table (migrations 0500,
-// 0550, 0810); partial says what an UPDATE or INSERT guard lets through.
+// 0550, 0810); update and insert say what those guards let through.
 var sqliteGuards = []struct {
-	table   string
-	ops     []string
-	partial string
+	table          string
+	ops            []string
+	update, insert string
 }{
-	{"dvt_run_events", []string{"update", "delete"}, "except a payload removed under a signed retention record"},
-	{"dvt_audit_genesis", []string{"insert", "update", "delete"}, "(genesis rows come from migration 0500 only)"},
-	{"dvt_audit_log", []string{"update", "delete"}, ""},
-	{"dvt_audit_checkpoints", []string{"update", "delete"}, ""},
-	{"dvt_audit_retention", []string{"insert", "update", "delete"}, "without a signed record in the global log"},
-	{"dvt_run_seq", []string{"update", "delete"}, "except an append advancing it (an ended run's status is final)"},
-	{"dvt_runs", []string{"update", "delete"}, "except provider_run_ref"},
+	{"dvt_run_events", []string{"update", "delete"}, "except a payload removed under a signed retention record", ""},
+	{"dvt_audit_genesis", []string{"insert", "update", "delete"}, "", "(genesis rows come from migration 0500 only)"},
+	{"dvt_audit_log", []string{"update", "delete"}, "", ""},
+	{"dvt_audit_checkpoints", []string{"update", "delete"}, "", ""},
+	{"dvt_audit_retention", []string{"insert", "update", "delete"}, "", "without a signed record in the global log"},
+	{"dvt_run_seq", []string{"update", "delete"}, "except an append advancing it (an ended run's status is final)", ""},
+	{"dvt_runs", []string{"update", "delete"}, "except provider_run_ref", ""},
 }

@@ -50,6 +50,16 @@ func Verify(ctx context.Context, st Store, o VerifyOptions) (Report, error) {
 	if err != nil {
 		return rep, err
 	}
+	entries, err := st.LogEntries(ctx, 0)
+	if err != nil {
+		return rep, err
+	}
+	// A genesis row un-chains a run's first events: checked first, so the
+	// break names it rather than the links it un-did.
+	if p := genesisChecked(heads, entries); p != nil {
+		rep.Problem = p
+		return rep, nil
+	}
 	retained := map[string]retainedRun{} // runs with a retention row
 	for _, h := range heads {
 		recs, err := st.ListEvents(ctx, h.RunID, 0, 0)
@@ -76,10 +86,6 @@ func Verify(ctx context.Context, st Store, o VerifyOptions) (Report, error) {
 			return rep, nil
 		}
 	}
-	entries, err := st.LogEntries(ctx, 0)
-	if err != nil {
-		return rep, err
-	}
 	hashes, err := st.EventHashes(ctx)
 	if err != nil {
 		return rep, err
@@ -96,10 +102,6 @@ func Verify(ctx context.Context, st Store, o VerifyOptions) (Report, error) {
 			}
 			hashes[RetentionRunID][r.Seq] = RetentionLeaf(r.Note)
 		}
-	}
-	if p := genesisChecked(heads, entries); p != nil {
-		rep.Problem = p
-		return rep, nil
 	}
 	if o.RunID != "" && len(heads) == 0 {
 		for _, e := range entries {

@@ -8,7 +8,7 @@
 -- dvt_audit_genesis, dvt_run_seq and dvt_runs are grants (README and
 -- docs/guides/auditing-retention.md; `dvtrun audit doctor` checks them).
 -- Each statement runs on its own: every one is idempotent.
-ALTER TABLE dvt_audit_retention ADD COLUMN IF NOT EXISTS seq NUMBER(38, 0);
+ALTER TABLE dvt_audit_retention ADD COLUMN IF NOT EXISTS seq BIGINT; -- BIGINT: NUMBER(38, 0) in Snowflake
 ALTER TABLE dvt_audit_retention ADD COLUMN IF NOT EXISTS older_than VARCHAR;
-ALTER TABLE dvt_audit_retention ADD COLUMN IF NOT EXISTS covered NUMBER(38, 0);
+ALTER TABLE dvt_audit_retention ADD COLUMN IF NOT EXISTS covered BIGINT;
 ALTER TABLE dvt_audit_retention ADD COLUMN IF NOT EXISTS note VARCHAR;

@@ -184,6 +184,49 @@ FROM (
     WINDOW w AS (PARTITION BY e.run_id ORDER BY e.run_seq)
 ) c
 
+-- name: audit_chain_view_signed_retention
+-- The body of the dvt_audit_chain view since migration 0810: retained only
+-- for a run whose retention row has its signed record in the global log
+-- below a stored checkpoint (the signature itself is `audit verify`'s to
+-- check); a bare row in dvt_audit_retention no longer makes a row ok.
+SELECT c.run_id, c.run_seq, c.prev_hash, c.hash, c.recomputed_hash,
+       (c.recomputed_hash = c.hash OR (c.retained AND c.payload_removed))
+         AND c.prev_hash = COALESCE(c.previous_hash, repeat('0', 64))
+         AND c.run_seq = COALESCE(c.previous_seq + 1, c.first_seq) AS ok,
+       c.retained
+FROM (
+    SELECT e.run_id, e.run_seq, e.prev_hash, e.hash,
+           encode(sha256(convert_to('dvtrun-chain-v1' || chr(10) || e.run_id || chr(10) || e.run_seq::text || chr(10)
+               || octet_length(e.event_id) || ':' || e.event_id
+               || octet_length(e.event_type) || ':' || e.event_type
+               || COALESCE(octet_length(e.step_id) || ':' || e.step_id, '-')
+               || octet_length(e.tenant_id) || ':' || e.tenant_id
+               || octet_length(e.project_id) || ':' || e.project_id
+               || octet_length(e.environment_id) || ':' || e.environment_id
+               || octet_length(e.plan_id) || ':' || e.plan_id
+               || octet_length(e.plan_version) || ':' || e.plan_version
+               || octet_length(e.logical_attempt_id::text) || ':' || e.logical_attempt_id
+               || octet_length(e.engine_attempt_id::text) || ':' || e.engine_attempt_id
+               || octet_length(e.idempotency_key) || ':' || e.idempotency_key
+               || octet_length(e.emitted_at) || ':' || e.emitted_at
+               || octet_length(e.persisted_at) || ':' || e.persisted_at
+               || COALESCE(octet_length(e.payload::text) || ':' || e.payload::text, '-')
+               || chr(10) || e.prev_hash, 'UTF8')), 'hex') AS recomputed_hash,
+           LAG(e.hash) OVER w AS previous_hash,
+           LAG(e.run_seq) OVER w AS previous_seq,
+           COALESCE(g.first_seq, 1) AS first_seq,
+           r.run_id IS NOT NULL AS retained,
+           e.payload IS NULL AS payload_removed
+    FROM dvt_run_events e LEFT JOIN dvt_audit_genesis g ON g.run_id = e.run_id
+    LEFT JOIN (SELECT r.run_id FROM dvt_audit_retention r
+               JOIN dvt_audit_log l ON l.run_id = 'dvtrun.audit.retention' AND l.run_seq = r.seq
+               WHERE r.note IS NOT NULL
+                 AND l.log_index < (SELECT COALESCE(MAX(c.tree_size), 0) FROM dvt_audit_checkpoints c)) r
+      ON r.run_id = e.run_id
+    WHERE e.hash IS NOT NULL
+    WINDOW w AS (PARTITION BY e.run_id ORDER BY e.run_seq)
+) c
+
 -- name: audit_guards
 -- What this connection may do to the append-only tables (audit doctor):
 -- per table, its owner, whether the current user owns it (an owner can

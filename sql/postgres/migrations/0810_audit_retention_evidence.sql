@@ -83,3 +83,8 @@ CREATE TRIGGER dvt_runs_append_only BEFORE UPDATE OR DELETE ON dvt_runs
     FOR EACH ROW EXECUTE FUNCTION dvt_runs_guard();
 CREATE TRIGGER dvt_runs_no_truncate BEFORE TRUNCATE ON dvt_runs
     FOR EACH STATEMENT EXECUTE FUNCTION dvt_append_only();
+
+-- The chain view: a payload-less event is ok only in a run whose retention
+-- row has its signed record in the log below a stored checkpoint.
+CREATE OR REPLACE VIEW dvt_audit_chain AS
+/*include audit.sql audit_chain_view_signed_retention*/;

@@ -207,8 +207,12 @@ func retainedCovered(entries []LogEntry, runs map[string]retainedRun, rows []Ret
 	recordAt := map[int64]int64{} // ordinal → log index
 	type span struct{ n, last int64 }
 	events := map[string]span{}
+	twice := map[int64]bool{}
 	for _, e := range entries {
 		if e.RunID == RetentionRunID {
+			if _, ok := recordAt[e.RunSeq]; ok {
+				twice[e.RunSeq] = true
+			}
 			recordAt[e.RunSeq] = e.Index
 			continue
 		}
@@ -256,8 +260,11 @@ func retainedCovered(entries []LogEntry, runs map[string]retainedRun, rows []Ret
 			return bad("its dvt_audit_retention row differs from its signed record")
 		}
 		at, ok := recordAt[rec.Seq]
-		if !ok {
+		switch {
+		case !ok:
 			return bad("its record #%d is not in the global log", rec.Seq)
+		case twice[rec.Seq]:
+			return bad("its record #%d is in the global log twice", rec.Seq)
 		}
 		if rec.Covered > at {
 			return bad("its record at log index %d claims a checkpoint of %d events", at, rec.Covered)

@@ -103,6 +103,7 @@ func TestRetainedCovered(t *testing.T) {
 			r.Note = n
 			return r
 		}()}, entries(4), 5, vkey, "names run run-2", false},
+		{"in the log twice", run, []Retention{signed(base)}, append(entries(4), LogEntry{5, RetentionRunID, 1, ""}), 6, vkey, "in the global log twice", false},
 		{"not in the log", run, []Retention{signed(base)}, entries(-1), 4, vkey, "not in the global log", false},
 		{"events after the covered checkpoint", run, []Retention{signed(func() Retention { r := base; r.Covered = 3; return r }())}, entries(4), 5, vkey, "were not all in the checkpoint of 3 events", false},
 		{"an event missing from the log", retainedRun{chained: 4, removed: 3, ended: ended}, []Retention{signed(base)}, entries(4), 5, vkey, "3 of 4 chained events", false},

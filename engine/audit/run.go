@@ -33,7 +33,8 @@ type Report struct {
 	Latest  *Checkpoint
 	Problem *Problem
 	// Retained names the runs whose payloads retention removed, with when
-	// (verified by their links and the log alone; not a break).
+	// (each on its signed retention record, its links and the signed log:
+	// not a break).
 	Retained []RunHead
 	// Pending names the runs recorded for retention whose record no
 	// checkpoint signs yet: their payloads are all still there (an

@@ -269,8 +269,12 @@ func TestCheckpointThroughTheOutbox(t *testing.T) {
 func TestAuditRetainCLI(t *testing.T) {
 	h, runID, cp := auditHarness(t)
 	wantError(t, h.run("audit", "retain"), 2, "INVALID_ARGUMENT", "--older-than")
+	// Retention signs its records: no key, no retention.
+	delete(h.env, "DVT_AUDIT_KEY")
+	wantError(t, h.run("audit", "retain", "--older-than", "1ns"), 2, "SECRET_NOT_FOUND", "DVT_AUDIT_KEY")
+	h.env["DVT_AUDIT_KEY"] = storetest.TestKey
 	r := h.run("audit", "retain", "--older-than", "1ns")
-	if r.code != 0 || !regexp.MustCompile(`payloads of [1-9]\d* events removed from 1 runs`).MatchString(r.stdout) {
+	if r.code != 0 || !regexp.MustCompile(`1 runs recorded \(signed, in the log of \d+ events\); payloads of [1-9]\d* events removed from 1 runs`).MatchString(r.stdout) {
 		t.Fatalf("audit retain: %d %q %q", r.code, r.stdout, r.stderr)
 	}
 	for _, e := range h.events(runID) {
@@ -282,7 +286,7 @@ func TestAuditRetainCLI(t *testing.T) {
 		t.Fatalf("second retain: %d %q %q", r.code, r.stdout, r.stderr)
 	}
 	r = h.run("audit", "verify", "--public-key", storetest.TestPublicKey, "--checkpoint", cp, "--all")
-	if r.code != 0 || !strings.Contains(r.stdout, "run "+runID+": payloads removed by retention at ") {
+	if r.code != 0 || !strings.Contains(r.stdout, "run "+runID+": payloads removed by retention at ") || !strings.Contains(r.stdout, "its signed retention record") {
 		t.Fatalf("verify after retention: %d %q %q", r.code, r.stdout, r.stderr)
 	}
 	// The trigger lets retention through and nothing else.

@@ -230,6 +230,44 @@ func TestServeSignsCheckpoints(t *testing.T) {
 	}
 }
 
+// TestServeAppliesRetention: serve with audit.retention records the
+// finished run for retention after a checkpoint, signs a checkpoint over
+// the record (written to the checkpoint file) and removes the payloads;
+// the store verifies against the file, naming the run.
+func TestServeAppliesRetention(t *testing.T) {
+	h := newHarness(t)
+	h.env["DVT_AUDIT_KEY"] = storetest.TestKey
+	cfg := filepath.Join(h.dir, "dvt.yaml")
+	if err := os.WriteFile(cfg, []byte("audit:\n  signingKeyEnv: DVT_AUDIT_KEY\n  publicKey: "+storetest.TestPublicKey+
+		"\n  checkpointFile: checkpoint.txt\n  every: 1s\n  retention: 1ns\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h.env["DVT_CONFIG"] = cfg
+	if r := h.run("enqueue", fixture("ok", "plan.yaml")); r.code != 0 {
+		t.Fatalf("enqueue: %+v", r)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan result, 1)
+	go func() { done <- h.runCtx(ctx, "serve", "--poll", "100ms") }()
+	cp := filepath.Join(h.dir, "checkpoint.txt")
+	deadline := time.Now().Add(60 * time.Second) // bounded, not a timing assertion
+	for {
+		r := h.run("audit", "verify", "--all", "--checkpoint", cp)
+		if r.code == 0 && strings.Contains(r.stdout, ": payloads removed by retention at ") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("waited 60s for serve to apply retention; last verify: %d %q %q", r.code, r.stdout, r.stderr)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	cancel()
+	if r := <-done; r.code != 0 || !strings.Contains(r.stderr, `"msg":"retention applied"`) {
+		t.Fatalf("serve exited %d: %s", r.code, r.stderr)
+	}
+}
+
 // TestCheckpointThroughTheOutbox: `outbox deliver` writes the signed
 // checkpoint to a JSONL sink as a record of its own, and the note taken
 // from that line is a checkpoint `audit verify --checkpoint` accepts.

@@ -112,29 +112,97 @@ func (a *AuditSQL) AssignLogIndexes(ctx context.Context) (int64, error) {
 	return n, err
 }
 
-// Retain applies retention: every ended run whose terminal event was
-// persisted before cutoff and whose every event is chained and covered by
-// the newest checkpoint is recorded in dvt_audit_retention at now, and the
-// payloads of the recorded runs are removed (hashes kept). One write
-// transaction; it returns how many runs it recorded and how many events
-// lost their payload.
-func (a *AuditSQL) Retain(ctx context.Context, now, cutoff time.Time) (runs, events int64, err error) {
-	err = a.d.Write(ctx, func(tx Tx) error {
-		text := func(t time.Time) string { return t.UTC().Format(engine.TimeFormat) }
-		res, err := tx.ExecContext(ctx, a.d.Queries["audit_retain_mark"], text(now), text(cutoff), a.d.Time(cutoff))
+// RecordRetention records for retention, in one write transaction, every
+// ended run whose terminal event was persisted before cutoff and whose
+// every event is chained and in the log below the newest checkpoint: a
+// record signed by sign, appended to the global log (run id
+// audit.RetentionRunID, runSeq its ordinal) and stored in
+// dvt_audit_retention. It returns how many runs it recorded.
+func (a *AuditSQL) RecordRetention(ctx context.Context, now, cutoff time.Time, olderThan time.Duration, sign func(audit.Retention) ([]byte, error)) (int64, error) {
+	var n int64
+	text := func(t time.Time) string { return t.UTC().Format(engine.TimeFormat) }
+	err := a.d.Write(ctx, func(tx Tx) error {
+		var runs []string
+		rows, err := tx.QueryContext(ctx, a.d.Queries["audit_retain_candidates"], a.d.Time(cutoff))
 		if err != nil {
 			return err
 		}
-		if runs, err = res.RowsAffected(); err != nil {
+		for rows.Next() {
+			var r string
+			if err := rows.Scan(&r); err != nil {
+				rows.Close()
+				return err
+			}
+			runs = append(runs, r)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil || len(runs) == 0 {
 			return err
 		}
-		if res, err = tx.ExecContext(ctx, a.d.Queries["audit_retain_remove"]); err != nil {
+		var seq, index, covered int64
+		if err := tx.QueryRowContext(ctx, a.d.Queries["audit_retain_next"]).Scan(&seq, &index, &covered); err != nil {
+			return err
+		}
+		for _, run := range runs {
+			seq++
+			r := audit.Retention{Seq: seq, RunID: run, OlderThan: olderThan.String(), Cutoff: text(cutoff), RemovedAt: text(now), Covered: covered}
+			note, err := sign(r)
+			if err != nil {
+				return err
+			}
+			// The log entry first: the insert guard of dvt_audit_retention
+			// wants the record in the log.
+			if _, err := tx.ExecContext(ctx, a.d.Queries["audit_retain_log"], index, seq, audit.RetentionLeaf(note)); err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, a.d.Queries["audit_retain_insert"], r.RunID, r.RemovedAt, r.Cutoff, r.Seq, r.OlderThan, r.Covered, string(note)); err != nil {
+				return err
+			}
+			index++
+		}
+		n = int64(len(runs))
+		return nil
+	})
+	return n, err
+}
+
+// RemoveRetainedPayloads removes the payloads of the runs recorded for
+// retention whose record a stored checkpoint covers (hashes and links
+// stay), and returns how many runs and events lost theirs.
+func (a *AuditSQL) RemoveRetainedPayloads(ctx context.Context) (runs, events int64, err error) {
+	err = a.d.Write(ctx, func(tx Tx) error {
+		if err := tx.QueryRowContext(ctx, a.d.Queries["audit_retain_runs"]).Scan(&runs); err != nil || runs == 0 {
+			return err
+		}
+		res, err := tx.ExecContext(ctx, a.d.Queries["audit_retain_remove"])
+		if err != nil {
 			return err
 		}
 		events, err = res.RowsAffected()
 		return err
 	})
 	return runs, events, err
+}
+
+// Retentions returns the rows of dvt_audit_retention with their signed
+// records (none for a row made without one), by ordinal.
+func (a *AuditSQL) Retentions(ctx context.Context) ([]audit.Retention, error) {
+	rows, err := a.d.Read.QueryContext(ctx, a.d.Queries["audit_retentions"])
+	if err != nil {
+		return nil, a.d.Classify("audit retention", err)
+	}
+	defer rows.Close()
+	var out []audit.Retention
+	for rows.Next() {
+		var r audit.Retention
+		var note string
+		if err := rows.Scan(&r.RunID, &r.Seq, &r.RemovedAt, &r.Cutoff, &r.OlderThan, &r.Covered, &note); err != nil {
+			return nil, a.d.Classify("audit retention", err)
+		}
+		r.Note = []byte(note)
+		out = append(out, r)
+	}
+	return out, a.d.Classify("audit retention", rows.Err())
 }
 
 // LogEntries returns the global log from index from on, in index order.

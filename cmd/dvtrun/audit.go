@@ -33,8 +33,8 @@ type auditStore interface {
 	stateStore
 	audit.Store
 	audit.CheckpointLog
+	audit.RetentionLog
 	LogEntry(ctx context.Context, runID string, runSeq int64) (audit.LogEntry, bool, error)
-	Retain(ctx context.Context, now, cutoff time.Time) (runs, events int64, err error)
 	Links(ctx context.Context, runID string) (map[int64]audit.StoredLink, error)
 }
 
@@ -158,13 +158,16 @@ func cmdAuditVerify(ctx context.Context, c *cli, args []string) error {
 		fmt.Fprintf(c.stdout, "newest checkpoint: %d events, root %s, signed by %s\n", rep.Latest.Size, base64.StdEncoding.EncodeToString(rep.Latest.Root[:]), c.clean(rep.Latest.Origin))
 	}
 	for _, h := range rep.Retained {
-		fmt.Fprintf(c.stdout, "run %s: payloads removed by retention at %s (verified by its links and the signed log)\n", c.clean(h.RunID), c.clean(h.RetainedAt))
+		fmt.Fprintf(c.stdout, "run %s: payloads removed by retention at %s (its signed retention record and the signed log verified)\n", c.clean(h.RunID), c.clean(h.RetainedAt))
+	}
+	for _, h := range rep.Pending {
+		fmt.Fprintf(c.stdout, "run %s: recorded for retention at %s, not yet signed; its payloads are all kept (the next `dvtrun audit retain` finishes it)\n", c.clean(h.RunID), c.clean(h.RetainedAt))
 	}
 	return nil
 }
 
 func cmdAuditRetain(ctx context.Context, c *cli, args []string) error {
-	fs := c.newFlagSet("audit retain", "", "Apply retention: remove the event payloads of every run that ended more than DURATION ago\nand whose every event a stored checkpoint covers (sign one first: `dvtrun audit checkpoint`).\nHashes and links stay, so `dvtrun audit verify` still proves the log and names these runs.")
+	fs := c.newFlagSet("audit retain", "", "Apply retention: remove the event payloads of every run that ended more than DURATION ago\nand whose every event a stored checkpoint covers (sign one first: `dvtrun audit checkpoint`).\nEach run gets a retention record signed with the audit key (audit.signingKeyEnv) and appended\nto the global log; a checkpoint covering the records is signed (and written to\naudit.checkpointFile) before any payload goes, so `dvtrun audit verify` still proves the log\nand names these runs. A rerun finishes an interrupted retention.")
 	olderThan := fs.Duration("older-than", 0, "remove payloads of runs ended more than `DURATION` ago (default: audit.retention)")
 	if _, err := c.parse(fs, args, 0, 0); err != nil {
 		return err
@@ -177,18 +180,34 @@ func cmdAuditRetain(ctx context.Context, c *cli, args []string) error {
 	if keep <= 0 {
 		return engine.Errorf(engine.CodeInvalidArgument, "no retention to apply: give --older-than DURATION or set audit.retention in the configuration")
 	}
+	key, err := c.signingKey(cfg)
+	if err != nil {
+		return err
+	}
 	st, err := c.openAuditStore(ctx)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	now := time.Now()
-	runs, events, err := st.Retain(ctx, now, now.Add(-keep))
+	got, err := c.retain(ctx, st, &audit.Checkpointer{Log: st, SigningKey: key, Now: time.Now}, cfg, keep)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(c.stdout, "retention (ended more than %s ago): payloads of %d events removed from %d runs\n", keep, events, runs)
+	fmt.Fprintf(c.stdout, "retention (ended more than %s ago): %d runs recorded (signed, in the log of %d events); payloads of %d events removed from %d runs\n",
+		keep, got.Recorded, got.Checkpoint.Size, got.Events, got.Runs)
 	return nil
+}
+
+// retain applies a retention policy (audit.Retainer: record, sign a
+// checkpoint covering the records, remove) and writes a checkpoint it
+// signed to audit.checkpointFile. cp signs, over st.
+func (c *cli) retain(ctx context.Context, st auditStore, cp *audit.Checkpointer, cfg *config.Config, keep time.Duration) (audit.Retained, error) {
+	r := &audit.Retainer{Log: st, Checkpointer: cp}
+	got, err := r.Retain(ctx, keep)
+	if err == nil && got.Fresh && cfg.Audit.CheckpointFile != "" {
+		err = writeFileAtomic(relativeTo(c.g.config, cfg.Audit.CheckpointFile), got.Checkpoint.Note)
+	}
+	return got, err
 }
 
 func cmdAuditCheckpoint(ctx context.Context, c *cli, args []string) error {
@@ -403,8 +422,9 @@ func (c *cli) newAuditService(st stateStore, cfg *config.Config, log *slog.Logge
 		return nil, err
 	}
 	log = log.With("service", "audit")
+	signer := &audit.Checkpointer{Log: as, SigningKey: key, Now: time.Now}
 	return &audit.Service{
-		Checkpointer: &audit.Checkpointer{Log: as, SigningKey: key, Now: time.Now},
+		Checkpointer: signer,
 		Every:        cfg.Audit.Every,
 		Publish: func(ctx context.Context, cp audit.Checkpoint) error {
 			log.Info("checkpoint signed", "size", cp.Size, "root", base64.StdEncoding.EncodeToString(cp.Root[:]))
@@ -417,10 +437,9 @@ func (c *cli) newAuditService(st stateStore, cfg *config.Config, log *slog.Logge
 				return nil
 			}
 			// A fresh checkpoint is what makes more runs eligible.
-			now := time.Now()
-			runs, events, err := as.Retain(ctx, now, now.Add(-cfg.Audit.Retention))
-			if runs > 0 {
-				log.Info("retention applied", "runs", runs, "events", events)
+			got, err := c.retain(ctx, as, signer, cfg, cfg.Audit.Retention)
+			if got.Recorded > 0 || got.Runs > 0 {
+				log.Info("retention applied", "recorded", got.Recorded, "runs", got.Runs, "events", got.Events, "checkpoint", got.Checkpoint.Size)
 			}
 			return err
 		},

@@ -42,9 +42,20 @@ func (h *harness) tamper(stmts ...string) {
 		h.t.Fatal(err)
 	}
 	defer db.Close()
-	for _, table := range []string{"dvt_run_events", "dvt_audit_genesis", "dvt_audit_log", "dvt_audit_checkpoints"} {
-		stmts = append([]string{"DROP TRIGGER IF EXISTS " + table + "_no_update", "DROP TRIGGER IF EXISTS " + table + "_no_delete"}, stmts...)
+	rows, err := db.QueryContext(context.Background(), `SELECT name FROM sqlite_master WHERE type = 'trigger' AND name LIKE '%\_no\_%' ESCAPE '\'`)
+	if err != nil {
+		h.t.Fatal(err)
 	}
+	var drops []string
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			h.t.Fatal(err)
+		}
+		drops = append(drops, "DROP TRIGGER "+n)
+	}
+	rows.Close()
+	stmts = append(drops, stmts...)
 	for _, q := range stmts {
 		if _, err := db.ExecContext(context.Background(), q); err != nil {
 			h.t.Fatalf("%s: %v", q, err)
@@ -75,6 +86,14 @@ func TestAuditVerifyCLI(t *testing.T) {
 		{"run, log and checkpoints deleted: the external checkpoint remembers", func(run string) []string {
 			return []string{`DELETE FROM dvt_run_events`, `DELETE FROM dvt_run_seq`, `DELETE FROM dvt_audit_log`, `DELETE FROM dvt_audit_checkpoints`}
 		}, []string{"--checkpoint", "checkpoint.txt"}, []string{"the external checkpoint covers", "events were removed"}},
+		{"retention forged to hide an edit (issue 25, Found 1)", func(run string) []string {
+			return []string{
+				`UPDATE dvt_run_events SET payload = NULL WHERE run_id = '` + run + `'`,
+				`UPDATE dvt_run_events SET event_type = 'RunFailed' WHERE run_id = '` + run + `' AND event_type = 'RunCompleted'`,
+				`UPDATE dvt_run_seq SET status = 'FAILED' WHERE run_id = '` + run + `'`,
+				`INSERT INTO dvt_audit_retention (run_id, removed_at, cutoff) VALUES ('` + run + `', '2026-05-01T00:00:00.000000000Z', '2026-04-01T00:00:00.000000000Z')`,
+			}
+		}, []string{"--checkpoint", "checkpoint.txt"}, []string{"retention: ", "no signed record"}},
 		{"checkpoint replaced", func(string) []string {
 			return []string{`UPDATE dvt_audit_checkpoints SET note = REPLACE(note, 'dvtrun.audit', 'dvtrun.other')`}
 		}, nil, []string{"stored checkpoint of size", "not signed by the pinned key"}},
@@ -160,11 +179,12 @@ func TestAuditCommands(t *testing.T) {
 	})
 	t.Run("doctor: triggers present, then one dropped", func(t *testing.T) {
 		r := h.run("audit", "doctor")
-		if r.code != 0 || strings.Count(r.stdout, " ok ") != 8 {
+		if r.code != 0 || strings.Count(r.stdout, " ok ") != 16 || !strings.Contains(r.stdout, "trigger dvt_run_seq_no_delete") ||
+			!strings.Contains(r.stdout, "trigger dvt_audit_retention_no_insert") || !strings.Contains(r.stdout, "trigger dvt_runs_no_update") {
 			t.Fatalf("doctor: %d %q %q", r.code, r.stdout, r.stderr)
 		}
 		h.tamper() // drops them
-		wantError(t, h.run("audit", "doctor"), exitFailed, "AUDIT_VERIFY_FAILED", "8 of 8 append-only checks failed")
+		wantError(t, h.run("audit", "doctor"), exitFailed, "AUDIT_VERIFY_FAILED", "16 of 16 append-only checks failed")
 	})
 }
 
@@ -210,6 +230,44 @@ func TestServeSignsCheckpoints(t *testing.T) {
 	}
 }
 
+// TestServeAppliesRetention: serve with audit.retention records the
+// finished run for retention after a checkpoint, signs a checkpoint over
+// the record (written to the checkpoint file) and removes the payloads;
+// the store verifies against the file, naming the run.
+func TestServeAppliesRetention(t *testing.T) {
+	h := newHarness(t)
+	h.env["DVT_AUDIT_KEY"] = storetest.TestKey
+	cfg := filepath.Join(h.dir, "dvt.yaml")
+	if err := os.WriteFile(cfg, []byte("audit:\n  signingKeyEnv: DVT_AUDIT_KEY\n  publicKey: "+storetest.TestPublicKey+
+		"\n  checkpointFile: checkpoint.txt\n  every: 1s\n  retention: 1ns\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h.env["DVT_CONFIG"] = cfg
+	if r := h.run("enqueue", fixture("ok", "plan.yaml")); r.code != 0 {
+		t.Fatalf("enqueue: %+v", r)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan result, 1)
+	go func() { done <- h.runCtx(ctx, "serve", "--poll", "100ms") }()
+	cp := filepath.Join(h.dir, "checkpoint.txt")
+	deadline := time.Now().Add(60 * time.Second) // bounded, not a timing assertion
+	for {
+		r := h.run("audit", "verify", "--all", "--checkpoint", cp)
+		if r.code == 0 && strings.Contains(r.stdout, ": payloads removed by retention at ") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("waited 60s for serve to apply retention; last verify: %d %q %q", r.code, r.stdout, r.stderr)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	cancel()
+	if r := <-done; r.code != 0 || !strings.Contains(r.stderr, `"msg":"retention applied"`) {
+		t.Fatalf("serve exited %d: %s", r.code, r.stderr)
+	}
+}
+
 // TestCheckpointThroughTheOutbox: `outbox deliver` writes the signed
 // checkpoint to a JSONL sink as a record of its own, and the note taken
 // from that line is a checkpoint `audit verify --checkpoint` accepts.
@@ -249,8 +307,12 @@ func TestCheckpointThroughTheOutbox(t *testing.T) {
 func TestAuditRetainCLI(t *testing.T) {
 	h, runID, cp := auditHarness(t)
 	wantError(t, h.run("audit", "retain"), 2, "INVALID_ARGUMENT", "--older-than")
+	// Retention signs its records: no key, no retention.
+	delete(h.env, "DVT_AUDIT_KEY")
+	wantError(t, h.run("audit", "retain", "--older-than", "1ns"), 2, "SECRET_NOT_FOUND", "DVT_AUDIT_KEY")
+	h.env["DVT_AUDIT_KEY"] = storetest.TestKey
 	r := h.run("audit", "retain", "--older-than", "1ns")
-	if r.code != 0 || !regexp.MustCompile(`payloads of [1-9]\d* events removed from 1 runs`).MatchString(r.stdout) {
+	if r.code != 0 || !regexp.MustCompile(`1 runs recorded \(signed, in the log of \d+ events\); payloads of [1-9]\d* events removed from 1 runs`).MatchString(r.stdout) {
 		t.Fatalf("audit retain: %d %q %q", r.code, r.stdout, r.stderr)
 	}
 	for _, e := range h.events(runID) {
@@ -262,7 +324,7 @@ func TestAuditRetainCLI(t *testing.T) {
 		t.Fatalf("second retain: %d %q %q", r.code, r.stdout, r.stderr)
 	}
 	r = h.run("audit", "verify", "--public-key", storetest.TestPublicKey, "--checkpoint", cp, "--all")
-	if r.code != 0 || !strings.Contains(r.stdout, "run "+runID+": payloads removed by retention at ") {
+	if r.code != 0 || !strings.Contains(r.stdout, "run "+runID+": payloads removed by retention at ") || !strings.Contains(r.stdout, "its signed retention record") {
 		t.Fatalf("verify after retention: %d %q %q", r.code, r.stdout, r.stderr)
 	}
 	// The trigger lets retention through and nothing else.

@@ -33,8 +33,13 @@ type Report struct {
 	Latest  *Checkpoint
 	Problem *Problem
 	// Retained names the runs whose payloads retention removed, with when
-	// (verified by their links and the log alone; not a break).
+	// (each on its signed retention record, its links and the signed log:
+	// not a break).
 	Retained []RunHead
+	// Pending names the runs recorded for retention whose record no
+	// checkpoint signs yet: their payloads are all still there (an
+	// interrupted retention; the next one finishes it).
+	Pending []RunHead
 }
 
 // Verify recomputes every chain and the log's tree and checks the
@@ -46,7 +51,17 @@ func Verify(ctx context.Context, st Store, o VerifyOptions) (Report, error) {
 	if err != nil {
 		return rep, err
 	}
-	chainedOf := map[string]int64{} // retained run → its chained events
+	entries, err := st.LogEntries(ctx, 0)
+	if err != nil {
+		return rep, err
+	}
+	// A genesis row un-chains a run's first events: checked first, so the
+	// break names it rather than the links it un-did.
+	if p := genesisChecked(heads, entries); p != nil {
+		rep.Problem = p
+		return rep, nil
+	}
+	retained := map[string]retainedRun{} // runs with a retention row
 	for _, h := range heads {
 		recs, err := st.ListEvents(ctx, h.RunID, 0, 0)
 		if err != nil {
@@ -65,25 +80,29 @@ func Verify(ctx context.Context, st Store, o VerifyOptions) (Report, error) {
 		}
 		if h.RetainedAt != "" {
 			rep.Retained = append(rep.Retained, h)
-			chainedOf[h.RunID] = 0
-			for _, l := range links {
-				if l.Hash != "" {
-					chainedOf[h.RunID]++
-				}
-			}
+			retained[h.RunID] = retainedOf(recs, links)
 		}
 		if p := VerifyRun(RunChain{RunID: h.RunID, Status: h.Status, NextSeq: h.NextSeq, FirstSeq: h.FirstSeq, Retained: h.RetainedAt != "", Records: recs, Links: links}); p != nil {
 			rep.Problem = p
 			return rep, nil
 		}
 	}
-	entries, err := st.LogEntries(ctx, 0)
-	if err != nil {
-		return rep, err
-	}
 	hashes, err := st.EventHashes(ctx)
 	if err != nil {
 		return rep, err
+	}
+	retentions, err := st.Retentions(ctx)
+	if err != nil {
+		return rep, err
+	}
+	// A retention record's leaf is the hash of its signed note.
+	for _, r := range retentions {
+		if len(r.Note) > 0 {
+			if hashes[RetentionRunID] == nil {
+				hashes[RetentionRunID] = map[int64]string{}
+			}
+			hashes[RetentionRunID][r.Seq] = RetentionLeaf(r.Note)
+		}
 	}
 	if o.RunID != "" && len(heads) == 0 {
 		for _, e := range entries {
@@ -133,38 +152,20 @@ func Verify(ctx context.Context, st Store, o VerifyOptions) (Report, error) {
 			rep.Latest = &cp
 		}
 	}
-	rep.Problem = retainedCovered(entries, chainedOf, rep.Latest)
+	var pending map[string]bool
+	if rep.Problem, pending = retainedCovered(entries, retained, retentions, rep.Latest, o.PublicKey); rep.Problem != nil {
+		return rep, nil
+	}
+	kept := rep.Retained[:0]
+	for _, h := range rep.Retained {
+		if pending[h.RunID] {
+			rep.Pending = append(rep.Pending, h)
+		} else {
+			kept = append(kept, h)
+		}
+	}
+	rep.Retained = kept
 	return rep, nil
-}
-
-// retainedCovered checks that every chained event of a run whose payloads
-// retention removed is in the log below the newest verified checkpoint:
-// retention only removes what a signed root already holds, so a run marked
-// retained to hide an edit shows.
-func retainedCovered(entries []LogEntry, chainedOf map[string]int64, latest *Checkpoint) *Problem {
-	if len(chainedOf) == 0 {
-		return nil
-	}
-	var covered int64
-	if latest != nil {
-		covered = latest.Size
-	}
-	inLog := map[string]int64{}
-	for _, e := range entries {
-		if _, ok := chainedOf[e.RunID]; !ok {
-			continue
-		}
-		if e.Index >= covered {
-			return &Problem{RunID: e.RunID, RunSeq: e.RunSeq, What: fmt.Sprintf("retention removed the run's payloads, but its event at log index %d is in no verified checkpoint", e.Index)}
-		}
-		inLog[e.RunID]++
-	}
-	for run, n := range chainedOf {
-		if inLog[run] != n {
-			return &Problem{RunID: run, What: fmt.Sprintf("retention removed the run's payloads, but only %d of its %d chained events are in the log", inLog[run], n)}
-		}
-	}
-	return nil
 }
 
 // CheckpointLog is the global log as the checkpointer writes it.

@@ -41,6 +41,9 @@ type Store interface {
 	Links(ctx context.Context, runID string) (map[int64]StoredLink, error)
 	EventHashes(ctx context.Context) (map[string]map[int64]string, error)
 	ListEvents(ctx context.Context, runID string, afterSeq int64, limit int) ([]engine.RunEventRecord, error)
+	// Retentions returns the rows of dvt_audit_retention with their
+	// signed records.
+	Retentions(ctx context.Context) ([]Retention, error)
 }
 
 // Guard is one check of `audit doctor`: how the store enforces

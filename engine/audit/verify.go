@@ -100,7 +100,7 @@ func VerifyRun(rc RunChain) *Problem {
 		}
 		if len(l.EventBytes) == 0 {
 			// SQLite, Postgres: the columns are the stored bytes.
-			if got := Link(rc.RunID, r.RunSeq, EventBytes(r), l.PrevHash); got != l.Hash && !(rc.Retained && payloadRemoved(r)) {
+			if got := Link(rc.RunID, r.RunSeq, EventBytes(r), l.PrevHash); got != l.Hash && !(rc.Retained && payloadRemoved(r) && PayloadRemovable(l)) {
 				return bad(r.RunSeq, "the row does not hash to its hash %s (recomputed %s): a column or the hash was changed", short(l.Hash), short(got))
 			}
 		} else {

@@ -51,26 +51,57 @@ SELECT tree_size, root_hash, note FROM dvt_audit_checkpoints ORDER BY tree_size;
 -- The checkpoints of tree sizes lo..hi (the outbox's checkpoint deliveries).
 SELECT tree_size, root_hash, note FROM dvt_audit_checkpoints WHERE tree_size BETWEEN ? AND ? ORDER BY tree_size;
 
--- name: audit_retain_mark
--- Records for retention every ended run whose terminal event was persisted
--- before the cutoff and whose every event is chained and covered by the
--- newest signed checkpoint (so its leaf hashes are signed before its
--- payloads go). Args: removed_at text, cutoff text, cutoff timestamp.
-INSERT INTO dvt_audit_retention (run_id, removed_at, cutoff)
-SELECT s.run_id, ?, ? FROM dvt_run_seq s
+-- name: audit_retain_candidates
+-- The runs retention may record (issue 25): ended, the terminal event
+-- persisted before the cutoff, not recorded yet, and every event chained
+-- and in the log below the newest signed checkpoint (so its leaf hashes
+-- are signed before its payloads go). Arg: cutoff timestamp.
+SELECT s.run_id FROM dvt_run_seq s
 WHERE s.status IN ('COMPLETED', 'FAILED', 'CANCELLED')
   AND NOT EXISTS (SELECT 1 FROM dvt_audit_retention r WHERE r.run_id = s.run_id)
   AND EXISTS (SELECT 1 FROM dvt_run_events t WHERE t.run_id = s.run_id
               AND t.event_type IN ('RunCompleted', 'RunFailed', 'RunCancelled') AND t.persisted_at < CAST(? AS TIMESTAMP_TZ(9)))
   AND NOT EXISTS (SELECT 1 FROM dvt_run_events e WHERE e.run_id = s.run_id AND (e.hash IS NULL OR NOT EXISTS (
         SELECT 1 FROM dvt_audit_log l WHERE l.run_id = e.run_id AND l.run_seq = e.run_seq
-          AND l.log_index < (SELECT COALESCE(MAX(c.tree_size), 0) FROM dvt_audit_checkpoints c))));
+          AND l.log_index < (SELECT COALESCE(MAX(c.tree_size), 0) FROM dvt_audit_checkpoints c))))
+ORDER BY s.run_id;
+
+-- name: audit_retain_next
+-- The last retention ordinal, the next log index and the newest signed
+-- size, read under audit_lock.
+SELECT (SELECT COALESCE(MAX(seq), 0) FROM dvt_audit_retention),
+       (SELECT COALESCE(MAX(log_index) + 1, 0) FROM dvt_audit_log),
+       (SELECT COALESCE(MAX(tree_size), 0) FROM dvt_audit_checkpoints);
+
+-- name: audit_retain_log
+-- A retention record's entry in the global log: the reserved run id
+-- (audit.RetentionRunID), its ordinal, the hash of its signed note.
+INSERT INTO dvt_audit_log (log_index, run_id, run_seq, hash) SELECT ?, 'dvtrun.audit.retention', ?, ?;
+
+-- name: audit_retain_insert
+INSERT INTO dvt_audit_retention (run_id, removed_at, cutoff, seq, older_than, covered, note) SELECT ?, ?, ?, ?, ?, ?, ?;
+
+-- name: audit_retain_runs
+-- How many runs audit_retain_remove will touch.
+SELECT COUNT(DISTINCT e.run_id) FROM dvt_run_events e
+WHERE (e.payload IS NOT NULL OR e.event_bytes IS NOT NULL) AND e.hash IS NOT NULL AND e.run_id IN (
+    SELECT r.run_id FROM dvt_audit_retention r
+    JOIN dvt_audit_log l ON l.run_id = 'dvtrun.audit.retention' AND l.run_seq = r.seq
+    WHERE r.note IS NOT NULL AND l.log_index < (SELECT COALESCE(MAX(c.tree_size), 0) FROM dvt_audit_checkpoints c));
 
 -- name: audit_retain_remove
--- Removes the payloads of the runs recorded for retention: payload and the
--- hashed event bytes (which hold the payload); hash and prev_hash stay.
+-- Removes the payloads (payload and the hashed event bytes, which hold it)
+-- of the runs whose signed retention record a checkpoint covers; hash and
+-- prev_hash stay. "hash IS NOT NULL" is audit.PayloadRemovable.
 UPDATE dvt_run_events SET payload = NULL, event_bytes = NULL
-WHERE run_id IN (SELECT run_id FROM dvt_audit_retention) AND (payload IS NOT NULL OR event_bytes IS NOT NULL);
+WHERE (payload IS NOT NULL OR event_bytes IS NOT NULL) AND hash IS NOT NULL AND run_id IN (
+    SELECT r.run_id FROM dvt_audit_retention r
+    JOIN dvt_audit_log l ON l.run_id = 'dvtrun.audit.retention' AND l.run_seq = r.seq
+    WHERE r.note IS NOT NULL AND l.log_index < (SELECT COALESCE(MAX(c.tree_size), 0) FROM dvt_audit_checkpoints c));
+
+-- name: audit_retentions
+SELECT run_id, COALESCE(seq, 0), removed_at, cutoff, COALESCE(older_than, ''), COALESCE(covered, 0), COALESCE(note, '')
+FROM dvt_audit_retention ORDER BY seq, run_id;
 
 -- name: audit_latest_checkpoint
 SELECT tree_size, root_hash, note FROM dvt_audit_checkpoints ORDER BY tree_size DESC LIMIT 1;
@@ -99,3 +130,12 @@ SHOW GRANTS ON TABLE dvt_audit_log;
 
 -- name: audit_grants_checkpoints
 SHOW GRANTS ON TABLE dvt_audit_checkpoints;
+
+-- name: audit_grants_retention
+SHOW GRANTS ON TABLE dvt_audit_retention;
+
+-- name: audit_grants_run_seq
+SHOW GRANTS ON TABLE dvt_run_seq;
+
+-- name: audit_grants_runs
+SHOW GRANTS ON TABLE dvt_runs;

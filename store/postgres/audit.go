@@ -59,8 +59,9 @@ func (s *Store) AuditGuards(ctx context.Context) ([]audit.Guard, error) {
 		if err := rows.Scan(&table, &owner, &owns, &upd, &del, &trunc, &triggers); err != nil {
 			return nil, s.classify(err)
 		}
-		out = append(out, audit.Guard{Check: "triggers on " + table, OK: triggers == 2,
-			Detail: fmt.Sprintf("%d of 2 append-only triggers enabled", triggers)})
+		want := pgGuards[table]
+		out = append(out, audit.Guard{Check: "triggers on " + table, OK: triggers == want.triggers,
+			Detail: fmt.Sprintf("%d of %d append-only triggers enabled", triggers, want.triggers)})
 		g := audit.Guard{Check: "owner of " + table, OK: !owns, Detail: "owned by " + owner + ", not this user"}
 		if owns {
 			g.Detail = "this user owns it and can disable its triggers: connect as a role without ownership"
@@ -70,16 +71,36 @@ func (s *Store) AuditGuards(ctx context.Context) ([]audit.Guard, error) {
 		for _, p := range []struct {
 			name string
 			has  bool
-		}{{"UPDATE", upd}, {"DELETE", del}, {"TRUNCATE", trunc}} {
+		}{{"UPDATE", upd && !want.update}, {"DELETE", del}, {"TRUNCATE", trunc}} {
 			if p.has {
 				held = append(held, p.name)
 			}
 		}
 		g = audit.Guard{Check: "privileges on " + table, OK: len(held) == 0, Detail: "no UPDATE, DELETE or TRUNCATE"}
+		if want.update {
+			g.Detail = "no DELETE or TRUNCATE (UPDATE is the append path's; its trigger limits it)"
+		}
 		if len(held) > 0 {
 			g.Detail = "this user holds " + strings.Join(held, ", ") + " (the triggers still refuse them)"
 		}
 		out = append(out, g)
 	}
 	return out, s.classify(rows.Err())
+}
+
+// pgGuards is, per append-only table, how many guard triggers it has
+// (migrations 0500, 0550, 0810) and whether dvtrun's role needs UPDATE on
+// it: the append path advances dvt_run_seq and sets dvt_runs'
+// provider_run_ref, under the triggers that limit those UPDATEs.
+var pgGuards = map[string]struct {
+	triggers int
+	update   bool
+}{
+	"dvt_run_events":        {2, false},
+	"dvt_audit_genesis":     {3, false},
+	"dvt_audit_log":         {2, false},
+	"dvt_audit_checkpoints": {2, false},
+	"dvt_audit_retention":   {3, false},
+	"dvt_run_seq":           {2, true},
+	"dvt_runs":              {2, true},
 }

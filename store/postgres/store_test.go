@@ -49,7 +49,8 @@ func TestTamperEvidence(t *testing.T) {
 			// The tables' owner can switch the triggers off: what the chain
 			// and the checkpoints are for.
 			db := s.(*postgres.Store).DB()
-			for _, table := range []string{"dvt_run_events", "dvt_audit_genesis", "dvt_audit_log", "dvt_audit_checkpoints"} {
+			for _, table := range []string{"dvt_run_events", "dvt_audit_genesis", "dvt_audit_log", "dvt_audit_checkpoints",
+				"dvt_audit_retention", "dvt_run_seq", "dvt_runs"} {
 				stmts = append([]string{"ALTER TABLE " + table + " DISABLE TRIGGER USER"}, stmts...)
 			}
 			for _, q := range stmts {
@@ -87,7 +88,7 @@ func TestAppendOnlyRole(t *testing.T) {
 	failed := func(s *postgres.Store) []string {
 		t.Helper()
 		gs, err := s.AuditGuards(ctx)
-		if err != nil || len(gs) != 12 {
+		if err != nil || len(gs) != 21 {
 			t.Fatalf("guards: %v %v", gs, err)
 		}
 		var out []string
@@ -98,15 +99,17 @@ func TestAppendOnlyRole(t *testing.T) {
 		}
 		return out
 	}
-	if got := failed(owner); len(got) != 8 {
-		t.Fatalf("as the owner, failed checks %v: want owner and privileges of the 4 tables", got)
+	if got := failed(owner); len(got) != 14 {
+		t.Fatalf("as the owner, failed checks %v: want owner and privileges of the 7 tables", got)
 	}
 	role := fmt.Sprintf("dvtrun_app_%d", time.Now().UnixNano()%1_000_000_000)
 	for _, q := range []string{
 		"CREATE ROLE " + role + " LOGIN",
 		"GRANT USAGE ON SCHEMA public TO " + role,
 		"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO " + role,
-		"REVOKE UPDATE, DELETE, TRUNCATE ON dvt_run_events, dvt_audit_genesis, dvt_audit_log, dvt_audit_checkpoints FROM " + role,
+		"REVOKE UPDATE, DELETE, TRUNCATE ON dvt_run_events, dvt_audit_genesis, dvt_audit_log, dvt_audit_checkpoints, dvt_audit_retention FROM " + role,
+		// The append path updates these two, under their triggers.
+		"REVOKE DELETE, TRUNCATE ON dvt_run_seq, dvt_runs FROM " + role,
 	} {
 		if _, err := owner.DB().ExecContext(ctx, q); err != nil {
 			t.Fatalf("%s: %v", q, err)
@@ -125,9 +128,24 @@ func TestAppendOnlyRole(t *testing.T) {
 		"UPDATE dvt_run_events SET payload = NULL WHERE run_id = '" + f.A + "'",
 		"DELETE FROM dvt_audit_log",
 		"TRUNCATE dvt_audit_checkpoints",
+		"DELETE FROM dvt_run_seq WHERE run_id = '" + f.A + "'",
+		"TRUNCATE dvt_runs",
+		"UPDATE dvt_audit_retention SET cutoff = 'x'",
 	} {
 		if _, err := app.DB().ExecContext(ctx, q); err == nil || !strings.Contains(err.Error(), "permission denied") {
 			t.Errorf("%s: %v, want permission denied", q, err)
+		}
+	}
+	// UPDATE on dvt_run_seq and dvt_runs is the role's (appends), and the
+	// triggers narrow it to what the append path does.
+	for _, q := range []string{
+		"UPDATE dvt_run_seq SET status = 'COMPLETED' WHERE run_id = '" + f.B + "'",
+		"UPDATE dvt_runs SET plan_id = 'other' WHERE run_id = '" + f.A + "'",
+		"INSERT INTO dvt_audit_genesis (run_id, first_seq, recorded_at) VALUES ('" + f.B + "', 4, 'x')",
+		"INSERT INTO dvt_audit_retention (run_id, removed_at, cutoff) VALUES ('" + f.B + "', 'x', 'x')",
+	} {
+		if _, err := app.DB().ExecContext(ctx, q); err == nil || !strings.Contains(err.Error(), "append-only") {
+			t.Errorf("%s: %v, want refused as append-only", q, err)
 		}
 	}
 	storetest.NewFixture().Bootstrap(t, app) // a run appended as the role

@@ -49,15 +49,37 @@ func (s *Store) AuditGuards(ctx context.Context) ([]audit.Guard, error) {
 		present[n] = true
 	}
 	var out []audit.Guard
-	for _, table := range []string{"dvt_run_events", "dvt_audit_genesis", "dvt_audit_log", "dvt_audit_checkpoints"} {
-		for _, op := range []string{"update", "delete"} {
-			name := table + "_no_" + op
-			g := audit.Guard{Check: "trigger " + name, OK: present[name], Detail: "refuses " + strings.ToUpper(op) + " on " + table}
+	for _, t := range sqliteGuards {
+		for _, op := range t.ops {
+			name := t.table + "_no_" + op
+			g := audit.Guard{Check: "trigger " + name, OK: present[name], Detail: "refuses " + strings.ToUpper(op) + " on " + t.table}
+			if op == "update" && t.update != "" {
+				g.Detail += " " + t.update
+			}
+			if op == "insert" {
+				g.Detail += " " + t.insert
+			}
 			if !g.OK {
-				g.Detail = "missing: " + table + " accepts " + strings.ToUpper(op)
+				g.Detail = "missing: " + t.table + " accepts " + strings.ToUpper(op)
 			}
 			out = append(out, g)
 		}
 	}
 	return out, nil
+}
+
+// sqliteGuards are the append-only triggers per table (migrations 0500,
+// 0550, 0810); update and insert say what those guards let through.
+var sqliteGuards = []struct {
+	table          string
+	ops            []string
+	update, insert string
+}{
+	{"dvt_run_events", []string{"update", "delete"}, "except a payload removed under a signed retention record", ""},
+	{"dvt_audit_genesis", []string{"insert", "update", "delete"}, "", "(genesis rows come from migration 0500 only)"},
+	{"dvt_audit_log", []string{"update", "delete"}, "", ""},
+	{"dvt_audit_checkpoints", []string{"update", "delete"}, "", ""},
+	{"dvt_audit_retention", []string{"insert", "update", "delete"}, "", "without a signed record in the global log"},
+	{"dvt_run_seq", []string{"update", "delete"}, "except an append advancing it (an ended run's status is final)", ""},
+	{"dvt_runs", []string{"update", "delete"}, "except provider_run_ref", ""},
 }

@@ -2,7 +2,6 @@ package storetest
 
 import (
 	"bytes"
-	"context"
 	"crypto/ed25519"
 	"fmt"
 	"regexp"
@@ -19,10 +18,9 @@ import (
 type AuditStore interface {
 	store.Store
 	audit.Store
-	audit.CheckpointLog
-	// Retain removes the payloads of ended runs older than cutoff whose
-	// events a checkpoint covers (store.AuditSQL.Retain).
-	Retain(ctx context.Context, now, cutoff time.Time) (runs, events int64, err error)
+	// RetentionLog records retention and removes payloads
+	// (store.AuditSQL; audit.Retainer orders the two).
+	audit.RetentionLog
 }
 
 // AuditBackend is one database under the tamper-evidence suite.
@@ -38,6 +36,9 @@ type AuditBackend struct {
 	// JSON is the SQL expression of a JSON payload literal (already quoted
 	// text, e.g. '{"a":1}'): PARSE_JSON on Snowflake.
 	JSON func(quoted string) string
+	// NullPayloads is the statement that removes a run's payloads (the run
+	// id quoted); nil: UPDATE dvt_run_events SET payload = NULL.
+	NullPayloads func(quotedRunID string) string
 	// Rows runs a query and returns its first column as text; nil when the
 	// dialect has no dvt_audit_chain view (no SHA-256 in SQL: SQLite).
 	Rows func(t *testing.T, s AuditStore, query string) []string
@@ -62,6 +63,7 @@ func fixedKey(b byte, name string) (string, string) {
 type AuditFixture struct {
 	A, B, C    string
 	Checkpoint audit.Checkpoint
+	c          *Fixture // C's, to append to it
 }
 
 // SeedAudit writes the fixture and checkpoints A and B.
@@ -76,7 +78,7 @@ func SeedAudit(t testing.TB, s AuditStore) AuditFixture {
 	appendAll(t, s, b, b.Event(engine.StepFailed, "model.y", 1), b.Event(engine.RunFailed, "", 1))
 	cp := Checkpoint(t, s)
 	c.Bootstrap(t, s)
-	return AuditFixture{A: a.Meta.RunID, B: b.Meta.RunID, C: c.Meta.RunID, Checkpoint: cp}
+	return AuditFixture{A: a.Meta.RunID, B: b.Meta.RunID, C: c.Meta.RunID, Checkpoint: cp, c: c}
 }
 
 func appendAll(t testing.TB, s store.Store, f *Fixture, evs ...engine.RunEventWrite) {
@@ -95,6 +97,18 @@ func Checkpoint(t testing.TB, s AuditStore) audit.Checkpoint {
 		t.Fatalf("checkpoint: %v", err)
 	}
 	return cp
+}
+
+// Retain runs retention over s with TestKey at now: runs that ended more
+// than olderThan before now.
+func Retain(t testing.TB, s AuditStore, now time.Time, olderThan time.Duration) audit.Retained {
+	t.Helper()
+	r := &audit.Retainer{Log: s, Checkpointer: &audit.Checkpointer{Log: s, SigningKey: TestKey, Now: func() time.Time { return now }}}
+	got, err := r.Retain(ctx, olderThan)
+	if err != nil {
+		t.Fatalf("retain: %v", err)
+	}
+	return got
 }
 
 // RunAudit runs the tamper-evidence suite: an untouched store verifies,
@@ -254,6 +268,10 @@ func RunAudit(t *testing.T, b AuditBackend) {
 	})
 
 	t.Run("RetentionKeepsTheProof", func(t *testing.T) { testRetention(t, b) })
+	t.Run("ForgedRetention", func(t *testing.T) { testForgedRetention(t, b) })
+	t.Run("RetentionInterruptedIsFinished", func(t *testing.T) { testRetentionCrash(t, b) })
+	t.Run("GenesisForAChainedRun", func(t *testing.T) { testGenesisForChainedRun(t, b) })
+	t.Run("GuardsOnSequenceRunsRetentionGenesis", func(t *testing.T) { testNewGuards(t, b) })
 
 	t.Run("GuardsRefuseUpdateAndDelete", func(t *testing.T) {
 		if b.Guarded == nil {
@@ -298,16 +316,27 @@ func testRetention(t *testing.T, b AuditBackend) {
 		before[run] = l
 	}
 	cBefore := events(t, s, f.C)
-	now, cutoff := time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC), time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC)
-	if runs, evs, err := s.Retain(ctx, now, time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)); err != nil || runs != 0 || evs != 0 {
-		t.Fatalf("retain with a cutoff before every run: %d runs, %d events, %v; want none", runs, evs, err)
+	// Now is far ahead of the store's clock, so a policy of an hour takes
+	// every ended run and one of two centuries none.
+	now := time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC)
+	if got := Retain(t, s, now, 200*365*24*time.Hour); got.Recorded != 0 || got.Events != 0 {
+		t.Fatalf("retain with a cutoff before every run: %+v; want none", got)
 	}
-	runs, evs, err := s.Retain(ctx, now, cutoff)
-	if err != nil || runs != 2 || evs == 0 {
-		t.Fatalf("retain: %d runs, %d events, %v; want A and B (C has not ended and no checkpoint covers it)", runs, evs, err)
+	var withPayload int64
+	for _, run := range []string{f.A, f.B} {
+		for _, r := range events(t, s, run) {
+			if p := strings.TrimSpace(string(r.Payload)); p != "" && p != "null" {
+				withPayload++
+			}
+		}
 	}
-	if runs, evs, err := s.Retain(ctx, now, cutoff); err != nil || runs != 0 || evs != 0 {
-		t.Fatalf("retain again: %d runs, %d events, %v; want nothing left to do", runs, evs, err)
+	got := Retain(t, s, now, time.Hour)
+	// (Snowflake counts the rows whose hashed event bytes went too: all 10.)
+	if got.Recorded != 2 || got.Runs != 2 || got.Events < withPayload || got.Events > 10 || withPayload == 0 || !got.Fresh || got.Checkpoint.Size != 14 {
+		t.Fatalf("retain: %+v; want A and B recorded, a checkpoint of 14 signed (10 events, 2 records, C's 2) and their %d payloads removed (C has not ended and no checkpoint covers it)", got, withPayload)
+	}
+	if got := Retain(t, s, now, time.Hour); got.Recorded != 0 || got.Runs != 0 || got.Events != 0 {
+		t.Fatalf("retain again: %+v; want nothing left to do", got)
 	}
 	for _, run := range []string{f.A, f.B} {
 		after, err := s.Links(ctx, run)
@@ -353,6 +382,7 @@ func testRetention(t *testing.T, b AuditBackend) {
 			fmt.Sprintf(`DELETE FROM dvt_run_events WHERE run_id = %s`, q(f.A)),
 			fmt.Sprintf(`UPDATE dvt_audit_retention SET removed_at = 'x' WHERE run_id = %s`, q(f.A)),
 			`DELETE FROM dvt_audit_retention`,
+			fmt.Sprintf(`INSERT INTO dvt_audit_retention (run_id, removed_at, cutoff) VALUES (%s, 'x', 'x')`, q(f.C)),
 		} {
 			if err := b.Guarded(s, stmt); err == nil || !strings.Contains(err.Error(), "append-only") {
 				t.Errorf("%s: %v, want refused as append-only", stmt, err)
@@ -378,7 +408,7 @@ func testRetention(t *testing.T, b AuditBackend) {
 			fmt.Sprintf(`INSERT INTO dvt_audit_retention (run_id, removed_at, cutoff) VALUES (%s, '2026-05-01T00:00:00.000000000Z', 'x')`, q(f.C)),
 			fmt.Sprintf(`UPDATE dvt_run_events SET payload = NULL WHERE run_id = %s`, q(f.C)))
 		p := verify(t, s, audit.VerifyOptions{PublicKey: TestPublicKey}).Problem
-		if p == nil || p.RunID != f.C || !strings.Contains(p.What, "retention removed the run's payloads") {
+		if p == nil || p.RunID != f.C || !strings.Contains(p.What, "retention: ") {
 			t.Fatalf("a run marked retained outside any checkpoint: %v, want run %s named", p, f.C)
 		}
 	})

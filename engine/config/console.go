@@ -6,12 +6,8 @@ import "regexp"
 // reference: the names of environment variables that hold the secrets,
 // never the secrets themselves. Neither set: no authentication.
 type Console struct {
-	// TokenEnv names the variable holding a bearer token
-	// ("Authorization: Bearer TOKEN").
-	TokenEnv string `yaml:"tokenEnv"`
-	// BasicAuthEnv names the variable holding USER:PASSWORD for HTTP basic
-	// auth, which browsers prompt for.
-	BasicAuthEnv string `yaml:"basicAuthEnv"`
+	TokenEnv     string `yaml:"tokenEnv" doc:"Name of the environment variable holding a bearer token (Authorization: Bearer TOKEN)."`
+	BasicAuthEnv string `yaml:"basicAuthEnv" doc:"Name of the environment variable holding USER:PASSWORD for HTTP basic auth, which browsers prompt for."`
 }
 
 var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)

@@ -205,6 +205,7 @@ type command struct {
 
 func commands() []command {
 	return []command{
+		{"init", "[DIR]", "create a project: dvtrun.yaml (dev and prod targets), a plan with a seed, a model and a test", cmdInit},
 		{"run", "PLAN", "run a plan", cmdRun},
 		{"resume", "RUN_ID [PLAN]", "continue an interrupted run (of its stored plan bundle)", cmdResume},
 		{"retry", "RUN_ID [PLAN]", "run again what failed or was skipped in a finished run", cmdRetry},

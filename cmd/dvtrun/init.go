@@ -159,13 +159,13 @@ func scaffoldFiles(name string) ([]scaffoldFile, error) {
 // nameFromDir makes a project name of a directory's name: characters a
 // name may not have become '_'.
 func nameFromDir(base string) string {
-	b := []byte(strings.ToLower(base))
-	for i, ch := range b {
-		if !(ch >= 'a' && ch <= 'z' || ch >= '0' && ch <= '9' || ch == '_' || ch == '-' || ch == '.') {
-			b[i] = '_'
+	n := strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_' || r == '-' || r == '.' {
+			return r
 		}
-	}
-	n := strings.Trim(string(b), "_.-")
+		return '_'
+	}, strings.ToLower(base))
+	n = strings.Trim(n, "_.-")
 	if len(n) > 64 {
 		n = n[:64]
 	}

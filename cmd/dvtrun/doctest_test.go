@@ -65,13 +65,13 @@ func firstDifference(file, out string) string {
 	return "no difference"
 }
 
-// docFiles lists the Markdown a user reads: README.md, docs/ and
-// examples/, relative to the repository's root.
+// docFiles lists the Markdown a user reads: README.md, docs/, examples/
+// and plans/, relative to the repository's root.
 func docFiles(t *testing.T) []string {
 	t.Helper()
 	root := repoRoot(t)
 	files := []string{"README.md"}
-	for _, dir := range []string{"docs", "examples"} {
+	for _, dir := range []string{"docs", "examples", "plans"} {
 		err := filepath.WalkDir(filepath.Join(root, dir), func(p string, d fs.DirEntry, err error) error {
 			switch {
 			case err != nil:
@@ -134,12 +134,13 @@ func fencedBlocks(text string) []docBlock {
 // doctestInfo marks a runnable block: ```sh doctest
 const doctestInfo = "sh doctest"
 
-// TestDocTests runs every ```sh doctest block of README.md, docs/ and
-// examples/ with bash (set -euo pipefail), the dvtrun built from this
-// repository first on PATH, in a scratch directory holding a copy of
-// plans/ and examples/, as a reader who copies the commands would. The
-// blocks of one file run in order in one directory, so a page can go
-// step by step; a failing block fails naming file:line with its output.
+// TestDocTests runs every ```sh doctest block of README.md, docs/,
+// examples/ and plans/ with bash (set -euo pipefail, -x to show each
+// command), the dvtrun built from this repository first on PATH, in a
+// scratch directory holding a copy of plans/ and examples/, as a reader
+// who copies the commands would. The blocks of one file run in order in
+// one directory, so a page can go step by step; a failing block fails
+// naming file:line with its output.
 func TestDocTests(t *testing.T) {
 	bin := buildBinary(t)
 	root := repoRoot(t)
@@ -173,7 +174,9 @@ func TestDocTests(t *testing.T) {
 			env := doctestEnv(filepath.Dir(bin))
 			for _, b := range blocks {
 				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-				cmd := exec.CommandContext(ctx, bash, "-c", "set -euo pipefail\n"+b.text)
+				// -x traces each command into the output: a failure shows
+				// which line of the block failed.
+				cmd := exec.CommandContext(ctx, bash, "-c", "set -euo pipefail -x\n"+b.text)
 				cmd.Dir, cmd.Env = dir, env
 				out, err := cmd.CombinedOutput()
 				cancel()
@@ -184,7 +187,7 @@ func TestDocTests(t *testing.T) {
 		})
 	}
 	if found == 0 {
-		t.Fatalf("no %q block in README.md, docs/ or examples/: the harness tests nothing", doctestInfo)
+		t.Fatalf("no %q block in README.md, docs/, examples/ or plans/: the harness tests nothing", doctestInfo)
 	}
 }
 
@@ -247,8 +250,8 @@ var (
 	mdHeading = regexp.MustCompile(`^ {0,3}#{1,6}\s+(.*?)\s*#*\s*$`)
 )
 
-// TestDocLinks: every relative link of README.md, docs/ and examples/
-// leads to a file of the repository, and its #fragment to a heading (or
+// TestDocLinks: every relative link of README.md, docs/, examples/ and
+// plans/ leads to a file of the repository, and its #fragment to a heading (or
 // an explicit anchor) of that file.
 func TestDocLinks(t *testing.T) {
 	root := repoRoot(t)

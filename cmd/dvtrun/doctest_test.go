@@ -366,3 +366,41 @@ func headingAnchors(text string) map[string]bool {
 	}
 	return out
 }
+
+// TestCLIReferenceFindsEverySubcommand: the reference finds a group's
+// subcommands in its usage text; here they come from elsewhere, the list
+// a group's dispatch names when it meets an unknown one ("want validate,
+// show or import-dbt"), so a subcommand left out of the usage is caught.
+func TestCLIReferenceFindsEverySubcommand(t *testing.T) {
+	sections, err := cliSections(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := map[string]bool{}
+	for _, s := range sections {
+		found[s.h.name] = true
+	}
+	h := newHarness(t)
+	want := regexp.MustCompile(`want ([^()]*)`)
+	word := regexp.MustCompile(`\b[a-z][a-z-]*\b`)
+	groups := 0
+	for _, cmd := range commands() {
+		r := h.run(cmd.name, "zzz-nope")
+		m := want.FindStringSubmatch(r.stderr)
+		if r.code != exitUsage || m == nil || !strings.Contains(r.stderr, "subcommand") && cmd.name != "schedule" {
+			continue
+		}
+		groups++
+		for _, sub := range word.FindAllString(m[1], -1) {
+			if sub == "or" {
+				continue
+			}
+			if !found[cmd.name+" "+sub] {
+				t.Errorf("dvtrun %s %s is not in the command reference (its dispatch says %q)", cmd.name, sub, m[0])
+			}
+		}
+	}
+	if groups < 4 || !found["queue cancel"] {
+		t.Errorf("found %d command groups (want plan, audit, outbox, schedule) and queue cancel %v", groups, found["queue cancel"])
+	}
+}

@@ -333,7 +333,7 @@ func (c *cli) usage(w io.Writer, top *flag.FlagSet) {
 	fmt.Fprintln(w, "\nGlobal flags (also accepted after the command):")
 	printFlags(w, top)
 	fmt.Fprintln(w, "\n"+exitCodesHelp)
-	fmt.Fprintln(w, "Run `dvtrun COMMAND --help` for a command's flags.")
+	fmt.Fprintln(w, "Run `dvtrun COMMAND --help` for a command's flags, `dvtrun help config` for the configuration file's keys.")
 }
 
 // fail prints err as one line and returns the exit code it deserves.

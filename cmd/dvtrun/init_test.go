@@ -3,8 +3,11 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/dvtrun/dvtrun/engine/config"
 )
 
 // TestInitRunsAtOnce: the project `dvtrun init DIR` writes runs on the
@@ -153,6 +156,61 @@ func TestNameFromDir(t *testing.T) {
 	} {
 		if got := nameFromDir(tc.dir); got != tc.want {
 			t.Errorf("nameFromDir(%q) = %q, want %q", tc.dir, got, tc.want)
+		}
+	}
+}
+
+// TestInitCommentedExamplesParse: what dvtrun.yaml suggests in comments
+// (the nightly schedule, prod on Postgres or Snowflake) is a valid file
+// once uncommented, as a user would do it.
+func TestInitCommentedExamplesParse(t *testing.T) {
+	files, err := scaffoldFiles("my-shop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var text string
+	for _, f := range files {
+		if f.path == "dvtrun.yaml" {
+			text = string(f.data)
+		}
+	}
+	lines := strings.Split(text, "\n")
+	// The schedule: the commented lines from "# schedules:" on, less "# ".
+	i := slices.Index(lines, "# schedules:")
+	if i < 0 {
+		t.Fatal("dvtrun.yaml suggests no schedule")
+	}
+	var sched []string
+	for _, l := range lines[i:] {
+		sched = append(sched, strings.TrimPrefix(l, "# "))
+	}
+	cases := map[string]string{"schedule": text + strings.Join(sched, "\n")}
+	for _, db := range []string{"postgres://", "snowflake://"} {
+		var store, wh string
+		for _, l := range lines {
+			l = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(l), "#"))
+			switch {
+			case strings.HasPrefix(l, "store: "+db):
+				store = l
+			case strings.HasPrefix(l, "warehouse: "+db):
+				wh = l
+			}
+		}
+		if store == "" || wh == "" {
+			t.Fatalf("dvtrun.yaml suggests no %s store and warehouse", db)
+		}
+		cases[db] = strings.Replace(strings.Replace(text, "store: sqlite:.dvt/prod-state.db", store, 1),
+			"warehouse: sqlite:.dvt/prod-warehouse.db", wh, 1)
+	}
+	for name, text := range cases {
+		cfg, err := config.Parse([]byte(text), "dvtrun.yaml")
+		switch {
+		case err != nil:
+			t.Errorf("%s: %v\n%s", name, err, text)
+		case name == "schedule" && (len(cfg.Schedules) != 1 || cfg.Schedules[0].Target != "prod"):
+			t.Errorf("the uncommented schedule: %+v", cfg.Schedules)
+		case name != "schedule" && !strings.HasPrefix(cfg.Targets["prod"].Store, name):
+			t.Errorf("%s: prod's store is %s", name, cfg.Targets["prod"].Store)
 		}
 	}
 }

@@ -11,7 +11,7 @@ BENCHSTAT   ?= golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4d
 # dependencies stay out of dvtrun's.
 E2E_TEMPORAL ?= engine/temporal/e2e
 
-.PHONY: help build test test-temporal test-short bench lint fuzz example temporal-dev clean
+.PHONY: help build test test-temporal test-short bench lint fuzz example docs temporal-dev clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -48,6 +48,11 @@ fuzz: ## run each fuzz target for 20s
 
 example: ## run the example plan on the embedded SQLite default
 	$(GO) run ./cmd/dvtrun run plans/shop/plan.yaml
+
+docs: ## regenerate docs/reference/cli.md and config.md from the command definitions and config types
+	$(GO) build -o bin/dvtrun ./cmd/dvtrun
+	bin/dvtrun help --markdown > docs/reference/cli.md
+	bin/dvtrun help config > docs/reference/config.md
 
 temporal-dev: ## serve an in-process Temporal server on 127.0.0.1:7233 (namespace default) until interrupted
 	cd $(E2E_TEMPORAL) && $(GO) run ./cmd/temporal-dev

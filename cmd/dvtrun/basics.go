@@ -24,17 +24,24 @@ func printFlags(w io.Writer, fs *flag.FlagSet) {
 			line += " " + arg
 		}
 		line += "\n    \t" + strings.ReplaceAll(usage, "\n", "\n    \t")
-		switch f.DefValue {
-		case "", "0", "false", "0s", "[]":
-		default:
-			if arg == "string" || arg == "URL" || arg == "FILE" || arg == "DIR" {
-				line += fmt.Sprintf(" (default %q)", f.DefValue)
-			} else {
-				line += fmt.Sprintf(" (default %s)", f.DefValue)
-			}
+		if d := flagDefault(f, arg); d != "" {
+			line += " (default " + d + ")"
 		}
 		fmt.Fprintln(w, line)
 	})
+}
+
+// flagDefault is f's default as --help shows it ("" for a zero value),
+// quoted when its argument is text.
+func flagDefault(f *flag.Flag, arg string) string {
+	switch f.DefValue {
+	case "", "0", "false", "0s", "[]":
+		return ""
+	}
+	if arg == "string" || arg == "URL" || arg == "FILE" || arg == "DIR" {
+		return fmt.Sprintf("%q", f.DefValue)
+	}
+	return f.DefValue
 }
 
 // version is what `dvtrun --version` prints: the module version and the VCS

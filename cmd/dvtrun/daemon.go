@@ -53,7 +53,7 @@ func (d *daemonFlags) register(c *cli, name string, worker bool) *flag.FlagSet {
 	fs.DurationVar(&d.poll, "poll", 2*time.Second, "pause between polls of the store when idle")
 	fs.StringVar(&d.http, "http", "", "serve /livez, /readyz and /metrics on `ADDR` (e.g. 127.0.0.1:9464; a non-loopback address is served as given, with a warning)")
 	if worker {
-		fs.BoolVar(&d.ui, "ui", false, "also serve the operator console (as `dvtrun ui`) on the --http address")
+		fs.BoolVar(&d.ui, "ui", false, "also serve the operator console, as dvtrun ui does, on the --http address")
 		d.uiFlags.register(fs)
 		fs.IntVar(&d.slots, "slots", 1, "run up to `N` requests at once in this process")
 		fs.DurationVar(&d.grace, "grace", 30*time.Second, "on SIGTERM, let runs in flight finish this long before handing them back")

@@ -97,7 +97,10 @@ type cli struct {
 	env            func(string) string
 	g              globals
 
-	help map[*flag.FlagSet]string // usage header per command
+	help map[*flag.FlagSet]cmdHelp // usage header per command
+	// helpSink, when set (`dvtrun help --markdown`), receives each
+	// command's flag set instead of its --help text being printed.
+	helpSink *helpCapture
 
 	red engine.Redactor // secret values: never printed, in any form it knows
 
@@ -202,6 +205,7 @@ type command struct {
 
 func commands() []command {
 	return []command{
+		{"init", "[DIR]", "create a project: dvtrun.yaml (dev and prod targets), a plan with a seed, a model and a test", cmdInit},
 		{"run", "PLAN", "run a plan", cmdRun},
 		{"resume", "RUN_ID [PLAN]", "continue an interrupted run (of its stored plan bundle)", cmdResume},
 		{"retry", "RUN_ID [PLAN]", "run again what failed or was skipped in a finished run", cmdRetry},
@@ -230,6 +234,7 @@ func commands() []command {
 // run is the whole CLI; main only adds the process around it.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, env func(string) string) int {
 	c := &cli{rawStderr: stderr, env: env}
+	c.helpSink, _ = ctx.Value(helpCaptureKey{}).(*helpCapture)
 	c.stdout, c.stderr = noteWriter{stdout, c}, noteWriter{stderr, c}
 	c.g = globals{
 		store:       envOr(env, "DVT_STORE", "sqlite:.dvt/state.db"),
@@ -279,6 +284,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, env func(
 		return exitUsage
 	}
 	if rest[0] == "help" {
+		if len(rest) > 1 && (rest[1] == "--markdown" || rest[1] == "config") {
+			return c.fail(c.helpReference(ctx, rest[1:]))
+		}
 		if len(rest) > 1 {
 			rest = []string{rest[1], "--help"}
 		} else {
@@ -313,6 +321,9 @@ func (c *cli) colored(code, s string) string {
 }
 
 func (c *cli) usage(w io.Writer, top *flag.FlagSet) {
+	if c.helpSink != nil {
+		c.helpSink.top = top
+	}
 	fmt.Fprintln(w, "dvtrun runs dbt-style plans and records every lifecycle event in a state store.")
 	fmt.Fprintln(w, "\nUsage: dvtrun [global flags] COMMAND [flags] [args]")
 	fmt.Fprintln(w, "\nCommands:")
@@ -322,7 +333,7 @@ func (c *cli) usage(w io.Writer, top *flag.FlagSet) {
 	fmt.Fprintln(w, "\nGlobal flags (also accepted after the command):")
 	printFlags(w, top)
 	fmt.Fprintln(w, "\n"+exitCodesHelp)
-	fmt.Fprintln(w, "Run `dvtrun COMMAND --help` for a command's flags.")
+	fmt.Fprintln(w, "Run `dvtrun COMMAND --help` for a command's flags, `dvtrun help config` for the configuration file's keys.")
 }
 
 // fail prints err as one line and returns the exit code it deserves.
@@ -461,15 +472,20 @@ func (c *cli) newFlagSet(name, args, summary string) *flag.FlagSet {
 	// itself, and only for --help.
 	fs.Usage = func() {}
 	if c.help == nil {
-		c.help = map[*flag.FlagSet]string{}
+		c.help = map[*flag.FlagSet]cmdHelp{}
 	}
-	c.help[fs] = fmt.Sprintf("Usage: dvtrun %s [flags] %s\n\n%s\n\nFlags:\n", name, args, summary)
+	c.help[fs] = cmdHelp{name, args, summary}
 	c.g.register(fs)
 	return fs
 }
 
 func (c *cli) printHelp(fs *flag.FlagSet) {
-	fmt.Fprint(c.stdout, c.help[fs])
+	h := c.help[fs]
+	if c.helpSink != nil {
+		c.helpSink.cmds = append(c.helpSink.cmds, capturedCmd{h, fs})
+		return
+	}
+	fmt.Fprintf(c.stdout, "Usage: dvtrun %s [flags] %s\n\n%s\n\nFlags:\n", h.name, h.args, h.summary)
 	printFlags(c.stdout, fs)
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -15,8 +16,14 @@ import (
 )
 
 // TestMain stops the package's Postgres test server (pgtest), if a test
-// started one, when the tests end.
-func TestMain(m *testing.M) { pgtest.Main(m) }
+// started one, and removes the binary buildBinary built, when the tests
+// end.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	pgtest.Stop()
+	removeBuiltBinary()
+	os.Exit(code)
+}
 
 // TestPostgresStoreFirstRun is README's first run and its look-around with
 // --store postgres://…: the example plan builds (19 steps), and runs,

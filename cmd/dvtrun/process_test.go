@@ -4,10 +4,12 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -16,18 +18,42 @@ import (
 	"github.com/dvtrun/dvtrun/store/snowflake/sftest"
 )
 
-// buildBinary compiles the CLI once per test binary run.
+// The CLI binary, built once per test binary run (buildBinary) into
+// builtDir, which TestMain removes.
+var (
+	buildOnce sync.Once
+	builtDir  string
+	builtBin  string
+	buildErr  error
+)
+
+// buildBinary compiles the CLI once per test binary run and returns its
+// path; tests share it and must not change it.
 func buildBinary(t *testing.T) string {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
-	bin := filepath.Join(t.TempDir(), "dvtrun")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	buildOnce.Do(func() {
+		if builtDir, buildErr = os.MkdirTemp("", "dvtrun-bin-"); buildErr != nil {
+			return
+		}
+		builtBin = filepath.Join(builtDir, "dvtrun")
+		if out, err := exec.Command("go", "build", "-o", builtBin, ".").CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
 	}
-	return bin
+	return builtBin
+}
+
+// removeBuiltBinary removes what buildBinary built.
+func removeBuiltBinary() {
+	if builtDir != "" {
+		os.RemoveAll(builtDir)
+	}
 }
 
 // TestProcess runs the real binary: exit codes through os.Exit, and SIGINT

@@ -15,22 +15,12 @@ import (
 //	  every: 1m                         # serve and worker sign this often
 //	  retention: 2160h                  # ended runs keep payloads 90 days
 type Audit struct {
-	// SigningKeyEnv names the environment variable holding the checkpoint
-	// signing key (a signed-note PRIVATE+KEY+… string): a secret by
-	// reference, never the key itself.
-	SigningKeyEnv string `yaml:"signingKeyEnv"`
-	// PublicKey is the pinned verifier key (name+hash+key) verify and
-	// prove check signatures against.
-	PublicKey string `yaml:"publicKey"`
-	// CheckpointFile receives each new signed checkpoint (replaced whole).
-	CheckpointFile string `yaml:"checkpointFile"`
-	// Every is the checkpointer's cadence in serve and worker; 0: off.
-	Every time.Duration `yaml:"every"`
-	// Retention, when set, is how long an ended run keeps its event
-	// payloads: `dvtrun audit retain` (and serve and worker after each
-	// checkpoint) removes older ones once a checkpoint covers the run,
-	// keeping the hashes; 0: payloads are kept.
-	Retention time.Duration `yaml:"retention"`
+	// A secret by reference, never the key itself.
+	SigningKeyEnv  string        `yaml:"signingKeyEnv" doc:"Name of the environment variable holding the checkpoint signing key (the PRIVATE+KEY+… string dvtrun audit key --new prints). Required with every."`
+	PublicKey      string        `yaml:"publicKey" doc:"The pinned public key (name+hash+key, as dvtrun audit key prints) that audit verify and audit prove check signatures against."`
+	CheckpointFile string        `yaml:"checkpointFile" doc:"A file that receives each new signed checkpoint (replaced whole): a copy outside the store."`
+	Every          time.Duration `yaml:"every" doc:"How often serve and worker sign a checkpoint, at least 1s (0: never)."`
+	Retention      time.Duration `yaml:"retention" doc:"How long an ended run keeps its event payloads once a checkpoint covers it: dvtrun audit retain (and serve and worker after each checkpoint) then removes them, keeping the hashes, so the log still verifies (0: payloads are kept)."`
 }
 
 // MinAuditEvery is the shortest checkpoint cadence accepted.

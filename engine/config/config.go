@@ -20,24 +20,21 @@ import (
 	"github.com/dvtrun/dvtrun/engine"
 )
 
-// Config is the whole configuration file.
+// Config is the whole configuration file. Every key's doc tag is its
+// entry in the configuration reference (WriteReference).
 type Config struct {
-	// Target is the default target (--target and DVT_TARGET override it).
-	Target    string             `yaml:"target"`
-	Targets   map[string]*Target `yaml:"targets"`
-	Sinks     []Sink             `yaml:"sinks"`
-	Signals   SignalPolicy       `yaml:"signals"`
-	Schedules []Schedule         `yaml:"schedules"`
-	Limits    Limits             `yaml:"limits"`
-	Pulse     Pulse              `yaml:"pulse"`
-	Console   Console            `yaml:"console"`
+	Target    string             `yaml:"target" doc:"The default target: the one a command uses without --target (or DVT_TARGET). Required when the file has targets."`
+	Targets   map[string]*Target `yaml:"targets" key:"NAME" doc:"Where runs happen, by name, as a dbt profile's outputs: each target's state store, warehouse, environment id and threads. Choose one with --target NAME; a flag such as --store still wins over the target."`
+	Sinks     []Sink             `yaml:"sinks" doc:"Where outbox delivery sends every event of every run, at least once and in order per run: dvtrun outbox deliver, or a worker (dvtrun worker, dvtrun serve), delivers to each sink."`
+	Signals   SignalPolicy       `yaml:"signals" doc:"Who may send which signal (pause, resume, cancel, retry-step) in which environment. The run's runner enforces it: a refused signal is recorded as SignalRejected. No rules: every actor may send every signal."`
+	Schedules []Schedule         `yaml:"schedules" doc:"Cron schedules: dvtrun scheduler (or dvtrun serve) turns each tick into a run request on the run queue, and a worker runs it."`
+	Limits    Limits             `yaml:"limits" doc:"Bounds of the run queue and of the runs the workers start."`
+	Pulse     Pulse              `yaml:"pulse" doc:"A process's heartbeat: every interval, one state-store request renews the leases of all its runs and fetches their new signals."`
+	Console   Console            `yaml:"console" doc:"Authentication of the operator console (dvtrun ui, serve --ui), by the names of environment variables that hold the secrets, never the secrets themselves. Neither set: no authentication."`
 	// StateStore is read key by key (see its UnmarshalYAML).
-	StateStore StateStore `yaml:"stateStore"`
-	// Temporal is where runs on Temporal start their workflows when their
-	// target has no temporal block of its own.
-	Temporal Temporal `yaml:"temporal"`
-	// Audit is the tamper-evident log's checkpointing.
-	Audit Audit `yaml:"audit"`
+	StateStore StateStore `yaml:"stateStore" doc:"How a run stores its events when the state store is slow: how long an event may wait, and where a StepStarted that waited longer is kept until it is stored."`
+	Temporal   Temporal   `yaml:"temporal" doc:"Where runs on Temporal start their workflows, for the targets with engine: temporal and no temporal block of their own. Empty fields: the local dev server of make temporal-dev."`
+	Audit      Audit      `yaml:"audit" doc:"The tamper-evident event log: who signs its checkpoints, with which key, how often, where a copy goes, and how long payloads are kept."`
 }
 
 // Parse decodes and validates a configuration document; name is the file's

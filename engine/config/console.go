@@ -9,19 +9,11 @@ import (
 // reference: the names of environment variables that hold the secrets,
 // never the secrets themselves. Neither set: no authentication.
 type Console struct {
-	// TokenEnv names the variable holding a bearer token
-	// ("Authorization: Bearer TOKEN").
-	TokenEnv string `yaml:"tokenEnv"`
-	// BasicAuthEnv names the variable holding USER:PASSWORD for HTTP basic
-	// auth, which browsers prompt for.
-	BasicAuthEnv string `yaml:"basicAuthEnv"`
-	// Hosts are the DNS names the console answers to without
-	// authentication, besides localhost and IP addresses (a request naming
-	// another Host is refused: DNS rebinding).
-	Hosts []string `yaml:"hosts"`
-	// MaxStreams bounds the live run streams the console serves at once
-	// (0: the default, 64); past it a browser is told to retry.
-	MaxStreams int `yaml:"maxStreams"`
+	TokenEnv     string `yaml:"tokenEnv" doc:"Name of the environment variable holding a bearer token (Authorization: Bearer TOKEN)."`
+	BasicAuthEnv string `yaml:"basicAuthEnv" doc:"Name of the environment variable holding USER:PASSWORD for HTTP basic auth, which browsers prompt for."`
+	// Hosts: a request naming another Host is refused (DNS rebinding).
+	Hosts      []string `yaml:"hosts" doc:"DNS names the console answers to without authentication, besides localhost and IP addresses; a request naming another Host is refused (DNS rebinding)."`
+	MaxStreams int      `yaml:"maxStreams" doc:"Most live run streams the console serves at once (0: the default, 64); past it a browser is told to retry."`
 }
 
 var hostName = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*\.?$`)

@@ -17,20 +17,12 @@ const (
 
 // Limits bound the run queue and the runs the workers start.
 type Limits struct {
-	// MaxConcurrentRuns bounds the runs claimed or running at once over all
-	// workers (0: no bound).
-	MaxConcurrentRuns int `yaml:"maxConcurrentRuns"`
-	// PerPlan bounds the concurrent runs of one planId.
-	PerPlan map[string]int `yaml:"perPlan"`
-	// MaxQueueDepth bounds the requests waiting to start (0: no bound); a
-	// request beyond it is refused with RUN_QUEUE_FULL under every policy.
-	MaxQueueDepth int `yaml:"maxQueueDepth"`
-	// Policy applies when MaxConcurrentRuns is reached (default QUEUE).
-	Policy Policy `yaml:"policy"`
-	// RetryAfter is what RUN_QUEUE_FULL tells the caller (default 30s).
-	RetryAfter time.Duration `yaml:"retryAfter"`
-	// Delay is how far DELAY pushes a request's not-before (default 1m).
-	Delay time.Duration `yaml:"delay"`
+	MaxConcurrentRuns int            `yaml:"maxConcurrentRuns" doc:"Most runs claimed or running at once over all workers (0: no bound)."`
+	PerPlan           map[string]int `yaml:"perPlan" key:"PLAN_ID" doc:"Most concurrent runs of one plan, by plan id (at least 1)."`
+	MaxQueueDepth     int            `yaml:"maxQueueDepth" doc:"Most requests waiting to start (0: no bound); one more is refused with RUN_QUEUE_FULL (exit 75), whatever the policy."`
+	Policy            Policy         `yaml:"policy" doc:"What a request meets once maxConcurrentRuns runs are going: QUEUE (default: it waits, higher priority first, then first come), REJECT (refused with RUN_QUEUE_FULL and a retry-after) or DELAY (accepted, to start no sooner than delay from now)."`
+	RetryAfter        time.Duration  `yaml:"retryAfter" doc:"The retry-after RUN_QUEUE_FULL tells the caller (default 30s)."`
+	Delay             time.Duration  `yaml:"delay" doc:"How far DELAY pushes a request's start (default 1m)."`
 }
 
 func (l *Limits) validate() error {

@@ -13,11 +13,8 @@ const MinPulseInterval = 10 * time.Millisecond
 //	pulse:
 //	  interval: 2s
 type Pulse struct {
-	// Interval between two requests; 0: the CLI's default for the store
-	// (250ms on SQLite, 2s on Snowflake, where every request is a query
-	// that keeps the warehouse awake). The CLI also holds it to at most a
-	// third of the lease TTL.
-	Interval time.Duration `yaml:"interval"`
+	// The CLI also holds it to at most a third of the lease TTL.
+	Interval time.Duration `yaml:"interval" doc:"Time between two requests, at least 10ms (0: the default for the store: 250ms on SQLite, 2s on Snowflake, where every request is a query that keeps the warehouse awake). Held to at most a third of the lease TTL."`
 }
 
 func (p *Pulse) validate() error {

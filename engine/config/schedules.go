@@ -28,21 +28,19 @@ const DefaultCatchupWindow = time.Minute
 
 // Schedule runs a plan on a cron expression.
 type Schedule struct {
-	Name          string        `yaml:"name"`
-	Cron          string        `yaml:"cron"`
-	Timezone      string        `yaml:"timezone"`
-	Plan          string        `yaml:"plan"`
-	Overlap       Overlap       `yaml:"overlap"`
-	CatchupWindow time.Duration `yaml:"catchupWindow"`
-	Priority      int           `yaml:"priority"`
-	// The shape of the schedule's runs, as enqueue's flags: the target
-	// (default: the file's target), dbt selection expressions (spaces
-	// union, commas intersect), the run's variables and --full-refresh.
-	Target      string         `yaml:"target"`
-	Select      string         `yaml:"select"`
-	Exclude     string         `yaml:"exclude"`
-	Vars        map[string]any `yaml:"vars"`
-	FullRefresh bool           `yaml:"fullRefresh"`
+	Name          string        `yaml:"name" doc:"The schedule's name, unique in the file: letters, digits, '_', '.' and '-' (at most 128). Required."`
+	Cron          string        `yaml:"cron" doc:"When it fires: a cron expression of 5 fields (or 6, seconds first), or a descriptor such as @daily, @hourly or @every 10m. Required."`
+	Timezone      string        `yaml:"timezone" doc:"The IANA time zone the expression is read in, e.g. Europe/Berlin (default UTC)."`
+	Plan          string        `yaml:"plan" doc:"The plan file to run, relative to this file. Required."`
+	Overlap       Overlap       `yaml:"overlap" doc:"What a tick does while the schedule's previous run is still queued or running: skip (default: drop the tick), buffer_one (keep at most one waiting), buffer_all (keep every tick, run one after another), cancel_other (cancel the earlier run) or allow_all (start regardless)."`
+	CatchupWindow time.Duration `yaml:"catchupWindow" doc:"How late a tick may still fire, after the scheduler was down (default 1m); older ticks are counted as missed (backfill them with dvtrun schedule backfill)."`
+	Priority      int           `yaml:"priority" doc:"Priority of its run requests: a higher one starts first (default 0)."`
+	// The shape of the schedule's runs, as enqueue's flags.
+	Target      string         `yaml:"target" doc:"The target its runs use (default: the file's target)."`
+	Select      string         `yaml:"select" doc:"The steps to run, as run --select: dbt selection expressions, spaces for union, commas for intersection."`
+	Exclude     string         `yaml:"exclude" doc:"The steps to leave out, as run --exclude."`
+	Vars        map[string]any `yaml:"vars" doc:"The runs' variables, as run --vars."`
+	FullRefresh bool           `yaml:"fullRefresh" doc:"Rebuild incremental models from scratch, as run --full-refresh."`
 }
 
 // Spec is the schedule's parsed cron expression (validated by Parse).

@@ -18,15 +18,15 @@ import (
 // sender that skips the check (another binary, a hand-written INSERT)
 // therefore cannot get a signal applied.
 type SignalPolicy struct {
-	Rules []SignalRule `yaml:"rules"`
+	Rules []SignalRule `yaml:"rules" doc:"A signal is allowed when one rule matches its actor, its type and the run's environment, and refused otherwise."`
 }
 
 // SignalRule allows Actors to send Signals in Environments; an empty list
 // or "*" matches everything.
 type SignalRule struct {
-	Actors       []string `yaml:"actors"`
-	Signals      []string `yaml:"signals"`
-	Environments []string `yaml:"environments"`
+	Actors       []string `yaml:"actors" doc:"The senders the rule allows (--actor, default the OS user name); empty or '*': everyone."`
+	Signals      []string `yaml:"signals" doc:"The signal types it allows: PAUSE, RESUME, CANCEL, RETRY_STEP; empty or '*': all of them."`
+	Environments []string `yaml:"environments" doc:"The environment ids of the runs it applies to; empty or '*': all of them."`
 }
 
 var signalNames = map[string]bool{"*": true, "PAUSE": true, "RESUME": true, "CANCEL": true, "RETRY_STEP": true}

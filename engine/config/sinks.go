@@ -7,48 +7,44 @@ import (
 
 // Sink is one destination of outbox delivery; exactly one kind is set.
 type Sink struct {
-	Name    string       `yaml:"name"`
-	Webhook *WebhookSink `yaml:"webhook"`
-	JSONL   *JSONLSink   `yaml:"jsonl"`
-	// OpenLineage sends each run event's OpenLineage event (engine/lineage).
-	OpenLineage *OpenLineageSink `yaml:"openlineage"`
-	// Retry is the sink's delivery policy; zero fields take the defaults
-	// (10 attempts, 24h, 1s doubling up to 5m).
-	Retry RetryPolicy `yaml:"retry"`
+	Name        string           `yaml:"name" doc:"The sink's name, unique in the file: delivery is tracked per sink. Required."`
+	Webhook     *WebhookSink     `yaml:"webhook" doc:"POST each event as JSON, signed per the Standard Webhooks convention."`
+	JSONL       *JSONLSink       `yaml:"jsonl" doc:"Append each event as one JSON line to a file."`
+	OpenLineage *OpenLineageSink `yaml:"openlineage" doc:"Send each run event's OpenLineage event to a URL (POST url/api/v1/lineage), or append it to a file."`
+	Retry       RetryPolicy      `yaml:"retry" doc:"Redelivery: exponential backoff with jitter, then a dead letter (dvtrun outbox dead lists them, outbox retry replays them). Zero fields take the defaults."`
 }
 
 // RetryPolicy bounds a sink's redeliveries: exponential backoff from
 // Backoff up to MaxBackoff (with jitter), and the dead letter after
 // MaxAttempts failed attempts or once an event is older than MaxAge.
 type RetryPolicy struct {
-	MaxAttempts int           `yaml:"maxAttempts"`
-	MaxAge      time.Duration `yaml:"maxAge"`
-	Backoff     time.Duration `yaml:"backoff"`
-	MaxBackoff  time.Duration `yaml:"maxBackoff"`
+	MaxAttempts int           `yaml:"maxAttempts" doc:"Failed attempts before an event becomes a dead letter (default 10)."`
+	MaxAge      time.Duration `yaml:"maxAge" doc:"Age at which an undelivered event becomes a dead letter (default 24h)."`
+	Backoff     time.Duration `yaml:"backoff" doc:"First pause after a failed attempt, doubled after each (default 1s)."`
+	MaxBackoff  time.Duration `yaml:"maxBackoff" doc:"Longest pause between attempts (default 5m)."`
 }
 
 // WebhookSink posts each event, signed per the Standard Webhooks
 // convention with the whsec_ secret(s) read from SecretEnv.
 type WebhookSink struct {
-	URL       string        `yaml:"url"`
-	SecretEnv string        `yaml:"secretEnv"`
-	Timeout   time.Duration `yaml:"timeout"`
+	URL       string        `yaml:"url" doc:"The endpoint, http:// or https://. Required."`
+	SecretEnv string        `yaml:"secretEnv" doc:"Name of the environment variable holding the whsec_ signing secret (several, separated by spaces or commas, while rotating secrets)."`
+	Timeout   time.Duration `yaml:"timeout" doc:"Bound on one request (default 10s)."`
 }
 
 // JSONLSink appends one event record per line to a file.
 type JSONLSink struct {
-	Path string `yaml:"path"`
+	Path string `yaml:"path" doc:"The file events are appended to. Required."`
 }
 
 // OpenLineageSink posts OpenLineage events to URL/api/v1/lineage with the
 // bearer token read from APIKeyEnv, or appends them to the file Path.
 type OpenLineageSink struct {
-	URL       string        `yaml:"url"`
-	APIKeyEnv string        `yaml:"apiKeyEnv"`
-	Timeout   time.Duration `yaml:"timeout"`
-	Path      string        `yaml:"path"`
-	// Namespace is the jobs' namespace (default dvtrun).
-	Namespace string `yaml:"namespace"`
+	URL       string        `yaml:"url" doc:"The OpenLineage server's base URL (events go to url/api/v1/lineage). Exactly one of url and path."`
+	APIKeyEnv string        `yaml:"apiKeyEnv" doc:"Name of the environment variable holding the bearer token (url only)."`
+	Timeout   time.Duration `yaml:"timeout" doc:"Bound on one request (url only)."`
+	Path      string        `yaml:"path" doc:"A file the events are appended to, one per line. Exactly one of url and path."`
+	Namespace string        `yaml:"namespace" doc:"The jobs' namespace (default dvtrun)."`
 }
 
 func validateSinks(sinks []Sink) error {

@@ -21,14 +21,11 @@ import (
 // runner implements that policy and no other, so a file asking for another
 // is refused rather than silently not followed.
 type StateStore struct {
-	// WriteLatencyBudgetMs is how long an event may wait to be stored, in
-	// milliseconds (0: unset, the runner's default of 3000).
-	WriteLatencyBudgetMs int
-	// SpoolDir is where StepStarted events that waited longer are kept
-	// until they are appended ("": the CLI's default). The CLI reads a
-	// relative path from the configuration file's directory, as it does
-	// schedules' plans.
-	SpoolDir string
+	WriteLatencyBudgetMs int    `yaml:"writeLatencyBudgetMs" doc:"How long an event may wait to be stored, in milliseconds, 100 to 3600000 (default 3000, as --write-budget)."`
+	SpoolDir             string `yaml:"spoolDir" doc:"Where StepStarted events that waited longer are kept until they are stored (default: spool/ next to the runs' artifacts), relative to this file; put it on another disk than the store's."`
+	// The two policy keys: accepted with exactly these values only.
+	FailOpenForEventClass []string `yaml:"failOpenForEventClass" doc:"The events a run does not wait for beyond the budget but spools: only [StepStarted] is accepted, the one policy dvtrun implements."`
+	NeverFailOpen         []string `yaml:"neverFailOpen" doc:"The events a run always waits for: only [StepCompleted, StepFailed] is accepted."`
 }
 
 // WriteBudgetMin and WriteBudgetMax bound the write-latency budget, here
@@ -85,10 +82,12 @@ func (s *StateStore) UnmarshalYAML(n *yaml.Node) error {
 			if err := policy(key, v, failOpenClasses, "fails open (spools) for"); err != nil {
 				return err
 			}
+			s.FailOpenForEventClass = slices.Clone(failOpenClasses)
 		case "neverFailOpen":
 			if err := policy(key, v, neverOpenClasses, "never fails open for"); err != nil {
 				return err
 			}
+			s.NeverFailOpen = slices.Clone(neverOpenClasses)
 		default:
 			return keyError(key, "unknown key (want writeLatencyBudgetMs, spoolDir, failOpenForEventClass or neverFailOpen)")
 		}

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"reflect"
 	"testing"
 	"time"
 )
@@ -17,10 +18,10 @@ stateStore:
   writeLatencyBudgetMs: 3000
   failOpenForEventClass: ['StepStarted']
   neverFailOpen: ['StepCompleted', 'StepFailed']
-`, StateStore{WriteLatencyBudgetMs: 3000}, 3 * time.Second},
+`, StateStore{WriteLatencyBudgetMs: 3000, FailOpenForEventClass: []string{"StepStarted"}, NeverFailOpen: []string{"StepCompleted", "StepFailed"}}, 3 * time.Second},
 		{"spool dir, policy in another order", `
 stateStore: {writeLatencyBudgetMs: 750, spoolDir: /var/lib/dvtrun/spool, neverFailOpen: [StepFailed, StepCompleted]}
-`, StateStore{WriteLatencyBudgetMs: 750, SpoolDir: "/var/lib/dvtrun/spool"}, 750 * time.Millisecond},
+`, StateStore{WriteLatencyBudgetMs: 750, SpoolDir: "/var/lib/dvtrun/spool", NeverFailOpen: []string{"StepCompleted", "StepFailed"}}, 750 * time.Millisecond},
 		{"a numeric dir name", "stateStore: {spoolDir: 2026}", StateStore{SpoolDir: "2026"}, 0},
 		{"empty section", "stateStore:", StateStore{}, 0},
 		{"the bounds", "stateStore: {writeLatencyBudgetMs: 3600000}", StateStore{WriteLatencyBudgetMs: 3600000}, time.Hour},
@@ -31,7 +32,7 @@ stateStore: {writeLatencyBudgetMs: 750, spoolDir: /var/lib/dvtrun/spool, neverFa
 			if err != nil {
 				t.Fatal(err)
 			}
-			if c.StateStore != tc.want || c.StateStore.WriteBudget() != tc.budget {
+			if !reflect.DeepEqual(c.StateStore, tc.want) || c.StateStore.WriteBudget() != tc.budget {
 				t.Errorf("stateStore = %+v (budget %v), want %+v (%v)", c.StateStore, c.StateStore.WriteBudget(), tc.want, tc.budget)
 			}
 		})

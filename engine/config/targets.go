@@ -21,18 +21,12 @@ import (
 // SQLite paths are relative to the configuration file (the CLI resolves
 // them, as it does schedules' plans).
 type Target struct {
-	Store     string `yaml:"store"`
-	Warehouse string `yaml:"warehouse"`
-	// Environment is the environment id of the target's runs (default: the
-	// target's name).
-	Environment string `yaml:"environment"`
-	// Threads is the default of --threads (0: the CLI's own default).
-	Threads int `yaml:"threads"`
-	// Engine executes the target's runs: local (default) or temporal.
-	Engine string `yaml:"engine"`
-	// Temporal is the target's Temporal server and task queue (default:
-	// the top-level temporal block).
-	Temporal *Temporal `yaml:"temporal"`
+	Store       string    `yaml:"store" doc:"State store URL: sqlite:PATH, postgres://… or snowflake://…. A relative SQLite path is read from this file's directory. Required."`
+	Warehouse   string    `yaml:"warehouse" doc:"Warehouse URL, in the same forms as store. Each target needs its own warehouse: two targets never share one. Required."`
+	Environment string    `yaml:"environment" doc:"Environment id the target's runs are recorded under (default: the target's name)."`
+	Threads     int       `yaml:"threads" doc:"Default of --threads for runs on this target (0: the CLI's default)."`
+	Engine      string    `yaml:"engine" doc:"What executes the target's runs: local (default, in the dvtrun process) or temporal."`
+	Temporal    *Temporal `yaml:"temporal" doc:"This target's Temporal server and task queue (default: the top-level temporal block)."`
 }
 
 // TargetNames lists the configured targets, sorted.

@@ -9,15 +9,11 @@ import (
 // run on Temporal runs its workflow. Empty fields take the defaults of a
 // local dev server (`make temporal-dev`).
 type Temporal struct {
-	Address   string `yaml:"address"`   // host:port of the frontend (default 127.0.0.1:7233)
-	Namespace string `yaml:"namespace"` // default "default"
-	TaskQueue string `yaml:"taskQueue"` // default "dvtrun"
-	// HistoryBudget continues a run's workflow as new once its history
-	// has this many events (0: when the server suggests it).
-	HistoryBudget int `yaml:"historyBudget"`
-	// HeartbeatTimeout is how soon a step whose worker died is retried
-	// on another worker (default 5s); steps heartbeat 4 times as often.
-	HeartbeatTimeout time.Duration `yaml:"heartbeatTimeout"`
+	Address          string        `yaml:"address" doc:"host:port of the Temporal frontend (default 127.0.0.1:7233)."`
+	Namespace        string        `yaml:"namespace" doc:"The Temporal namespace (default default)."`
+	TaskQueue        string        `yaml:"taskQueue" doc:"The task queue dvtrun's workers poll (default dvtrun)."`
+	HistoryBudget    int           `yaml:"historyBudget" doc:"Continue a run's workflow as new once its history has this many events (0: when the server suggests it)."`
+	HeartbeatTimeout time.Duration `yaml:"heartbeatTimeout" doc:"How soon a step whose worker died is retried on another worker, at least 400ms (default 5s); steps heartbeat 4 times as often."`
 }
 
 // WithDefaults fills the empty fields.

@@ -518,12 +518,9 @@ func testProjectionOfAppendedRun(t *testing.T, b ProjectionBackend) {
 	}
 }
 
-// testAuditDocQueries runs every query of docs/audit.md on this backend's
-// views and on the reference backend's over the same 300 generated runs,
-// and requires the same rows: the documented queries mean the same on
-// both. (The reference's own views are held to the Go reducer.)
-func testAuditDocQueries(t *testing.T, b ProjectionBackend) {
-	queries := DocQueries(t, "../../docs/audit.md")
+// AuditDocStreams are the runs the documented audit queries are checked
+// over: 300 generated runs (fixed seeds) of two tenants.
+func AuditDocStreams() map[string][]engine.RunEventRecord {
 	streams := map[string][]engine.RunEventRecord{}
 	for seed := uint64(1); seed <= 300; seed++ {
 		id := fmt.Sprintf("run-%06d", seed)
@@ -533,6 +530,16 @@ func testAuditDocQueries(t *testing.T, b ProjectionBackend) {
 		}
 		streams[id] = eventgen.Stream(seed, id, eventgen.Options{Duplicates: true, AllowGaps: true, Noise: 0.2, TenantID: tenant})
 	}
+	return streams
+}
+
+// testAuditDocQueries runs every query of docs/audit.md on this backend's
+// views and on the reference backend's over the same 300 generated runs,
+// and requires the same rows: the documented queries mean the same on
+// both. (The reference's own views are held to the Go reducer.)
+func testAuditDocQueries(t *testing.T, b ProjectionBackend) {
+	queries := DocQueries(t, "../../docs/audit.md")
+	streams := AuditDocStreams()
 	s := b.Open(t, false)
 	b.LoadRaw(t, s, streams)
 	ref := b.Reference.Open(t, false)

@@ -9,8 +9,10 @@ import (
 // codes with errors.Is against the Err* values below or with CodeOf.
 type Code string
 
-// Codes named by RunEvents v2.0.1, ExecutionSemantics v1.1 and the PR-1 brief,
-// plus the few dvtrun adds for its own input checks.
+// Codes named by RunEvents v2.0.1, ExecutionSemantics v1.1 and the event
+// model brief's engine and store changes (specs/PR-1-event-model-brief.md,
+// CHANGE 3–5: RUN_ALREADY_EXISTS, CAPABILITIES_NOT_SUPPORTED,
+// TARGET_ADAPTER_MISMATCH), plus the few dvtrun adds for its own input checks.
 const (
 	CodeRunAlreadyExists           Code = "RUN_ALREADY_EXISTS"
 	CodeRunNotFound                Code = "RUN_NOT_FOUND"

@@ -10,12 +10,13 @@ import (
 	"time"
 )
 
-// Warehouse executes a step's SQL. The SQLite and Snowflake warehouses
-// implement it; the runner consumes it.
+// Warehouse executes a step's SQL. The SQLite, Postgres and Snowflake
+// warehouses implement it; the local runner and the Temporal activities
+// consume it.
 type Warehouse interface {
-	// RunStep executes one step. It returns a *StepError-free error for
-	// infrastructure failures; a failed dbt test is a result with Failures>0,
-	// not an error. Transient failures (busy, lock timeout, network) are
+	// RunStep executes one step. Its error is for what kept the step from
+	// running (the SQL failed, the warehouse is unreachable); a failed dbt
+	// test is a result with Failures>0, not an error. Transient failures (busy, lock timeout, network) are
 	// marked with MarkTransient so the runner retries them.
 	RunStep(ctx context.Context, req StepRequest) (StepResult, error)
 }

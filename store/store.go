@@ -1,5 +1,6 @@
 // Package store defines the state store every backend implements (SQLite,
-// Snowflake) and, in store/storetest, the conformance suite they all pass.
+// Postgres, Snowflake) and, in store/storetest, the conformance suite they
+// all pass.
 //
 // The store is the append authority of RunEvents v2.0.1: it validates events
 // before anything is written (SCHEMA_VALIDATION_FAILED), assigns runSeq per

@@ -29,6 +29,7 @@ import (
 	"github.com/dvtrun/dvtrun/engine/projection"
 	"github.com/dvtrun/dvtrun/engine/pulse"
 	"github.com/dvtrun/dvtrun/engine/queue"
+	runcore "github.com/dvtrun/dvtrun/engine/run"
 	"github.com/dvtrun/dvtrun/engine/schedule"
 	"github.com/dvtrun/dvtrun/engine/service"
 	"github.com/dvtrun/dvtrun/engine/worker"
@@ -381,7 +382,11 @@ func (x *cliExec) Run(ctx context.Context, r queue.Request, runID string) (engin
 	}
 	// Checked before the run is recorded (or continued), so a missing
 	// secret refuses the request with nothing written to the run.
-	if err := checkSecrets(p, sel, x.lookup); err != nil {
+	prep, err := runcore.Prepare(runcore.Input{Plan: p, Shape: engine.RunQueuedRequest{Selection: sel}, Secrets: x.lookup})
+	if err != nil {
+		return "", err
+	}
+	if err := prep.CheckSecrets(); err != nil {
 		return "", err
 	}
 	if x.tmp != nil && r.Shape.Target != "" && r.Shape.Target != x.c.targetName() {

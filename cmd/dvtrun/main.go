@@ -1,6 +1,3 @@
-// Command dvtrun runs dbt-style plans in a warehouse and records every
-// lifecycle event in a state store. It is a thin layer: flag parsing, wiring
-// of the engine and the stores, and output.
 package main
 
 import (

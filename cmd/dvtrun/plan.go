@@ -11,6 +11,7 @@ import (
 	"github.com/dvtrun/dvtrun/engine"
 	"github.com/dvtrun/dvtrun/engine/dbt"
 	"github.com/dvtrun/dvtrun/engine/plan"
+	runcore "github.com/dvtrun/dvtrun/engine/run"
 )
 
 func cmdPlan(ctx context.Context, c *cli, args []string) error {
@@ -56,7 +57,10 @@ func cmdPlanValidate(_ context.Context, c *cli, args []string) error {
 	if err == nil {
 		// The vars as run would render them; the data interval is a
 		// schedule's, unknown here: its names are not checked.
-		err = checkContext(b.Plan, nil, plan.Context{Vars: vars, AnyInterval: true})
+		var prep *runcore.Prepared
+		if prep, err = runcore.Prepare(runcore.Input{Plan: b.Plan, Shape: engine.RunQueuedRequest{Vars: vars}, AnyInterval: true}); err == nil {
+			err = prep.CheckContext()
+		}
 	}
 	if *asJSON {
 		v := planVerdict{Valid: err == nil, Problems: []string{}}

@@ -23,6 +23,7 @@ import (
 	"github.com/dvtrun/dvtrun/engine"
 	"github.com/dvtrun/dvtrun/engine/config"
 	"github.com/dvtrun/dvtrun/engine/plan"
+	runcore "github.com/dvtrun/dvtrun/engine/run"
 	"github.com/dvtrun/dvtrun/engine/runner"
 	"github.com/dvtrun/dvtrun/engine/spool"
 )
@@ -76,31 +77,8 @@ func (c *cli) secretLookup(file string) (plan.SecretLookup, error) {
 	}, nil
 }
 
-// checkSecrets resolves every secret the run will need — the steps of p
-// as the runner executes them: ephemeral models inlined, sel applied — so
-// that a missing one is refused before anything is written.
-func checkSecrets(p *plan.Plan, sel *engine.Selection, lookup plan.SecretLookup) error {
-	run, err := plan.Selected(p.InlineEphemeral(), engine.RunQueuedRequest{Selection: sel})
-	if err != nil {
-		return err
-	}
-	return plan.CheckSecrets(run, lookup)
-}
-
 // varsHelp is --vars' usage, the same wherever it is taken.
 const varsHelp = "the run's variables for {{ var('NAME') }}: a `YAML` or JSON mapping, e.g. '{\"region\": \"eu\"}' (dbt's --vars)"
-
-// checkContext renders the steps the run will execute — p's, ephemeral
-// models inlined, sel applied — with the run's vars and data interval, so
-// that a var without value or default is refused before anything is
-// written.
-func checkContext(p *plan.Plan, sel *engine.Selection, rc plan.Context) error {
-	run, err := plan.Selected(p.InlineEphemeral(), engine.RunQueuedRequest{Selection: sel})
-	if err != nil {
-		return err
-	}
-	return plan.CheckContext(p, run, rc)
-}
 
 // readSecretsFile reads KEY=VALUE lines; blank lines and # comments are
 // skipped. Errors name the line, never a value.
@@ -314,10 +292,17 @@ func (c *cli) startAndExecute(ctx context.Context, f runFlags, b *plan.Bundle, r
 	if err != nil {
 		return err
 	}
-	if err := checkSecrets(p, req.Selection, lookup); err != nil { // before the run is recorded
+	// Checked before the run is recorded: the run as the runner will
+	// prepare it (no warehouse yet: plain names).
+	prep, err := runcore.Prepare(runcore.Input{Plan: p, Secrets: lookup,
+		Shape: engine.RunQueuedRequest{Selection: req.Selection, Vars: req.Vars, DataInterval: req.DataInterval}})
+	if err != nil {
 		return err
 	}
-	if err := checkContext(p, req.Selection, plan.Context{Vars: req.Vars, Interval: req.DataInterval}); err != nil {
+	if err := prep.CheckSecrets(); err != nil {
+		return err
+	}
+	if err := prep.CheckContext(); err != nil {
 		return err
 	}
 	cfg, err := c.loadConfig()
@@ -347,7 +332,7 @@ func (c *cli) startAndExecute(ctx context.Context, f runFlags, b *plan.Bundle, r
 	if err != nil {
 		return err
 	}
-	n := len(p.InlineEphemeral().Steps) // ephemeral models are not steps of the run
+	n := len(prep.Full.Steps) // ephemeral models are not steps of the run
 	steps := fmt.Sprintf("%d steps", n)
 	if req.Selection != nil {
 		steps = fmt.Sprintf("%d of %d steps selected", len(req.Selection.Steps), n)
@@ -358,7 +343,7 @@ func (c *cli) startAndExecute(ctx context.Context, f runFlags, b *plan.Bundle, r
 	}
 	con.start = time.Now()
 	if c.onTemporal(f.engine) {
-		steps := p.InlineEphemeral()
+		steps := prep.Full
 		con.Report(runner.Progress{Phase: runner.PhaseRunStarted, RunID: runID, Threads: f.threads, Total: len(steps.Steps)})
 		snap, err := c.executeOnTemporal(ctx, f, cfg, st, wh, lookup, runID)
 		reportSteps(con, steps, snap)
@@ -431,7 +416,11 @@ func cmdResume(ctx context.Context, c *cli, args []string) error {
 	}
 	p := b.Plan
 	// Before the runner takes the lease or writes an event.
-	if err := checkSecrets(p, recorded.Selection, lookup); err != nil {
+	prep, err := runcore.Prepare(runcore.Input{Plan: b.Plan, Shape: recorded, Secrets: lookup})
+	if err == nil {
+		err = prep.CheckSecrets()
+	}
+	if err != nil {
 		return fmt.Errorf("run %s: %w", meta.RunID, err)
 	}
 	// Terminal runs are immutable: say so instead of printing an empty run.

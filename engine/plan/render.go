@@ -14,7 +14,7 @@ import (
 )
 
 // Dialect is what the renderer needs of the warehouse a run executes in:
-// how it names relations and writes literals. The SQLite and Snowflake
+// how it names relations and writes literals. The SQLite, Postgres and Snowflake
 // warehouses implement it; a warehouse that does not gets plain one-part
 // names (PlainDialect).
 type Dialect interface {

@@ -14,6 +14,7 @@ import (
 	"github.com/dvtrun/dvtrun/engine/dag"
 	"github.com/dvtrun/dvtrun/engine/plan"
 	"github.com/dvtrun/dvtrun/engine/pulse"
+	"github.com/dvtrun/dvtrun/engine/run"
 	"github.com/dvtrun/dvtrun/engine/stepexec"
 )
 
@@ -60,15 +61,14 @@ type execution struct {
 	cfg Config
 	p   *plan.Plan
 	wh  engine.Warehouse
-	// written is the plan as written (p has its ephemeral models inlined
-	// and its selection applied): the renderer reads it, so that a ref to
-	// an ephemeral model names its CTE. renderCtx is the run's recorded
-	// context (vars, data interval) the steps are rendered with.
-	written   *plan.Plan
-	renderCtx plan.Context
-	meta      engine.RunMetadata
-	em        *engine.Emitter
-	runID     string
+	// written is the plan as the caller gave it; prep is the run prepared
+	// from it and its recorded shape (rebuild), and p is prep.Plan: the
+	// steps the run executes, ephemeral models inlined, selection applied.
+	written *plan.Plan
+	prep    *run.Prepared
+	meta    engine.RunMetadata
+	em      *engine.Emitter
+	runID   string
 	// x executes the run's steps (render, warehouse, ledger, redaction).
 	x *stepexec.Executor
 
@@ -117,16 +117,12 @@ func (e *Runner) execute(ctx context.Context, runID string, p *plan.Plan, wh eng
 	if err := p.Validate(); err != nil {
 		return engine.Snapshot{}, err
 	}
-	// Ephemeral models are not steps: they run inlined in their readers.
-	// The renderer reads the plan as written.
-	written := p
-	p = p.InlineEphemeral()
 	meta, err := e.Log.GetRun(ctx, runID)
 	if err != nil {
 		return engine.Snapshot{}, err
 	}
-	if meta.PlanID != p.PlanID || meta.PlanVersion != p.PlanVersion {
-		return engine.Snapshot{}, engine.Errorf(engine.CodePlanHashMismatch, "run %s runs plan %s@%s, not %s@%s", runID, meta.PlanID, meta.PlanVersion, p.PlanID, p.PlanVersion)
+	if err := run.MatchesRun(meta, p); err != nil {
+		return engine.Snapshot{}, err
 	}
 	cfg := e.Config.withDefaults()
 	if e.Pulse != nil {
@@ -140,9 +136,10 @@ func (e *Runner) execute(ctx context.Context, runID string, p *plan.Plan, wh eng
 	if err != nil {
 		return engine.Snapshot{}, err
 	}
-	r := &execution{e: e, cfg: cfg, p: p, written: written, wh: wh, meta: meta, runID: runID, em: engine.NewEmitter(e.Log, e.Clock, e.IDs, meta), lease: lease}
+	r := &execution{e: e, cfg: cfg, written: p, wh: wh, meta: meta, runID: runID, em: engine.NewEmitter(e.Log, e.Clock, e.IDs, meta), lease: lease}
 	r.em.SetLease(lease)
-	r.x = &stepexec.Executor{RunID: runID, Plan: p, Warehouse: wh, Secrets: e.Secrets, Redact: stepexec.Redactor(p, e.Secrets),
+	// Plan, Render and Redact are the prepared run's (rebuild).
+	r.x = &stepexec.Executor{RunID: runID, Warehouse: wh, Secrets: e.Secrets,
 		Fence: lease.Fence, MaxRetries: cfg.Retry.Max, Sleep: r.sleep, LeaseValid: r.leaseValid, SelfFenced: r.selfFenced,
 		Backoff: func(n int) time.Duration { return cfg.Retry.Backoff(n, r.rand()) },
 		OnRetry: func(s plan.Step, err error, next, logical int) {
@@ -184,14 +181,14 @@ func (e *Runner) execute(ctx context.Context, runID string, p *plan.Plan, wh eng
 		_ = e.Log.ReleaseLease(rctx, runID, cfg.Owner)
 	}()
 
-	if e.Artifacts != nil {
-		r.em.OnClose(e.runResults(runID, p, func(context.Context) ([]engine.RunEventRecord, error) { return r.log(), nil }))
-	}
 	if err := r.replaySpool(runCtx); err != nil {
 		return engine.Snapshot{}, err
 	}
 	if err := r.rebuild(runCtx); err != nil {
 		return engine.Snapshot{}, err
+	}
+	if e.Artifacts != nil {
+		r.em.OnClose(e.runResults(runID, r.prep.Full, func(context.Context) ([]engine.RunEventRecord, error) { return r.log(), nil }))
 	}
 	if r.dag.Run.Terminal() {
 		return r.snapshot(), nil
@@ -199,7 +196,7 @@ func (e *Runner) execute(ctx context.Context, runID string, p *plan.Plan, wh eng
 	// What the run's recorded context cannot render (a var without value
 	// or default, an interval name in a run without one) is refused before
 	// RunStarted: the same check `run` made before recording the run.
-	if err := plan.CheckContext(r.written, r.p, r.renderCtx); err != nil {
+	if err := r.prep.CheckContext(); err != nil {
 		return r.snapshot(), err
 	}
 	if err := r.start(runCtx); err != nil {
@@ -293,16 +290,11 @@ func (r *execution) rebuild(ctx context.Context) error {
 	// steps are rendered with.
 	r.x.FullRefresh = q.FullRefresh
 	dialect, _ := r.wh.(plan.Dialect) // nil: plain names
-	lookup := r.e.Secrets
-	if lookup == nil {
-		lookup = func(string) (string, bool) { return "", false }
-	}
-	r.renderCtx = plan.Context{Dialect: dialect, Vars: q.Vars, Interval: q.DataInterval, Secrets: lookup}
-	r.x.Render = plan.NewRenderer(r.written, r.renderCtx)
-	if r.p, err = plan.Selected(r.p, q); err != nil {
+	if r.prep, err = run.Prepare(run.Input{Plan: r.written, Shape: q, Secrets: r.e.Secrets, Dialect: dialect}); err != nil {
 		return err
 	}
-	r.x.Plan = r.p
+	r.p = r.prep.Plan
+	r.x.Plan, r.x.Render, r.x.Redact = r.p, r.prep.Render, r.prep.Redact
 	n := len(r.p.Steps)
 	r.steps = r.p.Steps
 	r.dag = dag.New(r.p)

@@ -1,6 +1,5 @@
 // Package runner is dvtrun's local adapter: it executes a queued run's
 // steps on a warehouse and records their events through engine's Emitter.
-// Package engine keeps the contract the runner writes to.
 package runner
 
 import (

@@ -297,21 +297,3 @@ func (r *Executor) Event(s plan.Step, logical int, o Outcome, elapsed time.Durat
 	}
 	return engine.Emission{Type: t, Step: s.ID, Attempt: logical, EngineAttempt: o.EngineAttempt, Payload: r.Redact.RedactJSON(engine.EncodePayload(pl))}
 }
-
-// Redactor knows every secret value the plan's steps resolve: each step's
-// output is redacted of all of them, declared by that step or not (a step
-// may read back what another one stored).
-func Redactor(p *plan.Plan, secrets plan.SecretLookup) *engine.Redactor {
-	red := engine.NewRedactor()
-	if secrets == nil {
-		return red
-	}
-	for _, s := range p.Steps {
-		for _, ref := range s.Secrets {
-			if v, ok := secrets(ref.Name); ok {
-				red.Add(v)
-			}
-		}
-	}
-	return red
-}

@@ -21,6 +21,7 @@ import (
 	"github.com/dvtrun/dvtrun/engine"
 	"github.com/dvtrun/dvtrun/engine/dag"
 	"github.com/dvtrun/dvtrun/engine/plan"
+	"github.com/dvtrun/dvtrun/engine/run"
 	"github.com/dvtrun/dvtrun/engine/stepexec"
 )
 
@@ -155,29 +156,22 @@ func (a *Activities) run(ctx context.Context, runID string) (*runCtx, []engine.R
 	if err := p.Validate(); err != nil {
 		return nil, nil, err
 	}
-	if meta.PlanID != p.PlanID || meta.PlanVersion != p.PlanVersion {
-		return nil, nil, engine.Errorf(engine.CodePlanHashMismatch, "run %s runs plan %s@%s, not %s@%s", runID, meta.PlanID, meta.PlanVersion, p.PlanID, p.PlanVersion)
+	if err := run.MatchesRun(meta, p); err != nil {
+		return nil, nil, err
 	}
 	q, err := engine.QueuedRequest(events)
 	if err != nil {
 		return nil, nil, err
 	}
-	full := p.InlineEphemeral()
-	sel, err := plan.Selected(full, q)
+	dialect, _ := a.Warehouse.(plan.Dialect) // nil: plain names
+	prep, err := run.Prepare(run.Input{Plan: p, Shape: q, Secrets: a.Secrets, Dialect: dialect})
 	if err != nil {
 		return nil, nil, err
 	}
-	dialect, _ := a.Warehouse.(plan.Dialect) // nil: plain names
-	lookup := a.Secrets
-	if lookup == nil {
-		lookup = func(string) (string, bool) { return "", false }
-	}
-	rctx := plan.Context{Dialect: dialect, Vars: q.Vars, Interval: q.DataInterval, Secrets: lookup}
-	if err := plan.CheckContext(p, sel, rctx); err != nil {
+	if err := prep.CheckContext(); err != nil {
 		return nil, nil, err
 	}
-	rc = &runCtx{meta: meta, plan: sel, redact: stepexec.Redactor(full, a.Secrets), fullRefresh: q.FullRefresh,
-		render: plan.NewRenderer(p, rctx)}
+	rc = &runCtx{meta: meta, plan: prep.Plan, redact: prep.Redact, fullRefresh: q.FullRefresh, render: prep.Render}
 	a.mu.Lock()
 	if a.runs == nil {
 		a.runs = map[string]*runCtx{}

@@ -182,7 +182,7 @@ func benchNotifyCost(b *testing.B, batch int) {
 // projects every run to answer for one.
 func BenchmarkProjectOneRun(b *testing.B) {
 	ctx := context.Background()
-	s := openProjectionStore(b)
+	s := openProjectionStore(b, false)
 	streams := storetest.GenStreams(1, 1000, eventgen.Options{Duplicates: true, AllowGaps: true, Noise: 0.2})
 	insertRaw(b, s, streams)
 	if _, err := s.DB().ExecContext(ctx, "ANALYZE"); err != nil {

@@ -5,9 +5,9 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/dvtrun/dvtrun/engine/runner/runnertest"
 	"github.com/dvtrun/dvtrun/store/postgres"
 	"github.com/dvtrun/dvtrun/store/postgres/pgtest"
-	"github.com/dvtrun/dvtrun/store/storetest"
 )
 
 // TestContextPlan runs plans/context on Postgres with a dev and a prod
@@ -27,14 +27,14 @@ func TestContextPlan(t *testing.T) {
 			t.Fatalf("%s: %v", q, err)
 		}
 	}
-	for _, o := range storetest.ContextOrders {
+	for _, o := range runnertest.ContextOrders {
 		if _, err := setup.DB().ExecContext(ctx, `INSERT INTO "RAW".orders VALUES ($1, $2, $3, $4)`, o[0], o[1], o[2], o[3]); err != nil {
 			t.Fatal(err)
 		}
 	}
 	dev := openWarehouse(t, dsn+" search_path=dev", postgres.WarehouseOptions{})
 	prod := openWarehouse(t, dsn+" search_path=prod", postgres.WarehouseOptions{})
-	storetest.RunContextPlan(t, st, filepath.Join("..", "..", "plans", "context", "plan.yaml"), dev, prod)
+	runnertest.RunContextPlan(t, st, filepath.Join("..", "..", "plans", "context", "plan.yaml"), dev, prod)
 	if got := dev.Relation("daily_orders"); got != `"dev"."daily_orders"` {
 		t.Errorf("dev names daily_orders %s", got)
 	}

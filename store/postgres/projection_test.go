@@ -2,22 +2,39 @@ package postgres_test
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/dvtrun/dvtrun/engine"
-	"github.com/dvtrun/dvtrun/engine/eventgen"
 	"github.com/dvtrun/dvtrun/store/postgres"
 	"github.com/dvtrun/dvtrun/store/postgres/pgtest"
+	"github.com/dvtrun/dvtrun/store/sqlite/sqlitetest"
 	"github.com/dvtrun/dvtrun/store/storetest"
 )
 
-func openProjectionStore(t testing.TB) *postgres.Store {
+// TestProjection runs the shared projection suite on Postgres: the SQL
+// projection and the audit views equal the Go reducer, and the documented
+// audit queries return what they return on SQLite.
+func TestProjection(t *testing.T) {
+	ref := sqlitetest.Projection()
+	storetest.RunProjection(t, storetest.ProjectionBackend{
+		Open: func(t testing.TB, unchecked bool) storetest.ProjectionStore { return openProjectionStore(t, unchecked) },
+		DB:   func(s storetest.ProjectionStore) *sql.DB { return s.(*postgres.Store).DB().DB },
+		LoadRaw: func(t testing.TB, s storetest.ProjectionStore, streams map[string][]engine.RunEventRecord) {
+			insertRaw(t, s.(*postgres.Store), streams)
+		},
+		Reference: &ref,
+	})
+}
+
+func openProjectionStore(t testing.TB, unchecked bool) *postgres.Store {
 	t.Helper()
 	s, err := postgres.Open(context.Background(), pgtest.DSN(t), postgres.Options{
-		Now: func() time.Time { return time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC) },
+		Now:                     func() time.Time { return time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC) },
+		DisableTransitionChecks: unchecked,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -90,103 +107,5 @@ func insertRaw(t testing.TB, s *postgres.Store, streams map[string][]engine.RunE
 	}
 	if err := tx.Commit(); err != nil {
 		t.Fatal(err)
-	}
-}
-
-// TestProjectionSQLEqualsGo is the property of issue #5 on Postgres: for
-// 1,000 generated streams (fixed seeds) the SQL projection equals the Go
-// reducer field for field — over all runs in one statement, through the
-// audit views, and run by run (every tenth run).
-func TestProjectionSQLEqualsGo(t *testing.T) {
-	ctx := context.Background()
-	n := uint64(1000)
-	streams := storetest.GenStreams(1, n, eventgen.Options{Duplicates: true, AllowGaps: true, Noise: 0.2, Odd: true})
-	s := openProjectionStore(t)
-	insertRaw(t, s, streams)
-
-	start := time.Now()
-	all, err := s.ProjectAllSQL(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("ProjectAllSQL over %d runs: %s", len(streams), time.Since(start).Round(time.Millisecond))
-	if len(all) != len(streams) {
-		t.Fatalf("ProjectAllSQL returned %d runs, want %d", len(all), len(streams))
-	}
-	views := viewSnapshots(t, s)
-	goAll, err := s.ProjectAllGo(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	failures := 0
-	for runID, events := range streams {
-		want := engine.Project(runID, events)
-		// The Go reducer over what the store holds is the reference the CLI
-		// uses; it must not depend on how re-deliveries were keyed, nor on
-		// non-JSON payloads stored as JSON strings.
-		if d := engine.DiffSnapshots(goAll[runID], want); len(d) > 0 {
-			storetest.ReportDiffs(t, runID+": Go over stored events vs Go over generated", d)
-		}
-		if d := engine.DiffSnapshots(all[runID], want); len(d) > 0 {
-			storetest.ReportDiffs(t, runID+": ProjectAllSQL vs Go", d)
-			failures++
-		}
-		if d := engine.DiffSnapshots(views[runID], want); len(d) > 0 {
-			storetest.ReportDiffs(t, runID+": audit views vs Go", d)
-			failures++
-		}
-		if runID[len(runID)-1] == '5' {
-			one, err := s.ProjectSQL(ctx, runID)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if d := engine.DiffSnapshots(one, want); len(d) > 0 {
-				storetest.ReportDiffs(t, runID+": ProjectSQL vs Go", d)
-				failures++
-			}
-		}
-		if failures > 5 {
-			t.Fatal("stopping after 5 failing runs")
-		}
-	}
-}
-
-// viewSnapshots assembles snapshots from the audit views dvt_run_snapshots,
-// dvt_step_snapshots and dvt_violations, so the property test holds the
-// views to the Go reducer too.
-func viewSnapshots(t *testing.T, s *postgres.Store) map[string]engine.Snapshot {
-	t.Helper()
-	snaps, err := s.ProjectRows(context.Background(), `
-		SELECT 'RUN' AS kind, run_id, '' AS step_id, 0::bigint AS ord, status, substatus, last_event_seq, inconsistent,
-		       tenant_id, project_id, environment_id, 0::bigint AS logical_attempt_id, 0::bigint AS engine_attempt_id,
-		       started_at, completed_at, duration_ms, has_error, error_code, error_message, error_retryable,
-		       NULL::text AS skip_reason, NULL::text AS artifacts, NULL::text AS event_id, NULL::text AS event_type,
-		       NULL::text AS persisted_at, NULL::text AS entity, NULL::text AS prior_state, NULL::text AS attempted_state
-		FROM dvt_run_snapshots
-		UNION ALL
-		SELECT 'STEP', run_id, step_id, first_seq, status, '', last_event_seq, false, '', '', '',
-		       logical_attempt_id, engine_attempt_id, started_at, completed_at, duration_ms,
-		       has_error, error_code, error_message, error_retryable, skip_reason, artifacts,
-		       NULL, NULL, NULL, NULL, NULL, NULL
-		FROM dvt_step_snapshots
-		UNION ALL
-		SELECT 'VIOLATION', run_id, step_id, run_seq, '', '', 0, true, '', '', '', 0, 0, NULL, NULL, 0,
-		       0, NULL, NULL, NULL, NULL, NULL,
-		       event_id, event_type, persisted_at, entity, prior_state, attempted_state
-		FROM dvt_violations
-		ORDER BY run_id, kind, ord`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return snaps
-}
-
-// TestProjectSQLUnknownRun: an unknown run is RUN_NOT_FOUND, a run without
-// events its initial state.
-func TestProjectSQLUnknownRun(t *testing.T) {
-	s := openProjectionStore(t)
-	_, err := s.ProjectSQL(context.Background(), "nope")
-	if engine.CodeOf(err) != engine.CodeRunNotFound {
-		t.Fatalf("ProjectSQL(nope): %v, want RUN_NOT_FOUND", err)
 	}
 }

@@ -103,6 +103,8 @@ type Store struct {
 	store.BundleSQL
 	// AuditSQL reads the hash chains and keeps the global log.
 	*store.AuditSQL
+	// ProjectionSQL is the SQL projection and its Go reference.
+	store.ProjectionSQL
 
 	wake *listener // nil in poll-only mode
 
@@ -162,6 +164,10 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 		return nil, err
 	}
 	if s.AuditSQL, err = s.newAudit(); err != nil {
+		db.Close()
+		return nil, err
+	}
+	if s.ProjectionSQL, err = s.newProjection(); err != nil {
 		db.Close()
 		return nil, err
 	}

@@ -4,9 +4,9 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/dvtrun/dvtrun/engine/runner/runnertest"
 	"github.com/dvtrun/dvtrun/store/snowflake"
 	"github.com/dvtrun/dvtrun/store/snowflake/sftest"
-	"github.com/dvtrun/dvtrun/store/storetest"
 )
 
 // TestContextPlan runs plans/context on the Snowflake test server with a
@@ -34,12 +34,12 @@ func TestContextPlan(t *testing.T) {
 			t.Fatalf("%s: %v", q, err)
 		}
 	}
-	for _, o := range storetest.ContextOrders {
+	for _, o := range runnertest.ContextOrders {
 		if _, err := dev.DB().ExecContext(ctx, "INSERT INTO RAW.ORDERS VALUES (?, ?, ?, ?)", o[0], o[1], o[2], o[3]); err != nil {
 			t.Fatal(err)
 		}
 	}
-	storetest.RunContextPlan(t, st, filepath.Join("..", "..", "plans", "context", "plan.yaml"), dev, prod)
+	runnertest.RunContextPlan(t, st, filepath.Join("..", "..", "plans", "context", "plan.yaml"), dev, prod)
 	if got := dev.Relation("daily_orders"); got != `"ANALYTICS"."DEV"."DAILY_ORDERS"` {
 		t.Errorf("dev names daily_orders %s", got)
 	}

@@ -110,6 +110,8 @@ type Store struct {
 	store.BundleSQL
 	// AuditSQL reads the hash chains and keeps the global log.
 	*store.AuditSQL
+	// ProjectionSQL is the SQL projection and its Go reference.
+	store.ProjectionSQL
 	aq map[string]string // audit.sql, for audit doctor
 }
 
@@ -187,6 +189,10 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 		return nil, err
 	}
 	if s.AuditSQL, err = s.newAudit(); err != nil {
+		s.db.Close()
+		return nil, err
+	}
+	if s.ProjectionSQL, err = s.newProjection(); err != nil {
 		s.db.Close()
 		return nil, err
 	}

@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/dvtrun/dvtrun/store/storetest"
+	"github.com/dvtrun/dvtrun/engine/runner/runnertest"
 )
 
 // TestContextPlan runs plans/context on SQLite with a dev and a prod
@@ -28,7 +28,7 @@ func TestContextPlan(t *testing.T) {
 		if _, err := w.DB().ExecContext(ctx, "create table orders (id integer, region text, amount integer, ordered_at text)"); err != nil {
 			t.Fatal(err)
 		}
-		for _, o := range storetest.ContextOrders {
+		for _, o := range runnertest.ContextOrders {
 			if _, err := w.DB().ExecContext(ctx, "insert into orders values (?, ?, ?, ?)", o[0], o[1], o[2], o[3]); err != nil {
 				t.Fatal(err)
 			}
@@ -36,5 +36,5 @@ func TestContextPlan(t *testing.T) {
 		return w
 	}
 	dev, prod := open("dev"), open("prod")
-	storetest.RunContextPlan(t, st, filepath.Join("..", "..", "plans", "context", "plan.yaml"), dev, prod)
+	runnertest.RunContextPlan(t, st, filepath.Join("..", "..", "plans", "context", "plan.yaml"), dev, prod)
 }

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/dvtrun/dvtrun/engine"
-	"github.com/dvtrun/dvtrun/engine/eventgen"
+	"github.com/dvtrun/dvtrun/store/storetest"
 )
 
 // docQuery is a query of docs/reference/sql.md, introduced by <!-- query: name -->.
@@ -39,15 +39,7 @@ func TestAuditDocQueries(t *testing.T) {
 		t.Fatalf("docs/reference/sql.md has %d sql blocks and %d named queries: every block needs a <!-- query: name --> marker", blocks, len(queries))
 	}
 
-	streams := map[string][]engine.RunEventRecord{}
-	for seed := uint64(1); seed <= 300; seed++ {
-		id := fmt.Sprintf("run-%06d", seed)
-		tenant := "t1"
-		if seed > 150 {
-			tenant = "t2"
-		}
-		streams[id] = eventgen.Stream(seed, id, eventgen.Options{Duplicates: true, AllowGaps: true, Noise: 0.2, TenantID: tenant})
-	}
+	streams := storetest.AuditDocStreams()
 	s := openProjectionStore(t)
 	insertRaw(t, s, streams)
 	want := expectDocRows(streams)

@@ -60,6 +60,8 @@ type Store struct {
 	store.BundleSQL
 	// AuditSQL reads the hash chains and keeps the global log.
 	*store.AuditSQL
+	// ProjectionSQL is the SQL projection and its Go reference.
+	store.ProjectionSQL
 
 	// writeMu serialises this process's write transactions: SQLite allows one
 	// writer at a time, and waiting on a mutex is cheaper and fairer than
@@ -126,6 +128,10 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		return nil, err
 	}
 	if s.AuditSQL, err = s.newAudit(); err != nil {
+		db.Close()
+		return nil, err
+	}
+	if s.ProjectionSQL, err = s.newProjection(); err != nil {
 		db.Close()
 		return nil, err
 	}
@@ -620,7 +626,7 @@ func (s *Store) queryEvents(ctx context.Context, q any, query string, args ...an
 
 // scanEvents yields the events of rows (the columns of list_events) and
 // then rows.Err, if any.
-func (s *Store) scanEvents(rows *sql.Rows) iter.Seq2[engine.RunEventRecord, error] {
+func (s *Store) scanEvents(rows store.Rows) iter.Seq2[engine.RunEventRecord, error] {
 	return store.ScanTextEvents(rows, func(err error) error { return classify(s.path, err) })
 }
 

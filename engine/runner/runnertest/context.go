@@ -1,4 +1,7 @@
-package storetest
+// Package runnertest holds the local runner's scenarios that every state
+// store and warehouse pair passes: each backend's tests call them with its
+// own store and warehouses.
+package runnertest
 
 import (
 	"context"
@@ -14,6 +17,7 @@ import (
 	"github.com/dvtrun/dvtrun/engine/plan"
 	"github.com/dvtrun/dvtrun/engine/runner"
 	"github.com/dvtrun/dvtrun/store"
+	"github.com/dvtrun/dvtrun/store/storetest"
 )
 
 // ContextOrders are the rows of the context plan's source table raw.orders
@@ -31,7 +35,7 @@ var ContextOrders = [][4]string{
 // ContextWarehouse is a warehouse of RunContextPlan: the plan's relations
 // are read back where its dialect names them.
 type ContextWarehouse interface {
-	Warehouse
+	storetest.Warehouse
 	plan.Dialect
 }
 

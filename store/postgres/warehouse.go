@@ -121,6 +121,10 @@ func OpenWarehouse(ctx context.Context, dsn string, opts WarehouseOptions) (*War
 		w.db.Close()
 		return nil, err
 	}
+	if err := createSearchPathSchema(ctx, w.db); err != nil {
+		w.db.Close()
+		return nil, w.classify(ctx, "", err)
+	}
 	var version int
 	var schema sql.NullString
 	if err := w.db.QueryRowContext(ctx, w.q["server_version"]).Scan(&version, &schema); err != nil {

@@ -333,12 +333,3 @@ CREATE TABLE IF NOT EXISTS dvt_schema_version (version INTEGER PRIMARY KEY, name
 
 -- name: insert_schema_version
 INSERT INTO dvt_schema_version (version, name, applied_at) VALUES ($1, $2, $3);
-
--- name: lock_holder
--- The session that blocks backend $1 (the oldest transaction first), for a
--- lock wait's progress line.
-SELECT a.pid, COALESCE(NULLIF(a.application_name, ''), a.client_addr::text, 'local'), a.xact_start
-FROM pg_stat_activity a
-WHERE a.pid = ANY (pg_blocking_pids($1::int))
-ORDER BY a.xact_start
-LIMIT 1;

@@ -31,6 +31,10 @@ func fenceTable(runID string) string {
 	return "DVT_FENCE_" + strings.ToUpper(hex.EncodeToString(sum[:8]))
 }
 
+// FenceTableName is the (unquoted, upper case) name of runID's fence
+// table, for operators and tests that look for it.
+func FenceTableName(runID string) string { return fenceTable(runID) }
+
 // Warehouse.legacy: whether the shared dvt_run_fences of earlier versions
 // exists, asked once.
 const (

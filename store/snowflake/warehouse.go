@@ -111,10 +111,22 @@ func OpenWarehouse(ctx context.Context, dsn string, opts WarehouseOptions) (*War
 		w.db.Close()
 		return nil, err
 	}
-	// The ledger and the closed fences' records, in one request.
+	// The ledger and the closed fences' records, in one request. Processes
+	// opening one schema for the first time at once (store and warehouse
+	// of concurrent runs) may conflict on the catalog (000625): the
+	// tables are there for the next try.
 	mctx, err := gosnowflake.WithMultiStatement(gosnowflake.WithQueryTag(ctx, dvtrunTag("open warehouse", "")), 2)
-	if err == nil {
+	for try := 1; err == nil; try++ {
 		_, err = w.db.ExecContext(mctx, q["create_step_ledger"]+"\n"+q["create_closed_fences"])
+		if err == nil || !retryable(err) || try == 5 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			err = ctx.Err()
+		case <-time.After(time.Duration(try*try) * 20 * time.Millisecond):
+			err = nil
+		}
 	}
 	if err != nil {
 		w.db.Close()

@@ -14,6 +14,8 @@ import (
 type fenceCleaner interface {
 	FenceTables(ctx context.Context) ([]snowflake.FenceTableInfo, error)
 	RemoveFence(ctx context.Context, ft snowflake.FenceTableInfo) error
+	LegacyFenceRuns(ctx context.Context) ([]string, bool, error)
+	RemoveLegacyFences(ctx context.Context) error
 }
 
 var _ fenceCleaner = (*snowflake.Warehouse)(nil)
@@ -67,7 +69,11 @@ func cmdWarehouseCleanup(ctx context.Context, c *cli, args []string) error {
 	if err != nil {
 		return err
 	}
-	if len(tables) == 0 {
+	legacyRuns, legacy, err := fc.LegacyFenceRuns(ctx)
+	if err != nil {
+		return err
+	}
+	if len(tables) == 0 && !legacy {
 		fmt.Fprintln(c.stdout, "No fence tables in the warehouse's schema.")
 		return nil
 	}
@@ -109,14 +115,51 @@ func cmdWarehouseCleanup(ctx context.Context, c *cli, args []string) error {
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", ft.Name, c.cleanLine(ft.RunID), status, action)
 	}
+	if legacy {
+		// The one table all runs shared before issue 16: removed once every
+		// run it names has ended.
+		open := 0
+		for _, id := range legacyRuns {
+			s, err := runStatusOf(ctx, st, id)
+			if err != nil && engine.CodeOf(err) != engine.CodeRunNotFound {
+				tw.Flush()
+				return err
+			}
+			if err != nil || !s.Terminal() {
+				open++
+			}
+		}
+		status, action := fmt.Sprintf("%d runs, all ended", len(legacyRuns)), "would remove"
+		switch {
+		case open > 0:
+			status, action = fmt.Sprintf("%d runs, %d not ended here", len(legacyRuns), open), "kept: it holds the fence of runs that have not ended (or of another store's)"
+		case *apply:
+			if err := fc.RemoveLegacyFences(ctx); err != nil {
+				tw.Flush()
+				return err
+			}
+			action = "removed"
+		}
+		if open == 0 {
+			removable++
+			if *apply {
+				removed++
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", "DVT_RUN_FENCES", "(shared, before issue 16)", status, action)
+	}
 	tw.Flush()
+	total := len(tables)
+	if legacy {
+		total++
+	}
 	switch {
 	case *apply:
-		fmt.Fprintf(c.stdout, "Removed %d of %d fence tables (those of ended runs).\n", removed, len(tables))
+		fmt.Fprintf(c.stdout, "Removed %d of %d fence tables (those of ended runs).\n", removed, total)
 	case removable > 0:
-		fmt.Fprintf(c.stdout, "%d of %d fence tables belong to ended runs: run again with --apply to remove them.\n", removable, len(tables))
+		fmt.Fprintf(c.stdout, "%d of %d fence tables belong to ended runs: run again with --apply to remove them.\n", removable, total)
 	default:
-		fmt.Fprintf(c.stdout, "None of the %d fence tables belongs to an ended run.\n", len(tables))
+		fmt.Fprintf(c.stdout, "None of the %d fence tables belongs to an ended run.\n", total)
 	}
 	return nil
 }

@@ -16,7 +16,8 @@ import (
 // there are as many as after one: none. The tables an earlier version left
 // (one per run, kept for good) are listed by `dvtrun warehouse cleanup`,
 // which changes nothing without --apply, and with it removes those of ended
-// runs and keeps the one of a run this store does not know.
+// runs (and the shared dvt_run_fences of versions before issue 16, once
+// all its runs ended) and keeps the one of a run this store does not know.
 func TestSnowflakeFenceTablesBounded(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a Snowflake-protocol test server")
@@ -69,8 +70,15 @@ func TestSnowflakeFenceTablesBounded(t *testing.T) {
 			}
 		}
 	}
+	// And the one table all runs shared before issue 16.
+	for _, q := range []string{"CREATE TABLE dvt_run_fences (run_id VARCHAR NOT NULL, fence BIGINT NOT NULL)",
+		"INSERT INTO dvt_run_fences VALUES ('" + runs[2] + "', 1), ('" + runs[3] + "', 1)"} {
+		if _, err := wh.DB().ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
 	r := h.run("warehouse", "cleanup")
-	if r.code != 0 || strings.Count(r.stdout, "would remove") != 2 || !strings.Contains(r.stdout, "kept: not a run of this state store") ||
+	if r.code != 0 || strings.Count(r.stdout, "would remove") != 3 || !strings.Contains(r.stdout, "kept: not a run of this state store") ||
 		!strings.Contains(r.stdout, "run again with --apply") {
 		t.Fatalf("warehouse cleanup (dry run): exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
@@ -78,12 +86,15 @@ func TestSnowflakeFenceTablesBounded(t *testing.T) {
 		t.Fatalf("the dry run left %d fence tables, want the 3 it found", n)
 	}
 	r = h.run("warehouse", "cleanup", "--apply")
-	if r.code != 0 || strings.Count(r.stdout, "  removed") != 2 || !strings.Contains(r.stdout, "Removed 2 of 3 fence tables") {
+	if r.code != 0 || strings.Count(r.stdout, "  removed") != 3 || !strings.Contains(r.stdout, "Removed 3 of 4 fence tables") {
 		t.Fatalf("warehouse cleanup --apply: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
 	fts, err := wh.FenceTables(ctx)
 	if err != nil || len(fts) != 1 || fts[0].RunID != "not-in-this-store" {
 		t.Fatalf("after cleanup: %+v, %v; want only the unknown run's table", fts, err)
+	}
+	if _, shared, err := wh.LegacyFenceRuns(ctx); err != nil || shared {
+		t.Fatalf("after cleanup the shared dvt_run_fences is still there (%v)", err)
 	}
 	// The runs go on working after the cleanup.
 	if r := h.run("run", plan); r.code != 0 {

@@ -129,6 +129,21 @@ WHERE TABLE_CATALOG = CURRENT_DATABASE() AND TABLE_SCHEMA = CURRENT_SCHEMA()
   AND SUBSTR(UPPER(TABLE_NAME), 1, 10) = 'DVT_FENCE_'
 ORDER BY TABLE_NAME;
 
+-- name: legacy_fence_runs
+-- The runs in the shared dvt_run_fences of versions before issue 16, for
+-- `dvtrun warehouse cleanup`.
+SELECT DISTINCT run_id FROM dvt_run_fences ORDER BY run_id;
+
+-- name: remove_legacy_fences
+-- Once every run it names has ended: their fences closed (the tombstones
+-- a stale runner of theirs meets), then the shared table dropped. One
+-- request; the statements stop at the first failure.
+INSERT INTO dvt_closed_fences (run_id, fence, closed_at)
+SELECT run_id, MAX(fence), CURRENT_TIMESTAMP() FROM dvt_run_fences
+WHERE run_id NOT IN (SELECT run_id FROM dvt_closed_fences)
+GROUP BY run_id;
+DROP TABLE IF EXISTS dvt_run_fences;
+
 -- name: fence_rows
 -- The run (and its fence) a fence table belongs to.
 SELECT run_id, MAX(fence) FROM {{ this }} GROUP BY run_id;

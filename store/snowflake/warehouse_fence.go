@@ -81,10 +81,15 @@ func (r *stepRun) ensureFence(conn *sql.Conn, runID string, fence int64) (*runFe
 		}
 		if w.legacy.Load() == legacyPresent {
 			var legacy sql.NullInt64
-			if err := conn.QueryRowContext(ctx, w.q["legacy_fence"], runID).Scan(&legacy); err != nil {
+			err := conn.QueryRowContext(ctx, w.q["legacy_fence"], runID).Scan(&legacy)
+			switch {
+			case objectMissing(err):
+				// `dvtrun warehouse cleanup` removed it: every run it named
+				// had ended, and their fences are closed.
+				w.legacy.Store(legacyAbsent)
+			case err != nil:
 				return nil, err
-			}
-			if legacy.Valid {
+			case legacy.Valid:
 				f.legacy, first = true, legacy.Int64
 			}
 		}
@@ -491,5 +496,49 @@ func (w *Warehouse) RemoveFence(ctx context.Context, ft FenceTableInfo) error {
 		return w.classify(ctx, "", err)
 	}
 	w.forgetFence(ft.RunID)
+	return nil
+}
+
+// LegacyFenceRuns lists the runs in the shared dvt_run_fences that
+// versions before issue 16 kept; ok is false when the schema has none.
+func (w *Warehouse) LegacyFenceRuns(ctx context.Context) (runs []string, ok bool, err error) {
+	ctx = gosnowflake.WithQueryTag(ctx, dvtrunTag("warehouse cleanup", ""))
+	var n int
+	if err := w.db.QueryRowContext(ctx, w.q["legacy_fences_exist"]).Scan(&n); err != nil {
+		return nil, false, w.classify(ctx, "", err)
+	}
+	if n == 0 {
+		return nil, false, nil
+	}
+	rows, err := w.db.QueryContext(ctx, w.q["legacy_fence_runs"])
+	if err != nil {
+		return nil, false, w.classify(ctx, "", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, false, w.classify(ctx, "", err)
+		}
+		runs = append(runs, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, false, w.classify(ctx, "", err)
+	}
+	return runs, true, nil
+}
+
+// RemoveLegacyFences closes the fences of the runs in the shared
+// dvt_run_fences and drops it. Only once every run it names has ended (the
+// caller asks the state store): a closed fence refuses every later claim.
+func (w *Warehouse) RemoveLegacyFences(ctx context.Context) error {
+	mctx, err := gosnowflake.WithMultiStatement(gosnowflake.WithQueryTag(ctx, dvtrunTag("warehouse cleanup", "")), 2)
+	if err == nil {
+		_, err = w.db.ExecContext(mctx, w.q["remove_legacy_fences"])
+	}
+	if err != nil {
+		return w.classify(ctx, "", err)
+	}
+	w.legacy.Store(legacyAbsent)
 	return nil
 }

@@ -155,3 +155,48 @@ func TestWarehouseFenceTablesLeftBehind(t *testing.T) {
 		t.Fatalf("the stale step wrote %d rows", n)
 	}
 }
+
+// TestWarehouseLegacyFencesRemoved: the shared dvt_run_fences of versions
+// before issue 16 is removed once its runs have ended: their fences are
+// closed first, so a stale runner of one is refused afterwards, and a
+// process that had seen the table goes on with new runs without it.
+func TestWarehouseLegacyFencesRemoved(t *testing.T) {
+	srv := sftest.Start(t)
+	w := openWarehouseOpts(t, srv, snowflake.WarehouseOptions{})
+	createEffects(t, w)
+	for _, q := range []string{
+		"CREATE TABLE dvt_run_fences (run_id VARCHAR NOT NULL, fence BIGINT NOT NULL)",
+		"INSERT INTO dvt_run_fences VALUES ('old-a', 5), ('old-b', 2)",
+	} {
+		if _, err := w.DB().ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A runner of old-a that has seen the shared table (its fence 5).
+	stale := openWarehouseOpts(t, srv, snowflake.WarehouseOptions{})
+	if _, err := stale.RunStep(ctx, effectStep("old-a", "sql.x", 5)); err != nil {
+		t.Fatal(err)
+	}
+	runs, ok, err := w.LegacyFenceRuns(ctx)
+	if err != nil || !ok || strings.Join(runs, ",") != "old-a,old-b" {
+		t.Fatalf("LegacyFenceRuns: %v %v %v", runs, ok, err)
+	}
+	if err := w.RemoveLegacyFences(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := w.LegacyFenceRuns(ctx); err != nil || ok {
+		t.Fatalf("after the removal the shared table is still there (%v)", err)
+	}
+	for _, req := range []engine.StepRequest{effectStep("old-a", "sql.late", 5), effectStep("old-b", "sql.late", 2)} {
+		if _, err := stale.RunStep(ctx, req); engine.CodeOf(err) != engine.CodeLeaseLost {
+			t.Fatalf("%s after its shared fence was removed: %v, want LEASE_LOST", req.RunID, err)
+		}
+		if n := effectRows(t, w, req.RunID, "sql.late"); n != 0 {
+			t.Fatalf("%s: the stale step wrote %d rows", req.RunID, n)
+		}
+	}
+	// New runs go on, in the process that had seen the shared table too.
+	if _, err := stale.RunStep(ctx, effectStep("new-1", "sql.x", 1)); err != nil {
+		t.Fatalf("a new run after the removal: %v", err)
+	}
+}

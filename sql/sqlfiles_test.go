@@ -3,6 +3,7 @@ package sqlfiles_test
 import (
 	"errors"
 	"io/fs"
+	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -84,6 +85,43 @@ func TestQuery(t *testing.T) {
 		}
 		if _, err := sqlfiles.Query(d, "missing.sql", "x"); err == nil {
 			t.Errorf("%s: missing file gave no error", d)
+		}
+	}
+}
+
+// TestBackendObjectsDocumented: every table, view and function the
+// migrations and the warehouses create is named in
+// docs/reference/backend-objects.md, the list of what dvtrun leaves on a
+// backend (issue 26): a new object without a line there fails here.
+func TestBackendObjectsDocumented(t *testing.T) {
+	doc, err := os.ReadFile("../docs/reference/backend-objects.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	created := regexp.MustCompile(`(?i)CREATE\s+(?:OR\s+REPLACE\s+)?(?:TABLE|VIEW|FUNCTION)\s+(?:IF\s+NOT\s+EXISTS\s+)?([a-z_][a-z0-9_]*)`)
+	for _, dialect := range []string{sqlfiles.SQLite, sqlfiles.Snowflake, sqlfiles.Postgres} {
+		migs, err := sqlfiles.Migrations(dialect)
+		if err != nil {
+			t.Fatal(err)
+		}
+		texts := []string{}
+		for _, m := range migs {
+			texts = append(texts, m.SQL)
+		}
+		for _, f := range []string{"warehouse.sql", "store.sql"} {
+			text, err := sqlfiles.File(dialect, f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			texts = append(texts, text)
+		}
+		for _, text := range texts {
+			for _, m := range created.FindAllStringSubmatch(text, -1) {
+				name := strings.ToLower(m[1])
+				if strings.HasPrefix(name, "dvt_") && !strings.Contains(string(doc), "`"+name) {
+					t.Errorf("%s creates %s, which docs/reference/backend-objects.md does not name", dialect, name)
+				}
+			}
 		}
 	}
 }

@@ -76,7 +76,7 @@ func TestEveryCommandHelp(t *testing.T) {
 	}
 	for _, sub := range [][]string{{"plan", "validate"}, {"plan", "show"}, {"plan", "import-dbt"}, {"schedule", "list"},
 		{"schedule", "trigger"}, {"schedule", "backfill"}, {"outbox", "deliver"}, {"outbox", "dead"}, {"queue", "cancel"},
-		{"audit", "verify"}, {"audit", "checkpoint"}, {"audit", "prove"}, {"audit", "key"}, {"audit", "doctor"}} {
+		{"audit", "verify"}, {"audit", "checkpoint"}, {"audit", "prove"}, {"audit", "key"}, {"audit", "doctor"}, {"warehouse", "cleanup"}} {
 		args = append(args, append(sub, "--help"))
 	}
 	for _, a := range args {

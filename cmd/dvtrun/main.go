@@ -225,6 +225,7 @@ func commands() []command {
 		{"worker", "", "claim queued run requests and run them (daemon)", cmdWorker},
 		{"serve", "", "scheduler and worker in one process (daemon)", cmdServe},
 		{"ui", "[--listen ADDR]", "serve the operator console in the browser (read-only)", cmdUI},
+		{"warehouse", "cleanup [--apply]", "list and remove the per-run fence tables ended runs left in a Snowflake warehouse", cmdWarehouse},
 	}
 }
 

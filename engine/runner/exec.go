@@ -35,6 +35,19 @@ type StaleTxEnder interface {
 	EndStaleTransactions(ctx context.Context, runID string) (int, error)
 }
 
+// FenceCloser is what a warehouse implements when it keeps objects per
+// run for the run's fence (Snowflake: a table per run): the runner that
+// stored the run's end closes them, so that they do not pile up with the
+// runs. Best effort, bounded by closeFenceWait: what is not closed (a
+// runner that died before the run's end, a close that failed) stays until
+// `dvtrun warehouse cleanup`. fence is the closing runner's.
+type FenceCloser interface {
+	CloseRun(ctx context.Context, runID string, fence int64) error
+}
+
+// closeFenceWait bounds FenceCloser.CloseRun at a run's end.
+const closeFenceWait = 10 * time.Second
+
 // EngineType is RunStarted's payload.engineType for the local adapter.
 const EngineType = "local"
 
@@ -223,6 +236,11 @@ func (e *Runner) execute(ctx context.Context, runID string, p *plan.Plan, wh eng
 		return snap, err
 	}
 	ended = snap.Status.Terminal()
+	if closer, ok := r.wh.(FenceCloser); ok && ended {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeFenceWait)
+		_ = closer.CloseRun(cctx, runID, r.lease.Fence)
+		cancel()
+	}
 	e.report(Progress{Phase: PhaseRunDone, RunID: runID, Threads: cfg.Threads, Total: len(r.steps), Snapshot: &snap})
 	return snap, nil
 }

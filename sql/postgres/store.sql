@@ -307,8 +307,15 @@ SELECT COUNT(*) FROM dvt_outbox WHERE run_id = $1;
 
 -- name: schema_tables
 -- The migrations' bookkeeping (store/postgres migrate): a schema without
--- any table is a store not created yet.
-SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = current_schema();
+-- any table is a store not created yet. The warehouse's own tables do not
+-- count (store and warehouse may share a schema, and either may open it
+-- first, at the same moment too): a schema holding only the step ledger,
+-- the run fences or a table being built (dvt_tmp__…) is not someone
+-- else's. The pattern escapes _, which LIKE reads as any character.
+SELECT COUNT(*) FROM information_schema.tables
+WHERE table_schema = current_schema()
+  AND table_name NOT IN ('dvt_step_ledger', 'dvt_run_fences')
+  AND table_name NOT LIKE 'dvt\_tmp\_\_%';
 
 -- name: schema_versioned
 SELECT COUNT(*) FROM information_schema.tables
@@ -326,12 +333,3 @@ CREATE TABLE IF NOT EXISTS dvt_schema_version (version INTEGER PRIMARY KEY, name
 
 -- name: insert_schema_version
 INSERT INTO dvt_schema_version (version, name, applied_at) VALUES ($1, $2, $3);
-
--- name: lock_holder
--- The session that blocks backend $1 (the oldest transaction first), for a
--- lock wait's progress line.
-SELECT a.pid, COALESCE(NULLIF(a.application_name, ''), a.client_addr::text, 'local'), a.xact_start
-FROM pg_stat_activity a
-WHERE a.pid = ANY (pg_blocking_pids($1::int))
-ORDER BY a.xact_start
-LIMIT 1;

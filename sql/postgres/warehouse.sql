@@ -107,13 +107,3 @@ WHERE run_id = $1 AND step_id = $2 AND logical_attempt = $3;
 -- name: insert_ledger
 INSERT INTO dvt_step_ledger (run_id, step_id, logical_attempt, engine_attempt, fence, result)
 VALUES ($1, $2, $3, $4, $5, $6);
-
--- name: lock_holder
--- The session that blocks backend $1 (the oldest transaction first), for a
--- lock wait's progress line: its application_name names the run and step
--- when it is a dvtrun step.
-SELECT a.pid, COALESCE(NULLIF(a.application_name, ''), a.client_addr::text, 'local'), a.xact_start
-FROM pg_stat_activity a
-WHERE a.pid = ANY (pg_blocking_pids($1::int))
-ORDER BY a.xact_start
-LIMIT 1;

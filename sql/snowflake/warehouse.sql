@@ -63,8 +63,90 @@ SELECT ?, ? WHERE NOT EXISTS (SELECT 1 FROM {{ this }} WHERE run_id = ?);
 
 -- name: claim_fence
 -- Zero rows updated: a runner with a higher fence committed work for the
--- run (LEASE_LOST).
-UPDATE {{ this }} SET fence = ? WHERE run_id = ? AND fence <= ?;
+-- run, or the run has ended and its fence was closed (LEASE_LOST).
+-- Binds: fence, run id, fence, run id.
+UPDATE {{ this }} SET fence = ? WHERE run_id = ? AND fence <= ?
+  AND NOT EXISTS (SELECT 1 FROM dvt_closed_fences WHERE run_id = ?);
+
+-- Closing a run's fence (issue 26). A fence table per run was kept for
+-- good: one table per run with a ledgered step, thousands a year. The
+-- runner that stored a run's end (RunCompleted, RunFailed, RunCancelled)
+-- closes its fence: close_fence records the run in dvt_closed_fences, then
+-- drops the run's table. The objects dvtrun keeps in the schema are then
+-- dvt_step_ledger, dvt_closed_fences and the fence tables of the runs in
+-- flight (plus those of runs whose runner died before their end, which
+-- `dvtrun warehouse cleanup` removes once the run has ended).
+--
+-- Why a dropped fence does not let a stale runner write: the dropped
+-- table's row was the run's high-water fence, and a runner that meets no
+-- table makes a new one whose fence starts at 0, so the table alone would
+-- let any stale runner claim it again. The record in dvt_closed_fences is
+-- the tombstone that outlives the table: claim_fence succeeds only when no
+-- such record exists. A stale claim either
+--   - ran before the record committed: it is a claim made before the run
+--     was closed, which the fence alone decided, as before;
+--   - started after the record committed, on the old table or on one it
+--     made anew after the drop: NOT EXISTS sees the record, zero rows,
+--     LEASE_LOST, nothing written;
+--   - finds the table gone under a fence it had cached: the claim fails on
+--     the missing table, nothing written, and the record is consulted.
+-- The record is written before the table is dropped, in one request whose
+-- statements run in order and stop at the first failure. A run's end is
+-- final (terminal states are immutable), so a closed run needs no later
+-- fence: every claim of it is refused. dvt_closed_fences is only INSERTed
+-- to (never UPDATEd or MERGEd), so writers never lock each other on it.
+
+-- name: create_closed_fences
+CREATE TABLE IF NOT EXISTS dvt_closed_fences (
+    run_id    VARCHAR NOT NULL,
+    fence     BIGINT NOT NULL,
+    closed_at TIMESTAMP_TZ(9) NOT NULL
+);
+
+-- name: close_fence
+-- One request of two statements (values as hex literals: no binds in a
+-- multi-statement request); {{ this }} is the run's fence table.
+INSERT INTO dvt_closed_fences (run_id, fence, closed_at)
+SELECT HEX_DECODE_STRING(/*:run*/), /*:fence*/, CURRENT_TIMESTAMP()
+WHERE NOT EXISTS (SELECT 1 FROM dvt_closed_fences WHERE run_id = HEX_DECODE_STRING(/*:run*/));
+DROP TABLE IF EXISTS {{ this }};
+
+-- name: drop_fence
+-- A closed run's table that a stale runner made anew before its claim was
+-- refused.
+DROP TABLE IF EXISTS {{ this }};
+
+-- name: fence_closed
+-- Whether the run's fence was closed (asked only when a claim is refused).
+SELECT COUNT(*) FROM dvt_closed_fences WHERE run_id = ?;
+
+-- name: fence_tables
+-- The fence tables in the session's schema, for `dvtrun warehouse
+-- cleanup` (names as stored; the Go side keeps only DVT_FENCE_ and 16 hex
+-- digits).
+SELECT TABLE_NAME FROM INFORMATION_SCHEMA.TABLES
+WHERE TABLE_CATALOG = CURRENT_DATABASE() AND TABLE_SCHEMA = CURRENT_SCHEMA()
+  AND SUBSTR(UPPER(TABLE_NAME), 1, 10) = 'DVT_FENCE_'
+ORDER BY TABLE_NAME;
+
+-- name: legacy_fence_runs
+-- The runs in the shared dvt_run_fences of versions before issue 16, for
+-- `dvtrun warehouse cleanup`.
+SELECT DISTINCT run_id FROM dvt_run_fences ORDER BY run_id;
+
+-- name: remove_legacy_fences
+-- Once every run it names has ended: their fences closed (the tombstones
+-- a stale runner of theirs meets), then the shared table dropped. One
+-- request; the statements stop at the first failure.
+INSERT INTO dvt_closed_fences (run_id, fence, closed_at)
+SELECT run_id, MAX(fence), CURRENT_TIMESTAMP() FROM dvt_run_fences
+WHERE run_id NOT IN (SELECT run_id FROM dvt_closed_fences)
+GROUP BY run_id;
+DROP TABLE IF EXISTS dvt_run_fences;
+
+-- name: fence_rows
+-- The run (and its fence) a fence table belongs to.
+SELECT run_id, MAX(fence) FROM {{ this }} GROUP BY run_id;
 
 -- name: legacy_fences_exist
 -- Whether the table all runs shared before issue 16 is there (asked once

@@ -227,8 +227,11 @@ SELECT COUNT(*) FROM dvt_outbox WHERE run_id = ?;
 
 -- name: schema_tables
 -- The migrations' bookkeeping (store/sqlite migrate): a database without
--- any table is a store whose creation never finished.
-SELECT COUNT(*) FROM sqlite_master WHERE type = 'table';
+-- any table is a store whose creation never finished. The warehouse's own
+-- tables (step ledger, run fences) do not count: store and warehouse may
+-- be one file, and either may open it first.
+SELECT COUNT(*) FROM sqlite_master
+WHERE type = 'table' AND name NOT IN ('dvt_step_ledger', 'dvt_run_fences');
 
 -- name: schema_versioned
 SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'dvt_schema_version';

@@ -314,6 +314,9 @@ func (s *Store) migrate(ctx context.Context) error {
 	} else if applied == nil && s.opts.MustExist {
 		return engine.Errorf(engine.CodeInvalidArgument, "no state store in the %s (run a plan first, or pass --store)", s.name)
 	}
+	if err := s.read(ctx, func() error { return createSearchPathSchema(ctx, s.db.DB) }); err != nil {
+		return err
+	}
 	return s.tx(ctx, func(tx *sqlx.Tx) error {
 		if _, err := tx.ExecContext(ctx, s.q["migration_lock"]); err != nil {
 			return err

@@ -121,6 +121,10 @@ func OpenWarehouse(ctx context.Context, dsn string, opts WarehouseOptions) (*War
 		w.db.Close()
 		return nil, err
 	}
+	if err := createSearchPathSchema(ctx, w.db); err != nil {
+		w.db.Close()
+		return nil, w.classify(ctx, "", err)
+	}
 	var version int
 	var schema sql.NullString
 	if err := w.db.QueryRowContext(ctx, w.q["server_version"]).Scan(&version, &schema); err != nil {
@@ -184,8 +188,9 @@ func (w *Warehouse) RunStep(ctx context.Context, req engine.StepRequest) (engine
 		return nil
 	})
 	var res engine.StepResult
-	lw := lockWatch{db: w.db, holderQuery: w.q["lock_holder"], onWait: w.opts.OnWait, budget: w.opts.LockWait}
-	err = lw.watch(ctx, "a lock in the "+w.name+" (step "+req.StepID+")", req.RunID, func() uint32 { return pid }, func() (err error) {
+	where := " in the " + w.name + " (step " + req.StepID + ")"
+	lw := lockWatch{db: w.db, onWait: w.opts.OnWait, budget: w.opts.LockWait, where: where}
+	err = lw.watch(ctx, "a relation"+where, req.RunID, func() uint32 { return pid }, func() (err error) {
 		res, err = w.runStep(ctx, conn, req)
 		return err
 	})
@@ -430,9 +435,9 @@ func (w *Warehouse) classify(ctx context.Context, stepID string, err error) erro
 	if errors.As(err, &pe) {
 		switch {
 		case pe.Code == "55P03": // lock_not_available: lock_timeout ran out
-			resource := "a lock in the " + w.name
+			resource := "a table or row in the " + w.name
 			if stepID != "" {
-				resource += " that step " + stepID + " needs"
+				resource = "what step " + stepID + " needs in the " + w.name
 			}
 			ex := engine.LockWait{Resource: resource, Budget: w.opts.LockWait}.Exceeded()
 			var e *engine.Error

@@ -274,8 +274,11 @@ func TestWarehouseLockWait(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if len(reports) == 0 || !strings.Contains(reports[0].String(), "the-holder") {
-		t.Errorf("progress reports %v, want one naming the holder's application_name", reports)
+	if len(reports) == 0 || !strings.Contains(reports[0].String(), "the-holder") ||
+		!strings.HasPrefix(reports[0].String(), "waiting for the lock on table t in the Postgres warehouse") || !strings.Contains(reports[0].String(), "(step sql.ins)") {
+		t.Errorf("progress reports %v, want one naming table t, the step and the holder's application_name", reports)
+	} else {
+		t.Logf("progress line: %s", reports[0])
 	}
 	if err := tx.Rollback(); err != nil {
 		t.Fatal(err)
@@ -336,5 +339,31 @@ func TestWarehouseConcurrentSteps(t *testing.T) {
 	}
 	if got := whString(t, w, "select count(*) from over_ma"); got != "3" {
 		t.Errorf("the view over ma reads %s rows after its rebuilds, want 3", got)
+	}
+}
+
+// TestWarehouseSlowStepIsNoLockWait: a step that runs long without waiting
+// for any lock (pg_sleep) prints no lock-wait line; one that another
+// session's lock on its table blocks does (TestWarehouseLockWait).
+func TestWarehouseSlowStepIsNoLockWait(t *testing.T) {
+	var (
+		mu      sync.Mutex
+		reports []engine.LockWait
+	)
+	w := openWarehouse(t, pgtest.DSN(t), postgres.WarehouseOptions{OnWait: func(lw engine.LockWait) {
+		mu.Lock()
+		defer mu.Unlock()
+		reports = append(reports, lw)
+	}})
+	for _, req := range []engine.StepRequest{
+		{RunID: "r", StepID: "sql.sleep", Kind: plan.KindSQL, SQL: "select pg_sleep(2.5)", LogicalAttempt: 1, Fence: 1},
+		{StepID: "model.slow", Kind: plan.KindModel, Materialized: "table", Relation: "slow", SQL: "select 1 as n from pg_sleep(2.5)"},
+	} {
+		whRun(t, w, req)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(reports) != 0 {
+		t.Errorf("slow steps that wait for no lock reported lock waits: %v", reports)
 	}
 }

@@ -47,6 +47,7 @@ type Warehouse struct {
 
 	fenceMu sync.Mutex
 	fences  map[string]*runFence // by run id: the fence tables made sure of (warehouse_fence.go)
+	taken   map[string]bool      // runs whose stale transactions this Warehouse ended: their fence is closed at their end too
 	schema  string               // DB.SCHEMA of the sessions, once asked
 	// database and schemaName are the DSN's (either may be ""): the
 	// renderer's qualified names (Relation).
@@ -101,6 +102,7 @@ func OpenWarehouse(ctx context.Context, dsn string, opts WarehouseOptions) (*War
 		q:       q,
 		opts:    opts,
 		fences:  map[string]*runFence{},
+		taken:   map[string]bool{},
 
 		database:   cfg.Database,
 		schemaName: cfg.Schema,
@@ -109,7 +111,24 @@ func OpenWarehouse(ctx context.Context, dsn string, opts WarehouseOptions) (*War
 		w.db.Close()
 		return nil, err
 	}
-	if _, err := w.db.ExecContext(ctx, q["create_step_ledger"]); err != nil {
+	// The ledger and the closed fences' records, in one request. Processes
+	// opening one schema for the first time at once (store and warehouse
+	// of concurrent runs) may conflict on the catalog (000625): the
+	// tables are there for the next try.
+	mctx, err := gosnowflake.WithMultiStatement(gosnowflake.WithQueryTag(ctx, dvtrunTag("open warehouse", "")), 2)
+	for try := 1; err == nil; try++ {
+		_, err = w.db.ExecContext(mctx, q["create_step_ledger"]+"\n"+q["create_closed_fences"])
+		if err == nil || !retryable(err) || try == 5 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			err = ctx.Err()
+		case <-time.After(time.Duration(try*try) * 20 * time.Millisecond):
+			err = nil
+		}
+	}
+	if err != nil {
 		w.db.Close()
 		return nil, w.classify(ctx, "", err)
 	}
@@ -508,12 +527,24 @@ func (r *stepRun) ledgered(req engine.StepRequest, conn *sql.Conn, run func() (e
 	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
 	var claim sql.Result
 	if err := r.lw.do(ctx, f.name, req.RunID, func() error {
-		claim, err = tx.ExecContext(ctx, claimText, req.Fence, req.RunID, req.Fence)
+		claim, err = tx.ExecContext(ctx, claimText, req.Fence, req.RunID, req.Fence, req.RunID)
 		return err
 	}); err != nil {
+		if objectMissing(err) {
+			// The run's table is gone under the fence this Warehouse had
+			// made sure of: closed at the run's end, or removed by hand.
+			_ = tx.Rollback()
+			return engine.StepResult{}, r.fenceGone(conn, req, err)
+		}
 		return engine.StepResult{}, err
 	}
 	if n, _ := claim.RowsAffected(); n == 0 {
+		_ = tx.Rollback()
+		if closed, err := w.fenceClosed(ctx, conn, req.RunID); err != nil {
+			return engine.StepResult{}, err
+		} else if closed {
+			return engine.StepResult{}, r.refuseClosed(conn, req, true)
+		}
 		return engine.StepResult{}, engine.Errorf(engine.CodeLeaseLost, "step %s: run %s has committed work under a newer lease than this runner's (fence %d); nothing was written", req.StepID, req.RunID, req.Fence)
 	}
 	if e, ok, err := w.lookup(ctx, tx, req.RunID, req.StepID, req.LogicalAttempt); err != nil || ok {

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"database/sql"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
@@ -29,6 +30,10 @@ func fenceTable(runID string) string {
 	sum := sha256.Sum256([]byte(runID))
 	return "DVT_FENCE_" + strings.ToUpper(hex.EncodeToString(sum[:8]))
 }
+
+// FenceTableName is the (unquoted, upper case) name of runID's fence
+// table, for operators and tests that look for it.
+func FenceTableName(runID string) string { return fenceTable(runID) }
 
 // Warehouse.legacy: whether the shared dvt_run_fences of earlier versions
 // exists, asked once.
@@ -76,10 +81,15 @@ func (r *stepRun) ensureFence(conn *sql.Conn, runID string, fence int64) (*runFe
 		}
 		if w.legacy.Load() == legacyPresent {
 			var legacy sql.NullInt64
-			if err := conn.QueryRowContext(ctx, w.q["legacy_fence"], runID).Scan(&legacy); err != nil {
+			err := conn.QueryRowContext(ctx, w.q["legacy_fence"], runID).Scan(&legacy)
+			switch {
+			case objectMissing(err):
+				// `dvtrun warehouse cleanup` removed it: every run it named
+				// had ended, and their fences are closed.
+				w.legacy.Store(legacyAbsent)
+			case err != nil:
 				return nil, err
-			}
-			if legacy.Valid {
+			case legacy.Valid:
 				f.legacy, first = true, legacy.Int64
 			}
 		}
@@ -271,6 +281,14 @@ func (w *Warehouse) qualified(ctx context.Context, name string) (string, error) 
 // of the warehouse's user (SHOW LOCKS, SYSTEM$ABORT_TRANSACTION): it does
 // when every runner logs in as the same user.
 func (w *Warehouse) EndStaleTransactions(ctx context.Context, runID string) (int, error) {
+	// The run was continued here: its fence is closed at its end (CloseRun)
+	// even when no ledgered step runs in this process.
+	w.fenceMu.Lock()
+	if len(w.taken) >= maxCachedFences {
+		clear(w.taken)
+	}
+	w.taken[runID] = true
+	w.fenceMu.Unlock()
 	table, err := w.qualified(ctx, fenceTable(runID))
 	if err != nil {
 		return 0, w.classify(ctx, "", err)
@@ -301,4 +319,226 @@ func (w *Warehouse) EndStaleTransactions(ctx context.Context, runID string) (int
 		ended++
 	}
 	return ended, first
+}
+
+// dvtrunTag is the QUERY_TAG of dvtrun's own warehouse requests (what
+// steps send is the step's tag): JSON naming the operation and the run.
+func dvtrunTag(op, runID string) string {
+	b, _ := json.Marshal(struct {
+		Op    string `json:"dvtrun"`
+		RunID string `json:"run_id,omitempty"`
+	}{op, runID})
+	return string(b)
+}
+
+// fenceClosed reports whether runID's fence was closed (its end stored).
+func (w *Warehouse) fenceClosed(ctx context.Context, q sqlConn, runID string) (bool, error) {
+	var n int
+	if err := q.QueryRowContext(ctx, w.q["fence_closed"], runID).Scan(&n); err != nil {
+		return false, err
+	}
+	return n > 0, nil
+}
+
+// refuseClosed is the LEASE_LOST of a claim on a closed run. A stale
+// runner that met no table made the run's table anew before its claim
+// was refused (madeAnew): it is dropped again, so that the objects in the
+// schema stay those of the runs in flight.
+func (r *stepRun) refuseClosed(conn *sql.Conn, req engine.StepRequest, madeAnew bool) error {
+	w := r.w
+	w.forgetFence(req.RunID)
+	if madeAnew {
+		text, err := w.fenceStmt("drop_fence", ident(fenceTable(req.RunID)))
+		if err == nil {
+			_, _ = conn.ExecContext(r.ctx, text) // best effort: `dvtrun warehouse cleanup` removes it otherwise
+		}
+	}
+	return engine.Errorf(engine.CodeLeaseLost, "step %s: run %s has ended and its fence is closed; this runner (fence %d) is stale and nothing was written", req.StepID, req.RunID, req.Fence)
+}
+
+// fenceGone answers a claim that found the run's table missing: LEASE_LOST
+// when the run's fence was closed, otherwise a transient error (someone
+// dropped a live run's table): the step's retry makes it anew.
+func (r *stepRun) fenceGone(conn *sql.Conn, req engine.StepRequest, cause error) error {
+	closed, err := r.w.fenceClosed(r.ctx, conn, req.RunID)
+	if err != nil {
+		return err
+	}
+	if closed {
+		return r.refuseClosed(conn, req, false)
+	}
+	r.w.forgetFence(req.RunID)
+	return engine.MarkTransient(&engine.Error{Code: engine.CodeStoreUnavailable,
+		Msg: fmt.Sprintf("step %s: the fence table of run %s is gone; it is made again on the step's next attempt", req.StepID, req.RunID), Err: cause})
+}
+
+func (w *Warehouse) forgetFence(runID string) {
+	w.fenceMu.Lock()
+	delete(w.fences, runID)
+	delete(w.taken, runID)
+	w.fenceMu.Unlock()
+}
+
+// CloseRun closes runID's fence once its end is stored (runner.FenceCloser):
+// it records the run in dvt_closed_fences and drops the run's fence table,
+// in one request, so that fence tables do not pile up with the runs (see
+// close_fence in sql/snowflake/warehouse.sql for why no stale runner can
+// write after it). It acts only for a run whose fence this Warehouse made
+// sure of or whose stale transactions it ended: a run without a ledgered
+// step has no table, and costs nothing. fence is the closing runner's.
+func (w *Warehouse) CloseRun(ctx context.Context, runID string, fence int64) error {
+	w.fenceMu.Lock()
+	_, made := w.fences[runID]
+	took := w.taken[runID]
+	w.fenceMu.Unlock()
+	if !made && !took {
+		return nil
+	}
+	if err := w.closeFence(ctx, runID, fence); err != nil {
+		return w.classify(ctx, "", err)
+	}
+	w.forgetFence(runID)
+	return nil
+}
+
+// closeFence records runID as closed, then drops its table.
+func (w *Warehouse) closeFence(ctx context.Context, runID string, fence int64) error {
+	text, err := w.fenceStmt("close_fence", ident(fenceTable(runID)))
+	if err != nil {
+		return err
+	}
+	if text, err = render(text, map[string]string{"run": hexLit(runID), "fence": intLit(fence)}, nil); err != nil {
+		return err
+	}
+	mctx, err := gosnowflake.WithMultiStatement(gosnowflake.WithQueryTag(ctx, dvtrunTag("close run fence", runID)), 2)
+	if err != nil {
+		return err
+	}
+	_, err = w.db.ExecContext(mctx, text)
+	return err
+}
+
+// FenceTableInfo is a run's fence table found in the warehouse's schema.
+type FenceTableInfo struct {
+	Name   string // DVT_FENCE_ and 16 hex digits
+	RunID  string // "": the table has no row (its creation was interrupted)
+	Fence  int64
+	Closed bool // the run's fence was closed: the table is a leftover
+}
+
+// fenceName is the name of a fence table dvtrun made (fenceTable).
+var fenceName = regexp.MustCompile(`^DVT_FENCE_[0-9A-F]{16}$`)
+
+// FenceTables lists the run fence tables in the warehouse's schema, with
+// the run each belongs to, for `dvtrun warehouse cleanup`.
+func (w *Warehouse) FenceTables(ctx context.Context) ([]FenceTableInfo, error) {
+	ctx = gosnowflake.WithQueryTag(ctx, dvtrunTag("warehouse cleanup", ""))
+	rows, err := w.db.QueryContext(ctx, w.q["fence_tables"])
+	if err != nil {
+		return nil, w.classify(ctx, "", err)
+	}
+	var names []string
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			rows.Close()
+			return nil, w.classify(ctx, "", err)
+		}
+		// Only the names dvtrun makes (upper case as Snowflake stores an
+		// unquoted name; the test server keeps it as written).
+		if n = strings.ToUpper(n); fenceName.MatchString(n) {
+			names = append(names, n)
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, w.classify(ctx, "", err)
+	}
+	out := make([]FenceTableInfo, 0, len(names))
+	for _, n := range names {
+		ft := FenceTableInfo{Name: n}
+		text, err := w.fenceStmt("fence_rows", ident(n))
+		if err != nil {
+			return nil, err
+		}
+		var fence sql.NullInt64
+		err = w.db.QueryRowContext(ctx, text).Scan(&ft.RunID, &fence)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+		case objectMissing(err): // dropped meanwhile (a run ended)
+			continue
+		case err != nil:
+			return nil, w.classify(ctx, "", err)
+		}
+		ft.Fence = fence.Int64
+		if ft.RunID != "" && fenceTable(ft.RunID) != n {
+			return nil, engine.Errorf(engine.CodeStoreCorrupt, "fence table %s holds run %s, whose fence table is %s", n, ft.RunID, fenceTable(ft.RunID))
+		}
+		if ft.RunID != "" {
+			if ft.Closed, err = w.fenceClosed(ctx, w.db, ft.RunID); err != nil {
+				return nil, w.classify(ctx, "", err)
+			}
+		}
+		out = append(out, ft)
+	}
+	return out, nil
+}
+
+// RemoveFence closes the fence of a run that has ended and drops its
+// table, as the run's runner does at its end (CloseRun). Only for a run
+// whose end the state store holds: a closed fence refuses every later
+// claim of the run.
+func (w *Warehouse) RemoveFence(ctx context.Context, ft FenceTableInfo) error {
+	if ft.RunID == "" {
+		return engine.Errorf(engine.CodeInvalidArgument, "fence table %s names no run", ft.Name)
+	}
+	if err := w.closeFence(ctx, ft.RunID, ft.Fence); err != nil {
+		return w.classify(ctx, "", err)
+	}
+	w.forgetFence(ft.RunID)
+	return nil
+}
+
+// LegacyFenceRuns lists the runs in the shared dvt_run_fences that
+// versions before issue 16 kept; ok is false when the schema has none.
+func (w *Warehouse) LegacyFenceRuns(ctx context.Context) (runs []string, ok bool, err error) {
+	ctx = gosnowflake.WithQueryTag(ctx, dvtrunTag("warehouse cleanup", ""))
+	var n int
+	if err := w.db.QueryRowContext(ctx, w.q["legacy_fences_exist"]).Scan(&n); err != nil {
+		return nil, false, w.classify(ctx, "", err)
+	}
+	if n == 0 {
+		return nil, false, nil
+	}
+	rows, err := w.db.QueryContext(ctx, w.q["legacy_fence_runs"])
+	if err != nil {
+		return nil, false, w.classify(ctx, "", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, false, w.classify(ctx, "", err)
+		}
+		runs = append(runs, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, false, w.classify(ctx, "", err)
+	}
+	return runs, true, nil
+}
+
+// RemoveLegacyFences closes the fences of the runs in the shared
+// dvt_run_fences and drops it. Only once every run it names has ended (the
+// caller asks the state store): a closed fence refuses every later claim.
+func (w *Warehouse) RemoveLegacyFences(ctx context.Context) error {
+	mctx, err := gosnowflake.WithMultiStatement(gosnowflake.WithQueryTag(ctx, dvtrunTag("warehouse cleanup", "")), 2)
+	if err == nil {
+		_, err = w.db.ExecContext(mctx, w.q["remove_legacy_fences"])
+	}
+	if err != nil {
+		return w.classify(ctx, "", err)
+	}
+	w.legacy.Store(legacyAbsent)
+	return nil
 }

@@ -41,6 +41,8 @@ func TestOpenWhatIsThere(t *testing.T) {
 	}{
 		{"empty file", func(t *testing.T, path string) { os.WriteFile(path, nil, 0o644) }, ""},
 		{"header only (WAL set, no table)", exec("PRAGMA journal_mode=WAL"), ""},
+		// Store and warehouse may be one file, and the warehouse may open it first.
+		{"the warehouse's tables only", exec("CREATE TABLE dvt_step_ledger (a)", "CREATE TABLE dvt_run_fences (a)"), ""},
 		{"someone else's database", exec("CREATE TABLE mine (a)"), engine.CodeStoreCorrupt},
 		{"not a database", func(t *testing.T, path string) {
 			os.WriteFile(path, []byte(strings.Repeat("not SQLite\n", 500)), 0o644)

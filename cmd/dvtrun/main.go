@@ -23,6 +23,11 @@ import (
 )
 
 func main() {
+	// A reader that goes away (`dvtrun run … | head -2`) must not kill a
+	// runner mid-run: that left the run RUNNING under its lease. Writes to
+	// the closed pipe fail with EPIPE instead, output is dropped, and the
+	// command finishes its work.
+	signal.Ignore(syscall.SIGPIPE)
 	// SIGINT/SIGTERM cancel the context: a run stops scheduling, in-flight SQL
 	// is interrupted, and `dvtrun resume` can carry on later.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -342,6 +342,13 @@ func (c *cli) startAndExecute(ctx context.Context, f runFlags, b *plan.Bundle, r
 	if err := storeBundle(ctx, st, b); err != nil {
 		return err
 	}
+	var host *temporalHost
+	if c.onTemporal(f.engine) {
+		if host, err = c.startOnTemporal(ctx, f, cfg, st, wh, lookup); err != nil {
+			return err
+		}
+		defer host.close()
+	}
 	con := newConsole(c, targetName)
 	runID, err := c.engineFor(st).StartRun(ctx, req)
 	if err != nil {
@@ -357,14 +364,14 @@ func (c *cli) startAndExecute(ctx context.Context, f runFlags, b *plan.Bundle, r
 		fmt.Fprintln(c.stdout, c.clean(intro))
 	}
 	con.start = time.Now()
-	if c.onTemporal(f.engine) {
+	rn := c.newRunner(st, f, con, lookup)
+	if host != nil {
 		steps := p.InlineEphemeral()
 		con.Report(runner.Progress{Phase: runner.PhaseRunStarted, RunID: runID, Threads: f.threads, Total: len(steps.Steps)})
-		snap, err := c.executeOnTemporal(ctx, f, cfg, st, wh, lookup, runID)
+		snap, err := c.executeOnTemporal(ctx, host, f, st, rn, runID)
 		reportSteps(con, steps, snap)
 		return c.finishRun(ctx, con, runID, snap, err)
 	}
-	rn := c.newRunner(st, f, con, lookup)
 	rn.Signals = cfg.Signals
 	stopPulse, err := c.joinPulse(ctx, rn, st, f, cfg)
 	if err != nil {
@@ -541,8 +548,16 @@ func (c *cli) finishRun(ctx context.Context, con *console, runID string, snap en
 		// The exit code follows from err's code (exitCode): a store or
 		// warehouse outage leaves the run resumable (4), a corrupt store
 		// is an operational failure (1).
-		if engine.CodeOf(err) == engine.CodeStoreUnavailable {
-			fmt.Fprintf(c.stdout, "Stopped: the warehouse or state store is unavailable. Once it is back, continue with: %s\n", resume)
+		switch {
+		case engine.CodeOf(err) != engine.CodeStoreUnavailable:
+		case snap.Status.Terminal():
+			// Failed to start (a workflow Temporal did not start): no
+			// resume; the error says what was unreachable.
+			fmt.Fprintf(c.stdout, "Run %s %s: it could not start\n", c.clean(runID), snap.Status)
+		default:
+			// The error line names what is unavailable: the warehouse, the
+			// state store or the Temporal frontend.
+			fmt.Fprintf(c.stdout, "Stopped: what the error below names is unavailable. Once it is back, continue with: %s\n", resume)
 		}
 		return err
 	}

@@ -618,8 +618,10 @@ func runOutcome(runID string, snap engine.Snapshot) error {
 type console struct {
 	c      *cli
 	w      io.Writer
-	target string
-	start  time.Time
+	target string // the config's target, "" without one
+	// adapter is the warehouse's kind (sqlite, postgres, snowflake).
+	adapter string
+	start   time.Time
 
 	mu                     sync.Mutex
 	total                  int
@@ -639,8 +641,8 @@ type console struct {
 // steps would only flicker.
 const liveAfter = 3 * time.Second
 
-func newConsole(c *cli, target string) *console {
-	o := &console{c: c, w: c.stdout, target: target, start: time.Now(), running: map[string]time.Time{}}
+func newConsole(c *cli, adapter string) *console {
+	o := &console{c: c, w: c.stdout, target: c.targetName(), adapter: adapter, start: time.Now(), running: map[string]time.Time{}}
 	if isTerminal(c.stdout) {
 		o.tty = true
 		o.stopLive = make(chan struct{})
@@ -760,7 +762,13 @@ func (o *console) Report(p runner.Progress) {
 	switch p.Phase {
 	case runner.PhaseRunStarted:
 		o.total = p.Total
-		fmt.Fprintf(o.w, "Concurrency: %d threads (target='%s')\n\n", p.Threads, o.target)
+		// dbt names the target here; the adapter follows, and stands
+		// alone when no config target was chosen.
+		if o.target != "" {
+			fmt.Fprintf(o.w, "Concurrency: %d threads (target='%s', adapter='%s')\n\n", p.Threads, o.c.clean(o.target), o.adapter)
+		} else {
+			fmt.Fprintf(o.w, "Concurrency: %d threads (adapter='%s')\n\n", p.Threads, o.adapter)
+		}
 	case runner.PhaseStepStarted:
 		again := ""
 		if p.EngineAttempt > 1 {

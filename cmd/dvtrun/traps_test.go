@@ -1,6 +1,12 @@
 package main
 
 import (
+	"context"
+	"errors"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -17,4 +23,35 @@ targets:
 	if r.code != 0 || !strings.Contains(r.stdout, "Concurrency: 4 threads (target='dev', adapter='sqlite')") {
 		t.Fatalf("run on target dev: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
+}
+
+// An SQLite store or warehouse in a directory that does not exist is
+// refused, naming the directory, and nothing is created; dvtrun's own
+// .dvt directory is made on first use (a fresh clone runs at once).
+func TestSQLiteMissingDirectory(t *testing.T) {
+	h := newHarness(t)
+	missing := filepath.Join(h.dir, "no", "such")
+	for _, flag := range []string{"store", "warehouse"} {
+		t.Run(flag, func(t *testing.T) {
+			r := h.run("--"+flag, "sqlite:"+filepath.Join(missing, "x.db"), "run", fixture("ok", "plan.yaml"))
+			wantError(t, r, exitUsage, "CONFIG_INVALID", "the directory "+missing+" does not exist")
+			if _, err := os.Stat(filepath.Join(h.dir, "no")); !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("a directory was created: %v", err)
+			}
+		})
+	}
+	t.Run("default .dvt", func(t *testing.T) {
+		plan, err := filepath.Abs(fixture("ok", "plan.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Chdir(t.TempDir())
+		r := run(context.Background(), []string{"run", plan}, io.Discard, io.Discard, func(string) string { return "" })
+		if r != 0 {
+			t.Fatalf("run with the default .dvt store: exit %d", r)
+		}
+		if _, err := os.Stat(filepath.Join(".dvt", "state.db")); err != nil {
+			t.Errorf("the default store: %v", err)
+		}
+	})
 }

@@ -269,7 +269,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, env func(
 		c.usage(stdout, top)
 		return exitOK
 	case err != nil:
-		return c.fail(engine.Errorf(engine.CodeInvalidArgument, "%v (see dvtrun --help)", err))
+		return c.fail(engine.Errorf(engine.CodeInvalidArgument, "%v%s (see dvtrun --help)", err, didYouMeanFlag(top, err)))
 	case *showVersion:
 		fmt.Fprintln(stdout, version())
 		return exitOK
@@ -302,7 +302,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, env func(
 		}
 		names = append(names, cmd.name)
 	}
-	if s := suggest(rest[0], names); s != "" {
+	if s := engine.Suggest(rest[0], names); s != "" {
 		return c.fail(engine.Errorf(engine.CodeInvalidArgument, "unknown command %q: did you mean %q? (see dvtrun --help)", rest[0], s))
 	}
 	return c.fail(engine.Errorf(engine.CodeInvalidArgument, "unknown command %q (see dvtrun --help)", rest[0]))
@@ -480,6 +480,22 @@ func (c *cli) printHelp(fs *flag.FlagSet) {
 
 // parse parses flags and positional arguments in any order (Go's flag
 // package stops at the first positional) and checks the positional count.
+// didYouMeanFlag is "; did you mean --threads?" for a flag fs does not
+// define (err from fs.Parse) close to one it does; "" otherwise.
+func didYouMeanFlag(fs *flag.FlagSet, err error) string {
+	name, ok := strings.CutPrefix(err.Error(), "flag provided but not defined: ")
+	if !ok {
+		return ""
+	}
+	name = strings.TrimLeft(name, "-")
+	var names []string
+	fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
+	if s := engine.Suggest(name, names); s != "" {
+		return fmt.Sprintf("; did you mean --%s?", s)
+	}
+	return ""
+}
+
 func (c *cli) parse(fs *flag.FlagSet, args []string, minPos, maxPos int) ([]string, error) {
 	var pos []string
 	for {
@@ -488,7 +504,7 @@ func (c *cli) parse(fs *flag.FlagSet, args []string, minPos, maxPos int) ([]stri
 				c.printHelp(fs)
 				return nil, errHelp
 			}
-			return nil, engine.Errorf(engine.CodeInvalidArgument, "%s: %v (see %s --help)", fs.Name(), err, fs.Name())
+			return nil, engine.Errorf(engine.CodeInvalidArgument, "%s: %v%s (see %s --help)", fs.Name(), err, didYouMeanFlag(fs, err), fs.Name())
 		}
 		c.g.markScoped(fs)
 		args = fs.Args()

@@ -55,3 +55,14 @@ func TestSQLiteMissingDirectory(t *testing.T) {
 		}
 	})
 }
+
+// A mistyped flag, before or after the command, gets a did-you-mean (the
+// helper that guesses mistyped commands and selectors).
+func TestMistypedFlag(t *testing.T) {
+	h := newHarness(t)
+	wantError(t, h.run("run", "--threds", "2", fixture("ok", "plan.yaml")), exitUsage, "INVALID_ARGUMENT", "-threds; did you mean --threads?")
+	wantError(t, h.run("--stroe", "x", "runs"), exitUsage, "INVALID_ARGUMENT", "-stroe; did you mean --store?")
+	if r := h.run("runs", "--zzzz"); strings.Contains(r.stderr, "did you mean") {
+		t.Errorf("a guess for a flag like no other: %s", r.stderr)
+	}
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"io/fs"
@@ -9,6 +10,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"unicode/utf8"
+
+	"github.com/dvtrun/dvtrun/engine"
 )
 
 // The run header names the config's target, as dbt does, and the adapter
@@ -64,5 +68,46 @@ func TestMistypedFlag(t *testing.T) {
 	wantError(t, h.run("--stroe", "x", "runs"), exitUsage, "INVALID_ARGUMENT", "-stroe; did you mean --store?")
 	if r := h.run("runs", "--zzzz"); strings.Contains(r.stderr, "did you mean") {
 		t.Errorf("a guess for a flag like no other: %s", r.stderr)
+	}
+}
+
+// The events table cuts long payloads with an ellipsis, so a row stays
+// about a line; --full keeps them whole (--json always does).
+func TestEventsPayloadsCut(t *testing.T) {
+	h := newHarness(t)
+	if r := h.run("run", fixture("ok", "plan.yaml")); r.code != 0 {
+		t.Fatalf("run: %+v", r)
+	}
+	id := h.onlyRun()
+	table, full := h.run("events", id), h.run("events", id, "--full")
+	if table.code != 0 || full.code != 0 {
+		t.Fatalf("events: %+v %+v", table, full)
+	}
+	// Row by row: the same events, a long payload cut to its first
+	// payloadWidth-1 characters and …, a short one whole.
+	rows, whole := strings.Split(table.stdout, "\n"), strings.Split(full.stdout, "\n")
+	if len(rows) != len(whole) {
+		t.Fatalf("%d rows, --full %d", len(rows), len(whole))
+	}
+	cut := 0
+	for i := range rows {
+		if rows[i] == whole[i] {
+			continue
+		}
+		cut++
+		prefix, ok := strings.CutSuffix(rows[i], "…")
+		if !ok || !strings.HasPrefix(strings.TrimRight(whole[i], " "), strings.TrimRight(prefix, " ")) {
+			t.Errorf("row %d is not --full's cut with …:\n%s\n%s", i, rows[i], whole[i])
+		}
+		if n := utf8.RuneCountInString(rows[i]); n > payloadWidth+120 {
+			t.Errorf("a row of %d characters: %s", n, rows[i])
+		}
+	}
+	if cut == 0 {
+		t.Errorf("no payload was cut:\n%s", table.stdout)
+	}
+	var evs []engine.RunEventRecord
+	if r := h.run("events", id, "--json"); r.code != 0 || json.Unmarshal([]byte(r.stdout), &evs) != nil || len(evs) != len(rows)-2 {
+		t.Fatalf("events --json: %d events, %+v", len(evs), r)
 	}
 }

@@ -192,7 +192,7 @@ func (f runFlags) check() error {
 // directories: spool/ beside runs/.
 func (c *cli) withStateStore(f runFlags, s config.StateStore) (runFlags, error) {
 	f.writeBudget = cmp.Or(f.writeBudget, s.WriteBudget())
-	dir := cmp.Or(f.spoolDir, c.env("DVT_SPOOL_DIR"), relativeTo(c.g.config, s.SpoolDir), filepath.Join(filepath.Dir(c.runsDir()), "spool"))
+	dir := cmp.Or(f.spoolDir, c.env("DVT_SPOOL_DIR"), relativeTo(c.g.config, s.SpoolDir), filepath.Join(c.localStoreDir(), "spool"))
 	sp, err := spool.Open(dir)
 	var e *engine.Error
 	switch {
@@ -222,7 +222,7 @@ func (c *cli) newRunner(st stateStore, f runFlags, obs runner.Observer, lookup p
 		Sleep:     sleepCtx,
 		Secrets:   lookup,
 		Observe:   obs,
-		Artifacts: artifactFiles{c: c, dir: cmp.Or(f.targetPath, c.env("DVT_TARGET_PATH")), runs: c.runsDir()},
+		Artifacts: artifactFiles{c: c, dir: cmp.Or(f.targetPath, c.env("DVT_TARGET_PATH")), runs: c.runsDir(), say: c.sayArtifacts()},
 		Config: runner.Config{
 			Config:      eng.Config,
 			Threads:     f.threads,

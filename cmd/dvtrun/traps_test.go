@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/store/postgres/pgtest"
 )
 
 // The run header names the config's target, as dbt does, and the adapter
@@ -109,5 +110,63 @@ func TestEventsPayloadsCut(t *testing.T) {
 	var evs []engine.RunEventRecord
 	if r := h.run("events", id, "--json"); r.code != 0 || json.Unmarshal([]byte(r.stdout), &evs) != nil || len(evs) != len(rows)-2 {
 		t.Fatalf("events --json: %d events, %+v", len(evs), r)
+	}
+}
+
+// With a Postgres state store, run_results.json goes next to an SQLite
+// warehouse (the target's local files), else into .dvt/runs next to the
+// configuration file; never into ./.dvt/runs of whatever directory the
+// command ran in; and the run says where it went.
+func TestRunResultsBesideTheProject(t *testing.T) {
+	cases := []struct {
+		name      string
+		warehouse func(h *harness) string
+		config    bool
+		dir       func(h *harness) string
+	}{
+		{"sqlite warehouse", func(h *harness) string { return "sqlite:" + filepath.Join(h.dir, "wh", "dev.db") }, false,
+			func(h *harness) string { return filepath.Join(h.dir, "wh", "runs") }},
+		{"postgres warehouse, config", func(*harness) string { return pgtest.URL(t) }, true,
+			func(h *harness) string { return filepath.Join(h.dir, "project", ".dvt", "runs") }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			h.env["DVT_STORE"] = pgtest.URL(t)
+			if err := os.MkdirAll(filepath.Join(h.dir, "wh"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			args := []string{"--warehouse", tc.warehouse(h)}
+			if tc.config {
+				if err := os.MkdirAll(filepath.Join(h.dir, "project"), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				cfg := filepath.Join(h.dir, "project", "dvtrun.yaml")
+				if err := os.WriteFile(cfg, []byte("{}\n"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				args = append(args, "--config", cfg)
+			}
+			cwd := t.TempDir()
+			plan, err := filepath.Abs(fixture("ok", "plan.yaml"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Chdir(cwd)
+			r := h.run(append(args, "run", plan)...)
+			if r.code != 0 {
+				t.Fatalf("run: %+v", r)
+			}
+			want := filepath.Join(tc.dir(h), h.onlyRun(), "run_results.json")
+			if _, err := os.Stat(want); err != nil {
+				t.Errorf("run_results.json is not at %s: %v", want, err)
+			}
+			if !strings.Contains(r.stdout, "Wrote run_results.json: "+want) {
+				t.Errorf("the run does not say where run_results.json went:\n%s", r.stdout)
+			}
+			if _, err := os.Stat(filepath.Join(cwd, ".dvt", "runs")); err == nil {
+				t.Errorf("run_results.json still went to ./.dvt/runs")
+			}
+		})
 	}
 }

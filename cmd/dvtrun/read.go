@@ -309,7 +309,8 @@ func cmdStatus(ctx context.Context, c *cli, args []string) error {
 		if err != nil {
 			return err
 		}
-		c.readLedger(ctx, &v)
+		q, _ := engine.QueuedRequest(evs)
+		c.readLedger(ctx, &v, q.Target)
 		if *asJSON {
 			return c.printJSON(v)
 		}

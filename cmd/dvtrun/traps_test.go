@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -168,5 +169,34 @@ func TestRunResultsBesideTheProject(t *testing.T) {
 				t.Errorf("run_results.json still went to ./.dvt/runs")
 			}
 		})
+	}
+}
+
+// status --step asks the step ledger of the warehouse of the run's target
+// (recorded in RunQueued), not the command's default warehouse; a target
+// the configuration lacks is said, not taken for a missing file.
+func TestStepLedgerOnTheRunsTarget(t *testing.T) {
+	h := newHarness(t)
+	cfg := h.writeConfig(`target: dev
+targets:
+  dev: {store: "sqlite:state.db", warehouse: "sqlite:dev.db", environment: shared}
+  qa:  {store: "sqlite:state.db", warehouse: "sqlite:qa.db", environment: shared}
+`)
+	if r := h.run("--config", cfg, "--target", "qa", "run", fixture("ok", "plan.yaml")); r.code != 0 {
+		t.Fatalf("run on qa: %+v", r)
+	}
+	ids := listed(t, h.run("--config", cfg, "runs", "--json"))
+	if len(ids) != 1 {
+		t.Fatalf("runs: %v", ids)
+	}
+	id := ids[0]
+	r := h.run("--config", cfg, "status", id, "--step", "model.stg_customers")
+	if r.code != 0 || !regexp.MustCompile(`Ledger: +attempt 1 committed`).MatchString(r.stdout) {
+		t.Errorf("status --step on the default target dev: the ledger of qa's warehouse was not asked:\n%s%s", r.stdout, r.stderr)
+	}
+	other := h.writeConfig("target: dev\ntargets:\n  dev: {store: \"sqlite:state.db\", warehouse: \"sqlite:dev.db\", environment: shared}\n")
+	r = h.run("--config", other, "status", id, "--step", "model.stg_customers")
+	if r.code != 0 || !strings.Contains(r.stdout, "not checked: the run ran on target qa and the configuration "+other+" does not have it: give --warehouse") {
+		t.Errorf("status --step with a config without qa:\n%s%s", r.stdout, r.stderr)
 	}
 }

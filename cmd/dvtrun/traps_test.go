@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/dvtrun/dvtrun/engine"
 	"github.com/dvtrun/dvtrun/store/postgres/pgtest"
+	"github.com/dvtrun/dvtrun/store/snowflake/sftest"
 )
 
 // The run header names the config's target, as dbt does, and the adapter
@@ -198,5 +200,32 @@ targets:
 	r = h.run("--config", other, "status", id, "--step", "model.stg_customers")
 	if r.code != 0 || !strings.Contains(r.stdout, "not checked: the run ran on target qa and the configuration "+other+" does not have it: give --warehouse") {
 		t.Errorf("status --step with a config without qa:\n%s%s", r.stdout, r.stderr)
+	}
+}
+
+// A Postgres server that accepts and never answers (no connect_timeout in
+// the DSN) ends the command with STORE_UNAVAILABLE, exit 4, within the
+// default connect timeout; a database the server does not have is a
+// configuration error, exit 2.
+func TestPostgresUnreachableExitCodes(t *testing.T) {
+	_, silent := sftest.Unreachable(t)
+	host, port, _ := net.SplitHostPort(silent.Addr)
+	srv := pgtest.Get(t)
+	cases := []struct {
+		name, store string
+		exit        int
+		code, says  string
+	}{
+		{"never answers", "postgres://dvt@" + host + ":" + port + "/dvt?sslmode=disable", exitUnavailable, "STORE_UNAVAILABLE", "cannot reach the Postgres database"},
+		{"no such database", srv.URL("no_such_db"), exitUsage, "CONFIG_INVALID", `"no_such_db" does not exist`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t)
+			for _, args := range [][]string{{"runs"}, {"run", fixture("ok", "plan.yaml")}} {
+				wantError(t, h.run(append([]string{"--store", tc.store}, args...)...), tc.exit, tc.code, tc.says)
+			}
+		})
 	}
 }

@@ -23,11 +23,6 @@ import (
 )
 
 func main() {
-	// A reader that goes away (`dvtrun run … | head -2`) must not kill a
-	// runner mid-run: that left the run RUNNING under its lease. Writes to
-	// the closed pipe fail with EPIPE instead, output is dropped, and the
-	// command finishes its work.
-	signal.Ignore(syscall.SIGPIPE)
 	// SIGINT/SIGTERM cancel the context: a run stops scheduling, in-flight SQL
 	// is interrupted, and `dvtrun resume` can carry on later.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -205,6 +200,14 @@ type command struct {
 	run     func(ctx context.Context, c *cli, args []string) error
 }
 
+// outlivesReader names the commands that do work beyond their output
+// (runs, deliveries, daemons, writes): a closed stdout must not stop them.
+var outlivesReader = map[string]bool{
+	"run": true, "resume": true, "retry": true, "project": true, "outbox": true, "enqueue": true,
+	"schedule": true, "scheduler": true, "worker": true, "serve": true, "ui": true, "audit": true,
+	"cancel": true, "signal": true,
+}
+
 func commands() []command {
 	return []command{
 		{"run", "PLAN", "run a plan", cmdRun},
@@ -294,6 +297,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, env func(
 	var names []string
 	for _, cmd := range commands() {
 		if cmd.name == rest[0] {
+			if outlivesReader[cmd.name] {
+				// A reader that goes away (`dvtrun run … | head -2`) must
+				// not kill a runner mid-run: that left the run RUNNING
+				// under its lease. Writes to the closed pipe fail with
+				// EPIPE instead, output is dropped, and the command
+				// finishes its work. A read command still ends with its
+				// reader, as cat does.
+				signal.Ignore(syscall.SIGPIPE)
+			}
 			err := cmd.run(ctx, c, rest[1:])
 			if err != nil && ctx.Err() != nil && !errors.Is(err, errHelp) {
 				err = interrupted(err)

@@ -229,3 +229,21 @@ func TestPostgresUnreachableExitCodes(t *testing.T) {
 		})
 	}
 }
+
+// outlivesReader names commands that exist, and the ones that run work.
+func TestOutlivesReaderNamesCommands(t *testing.T) {
+	names := map[string]bool{}
+	for _, c := range commands() {
+		names[c.name] = true
+	}
+	for name := range outlivesReader {
+		if !names[name] {
+			t.Errorf("outlivesReader names %q, which is no command", name)
+		}
+	}
+	for _, name := range []string{"run", "resume", "retry", "worker", "serve"} {
+		if !outlivesReader[name] {
+			t.Errorf("%s would die with its reader", name)
+		}
+	}
+}

@@ -85,3 +85,49 @@ func JoinLimited(items []string, sep string, max int) string {
 	}
 	return strings.Join(items[:max], sep) + sep + fmt.Sprintf("… and %d more", len(items)-max)
 }
+
+// Suggest returns the candidate closest to s by edit distance when it is
+// close enough to be a typo (a third of s's length, at least 1), else the
+// one candidate s is a prefix of; "" when neither.
+func Suggest(s string, candidates []string) string {
+	best, bestD := "", max(1, len(s)/3)+1
+	var prefixed []string
+	for _, c := range candidates {
+		if d := editDistance(s, c); d < bestD {
+			best, bestD = c, d
+		}
+		if s != "" && strings.HasPrefix(c, s) {
+			prefixed = append(prefixed, c)
+		}
+	}
+	if best == "" && len(prefixed) == 1 {
+		return prefixed[0]
+	}
+	return best
+}
+
+// editDistance is the optimal-string-alignment distance between a and b,
+// in bytes: Levenshtein's, with a swap of neighbours ("rnu") counting one.
+func editDistance(a, b string) int {
+	d := make([][]int, len(a)+1)
+	for i := range d {
+		d[i] = make([]int, len(b)+1)
+		d[i][0] = i
+	}
+	for j := range d[0] {
+		d[0][j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
+			}
+		}
+	}
+	return d[len(a)][len(b)]
+}

@@ -48,3 +48,18 @@ func TestQuoteTextAndJoinLimited(t *testing.T) {
 		t.Errorf("JoinLimited short = %q", got)
 	}
 }
+
+// Suggest guesses a typo of a command, a flag, a selector or a ref.
+func TestSuggest(t *testing.T) {
+	names := []string{"run", "resume", "retry", "runs", "status", "schedule", "scheduler"}
+	cases := map[string]string{
+		"rnu": "run", "retyr": "retry", "statsu": "status", "schedul": "schedule",
+		"sched": "", // a prefix of two: no guess
+		"x":     "", "zzzzzz": "",
+	}
+	for in, want := range cases {
+		if got := Suggest(in, names); got != want {
+			t.Errorf("Suggest(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

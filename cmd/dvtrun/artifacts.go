@@ -24,16 +24,42 @@ type artifactFiles struct {
 	c    *cli
 	dir  string
 	runs string
+	say  bool // name each file written on stderr (sayArtifacts)
 }
 
 // runsDir is where runs' artifact directories go by default: runs/ next to
-// an SQLite state store (.dvt/runs for the default .dvt/state.db), .dvt/runs
-// otherwise.
+// an SQLite state store (.dvt/runs for the default .dvt/state.db); with a
+// state store elsewhere, runs/ next to an SQLite warehouse (the target's
+// local files), else .dvt/runs next to the configuration file (the
+// project, whatever the working directory), else ./.dvt/runs.
 func (c *cli) runsDir() string {
 	if t, err := c.parseTarget("store", c.g.store); err == nil && t.kind == "sqlite" {
 		return filepath.Join(filepath.Dir(t.path), "runs")
 	}
+	if t, err := c.parseTarget("warehouse", c.g.warehouse); err == nil && t.kind == "sqlite" {
+		return filepath.Join(filepath.Dir(t.path), "runs")
+	}
+	if c.g.config != "" {
+		return filepath.Join(filepath.Dir(c.g.config), ".dvt", "runs")
+	}
 	return filepath.Join(".dvt", "runs")
+}
+
+// sayArtifacts reports whether a run's files are named in its output as
+// they are written: when no SQLite state store beside them says where to look
+// (a Postgres or Snowflake store keeps only their references).
+func (c *cli) sayArtifacts() bool {
+	t, err := c.parseTarget("store", c.g.store)
+	return err == nil && t.kind != "sqlite"
+}
+
+// localStoreDir is the directory of an SQLite state store, else .dvt: the
+// default spool's parent (the spool goes with the store, not the warehouse).
+func (c *cli) localStoreDir() string {
+	if t, err := c.parseTarget("store", c.g.store); err == nil && t.kind == "sqlite" {
+		return filepath.Dir(t.path)
+	}
+	return ".dvt"
 }
 
 // WriteArtifact implements runner.ArtifactWriter. Known secret values are
@@ -57,6 +83,9 @@ func (a artifactFiles) WriteArtifact(_ context.Context, runID, kind, name string
 	}
 	if err := writeFileAtomic(path, data); err != nil {
 		return engine.ArtifactRef{}, err
+	}
+	if a.say {
+		fmt.Fprintf(a.c.stdout, "Wrote %s: %s\n", name, a.c.clean(path))
 	}
 	sum := sha256.Sum256(data)
 	return engine.ArtifactRef{

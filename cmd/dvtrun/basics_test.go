@@ -51,20 +51,6 @@ func TestDidYouMean(t *testing.T) {
 	}
 }
 
-func TestSuggest(t *testing.T) {
-	names := []string{"run", "resume", "retry", "runs", "status", "schedule", "scheduler"}
-	cases := map[string]string{
-		"rnu": "run", "retyr": "retry", "statsu": "status", "schedul": "schedule",
-		"sched": "", // a prefix of two: no guess
-		"x":     "", "zzzzzz": "",
-	}
-	for in, want := range cases {
-		if got := suggest(in, names); got != want {
-			t.Errorf("suggest(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
 // TestEveryCommandHelp: `COMMAND --help` exits 0 for every command and
 // shows the flags the way README writes them (--flag, not -flag).
 func TestEveryCommandHelp(t *testing.T) {

@@ -200,6 +200,14 @@ type command struct {
 	run     func(ctx context.Context, c *cli, args []string) error
 }
 
+// outlivesReader names the commands that do work beyond their output
+// (runs, deliveries, daemons, writes): a closed stdout must not stop them.
+var outlivesReader = map[string]bool{
+	"run": true, "resume": true, "retry": true, "project": true, "outbox": true, "enqueue": true,
+	"schedule": true, "scheduler": true, "worker": true, "serve": true, "ui": true, "audit": true,
+	"cancel": true, "signal": true,
+}
+
 func commands() []command {
 	return []command{
 		{"init", "[DIR]", "create a project: dvtrun.yaml (dev and prod targets), a plan with a seed, a model and a test", cmdInit},
@@ -267,7 +275,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, env func(
 		c.usage(stdout, top)
 		return exitOK
 	case err != nil:
-		return c.fail(engine.Errorf(engine.CodeInvalidArgument, "%v (see dvtrun --help)", err))
+		return c.fail(engine.Errorf(engine.CodeInvalidArgument, "%v%s (see dvtrun --help)", err, didYouMeanFlag(top, err)))
 	case *showVersion:
 		fmt.Fprintln(stdout, version())
 		return exitOK
@@ -295,6 +303,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, env func(
 	var names []string
 	for _, cmd := range commands() {
 		if cmd.name == rest[0] {
+			if outlivesReader[cmd.name] {
+				// A reader that goes away (`dvtrun run … | head -2`) must
+				// not kill a runner mid-run: that left the run RUNNING
+				// under its lease. Writes to the closed pipe fail with
+				// EPIPE instead, output is dropped, and the command
+				// finishes its work. A read command still ends with its
+				// reader, as cat does.
+				signal.Ignore(syscall.SIGPIPE)
+			}
 			err := cmd.run(ctx, c, rest[1:])
 			if err != nil && ctx.Err() != nil && !errors.Is(err, errHelp) {
 				err = interrupted(err)
@@ -303,7 +320,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, env func(
 		}
 		names = append(names, cmd.name)
 	}
-	if s := suggest(rest[0], names); s != "" {
+	if s := engine.Suggest(rest[0], names); s != "" {
 		return c.fail(engine.Errorf(engine.CodeInvalidArgument, "unknown command %q: did you mean %q? (see dvtrun --help)", rest[0], s))
 	}
 	return c.fail(engine.Errorf(engine.CodeInvalidArgument, "unknown command %q (see dvtrun --help)", rest[0]))
@@ -489,6 +506,22 @@ func (c *cli) printHelp(fs *flag.FlagSet) {
 
 // parse parses flags and positional arguments in any order (Go's flag
 // package stops at the first positional) and checks the positional count.
+// didYouMeanFlag is "; did you mean --threads?" for a flag fs does not
+// define (err from fs.Parse) close to one it does; "" otherwise.
+func didYouMeanFlag(fs *flag.FlagSet, err error) string {
+	name, ok := strings.CutPrefix(err.Error(), "flag provided but not defined: ")
+	if !ok {
+		return ""
+	}
+	name = strings.TrimLeft(name, "-")
+	var names []string
+	fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
+	if s := engine.Suggest(name, names); s != "" {
+		return fmt.Sprintf("; did you mean --%s?", s)
+	}
+	return ""
+}
+
 func (c *cli) parse(fs *flag.FlagSet, args []string, minPos, maxPos int) ([]string, error) {
 	var pos []string
 	for {
@@ -497,7 +530,7 @@ func (c *cli) parse(fs *flag.FlagSet, args []string, minPos, maxPos int) ([]stri
 				c.printHelp(fs)
 				return nil, errHelp
 			}
-			return nil, engine.Errorf(engine.CodeInvalidArgument, "%s: %v (see %s --help)", fs.Name(), err, fs.Name())
+			return nil, engine.Errorf(engine.CodeInvalidArgument, "%s: %v%s (see %s --help)", fs.Name(), err, didYouMeanFlag(fs, err), fs.Name())
 		}
 		c.g.markScoped(fs)
 		args = fs.Args()

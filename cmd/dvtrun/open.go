@@ -2,6 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/dvtrun/dvtrun/engine"
@@ -94,8 +98,39 @@ func (c *cli) openStore(ctx context.Context, mustExist bool) (stateStore, error)
 	case "postgres":
 		return postgres.Open(ctx, t.dsn, postgres.Options{MustExist: mustExist, LockWait: c.g.lockWait, OnWait: c.reportWait, Log: c.jsonLogger("wakeups")})
 	default:
+		if !mustExist && !c.fromTarget("store") {
+			if err := checkSQLiteDir("store", t.path); err != nil {
+				return nil, err
+			}
+		}
 		return sqlite.Open(ctx, t.path, sqlite.Options{MustExist: mustExist, LockWait: c.g.lockWait, OnWait: c.reportWait})
 	}
+}
+
+// ownDir is the directory dvtrun's default store and warehouse live in: it
+// makes it on first use (beside an existing directory), so a fresh clone
+// runs at once.
+const ownDir = ".dvt"
+
+// fromTarget reports whether --store or --warehouse (flagName) comes from
+// the config's target, whose layout of directories dvtrun makes.
+func (c *cli) fromTarget(flagName string) bool {
+	return c.target != nil && !c.g.flagged[flagName]
+}
+
+// checkSQLiteDir refuses an SQLite file, given by a flag or the
+// environment, whose directory does not exist (but dvtrun's own .dvt): a
+// mistyped path must not make directories silently and leave the run's
+// data where nobody looks.
+func checkSQLiteDir(flagName, path string) error {
+	dir := filepath.Dir(path)
+	if filepath.Base(dir) == ownDir {
+		dir = filepath.Dir(dir)
+	}
+	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+		return engine.Errorf(engine.CodeConfigInvalid, "--%s sqlite:%s: the directory %s does not exist (create it, or choose another path)", flagName, path, dir)
+	}
+	return nil
 }
 
 // wakeupsOf is the store's wake-up source (Postgres's LISTEN/NOTIFY), nil
@@ -169,6 +204,11 @@ func (c *cli) openWarehouseURL(ctx context.Context, raw string, holder func(*eng
 		wh, err := postgres.OpenWarehouse(ctx, t.dsn, postgres.WarehouseOptions{LockWait: c.g.lockWait, OnWait: c.reportWait})
 		return wh, "postgres", err
 	default:
+		if raw == c.g.warehouse && !c.fromTarget("warehouse") {
+			if err := checkSQLiteDir("warehouse", t.path); err != nil {
+				return nil, "", err
+			}
+		}
 		wh, err := openSQLiteWarehouse(ctx, t.path, sqlite.WarehouseOptions{LockWait: c.g.lockWait, OnWait: c.reportWait, Holder: holder})
 		return wh, "sqlite", err
 	}

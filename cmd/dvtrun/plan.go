@@ -131,6 +131,14 @@ func cmdPlanImportDBT(_ context.Context, c *cli, args []string) error {
 		outDir = filepath.Dir(*out)
 	}
 	res, err := dbt.Import(data, dbt.Options{ProjectDir: dir, OutDir: outDir, PlanID: *planID, PlanVersion: *planVersion, KeepSchemas: *keepSchemas})
+	var e *engine.Error
+	if errors.As(err, &e) && *projectDir == "" {
+		// Most often the manifest is not in the project's target/: say
+		// what to pass rather than list every node that failed for it.
+		if missing, _ := e.Meta["missingSeeds"].([]string); len(missing) > 0 {
+			return engine.Errorf(engine.CodeInvalidArgument, "seed CSV not found: %s; pass --project-dir DIR (the dbt project root; without it, the manifest's directory's parent %s)", missing[0], dir)
+		}
+	}
 	if err != nil {
 		return err
 	}

@@ -75,6 +75,10 @@ func TestImportDBT(t *testing.T) {
 		{"strict", []string{manifest, "--project-dir", project, "--strict"}, exitUsage, "PLAN_INVALID", []string{fmt.Sprintf("%d dbt node(s)", len(untranslatable))}},
 		{"missing manifest", []string{filepath.Join(dbtDir, "nope.json"), "--project-dir", project}, exitUsage, "INVALID_ARGUMENT", []string{"nope.json"}},
 		{"not a manifest", []string{fixture("ok", "plan.yaml"), "--project-dir", project}, exitUsage, "PLAN_INVALID", []string{"manifest"}},
+		// Without --project-dir, the manifest's directory's parent holds no
+		// seeds: one short line that leads with the cause and the remedy.
+		{"no project dir", []string{manifest}, exitUsage, "INVALID_ARGUMENT", []string{"seed CSV not found: " + filepath.Join(repoRoot(t), "testdata", "seeds") + "/", "pass --project-dir DIR"}},
+		{"wrong project dir", []string{manifest, "--project-dir", dbtDir}, exitUsage, "PLAN_INVALID", []string{"seed CSV not found: " + filepath.Join(dbtDir, "seeds") + "/"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -82,6 +86,9 @@ func TestImportDBT(t *testing.T) {
 			out := filepath.Join(h.dir, "plan.yaml")
 			r := h.run(append([]string{"plan", "import-dbt", "-o", out}, c.args...)...)
 			wantError(t, r, c.exit, c.code, c.msgs...)
+			if len(r.stderr) > 300 {
+				t.Errorf("the error line is %d characters long: %s", len(r.stderr), r.stderr)
+			}
 		})
 	}
 }

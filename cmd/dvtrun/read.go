@@ -15,6 +15,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/dvtrun/dvtrun/engine"
 	"github.com/dvtrun/dvtrun/engine/stepview"
@@ -328,7 +329,8 @@ func cmdStatus(ctx context.Context, c *cli, args []string) error {
 		if err != nil {
 			return err
 		}
-		c.readLedger(ctx, &v)
+		q, _ := engine.QueuedRequest(evs)
+		c.readLedger(ctx, &v, q.Target)
 		if *asJSON {
 			return c.printJSON(v)
 		}
@@ -445,7 +447,8 @@ func oneLine(s string) string {
 
 func cmdEvents(ctx context.Context, c *cli, args []string) error {
 	fs := c.newFlagSet("events", "RUN_ID", "List a run's events in runSeq order.")
-	asJSON := fs.Bool("json", false, "print JSON")
+	asJSON := fs.Bool("json", false, "print JSON (payloads whole)")
+	full := fs.Bool("full", false, fmt.Sprintf("print payloads whole (the table cuts them at %d characters with …)", payloadWidth))
 	after := fs.Int64("after", 0, "only events with runSeq > `SEQ`")
 	limit := fs.Int("limit", 0, "at most `N` events (0: all)")
 	c.lastPlanFlag(fs)
@@ -478,9 +481,26 @@ func cmdEvents(ctx context.Context, c *cli, args []string) error {
 	tw := newTable(c.stdout)
 	fmt.Fprintln(tw, "SEQ\tTYPE\tSTEP\tATTEMPT\tEMITTED_AT\tPAYLOAD")
 	for _, e := range evs {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%d.%d\t%s\t%s\n", e.RunSeq, c.clean(string(e.EventType)), c.clean(e.StepID), e.LogicalAttemptID, e.EngineAttemptID, fmtTime(e.EmittedAt), c.clean(string(e.Payload)))
+		payload := c.clean(string(e.Payload))
+		if !*full {
+			payload = cutRunes(payload, payloadWidth)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d.%d\t%s\t%s\n", e.RunSeq, c.clean(string(e.EventType)), c.clean(e.StepID), e.LogicalAttemptID, e.EngineAttemptID, fmtTime(e.EmittedAt), payload)
 	}
 	return tw.Flush()
+}
+
+// payloadWidth is where the events table cuts a payload: a row stays about
+// one terminal line (a StepCompleted payload ran to 1,400 characters).
+const payloadWidth = 100
+
+// cutRunes is s cut to n characters, the last one an ellipsis, when longer.
+func cutRunes(s string, n int) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	r := []rune(s)
+	return string(r[:n-1]) + "…"
 }
 
 // The audit export of EngineExecutionContract.gw.md: a bundle {run, steps}

@@ -170,7 +170,7 @@ func (f runFlags) check() error {
 // directories: spool/ beside runs/.
 func (c *cli) withStateStore(f runFlags, s config.StateStore) (runFlags, error) {
 	f.writeBudget = cmp.Or(f.writeBudget, s.WriteBudget())
-	dir := cmp.Or(f.spoolDir, c.env("DVT_SPOOL_DIR"), relativeTo(c.g.config, s.SpoolDir), filepath.Join(filepath.Dir(c.runsDir()), "spool"))
+	dir := cmp.Or(f.spoolDir, c.env("DVT_SPOOL_DIR"), relativeTo(c.g.config, s.SpoolDir), filepath.Join(c.localStoreDir(), "spool"))
 	sp, err := spool.Open(dir)
 	var e *engine.Error
 	switch {
@@ -200,7 +200,7 @@ func (c *cli) newRunner(st stateStore, f runFlags, obs runner.Observer, lookup p
 		Sleep:     sleepCtx,
 		Secrets:   lookup,
 		Observe:   obs,
-		Artifacts: artifactFiles{c: c, dir: cmp.Or(f.targetPath, c.env("DVT_TARGET_PATH")), runs: c.runsDir()},
+		Artifacts: artifactFiles{c: c, dir: cmp.Or(f.targetPath, c.env("DVT_TARGET_PATH")), runs: c.runsDir(), say: c.sayArtifacts()},
 		Config: runner.Config{
 			Config:      eng.Config,
 			Threads:     f.threads,
@@ -327,6 +327,13 @@ func (c *cli) startAndExecute(ctx context.Context, f runFlags, b *plan.Bundle, r
 	if err := storeBundle(ctx, st, b); err != nil {
 		return err
 	}
+	var host *temporalHost
+	if c.onTemporal(f.engine) {
+		if host, err = c.startOnTemporal(ctx, f, cfg, st, wh, lookup); err != nil {
+			return err
+		}
+		defer host.close()
+	}
 	con := newConsole(c, targetName)
 	runID, err := c.engineFor(st).StartRun(ctx, req)
 	if err != nil {
@@ -342,14 +349,14 @@ func (c *cli) startAndExecute(ctx context.Context, f runFlags, b *plan.Bundle, r
 		fmt.Fprintln(c.stdout, c.clean(intro))
 	}
 	con.start = time.Now()
-	if c.onTemporal(f.engine) {
+	rn := c.newRunner(st, f, con, lookup)
+	if host != nil {
 		steps := prep.Full
 		con.Report(runner.Progress{Phase: runner.PhaseRunStarted, RunID: runID, Threads: f.threads, Total: len(steps.Steps)})
-		snap, err := c.executeOnTemporal(ctx, f, cfg, st, wh, lookup, runID)
+		snap, err := c.executeOnTemporal(ctx, host, f, st, rn, runID)
 		reportSteps(con, steps, snap)
 		return c.finishRun(ctx, con, runID, snap, err)
 	}
-	rn := c.newRunner(st, f, con, lookup)
 	rn.Signals = cfg.Signals
 	stopPulse, err := c.joinPulse(ctx, rn, st, f, cfg)
 	if err != nil {
@@ -530,8 +537,16 @@ func (c *cli) finishRun(ctx context.Context, con *console, runID string, snap en
 		// The exit code follows from err's code (exitCode): a store or
 		// warehouse outage leaves the run resumable (4), a corrupt store
 		// is an operational failure (1).
-		if engine.CodeOf(err) == engine.CodeStoreUnavailable {
-			fmt.Fprintf(c.stdout, "Stopped: the warehouse or state store is unavailable. Once it is back, continue with: %s\n", resume)
+		switch {
+		case engine.CodeOf(err) != engine.CodeStoreUnavailable:
+		case snap.Status.Terminal():
+			// Failed to start (a workflow Temporal did not start): no
+			// resume; the error says what was unreachable.
+			fmt.Fprintf(c.stdout, "Run %s %s: it could not start\n", c.clean(runID), snap.Status)
+		default:
+			// The error line names what is unavailable: the warehouse, the
+			// state store or the Temporal frontend.
+			fmt.Fprintf(c.stdout, "Stopped: what the error below names is unavailable. Once it is back, continue with: %s\n", resume)
 		}
 		return err
 	}
@@ -592,8 +607,10 @@ func runOutcome(runID string, snap engine.Snapshot) error {
 type console struct {
 	c      *cli
 	w      io.Writer
-	target string
-	start  time.Time
+	target string // the config's target, "" without one
+	// adapter is the warehouse's kind (sqlite, postgres, snowflake).
+	adapter string
+	start   time.Time
 
 	mu                     sync.Mutex
 	total                  int
@@ -613,8 +630,8 @@ type console struct {
 // steps would only flicker.
 const liveAfter = 3 * time.Second
 
-func newConsole(c *cli, target string) *console {
-	o := &console{c: c, w: c.stdout, target: target, start: time.Now(), running: map[string]time.Time{}}
+func newConsole(c *cli, adapter string) *console {
+	o := &console{c: c, w: c.stdout, target: c.targetName(), adapter: adapter, start: time.Now(), running: map[string]time.Time{}}
 	if isTerminal(c.stdout) {
 		o.tty = true
 		o.stopLive = make(chan struct{})
@@ -734,7 +751,13 @@ func (o *console) Report(p runner.Progress) {
 	switch p.Phase {
 	case runner.PhaseRunStarted:
 		o.total = p.Total
-		fmt.Fprintf(o.w, "Concurrency: %d threads (target='%s')\n\n", p.Threads, o.target)
+		// dbt names the target here; the adapter follows, and stands
+		// alone when no config target was chosen.
+		if o.target != "" {
+			fmt.Fprintf(o.w, "Concurrency: %d threads (target='%s', adapter='%s')\n\n", p.Threads, o.c.clean(o.target), o.adapter)
+		} else {
+			fmt.Fprintf(o.w, "Concurrency: %d threads (adapter='%s')\n\n", p.Threads, o.adapter)
+		}
 	case runner.PhaseStepStarted:
 		again := ""
 		if p.EngineAttempt > 1 {

@@ -126,7 +126,7 @@ func TestRunShopPlan(t *testing.T) {
 		t.Fatalf("exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
 	for _, re := range []string{
-		`Concurrency: 4 threads \(target='sqlite'\)`,
+		`Concurrency: 4 threads \(adapter='sqlite'\)`,
 		`(?m)^1 of \d+ START `,
 		`(?m)^\d+ of \d+ OK created sql (table|view) model \S+ \.{3,} \[OK in \d+\.\d\ds\]$`,
 		`(?m)^\d+ of \d+ OK loaded seed file \S+ \.{3,} \[INSERT \d+ in \d+\.\d\ds\]$`,
@@ -176,7 +176,7 @@ func TestRunConsoleOutput(t *testing.T) {
 		t.Fatalf("exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
 	for _, re := range []string{
-		`Concurrency: 2 threads \(target='sqlite'\)`,
+		`Concurrency: 2 threads \(adapter='sqlite'\)`,
 		`(?m)^\d of 5 START seed file customers \.+ \[RUN\]$`,
 		`(?m)^\d of 5 OK loaded seed file customers \.+ \[INSERT 3 in \d+\.\d\ds\]$`,
 		`(?m)^\d of 5 OK created sql table model stg_customers \.+ \[OK in \d+\.\d\ds\]$`,

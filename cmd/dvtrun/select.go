@@ -79,7 +79,7 @@ func didYouMeanStep(p *plan.Plan, selector string) string {
 			names = append(names, short)
 		}
 	}
-	if s := suggest(name, names); s != "" {
+	if s := engine.Suggest(name, names); s != "" {
 		return fmt.Sprintf("; did you mean %q?", s)
 	}
 	return ""

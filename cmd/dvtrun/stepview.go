@@ -13,8 +13,12 @@ import (
 // readLedger asks the warehouse's step ledger about the step's latest
 // logical attempt, unless the log already says or the step never ran. A
 // SQLite warehouse that does not exist is not created to be asked.
-func (c *cli) readLedger(ctx context.Context, v *stepview.View) {
+func (c *cli) readLedger(ctx context.Context, v *stepview.View, runTarget string) {
 	if !v.NeedsLedger() {
+		return
+	}
+	if why := c.useRunWarehouse(runTarget); why != "" {
+		v.Ledger.NotCheckedWhy = why
 		return
 	}
 	t, err := c.parseTarget("warehouse", c.g.warehouse)
@@ -40,6 +44,33 @@ func (c *cli) readLedger(ctx context.Context, v *stepview.View) {
 		return
 	}
 	v.AskLedger(ctx, l)
+}
+
+// useRunWarehouse points --warehouse at the warehouse of the target the
+// run ran on (its RunQueued says which), unless --warehouse was given or
+// the command's own target is that one; else it says why the ledger
+// cannot be asked.
+func (c *cli) useRunWarehouse(runTarget string) string {
+	if runTarget == "" || runTarget == c.targetName() || c.g.flagged["warehouse"] {
+		return ""
+	}
+	cfg, err := c.loadConfig()
+	if err != nil {
+		return err.Error()
+	}
+	if cfg.Targets[runTarget] == nil {
+		where := "no configuration file was found"
+		if c.g.config != "" {
+			where = "the configuration " + c.g.config + " does not have it"
+		}
+		return fmt.Sprintf("the run ran on target %s and %s: give --warehouse", runTarget, where)
+	}
+	t, err := c.resolveTarget(cfg, runTarget)
+	if err != nil {
+		return err.Error()
+	}
+	c.g.warehouse = t.Warehouse
+	return ""
 }
 
 func (c *cli) printStepView(v stepview.View) {

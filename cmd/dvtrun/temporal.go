@@ -54,7 +54,7 @@ func (c *cli) dialTemporal(ctx context.Context, tc config.Temporal) (client.Clie
 	cl, err := client.DialContext(dctx, client.Options{HostPort: tc.Address, Namespace: tc.Namespace,
 		Logger: sdklog.NewStructuredLogger(slog.New(slog.NewTextHandler(c.stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))})
 	if err != nil {
-		return nil, engine.Errorf(engine.CodeStoreUnavailable, "cannot reach Temporal at %s (namespace %s; the config's temporal block, or `make temporal-dev` for a local server): %v", tc.Address, tc.Namespace, err)
+		return nil, engine.Errorf(engine.CodeStoreUnavailable, "cannot reach the Temporal frontend at %s (namespace %s; the config's temporal block sets it, `make temporal-dev` starts a local one): %v", tc.Address, tc.Namespace, err)
 	}
 	return cl, nil
 }
@@ -84,17 +84,32 @@ func (c *cli) temporalActivities(st stateStore, wh engine.Warehouse, lookup plan
 	}
 }
 
-// executeOnTemporal starts the run's workflow and waits for it, with a
-// Temporal worker in this process for the run's task queue (any other
-// dvtrun worker polling it shares the steps). The snapshot is the store's.
-func (c *cli) executeOnTemporal(ctx context.Context, f runFlags, cfg *config.Config, st stateStore, wh engine.Warehouse, lookup plan.SecretLookup, runID string) (engine.Snapshot, error) {
+// startOnTemporal connects to the target's Temporal frontend and starts a
+// worker, before the run is recorded: a frontend that is down leaves no
+// QUEUED run behind that no engine would take.
+func (c *cli) startOnTemporal(ctx context.Context, f runFlags, cfg *config.Config, st stateStore, wh engine.Warehouse, lookup plan.SecretLookup) (*temporalHost, error) {
 	tc := c.temporalBlock(cfg)
-	host, err := c.hostTemporal(ctx, tc, f, sdkworker.Options{}, c.temporalActivities(st, wh, lookup, cfg, tc, f.leaseTTL))
-	if err != nil {
-		return engine.Snapshot{}, err
+	return c.hostTemporal(ctx, tc, f, sdkworker.Options{}, c.temporalActivities(st, wh, lookup, cfg, tc, f.leaseTTL))
+}
+
+// executeOnTemporal starts the run's workflow on host and waits for it
+// (any other dvtrun worker polling its task queue shares the steps). A
+// workflow Temporal did not start leaves the run failed to start
+// (RunQueued → RunFailed), not QUEUED for ever. The snapshot is the
+// store's.
+func (c *cli) executeOnTemporal(ctx context.Context, host *temporalHost, f runFlags, st stateStore, rn *runner.Runner, runID string) (engine.Snapshot, error) {
+	eng := c.engineFor(st)
+	snap, err := host.run(ctx, eng, f, runID)
+	if err == nil || ctx.Err() != nil {
+		return snap, err
 	}
-	defer host.close()
-	return host.run(ctx, c.engineFor(st), f, runID)
+	if now, serr := eng.GetRunStatus(context.WithoutCancel(ctx), runID); serr == nil && now.Status == engine.StatusQueued {
+		if aerr := rn.AbortStart(context.WithoutCancel(ctx), runID, err); aerr != nil {
+			return now, err
+		}
+		snap, _ = eng.GetRunStatus(context.WithoutCancel(ctx), runID)
+	}
+	return snap, err
 }
 
 // temporalHost is a Temporal client with a worker polling the block's task

@@ -91,6 +91,9 @@ type Result struct {
 	Plan          *plan.Plan
 	Problems      []Problem
 	SchemaVersion int // the manifest's schema version, 4..12
+	// MissingSeeds are the seed CSVs looked for and not found (the first
+	// place looked, sorted): most often a wrong project directory.
+	MissingSeeds []string
 }
 
 // YAML renders the plan as the YAML plan.Parse reads. Multi-line SQL
@@ -275,6 +278,7 @@ type importer struct {
 	stepOf   map[string]string     // node id → step id
 	failed   map[string]string     // node id → why it is not a step
 	problems []Problem
+	missing  []string // seed CSVs not found
 	renames  []rename // relation names in compiled SQL → one-part (or schema.name) names
 }
 
@@ -446,19 +450,34 @@ func (im *importer) run() (*Result, error) {
 			im.problems = append(im.problems, Problem{NodeID: id, Message: why})
 		}
 	}
-	res := &Result{Plan: p, Problems: im.problems, SchemaVersion: im.version}
+	sort.Strings(im.missing)
+	res := &Result{Plan: p, Problems: im.problems, SchemaVersion: im.version, MissingSeeds: im.missing}
 	if len(p.Steps) == 0 {
-		// The error is all a caller gets: it carries the problems, cut to a
-		// readable line in the message and whole in Meta.
+		// The error is all a caller gets: it carries the problems whole in
+		// Meta, and leads with a cause (a node that failed on its own, not
+		// for a dependency) in one short line.
 		listed := make([]string, len(im.problems))
+		var causes []string
 		for i, pr := range im.problems {
 			listed[i] = engine.ShowText(pr.NodeID) + ": " + pr.Message
+			if !strings.HasPrefix(pr.Message, "depends on ") {
+				causes = append(causes, listed[i])
+			}
 		}
 		msg := "no node of the dbt manifest could be imported"
-		if len(listed) > 0 {
-			msg += fmt.Sprintf(" (%d problems): %s", len(listed), engine.JoinLimited(listed, "; ", 10))
+		switch {
+		case len(im.missing) > 0:
+			msg = fmt.Sprintf("seed CSV not found: %s", im.missing[0])
+			if more := len(im.missing) - 1; more > 0 {
+				msg += fmt.Sprintf(" (and %d more seed(s))", more)
+			}
+			msg += fmt.Sprintf("; no node of the dbt manifest could be imported (%d problems)", len(listed))
+		case len(causes) > 0:
+			msg += fmt.Sprintf(" (%d problems): %s", len(listed), engine.JoinLimited(causes, "; ", 3))
+		case len(listed) > 0:
+			msg += fmt.Sprintf(" (%d problems): %s", len(listed), engine.JoinLimited(listed, "; ", 3))
 		}
-		return res, &engine.Error{Code: engine.CodePlanInvalid, Msg: msg, Meta: map[string]any{"problems": listed}}
+		return res, &engine.Error{Code: engine.CodePlanInvalid, Msg: msg, Meta: map[string]any{"problems": listed, "missingSeeds": im.missing}}
 	}
 	if err := p.Validate(); err != nil {
 		return res, fmt.Errorf("the imported plan is not valid: %w", err)
@@ -576,7 +595,9 @@ func (im *importer) seed(n *node) {
 	if n.OriginalFilePath != "" {
 		candidates = append(candidates, filepath.Join(im.opts.ProjectDir, filepath.FromSlash(n.OriginalFilePath)))
 	}
-	candidates = append(candidates, filepath.Join(im.opts.ProjectDir, "seeds", n.Name+".csv"))
+	if c := filepath.Join(im.opts.ProjectDir, "seeds", n.Name+".csv"); !slices.Contains(candidates, c) {
+		candidates = append(candidates, c)
+	}
 	path := ""
 	for _, c := range candidates {
 		if fi, err := os.Stat(c); err == nil && !fi.IsDir() {
@@ -586,6 +607,7 @@ func (im *importer) seed(n *node) {
 	}
 	if path == "" {
 		im.fail(n.UniqueID, "seed CSV not found (looked for %s)", strings.Join(candidates, ", "))
+		im.missing = append(im.missing, candidates[0])
 		return
 	}
 	rel, err := relativeTo(im.opts.OutDir, path)

@@ -272,6 +272,8 @@ func TestImportRejects(t *testing.T) {
 		// The error keeps the problem list (issue 8, Found 6).
 		{"nothing importable", `{` + v12 + `, "nodes": {"model.a.b": {"resource_type": "model", "name": "b"}}}`, "no node of the dbt manifest could be imported (1 problems): model.a.b: "},
 		{"nothing importable, many nodes", `{` + v12 + `, "nodes": {` + manyEmptyModels(40) + `}}`, "(40 problems): model.a.m00: "},
+		// A missing seed leads the line, not the nodes that depend on it.
+		{"seed not found", `{` + v12 + `, "nodes": {"seed.a.raw": {"resource_type": "seed", "name": "raw", "unique_id": "seed.a.raw", "original_file_path": "seeds/raw.csv"}, "model.a.stg": {"resource_type": "model", "name": "stg", "unique_id": "model.a.stg", "compiled_code": "select 1", "depends_on": {"nodes": ["seed.a.raw"]}}}}`, "seed CSV not found: " + filepath.Join("seeds", "raw.csv") + "; no node of the dbt manifest could be imported (2 problems)"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -279,7 +281,7 @@ func TestImportRejects(t *testing.T) {
 			if err == nil || engine.CodeOf(err) != engine.CodePlanInvalid || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("got %v, want PLAN_INVALID with %q", err, tc.want)
 			}
-			if strings.Contains(tc.name, "many") && (!strings.HasSuffix(err.Error(), "… and 30 more") || len(err.Error()) > 2000) {
+			if strings.Contains(tc.name, "many") && (!strings.HasSuffix(err.Error(), "… and 37 more") || len(err.Error()) > 500) {
 				t.Errorf("a long problem list is not cut with a count: %d bytes: %.200s…", len(err.Error()), err)
 			}
 		})

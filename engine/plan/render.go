@@ -188,6 +188,20 @@ func expand(text string, f func(template) (string, error), where string) (string
 	return b.String(), nil
 }
 
+// didYouMeanRelation is "; did you mean ref('raw_orders')?" for a ref to a
+// relation the plan does not build, close to one it does; "" otherwise.
+func (r *Renderer) didYouMeanRelation(name string) string {
+	names := make([]string, 0, len(r.relations))
+	for _, s := range r.relations {
+		names = append(names, s.Relation())
+	}
+	slices.Sort(names) // one answer whatever the map's order
+	if s := engine.Suggest(name, names); s != "" {
+		return fmt.Sprintf("; did you mean ref('%s')?", s)
+	}
+	return ""
+}
+
 // value renders a template whose value does not depend on where it goes.
 func (r *Renderer) value(s Step, t template) (string, error) {
 	d := r.c.Dialect
@@ -200,7 +214,7 @@ func (r *Renderer) value(s Step, t template) (string, error) {
 	case "ref":
 		dep, ok := r.relations[strings.ToLower(t.args[0].text)]
 		if !ok {
-			return "", templateErrorf("no seed or model of the plan builds %s", engine.QuoteText(t.args[0].text))
+			return "", templateErrorf("no seed or model of the plan builds %s%s", engine.QuoteText(t.args[0].text), r.didYouMeanRelation(t.args[0].text))
 		}
 		if isEphemeral(dep) {
 			return cteName(dep.Relation()), nil // inlined as a CTE of that name

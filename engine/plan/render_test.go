@@ -152,6 +152,8 @@ func TestValidateTemplates(t *testing.T) {
 	}{
 		{"unknown ref", `  - {id: model.a, kind: model, sql: "select * from {{ ref('nope') }}"}`,
 			`step model.a: {{ ref('nope') }}: no seed or model of the plan builds "nope"`},
+		{"mistyped ref", "  - {id: seed.raw_orders, kind: seed, path: o.csv}\n  - {id: model.a, kind: model, sql: \"select * from {{ ref('raw_ordrs') }}\"}",
+			`step model.a: {{ ref('raw_ordrs') }}: no seed or model of the plan builds "raw_ordrs"; did you mean ref('raw_orders')?`},
 		{"cycle through refs", "  - {id: model.a, kind: model, sql: \"select * from {{ ref('b') }}\"}\n  - {id: model.b, kind: model, sql: \"select * from {{ ref('a') }}\"}",
 			"dependency cycle: model.a -> model.b -> model.a"},
 		{"self ref", `  - {id: model.a, kind: model, sql: "select * from {{ ref('a') }}"}`, "step model.a: depends on itself"},

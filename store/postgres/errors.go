@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -30,6 +32,10 @@ func pgxConfig(dsn string, lockWait, idleInTx time.Duration) (*pgx.ConnConfig, e
 	if err != nil {
 		return nil, err
 	}
+	if !connectTimeoutSet(dsn) {
+		// libpq waits forever for a server that accepts and never answers.
+		cfg.ConnectTimeout = DefaultConnectTimeout
+	}
 	// dvtrun's own parameter, not the server's (wakeupsParam).
 	delete(cfg.RuntimeParams, wakeupsParam)
 	cfg.RuntimeParams["lock_timeout"] = strconv.FormatInt(lockWait.Milliseconds(), 10)
@@ -40,11 +46,41 @@ func pgxConfig(dsn string, lockWait, idleInTx time.Duration) (*pgx.ConnConfig, e
 	return cfg, nil
 }
 
+// DefaultConnectTimeout bounds opening a connection (TCP, TLS and the
+// start-up exchange, per host) when neither the DSN's connect_timeout nor
+// PGCONNECT_TIMEOUT sets it; connect_timeout=0 still waits forever, as in
+// libpq.
+const DefaultConnectTimeout = 10 * time.Second
+
+// connectTimeoutKey finds connect_timeout in a URL's query or a key=value DSN.
+var connectTimeoutKey = regexp.MustCompile(`(?:^|[?&\s])connect_timeout\s*=`)
+
+// connectTimeoutSet reports whether dsn or the environment sets the
+// connect timeout (pgconn reads 0 for both "absent" and "forever").
+func connectTimeoutSet(dsn string) bool {
+	return connectTimeoutKey.MatchString(dsn) || os.Getenv("PGCONNECT_TIMEOUT") != ""
+}
+
+// connectFailed reports whether err is a connection that could not be
+// opened (refused, unresolved, or past the connect timeout), not the
+// caller's own cancellation.
+func connectFailed(err error) bool {
+	var ce *pgconn.ConnectError
+	return errors.As(err, &ce) && !errors.Is(err, context.Canceled)
+}
+
+// missingDatabase is the configuration error of a DSN naming a database the
+// server does not have (SQLSTATE 3D000): no wait mends it.
+func missingDatabase(name string, pe *pgconn.PgError) error {
+	return &engine.Error{Code: engine.CodeConfigInvalid, Msg: fmt.Sprintf("the %s does not exist: %s (SQLSTATE %s; create it, e.g. createdb, or fix the DSN)", name, pe.Message, pe.Code), Err: pe}
+}
+
 // classify maps Postgres failures onto contract codes: a lock wait that ran
 // out, a serialisation failure, a deadlock or a lost connection are a
 // transient STORE_UNAVAILABLE (the runner retries; a run stays
-// resumable); refused credentials or a missing database STORE_UNAVAILABLE
-// for good.
+// resumable), and so is a server that cannot be reached, refused or past
+// the connect timeout; refused credentials STORE_UNAVAILABLE for good; a
+// database that does not exist CONFIG_INVALID (the DSN is wrong).
 func (s *Store) classify(err error) error {
 	if err == nil {
 		return nil
@@ -53,12 +89,17 @@ func (s *Store) classify(err error) error {
 	if errors.As(err, &ee) {
 		return err
 	}
+	var pe *pgconn.PgError
+	if connectFailed(err) && !errors.As(err, &pe) {
+		return engine.MarkTransient(&engine.Error{Code: engine.CodeStoreUnavailable, Msg: fmt.Sprintf("cannot reach the %s: %v", s.name, err), Err: err})
+	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
-	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
 		switch {
+		case pe.Code == "3D000":
+			return missingDatabase(s.name, pe)
 		case pe.Code == "55P03": // lock_not_available: lock_timeout ran out
 			ex := engine.LockWait{Resource: "a row of the " + s.name, Budget: s.opts.LockWait}.Exceeded()
 			var e *engine.Error
@@ -68,7 +109,7 @@ func (s *Store) classify(err error) error {
 			return engine.MarkTransient(ex)
 		case pe.Code == "40001" || pe.Code == "40P01" || pe.Code == "57P01" || pe.Code == "57P03" || pe.Code == "53300" || strings.HasPrefix(pe.Code, "08"):
 			return engine.MarkTransient(&engine.Error{Code: engine.CodeStoreUnavailable, Msg: fmt.Sprintf("the %s is unavailable for now: %s (SQLSTATE %s)", s.name, pe.Message, pe.Code), Err: err})
-		case strings.HasPrefix(pe.Code, "28") || pe.Code == "3D000" || pe.Code == "42501":
+		case strings.HasPrefix(pe.Code, "28") || pe.Code == "42501":
 			return &engine.Error{Code: engine.CodeStoreUnavailable, Msg: fmt.Sprintf("cannot use the %s: %s (SQLSTATE %s)", s.name, pe.Message, pe.Code), Err: err}
 		}
 		return fmt.Errorf("postgres state store (%s): %w", s.name, err)

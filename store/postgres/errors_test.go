@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"github.com/dvtrun/dvtrun/store"
 	"github.com/dvtrun/dvtrun/store/postgres"
 	"github.com/dvtrun/dvtrun/store/postgres/pgtest"
+	"github.com/dvtrun/dvtrun/store/snowflake/sftest"
 	"github.com/dvtrun/dvtrun/store/storetest"
 )
 
@@ -73,29 +75,74 @@ func TestLockWaitRunsOut(t *testing.T) {
 	}
 }
 
-// TestOpenErrors: a server that is not there is a transient
-// STORE_UNAVAILABLE, a DSN that does not parse INVALID_ARGUMENT, and
-// neither error shows the password.
+// TestOpenErrors: a server that is not there, refuses, or accepts and
+// never answers (no connect_timeout in the DSN: the default bound) is a
+// transient STORE_UNAVAILABLE, for the store and the warehouse alike; a
+// database the server does not have is CONFIG_INVALID (the DSN is wrong,
+// no wait mends it); a DSN that does not parse INVALID_ARGUMENT; and no
+// error shows the password.
 func TestOpenErrors(t *testing.T) {
 	const password = "N0t-Sh0wn"
+	refused, silent := sftest.Unreachable(t)
+	refusedHost, refusedPort, _ := net.SplitHostPort(refused)
+	silentHost, silentPort, _ := net.SplitHostPort(silent.Addr)
 	cases := []struct {
 		name, dsn string
 		code      engine.Code
 		transient bool
+		says      string
 	}{
-		{"no server", "postgres://dvt:" + password + "@/dvt?host=" + t.TempDir() + "&connect_timeout=5", engine.CodeStoreUnavailable, true},
-		{"bad DSN", "postgres://dvt:" + password + "@host:notaport/dvt", engine.CodeInvalidArgument, false},
+		{"no server", "postgres://dvt:" + password + "@/dvt?host=" + t.TempDir() + "&connect_timeout=5", engine.CodeStoreUnavailable, true, "cannot reach"},
+		{"refused", "postgres://dvt:" + password + "@" + refusedHost + ":" + refusedPort + "/dvt?sslmode=disable", engine.CodeStoreUnavailable, true, refusedPort},
+		{"accepts and never answers", "postgres://dvt:" + password + "@" + silentHost + ":" + silentPort + "/dvt?sslmode=disable", engine.CodeStoreUnavailable, true, silentPort},
+		{"accepts and never answers (key=value)", "host=" + silentHost + " port=" + silentPort + " user=dvt password=" + password + " dbname=dvt sslmode=disable", engine.CodeStoreUnavailable, true, silentPort},
+		{"bad DSN", "postgres://dvt:" + password + "@host:notaport/dvt", engine.CodeInvalidArgument, false, "does not parse"},
+	}
+	if srv := pgtest.Get(t); srv != nil {
+		cases = append(cases, struct {
+			name, dsn string
+			code      engine.Code
+			transient bool
+			says      string
+		}{"no such database", srv.URL("no_such_db"), engine.CodeConfigInvalid, false, `"no_such_db" does not exist`})
+	}
+	open := map[string]func(dsn string) error{
+		"store": func(dsn string) error {
+			s, err := postgres.Open(context.Background(), dsn, postgres.Options{})
+			if err == nil {
+				s.Close()
+			}
+			return err
+		},
+		"warehouse": func(dsn string) error {
+			w, err := postgres.OpenWarehouse(context.Background(), dsn, postgres.WarehouseOptions{})
+			if err == nil {
+				w.Close()
+			}
+			return err
+		},
 	}
 	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			_, err := postgres.Open(context.Background(), c.dsn, postgres.Options{})
-			if engine.CodeOf(err) != c.code || engine.IsTransient(err) != c.transient {
-				t.Fatalf("Open: %v, want %s (transient %v)", err, c.code, c.transient)
-			}
-			if strings.Contains(err.Error(), password) {
-				t.Errorf("the error shows the password: %v", err)
-			}
-		})
+		for what, fn := range open {
+			t.Run(c.name+"/"+what, func(t *testing.T) {
+				t.Parallel()
+				start := time.Now()
+				err := fn(c.dsn)
+				took := time.Since(start)
+				t.Logf("after %s: %v", took.Round(time.Millisecond), err)
+				if engine.CodeOf(err) != c.code || engine.IsTransient(err) != c.transient || !strings.Contains(err.Error(), c.says) {
+					t.Fatalf("open: %v, want %s (transient %v) saying %q", err, c.code, c.transient, c.says)
+				}
+				if strings.Contains(err.Error(), password) {
+					t.Errorf("the error shows the password: %v", err)
+				}
+				// Bounded by the default connect timeout, with a margin for
+				// a loaded machine: before, a silent server held it forever.
+				if took > postgres.DefaultConnectTimeout+20*time.Second {
+					t.Errorf("failed after %s, want within the %s connect timeout", took, postgres.DefaultConnectTimeout)
+				}
+			})
+		}
 	}
 }
 

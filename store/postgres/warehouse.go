@@ -409,9 +409,9 @@ func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`)
 // classify: a done context wins (the caller gets ctx.Err(); the server was
 // sent a cancel request); a lock wait past the budget is STORE_UNAVAILABLE,
 // not transient (the run stops, resumable); deadlocks, serialisation
-// failures and lost or refused connections are transient
-// STORE_UNAVAILABLE; refused credentials or a missing database
-// STORE_UNAVAILABLE; anything else the step's SQL did is STEP_FAILED with
+// failures and lost, refused or timed-out connections are transient
+// STORE_UNAVAILABLE; refused credentials STORE_UNAVAILABLE; a missing
+// database CONFIG_INVALID; anything else the step's SQL did is STEP_FAILED with
 // the server's message.
 func (w *Warehouse) classify(ctx context.Context, stepID string, err error) error {
 	if err == nil {
@@ -420,6 +420,14 @@ func (w *Warehouse) classify(ctx context.Context, stepID string, err error) erro
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
+	what := "the " + w.name
+	if stepID != "" {
+		what = "step " + stepID + " on the " + w.name
+	}
+	var pe *pgconn.PgError
+	if connectFailed(err) && !errors.As(err, &pe) {
+		return engine.MarkTransient(&engine.Error{Code: engine.CodeStoreUnavailable, Msg: fmt.Sprintf("%s: cannot reach the warehouse: %v", what, err), Err: err})
+	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
@@ -427,13 +435,10 @@ func (w *Warehouse) classify(ctx context.Context, stepID string, err error) erro
 	if errors.As(err, &ee) {
 		return err
 	}
-	what := "the " + w.name
-	if stepID != "" {
-		what = "step " + stepID + " on the " + w.name
-	}
-	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
 		switch {
+		case pe.Code == "3D000":
+			return missingDatabase(w.name, pe)
 		case pe.Code == "55P03": // lock_not_available: lock_timeout ran out
 			resource := "a table or row in the " + w.name
 			if stepID != "" {
@@ -447,7 +452,7 @@ func (w *Warehouse) classify(ctx context.Context, stepID string, err error) erro
 			return ex
 		case pe.Code == "40001" || pe.Code == "40P01" || pe.Code == "57P01" || pe.Code == "57P03" || pe.Code == "53300" || strings.HasPrefix(pe.Code, "08"):
 			return engine.MarkTransient(&engine.Error{Code: engine.CodeStoreUnavailable, Msg: fmt.Sprintf("%s: the warehouse is unavailable for now: %s (SQLSTATE %s)", what, pe.Message, pe.Code), Err: err})
-		case strings.HasPrefix(pe.Code, "28") || pe.Code == "3D000":
+		case strings.HasPrefix(pe.Code, "28"):
 			return &engine.Error{Code: engine.CodeStoreUnavailable, Msg: fmt.Sprintf("cannot use the %s: %s (SQLSTATE %s)", w.name, pe.Message, pe.Code), Err: err}
 		case pe.Code == "57014": // query_canceled with a live context: statement_timeout
 			return &engine.Error{Code: engine.CodeStepFailed, Msg: fmt.Sprintf("%s: %s (the step's timeout)", what, pe.Message), Err: err}

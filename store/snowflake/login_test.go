@@ -64,3 +64,35 @@ func TestLoginIsBounded(t *testing.T) {
 		}
 	}
 }
+
+// TestRefusedFailsFast: a host that refuses connections, or whose name does
+// not resolve, fails in a few seconds with the default login timeout, not
+// after the driver's login retries (24–28 s before), with the same
+// STORE_UNAVAILABLE naming the host.
+func TestRefusedFailsFast(t *testing.T) {
+	refused, _ := sftest.Unreachable(t)
+	for _, c := range []struct{ name, hostPort, says string }{
+		{"refused", refused, "connection refused"},
+		{"unknown host", "no-such-host.invalid:443", "no such host"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			dsn := "alice:Sup3rSecretPW@" + c.hostPort + "/db/sch?account=acme"
+			start := time.Now()
+			s, err := snowflake.Open(context.Background(), dsn, snowflake.Options{})
+			took := time.Since(start)
+			if err == nil {
+				s.Close()
+			}
+			t.Logf("after %s: %v", took.Round(time.Millisecond), err)
+			if engine.CodeOf(err) != engine.CodeStoreUnavailable || !strings.Contains(err.Error(), c.hostPort) || !strings.Contains(err.Error(), c.says) {
+				t.Fatalf("error %v, want STORE_UNAVAILABLE naming %s and saying %q", err, c.hostPort, c.says)
+			}
+			// The bound is loose for a loaded machine; the driver's retries
+			// alone took 24 s or more.
+			if took > 15*time.Second {
+				t.Errorf("failed after %s, want a few seconds", took)
+			}
+		})
+	}
+}

@@ -201,7 +201,7 @@ func TestCLIRunOnTemporal(t *testing.T) {
 	if out := dvt("verify", "--all"); !strings.Contains(out, "SQL projection == Go reducer") {
 		t.Fatalf("verify --all:\n%s", out)
 	}
-	if out := dvt("events", "last"); !strings.Contains(out, `"engineType":"temporal"`) || !strings.Contains(out, "temporal://"+ts.GetDefaultNamespace()+"/") {
+	if out := dvt("events", "last", "--full"); !strings.Contains(out, `"engineType":"temporal"`) || !strings.Contains(out, "temporal://"+ts.GetDefaultNamespace()+"/") {
 		t.Fatalf("RunStarted:\n%s", out)
 	}
 }

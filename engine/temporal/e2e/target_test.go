@@ -197,7 +197,7 @@ schedules:
 			want = []string{`"engineType":"temporal"`, `"triggerSource":"schedule"`, `"triggeredBy":"schedule:ticker"`}
 		}
 		started := ""
-		for line := range strings.Lines(dvt("events", r.RunID)) {
+		for line := range strings.Lines(dvt("events", "--full", r.RunID)) {
 			if strings.Contains(line, "RunStarted") {
 				started = line
 			}
@@ -270,7 +270,7 @@ targets:
 			t.Fatalf("run --target %s:\n%s", target, out)
 		}
 	}
-	if out := dvt("events", "--target", "tmp", "last"); !strings.Contains(out, `"engineType":"temporal"`) || !strings.Contains(out, "temporal://"+ts.GetDefaultNamespace()+"/") {
+	if out := dvt("events", "--full", "--target", "tmp", "last"); !strings.Contains(out, `"engineType":"temporal"`) || !strings.Contains(out, "temporal://"+ts.GetDefaultNamespace()+"/") {
 		t.Fatalf("the tmp run's RunStarted:\n%s", out)
 	}
 	if out := dvt("verify", "--all"); !strings.Contains(out, "SQL projection == Go reducer") {

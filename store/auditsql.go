@@ -56,7 +56,8 @@ func (a *AuditSQL) AuditRuns(ctx context.Context, runID string) ([]audit.RunHead
 	return out, a.d.Classify("audit runs", rows.Err())
 }
 
-// Links returns a run's chain columns by runSeq.
+// Links returns a run's chain columns by runSeq (payload_sha256, and
+// payload_text on Snowflake, with them).
 func (a *AuditSQL) Links(ctx context.Context, runID string) (map[int64]audit.StoredLink, error) {
 	rows, err := a.d.Read.QueryContext(ctx, a.d.Queries["audit_links"], runID)
 	if err != nil {
@@ -66,35 +67,46 @@ func (a *AuditSQL) Links(ctx context.Context, runID string) (map[int64]audit.Sto
 	out := map[int64]audit.StoredLink{}
 	for rows.Next() {
 		var seq int64
-		var prev, hash, bytes sql.NullString
-		if err := rows.Scan(&seq, &prev, &hash, &bytes); err != nil {
+		var prev, hash, bytes, digest, text sql.NullString
+		if err := rows.Scan(&seq, &prev, &hash, &bytes, &digest, &text); err != nil {
 			return nil, a.d.Classify("audit links", err)
 		}
-		out[seq] = audit.StoredLink{PrevHash: prev.String, Hash: hash.String, EventBytes: []byte(bytes.String)}
+		out[seq] = audit.StoredLink{PrevHash: prev.String, Hash: hash.String, EventBytes: []byte(bytes.String),
+			PayloadSHA256: digest.String, PayloadText: text.String}
 	}
 	return out, a.d.Classify("audit links", rows.Err())
 }
 
-// EventHashes returns every chained event's hash, by run and runSeq.
-func (a *AuditSQL) EventHashes(ctx context.Context) (map[string]map[int64]string, error) {
-	rows, err := a.d.Read.QueryContext(ctx, a.d.Queries["audit_event_hashes"])
-	if err != nil {
-		return nil, a.d.Classify("audit hashes", err)
-	}
-	defer rows.Close()
-	out := map[string]map[int64]string{}
-	for rows.Next() {
-		var run, hash string
-		var seq int64
-		if err := rows.Scan(&run, &seq, &hash); err != nil {
-			return nil, a.d.Classify("audit hashes", err)
+// AuditRunIDs returns the runs of dvt_run_events and of dvt_runs: all,
+// or the one given.
+func (a *AuditSQL) AuditRunIDs(ctx context.Context, runID string) (audit.RunIDs, error) {
+	var out audit.RunIDs
+	for _, l := range []struct {
+		all, one string
+		into     *[]string
+	}{{"audit_event_runs", "audit_event_run", &out.Events}, {"audit_registered_runs", "audit_registered_run", &out.Runs}} {
+		q, args := a.d.Queries[l.all], []any(nil)
+		if runID != "" {
+			q, args = a.d.Queries[l.one], []any{runID}
 		}
-		if out[run] == nil {
-			out[run] = map[int64]string{}
+		rows, err := a.d.Read.QueryContext(ctx, q, args...)
+		if err != nil {
+			return out, a.d.Classify("audit runs", err)
 		}
-		out[run][seq] = hash
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
+				return out, a.d.Classify("audit runs", err)
+			}
+			*l.into = append(*l.into, id)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return out, a.d.Classify("audit runs", err)
+		}
 	}
-	return out, a.d.Classify("audit hashes", rows.Err())
+	return out, nil
 }
 
 // AssignLogIndexes gives every chained event not yet in the global log

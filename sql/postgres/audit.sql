@@ -17,10 +17,22 @@ WHERE s.run_id = $1;
 
 -- name: audit_links
 -- The hashed bytes are the row's columns (audit.EventBytes): none stored.
-SELECT run_seq, prev_hash, hash, CAST(NULL AS TEXT) FROM dvt_run_events WHERE run_id = $1 ORDER BY run_seq;
+SELECT run_seq, prev_hash, hash, CAST(NULL AS TEXT), payload_sha256, CAST(NULL AS TEXT)
+FROM dvt_run_events WHERE run_id = $1 ORDER BY run_seq;
 
--- name: audit_event_hashes
-SELECT run_id, run_seq, hash FROM dvt_run_events WHERE hash IS NOT NULL;
+-- name: audit_event_runs
+-- The runs of the event table itself (audit verify cross-checks them with
+-- dvt_runs, dvt_run_seq and the global log).
+SELECT DISTINCT run_id FROM dvt_run_events ORDER BY run_id;
+
+-- name: audit_event_run
+SELECT DISTINCT run_id FROM dvt_run_events WHERE run_id = $1;
+
+-- name: audit_registered_runs
+SELECT run_id FROM dvt_runs ORDER BY run_id;
+
+-- name: audit_registered_run
+SELECT run_id FROM dvt_runs WHERE run_id = $1;
 
 -- name: audit_log
 SELECT log_index, run_id, run_seq, hash FROM dvt_audit_log WHERE log_index >= $1 ORDER BY log_index;
@@ -147,6 +159,68 @@ FROM (
            COALESCE(g.first_seq, 1) AS first_seq,
            r.run_id IS NOT NULL AS retained,
            e.payload IS NULL AS payload_removed
+    FROM dvt_run_events e LEFT JOIN dvt_audit_genesis g ON g.run_id = e.run_id
+    LEFT JOIN dvt_audit_retention r ON r.run_id = e.run_id
+    WHERE e.hash IS NOT NULL
+    WINDOW w AS (PARTITION BY e.run_id ORDER BY e.run_seq)
+) c
+
+-- name: audit_chain_view_v2
+-- The body of the dvt_audit_chain view since migration 0800: each chained
+-- event's hash recomputed from its columns in the v2 form (the payload as
+-- its digest, payload_sha256) or, for events chained before v2, the v1
+-- form; a v2 payload checked against its digest (a payload removed is ok
+-- only in a run with a retention record); the links as before. chain_form
+-- says which form matched (NULL: neither).
+SELECT c.run_id, c.run_seq, c.prev_hash, c.hash,
+       CASE WHEN c.v2_hash = c.hash THEN c.v2_hash ELSE c.v1_hash END AS recomputed_hash,
+       COALESCE((c.v2_hash = c.hash OR c.v1_hash = c.hash)
+         AND c.prev_hash = COALESCE(c.previous_hash, repeat('0', 64))
+         AND c.run_seq = COALESCE(c.previous_seq + 1, c.first_seq)
+         AND (c.v2_hash <> c.hash
+              OR (c.payload_sha256 IS NULL AND c.payload IS NULL)
+              OR (c.payload_sha256 IS NOT NULL AND c.payload IS NULL AND c.retained)
+              OR encode(sha256(convert_to(c.payload, 'UTF8')), 'hex') = c.payload_sha256), FALSE) AS ok,
+       c.retained,
+       CASE WHEN c.v2_hash = c.hash THEN 'v2' WHEN c.v1_hash = c.hash THEN 'v1' END AS chain_form
+FROM (
+    SELECT e.run_id, e.run_seq, e.prev_hash, e.hash, e.payload_sha256, e.payload::text AS payload,
+           encode(sha256(convert_to('dvtrun-chain-v1' || chr(10) || e.run_id || chr(10) || e.run_seq::text || chr(10)
+               || octet_length(e.event_id) || ':' || e.event_id
+               || octet_length(e.event_type) || ':' || e.event_type
+               || COALESCE(octet_length(e.step_id) || ':' || e.step_id, '-')
+               || octet_length(e.tenant_id) || ':' || e.tenant_id
+               || octet_length(e.project_id) || ':' || e.project_id
+               || octet_length(e.environment_id) || ':' || e.environment_id
+               || octet_length(e.plan_id) || ':' || e.plan_id
+               || octet_length(e.plan_version) || ':' || e.plan_version
+               || octet_length(e.logical_attempt_id::text) || ':' || e.logical_attempt_id
+               || octet_length(e.engine_attempt_id::text) || ':' || e.engine_attempt_id
+               || octet_length(e.idempotency_key) || ':' || e.idempotency_key
+               || octet_length(e.emitted_at) || ':' || e.emitted_at
+               || octet_length(e.persisted_at) || ':' || e.persisted_at
+               || COALESCE(octet_length(e.payload::text) || ':' || e.payload::text, '-')
+               || chr(10) || e.prev_hash, 'UTF8')), 'hex') AS v1_hash,
+           encode(sha256(convert_to('dvtrun-chain-v2' || chr(10) || e.run_id || chr(10) || e.run_seq::text || chr(10)
+               || octet_length(e.event_id) || ':' || e.event_id
+               || octet_length(e.event_type) || ':' || e.event_type
+               || COALESCE(octet_length(e.step_id) || ':' || e.step_id, '-')
+               || octet_length(e.tenant_id) || ':' || e.tenant_id
+               || octet_length(e.project_id) || ':' || e.project_id
+               || octet_length(e.environment_id) || ':' || e.environment_id
+               || octet_length(e.plan_id) || ':' || e.plan_id
+               || octet_length(e.plan_version) || ':' || e.plan_version
+               || octet_length(e.logical_attempt_id::text) || ':' || e.logical_attempt_id
+               || octet_length(e.engine_attempt_id::text) || ':' || e.engine_attempt_id
+               || octet_length(e.idempotency_key) || ':' || e.idempotency_key
+               || octet_length(e.emitted_at) || ':' || e.emitted_at
+               || octet_length(e.persisted_at) || ':' || e.persisted_at
+               || COALESCE(octet_length(e.payload_sha256) || ':' || e.payload_sha256, '-')
+               || chr(10) || e.prev_hash, 'UTF8')), 'hex') AS v2_hash,
+           LAG(e.hash) OVER w AS previous_hash,
+           LAG(e.run_seq) OVER w AS previous_seq,
+           COALESCE(g.first_seq, 1) AS first_seq,
+           r.run_id IS NOT NULL AS retained
     FROM dvt_run_events e LEFT JOIN dvt_audit_genesis g ON g.run_id = e.run_id
     LEFT JOIN dvt_audit_retention r ON r.run_id = e.run_id
     WHERE e.hash IS NOT NULL

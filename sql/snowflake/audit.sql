@@ -16,10 +16,24 @@ LEFT JOIN dvt_audit_retention r ON r.run_id = s.run_id
 WHERE s.run_id = ?;
 
 -- name: audit_links
-SELECT run_seq, prev_hash, hash, event_bytes FROM dvt_run_events WHERE run_id = ? ORDER BY run_seq;
+-- event_bytes are the hashed bytes (the payload VARIANT re-serialises);
+-- payload_text is the payload as appended, which payload_sha256 covers.
+SELECT run_seq, prev_hash, hash, event_bytes, payload_sha256, payload_text
+FROM dvt_run_events WHERE run_id = ? ORDER BY run_seq;
 
--- name: audit_event_hashes
-SELECT run_id, run_seq, hash FROM dvt_run_events WHERE hash IS NOT NULL;
+-- name: audit_event_runs
+-- The runs of the event table itself (audit verify cross-checks them with
+-- dvt_runs, dvt_run_seq and the global log).
+SELECT DISTINCT run_id FROM dvt_run_events ORDER BY run_id;
+
+-- name: audit_event_run
+SELECT DISTINCT run_id FROM dvt_run_events WHERE run_id = ?;
+
+-- name: audit_registered_runs
+SELECT run_id FROM dvt_runs ORDER BY run_id;
+
+-- name: audit_registered_run
+SELECT run_id FROM dvt_runs WHERE run_id = ?;
 
 -- name: audit_log
 SELECT log_index, run_id, run_seq, hash FROM dvt_audit_log WHERE log_index >= ? ORDER BY log_index;
@@ -67,10 +81,18 @@ WHERE s.status IN ('COMPLETED', 'FAILED', 'CANCELLED')
           AND l.log_index < (SELECT COALESCE(MAX(c.tree_size), 0) FROM dvt_audit_checkpoints c))));
 
 -- name: audit_retain_remove
--- Removes the payloads of the runs recorded for retention: payload and the
--- hashed event bytes (which hold the payload); hash and prev_hash stay.
-UPDATE dvt_run_events SET payload = NULL, event_bytes = NULL
-WHERE run_id IN (SELECT run_id FROM dvt_audit_retention) AND (payload IS NOT NULL OR event_bytes IS NOT NULL);
+-- Removes the payloads of the runs recorded for retention: payload and
+-- payload_text; hash, prev_hash and payload_sha256 stay. A v2 event keeps
+-- its event_bytes (they hold the digest, not the payload); a v1 event's
+-- event_bytes hold the payload and go with it.
+UPDATE dvt_run_events SET payload = NULL, payload_text = NULL,
+    event_bytes = CASE WHEN SHA2('dvtrun-chain-v2' || CHR(10) || run_id || CHR(10) || CAST(run_seq AS VARCHAR)
+                                 || CHR(10) || event_bytes || CHR(10) || prev_hash, 256) = hash
+                       THEN event_bytes END
+WHERE run_id IN (SELECT run_id FROM dvt_audit_retention)
+  AND (payload IS NOT NULL OR payload_text IS NOT NULL
+       OR (event_bytes IS NOT NULL AND SHA2('dvtrun-chain-v2' || CHR(10) || run_id || CHR(10) || CAST(run_seq AS VARCHAR)
+                                            || CHR(10) || event_bytes || CHR(10) || prev_hash, 256) <> hash));
 
 -- name: audit_latest_checkpoint
 SELECT tree_size, root_hash, note FROM dvt_audit_checkpoints ORDER BY tree_size DESC LIMIT 1;

@@ -17,10 +17,22 @@ WHERE s.run_id = ?;
 
 -- name: audit_links
 -- The hashed bytes are the row's columns (audit.EventBytes): none stored.
-SELECT run_seq, prev_hash, hash, CAST(NULL AS TEXT) FROM dvt_run_events WHERE run_id = ? ORDER BY run_seq;
+SELECT run_seq, prev_hash, hash, CAST(NULL AS TEXT), payload_sha256, CAST(NULL AS TEXT)
+FROM dvt_run_events WHERE run_id = ? ORDER BY run_seq;
 
--- name: audit_event_hashes
-SELECT run_id, run_seq, hash FROM dvt_run_events WHERE hash IS NOT NULL;
+-- name: audit_event_runs
+-- The runs of the event table itself (audit verify cross-checks them with
+-- dvt_runs, dvt_run_seq and the global log).
+SELECT DISTINCT run_id FROM dvt_run_events ORDER BY run_id;
+
+-- name: audit_event_run
+SELECT DISTINCT run_id FROM dvt_run_events WHERE run_id = ?;
+
+-- name: audit_registered_runs
+SELECT run_id FROM dvt_runs ORDER BY run_id;
+
+-- name: audit_registered_run
+SELECT run_id FROM dvt_runs WHERE run_id = ?;
 
 -- name: audit_log
 SELECT log_index, run_id, run_seq, hash FROM dvt_audit_log WHERE log_index >= ? ORDER BY log_index;

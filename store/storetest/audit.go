@@ -114,10 +114,17 @@ func RunAudit(t *testing.T, b AuditBackend) {
 			l := links[r.RunSeq]
 			b := l.EventBytes // Snowflake stores them; elsewhere they are the row's columns
 			if len(b) == 0 {
-				b = audit.EventBytes(r)
+				b = audit.EventBytesV2(r, l.PayloadSHA256)
 			}
-			if l.PrevHash != prev || l.Hash != audit.Link(f.A, r.RunSeq, b, prev) {
-				t.Fatalf("runSeq %d: link %+v does not chain after %s", r.RunSeq, l, prev)
+			if l.PrevHash != prev || l.Hash != audit.LinkV2(f.A, r.RunSeq, b, prev) {
+				t.Fatalf("runSeq %d: link %+v does not chain after %s in the v2 form", r.RunSeq, l, prev)
+			}
+			text := r.Payload
+			if len(l.EventBytes) > 0 {
+				text = []byte(l.PayloadText) // the VARIANT re-serialises
+			}
+			if l.PayloadSHA256 != audit.PayloadDigest(text) {
+				t.Fatalf("runSeq %d: payload_sha256 %q, want the digest of %s", r.RunSeq, l.PayloadSHA256, text)
 			}
 			prev = l.Hash
 		}
@@ -157,19 +164,22 @@ func RunAudit(t *testing.T, b AuditBackend) {
 		run      func(f AuditFixture) string // the run named ("" for none)
 		seq      int64
 		want     string
+		// prepare, when set, makes the statements instead of stmts, from
+		// the seeded store (a re-chained run's hashes).
+		prepare func(t *testing.T, s AuditStore, f AuditFixture) []string
 	}{
 		{"UpdatePayload", func(f AuditFixture) []string {
 			return []string{fmt.Sprintf(`UPDATE dvt_run_events SET payload = %s WHERE run_id = %s AND run_seq = 4`, b.JSON(`'{"rowsAffected":0}'`), q(f.A))}
-		}, false, func(f AuditFixture) string { return f.A }, 4, "payload differs|does not hash to its hash"},
+		}, false, func(f AuditFixture) string { return f.A }, 4, "payload differs from its payload_text|does not hash to its payload_sha256", nil},
 		{"UpdateEventType", func(f AuditFixture) []string {
 			return []string{fmt.Sprintf(`UPDATE dvt_run_events SET event_type = 'StepCompleted' WHERE run_id = %s AND run_seq = 4`, q(f.B))}
-		}, false, func(f AuditFixture) string { return f.B }, 4, "eventType differs|does not hash to its hash"},
+		}, false, func(f AuditFixture) string { return f.B }, 4, "eventType differs|does not hash to its hash", nil},
 		{"UpdateHash", func(f AuditFixture) []string {
 			return []string{fmt.Sprintf(`UPDATE dvt_run_events SET hash = %s WHERE run_id = %s AND run_seq = 4`, q(strings.Repeat("a", 64)), q(f.A))}
-		}, false, func(f AuditFixture) string { return f.A }, 4, "does not match the stored event bytes|does not hash to its hash"},
+		}, false, func(f AuditFixture) string { return f.A }, 4, "does not match the stored event bytes|does not hash to its hash", nil},
 		{"DeleteEvent", func(f AuditFixture) []string {
 			return []string{fmt.Sprintf(`DELETE FROM dvt_run_events WHERE run_id = %s AND run_seq = 3`, q(f.A))}
-		}, false, func(f AuditFixture) string { return f.A }, 3, "runSeq 3 is missing"},
+		}, false, func(f AuditFixture) string { return f.A }, 3, "runSeq 3 is missing", nil},
 		{"SwapRunSeqs", func(f AuditFixture) []string {
 			w := fmt.Sprintf(" WHERE run_id = %s AND run_seq = ", q(f.A))
 			return []string{
@@ -177,23 +187,23 @@ func RunAudit(t *testing.T, b AuditBackend) {
 				"UPDATE dvt_run_events SET run_seq = 2" + w + "3",
 				"UPDATE dvt_run_events SET run_seq = 3" + w + "100",
 			}
-		}, false, func(f AuditFixture) string { return f.A }, 2, "does not link to the previous event's hash"},
+		}, false, func(f AuditFixture) string { return f.A }, 2, "does not link to the previous event's hash", nil},
 		{"TruncateTail", func(f AuditFixture) []string {
 			return []string{fmt.Sprintf(`DELETE FROM dvt_run_events WHERE run_id = %s AND run_seq >= 4`, q(f.B))}
-		}, false, func(f AuditFixture) string { return f.B }, 4, "runSeq 4 is missing"},
+		}, false, func(f AuditFixture) string { return f.B }, 4, "runSeq 4 is missing", nil},
 		{"TruncateTailAndItsSequenceRow", func(f AuditFixture) []string {
 			return []string{
 				fmt.Sprintf(`DELETE FROM dvt_run_events WHERE run_id = %s AND run_seq >= 4`, q(f.B)),
 				fmt.Sprintf(`UPDATE dvt_run_seq SET next_seq = 4, status = 'RUNNING' WHERE run_id = %s`, q(f.B)),
 			}
-		}, false, func(f AuditFixture) string { return f.B }, 4, "in the log at index"},
+		}, false, func(f AuditFixture) string { return f.B }, 4, "in the log at index", nil},
 		{"DeleteRun", func(f AuditFixture) []string {
 			return []string{
 				fmt.Sprintf(`DELETE FROM dvt_run_events WHERE run_id = %s`, q(f.A)),
 				fmt.Sprintf(`DELETE FROM dvt_run_seq WHERE run_id = %s`, q(f.A)),
 				fmt.Sprintf(`DELETE FROM dvt_runs WHERE run_id = %s`, q(f.A)),
 			}
-		}, false, func(f AuditFixture) string { return f.A }, 1, "in the log at index"},
+		}, false, func(f AuditFixture) string { return f.A }, 1, "in the log at index", nil},
 		{"DeleteRunWithItsLogAndCheckpoints", func(f AuditFixture) []string {
 			// B's events are the log's last four: without them the stored
 			// log is whole again, and only a checkpoint held outside shows
@@ -205,21 +215,91 @@ func RunAudit(t *testing.T, b AuditBackend) {
 				fmt.Sprintf(`DELETE FROM dvt_audit_log WHERE run_id = %s`, q(f.B)),
 				`DELETE FROM dvt_audit_checkpoints`,
 			}
-		}, true, func(AuditFixture) string { return "" }, 0, "covers 10 events but the log holds 5"},
+		}, true, func(AuditFixture) string { return "" }, 0, "covers 10 events but the log holds 5", nil},
 		{"ReplaceCheckpoint", func(f AuditFixture) []string {
 			return []string{fmt.Sprintf(`UPDATE dvt_audit_checkpoints SET note = %s WHERE tree_size = 10`, q(strings.ReplaceAll(string(other.Note), "'", "''")))}
-		}, false, func(AuditFixture) string { return "" }, 0, "not signed by the pinned key"},
+		}, false, func(AuditFixture) string { return "" }, 0, "not signed by the pinned key", nil},
+		{"DeleteSequenceRow", func(f AuditFixture) []string {
+			return []string{fmt.Sprintf(`DELETE FROM dvt_run_seq WHERE run_id = %s`, q(f.A))}
+		}, false, func(f AuditFixture) string { return f.A }, 1, "no sequence row", nil},
+		{"DeleteSequenceRowAndEditPayload", func(f AuditFixture) []string {
+			return []string{
+				fmt.Sprintf(`DELETE FROM dvt_run_seq WHERE run_id = %s`, q(f.B)),
+				fmt.Sprintf(`UPDATE dvt_run_events SET payload = %s WHERE run_id = %s AND run_seq = 4`, b.JSON(`'{"rowsAffected":0}'`), q(f.B)),
+			}
+		}, false, func(f AuditFixture) string { return f.B }, 1, "no sequence row", nil},
+		{"DeleteRunsRow", func(f AuditFixture) []string {
+			return []string{fmt.Sprintf(`DELETE FROM dvt_runs WHERE run_id = %s`, q(f.A))}
+		}, false, func(f AuditFixture) string { return f.A }, 1, "no dvt_runs row", nil},
+		{"ChainedEventAfterTheTerminalEvent", nil, false, func(f AuditFixture) string { return f.A }, 6, "after the run's terminal event",
+			func(t *testing.T, s AuditStore, f AuditFixture) []string {
+				return append(forgeEvent(t, s, f.A), fmt.Sprintf(`UPDATE dvt_run_seq SET next_seq = 7 WHERE run_id = %s`, q(f.A)))
+			}},
+		{"ChainedEventBeyondNextSeq", nil, false, func(f AuditFixture) string { return f.C }, 3, "beyond the run's sequence row",
+			func(t *testing.T, s AuditStore, f AuditFixture) []string { return forgeEvent(t, s, f.C) }},
+		{"EventMissingFromTheLog", func(f AuditFixture) []string {
+			return []string{fmt.Sprintf(`DELETE FROM dvt_audit_log WHERE run_id = %s AND run_seq = 4`, q(f.A))}
+		}, false, func(f AuditFixture) string { return f.A }, 4, "not in the global log, though the run's later runSeq 5 is", nil},
+		{"ReChainedRun", nil, false, func(f AuditFixture) string { return f.B }, 4, "the log's hash at index 8 is .*, the event's row hashes to",
+			func(t *testing.T, s AuditStore, f AuditFixture) []string {
+				stmts, _ := rechain(t, s, f.B, 4, engine.StepCompleted)
+				return stmts
+			}},
+		{"ReChainedRunAndLog", nil, false, func(f AuditFixture) string { return f.A }, 1, "stored checkpoint of size 10: .*departs from the signed tree at log indexes 0 to 9",
+			func(t *testing.T, s AuditStore, f AuditFixture) []string {
+				stmts, log := rechain(t, s, f.B, 4, engine.StepCompleted)
+				return append(stmts, log...)
+			}},
+		{"ExternalCheckpointOlderThanTheStoresNewest", nil, true, func(f AuditFixture) string { return f.C }, 2, "stored checkpoint of size 12: .*departs from the signed tree at log index 11: ",
+			func(t *testing.T, s AuditStore, f AuditFixture) []string {
+				// C's two events are indexed and signed at 12, and a
+				// checkpoint of 11 was taken between them; the auditor's
+				// outside copy is the older one of 10. C's runSeq 2
+				// re-chained with its log entry: the external checkpoint
+				// and the one of 11 still match, the stored 12 does not.
+				Checkpoint(t, s)
+				signPrefix(t, s, 11)
+				stmts, log := rechain(t, s, f.C, 2, engine.RunCancelled)
+				return append(stmts, log...)
+			}},
+		{"PayloadAndItsDigestEdited", nil, false, func(f AuditFixture) string { return f.A }, 4, "does not hash to its hash|payload_sha256 differs from the hashed event bytes",
+			func(t *testing.T, s AuditStore, f AuditFixture) []string {
+				text := `{"rowsAffected":0}`
+				set := fmt.Sprintf(`payload = %s, payload_sha256 = %s`, b.JSON(q(text)), q(audit.PayloadDigest([]byte(text))))
+				if storesBytes(t, s, f.A) {
+					set += ", payload_text = " + q(text)
+				}
+				return []string{fmt.Sprintf(`UPDATE dvt_run_events SET %s WHERE run_id = %s AND run_seq = 4`, set, q(f.A))}
+			}},
+		{"EventTypeEditedAfterThePayloadWasRemoved", nil, false, func(f AuditFixture) string { return f.B }, 4, "does not hash to its hash|eventType differs from the hashed event bytes",
+			func(t *testing.T, s AuditStore, f AuditFixture) []string {
+				// The forged retention's core: with the payload gone, the
+				// event type is still covered by the hash.
+				set := `payload = NULL, event_type = 'StepCompleted'`
+				if storesBytes(t, s, f.B) {
+					set += ", payload_text = NULL"
+				}
+				return []string{fmt.Sprintf(`UPDATE dvt_run_events SET %s WHERE run_id = %s AND run_seq = 4`, set, q(f.B))}
+			}},
 	}
 	for _, m := range mutations {
 		t.Run("Mutation"+m.name, func(t *testing.T) {
 			s := b.Fresh(t)
 			f := SeedAudit(t, s)
-			b.Tamper(t, s, m.stmts(f)...)
+			if m.prepare != nil {
+				b.Tamper(t, s, m.prepare(t, s, f)...)
+			} else {
+				b.Tamper(t, s, m.stmts(f)...)
+			}
 			o := audit.VerifyOptions{PublicKey: TestPublicKey}
-			if m.external {
+			// A rewrite with the stored log and checkpoints: only the
+			// checkpoint held outside shows it.
+			if m.external && m.name == "DeleteRunWithItsLogAndCheckpoints" {
 				if rep := verify(t, s, o); rep.Problem != nil {
 					t.Fatalf("without the external checkpoint the rewritten store verifies (the test's premise): %v", rep.Problem)
 				}
+			}
+			if m.external {
 				o.External = f.Checkpoint.Note
 			}
 			rep := verify(t, s, o)
@@ -382,6 +462,115 @@ func testRetention(t *testing.T, b AuditBackend) {
 			t.Fatalf("a run marked retained outside any checkpoint: %v, want run %s named", p, f.C)
 		}
 	})
+}
+
+// storesBytes reports whether the backend keeps the hashed bytes and the
+// payload text beside the row (Snowflake).
+func storesBytes(t *testing.T, s AuditStore, run string) bool {
+	t.Helper()
+	links, err := s.Links(ctx, run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(links[1].EventBytes) > 0
+}
+
+// sqlText quotes v as an SQL string literal.
+func sqlText(v string) string { return "'" + strings.ReplaceAll(v, "'", "''") + "'" }
+
+// chainedRecords returns a run's events as the chain hashes them (the
+// payload text as appended) and their links.
+func chainedRecords(t *testing.T, s AuditStore, run string) ([]engine.RunEventRecord, map[int64]audit.StoredLink) {
+	t.Helper()
+	links, err := s.Links(ctx, run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := events(t, s, run)
+	for i, r := range recs {
+		if l := links[r.RunSeq]; len(l.EventBytes) > 0 {
+			recs[i].Payload = []byte(l.PayloadText)
+		}
+	}
+	return recs, links
+}
+
+// forgeEvent is an insider's chained event after the run's last one, the
+// way README's chain definition says to hash it, inserted with plain SQL
+// (the sequence row untouched).
+func forgeEvent(t *testing.T, s AuditStore, run string) []string {
+	t.Helper()
+	recs, links := chainedRecords(t, s, run)
+	last := recs[len(recs)-1]
+	r := last
+	r.RunSeq, r.EventID, r.IdempotencyKey = last.RunSeq+1, "forged-event", "forged-key"
+	r.EventType, r.StepID, r.Payload = engine.StepStarted, "model.forged", nil
+	c := audit.Chain(links[last.RunSeq].Hash, []engine.RunEventRecord{r})[0]
+	cols, vals := "", ""
+	if len(links[last.RunSeq].EventBytes) > 0 {
+		cols, vals = ", event_bytes", ", "+sqlText(string(c.EventBytes))
+	}
+	return []string{fmt.Sprintf(`INSERT INTO dvt_run_events (run_id, run_seq, tenant_id, project_id, environment_id, event_id,
+    event_type, step_id, plan_id, plan_version, logical_attempt_id, engine_attempt_id, idempotency_key,
+    emitted_at, persisted_at, payload, prev_hash, hash%s)
+SELECT run_id, %d, tenant_id, project_id, environment_id, 'forged-event', 'StepStarted', 'model.forged',
+    plan_id, plan_version, logical_attempt_id, engine_attempt_id, 'forged-key', emitted_at, persisted_at, NULL,
+    %s, %s%s
+FROM dvt_run_events WHERE run_id = %s AND run_seq = %d`, cols, r.RunSeq, sqlText(c.PrevHash), sqlText(c.Hash), vals, sqlText(run), last.RunSeq)}
+}
+
+// rechain is an insider's edit that keeps the run's chain whole: the event
+// type of runSeq from changed and every link from there recomputed (the
+// sequence row's head with them). log rewrites the run's global log
+// entries to the new hashes as well.
+func rechain(t *testing.T, s AuditStore, run string, from int64, typ engine.EventType) (stmts, log []string) {
+	t.Helper()
+	recs, links := chainedRecords(t, s, run)
+	recs[from-1].EventType = typ
+	stmts = append(stmts, fmt.Sprintf(`UPDATE dvt_run_events SET event_type = %s WHERE run_id = %s AND run_seq = %d`, sqlText(string(typ)), sqlText(run), from))
+	head, prev := "", audit.Genesis
+	if from > 1 {
+		prev = links[from-1].Hash
+	}
+	for i, c := range audit.Chain(prev, recs[from-1:]) {
+		seq := from + int64(i)
+		set := fmt.Sprintf(`prev_hash = %s, hash = %s`, sqlText(c.PrevHash), sqlText(c.Hash))
+		if len(links[seq].EventBytes) > 0 {
+			set += ", event_bytes = " + sqlText(string(c.EventBytes))
+		}
+		stmts = append(stmts, fmt.Sprintf(`UPDATE dvt_run_events SET %s WHERE run_id = %s AND run_seq = %d`, set, sqlText(run), seq))
+		log = append(log, fmt.Sprintf(`UPDATE dvt_audit_log SET hash = %s WHERE run_id = %s AND run_seq = %d`, sqlText(c.Hash), sqlText(run), seq))
+		head = c.Hash
+	}
+	stmts = append(stmts, fmt.Sprintf(`UPDATE dvt_run_seq SET last_hash = %s WHERE run_id = %s`, sqlText(head), sqlText(run)))
+	return stmts, log
+}
+
+// signPrefix stores a checkpoint of the log's first size entries, signed
+// with TestKey, as if the checkpointer had run when the log was that long.
+func signPrefix(t *testing.T, s AuditStore, size int64) {
+	t.Helper()
+	entries, err := s.LogEntries(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tree audit.Tree
+	for _, e := range entries[:size] {
+		if err := tree.Add(e.Hash); err != nil {
+			t.Fatal(err)
+		}
+	}
+	root, err := tree.Root(size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp, err := audit.Sign(TestKey, size, root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SaveCheckpoint(ctx, cp, time.Date(2026, 4, 1, 12, 30, 0, 0, time.UTC)); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func verify(t *testing.T, s AuditStore, o audit.VerifyOptions) audit.Report {

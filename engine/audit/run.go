@@ -104,8 +104,8 @@ func Verify(ctx context.Context, st Store, o VerifyOptions) (Report, error) {
 	for _, run := range slices.Sorted(maps.Keys(names)) {
 		h, hasHead := headOf[run]
 		switch {
-		case !hasHead && !inEvents[run] && !inRuns[run]:
-			continue // only in the log: VerifyLog names its first entry
+		case !hasHead && !inEvents[run] && (!inRuns[run] || inLog[run]):
+			continue // its events deleted with it: VerifyLog names its first entry in the log
 		case !hasHead && inEvents[run]:
 			rep.Problem = &Problem{RunID: run, RunSeq: 1, What: "events are stored, but the run has no sequence row (dvt_run_seq): it was deleted"}
 		case !hasHead:

@@ -3,7 +3,7 @@
 // assigns runSeq), a global log of the chained events as an RFC 6962 Merkle
 // tree (golang.org/x/mod/sumdb/tlog) and Ed25519-signed checkpoints of it
 // in the C2SP signed-note format (golang.org/x/mod/sumdb/note). The
-// canonical forms here are documented in README ("Tamper-evident log"):
+// canonical forms here are documented in docs/guides/auditing.md:
 // an auditor recomputes them without dvtrun.
 package audit
 

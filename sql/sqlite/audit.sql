@@ -16,7 +16,8 @@ LEFT JOIN dvt_audit_retention r ON r.run_id = s.run_id
 WHERE s.run_id = ?;
 
 -- name: audit_links
--- The hashed bytes are the row's columns (audit.EventBytes): none stored.
+-- The hashed bytes are the row's columns (audit.EventBytesV2, or EventBytes
+-- for v1 events): none stored.
 SELECT run_seq, prev_hash, hash, CAST(NULL AS TEXT), payload_sha256, CAST(NULL AS TEXT)
 FROM dvt_run_events WHERE run_id = ? ORDER BY run_seq;
 

@@ -6,6 +6,7 @@ import (
 	"crypto/ed25519"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -330,6 +331,75 @@ func RunAudit(t *testing.T, b AuditBackend) {
 		b.Tamper(t, s, fmt.Sprintf(`UPDATE dvt_run_events SET hash = %s WHERE run_id = %s AND run_seq = 4`, q(strings.Repeat("a", 64)), q(f.A)))
 		if got := b.Rows(t, s, broken); len(got) != 2 || got[0] != f.A+":4" || got[1] != f.A+":5" {
 			t.Fatalf("replaced hash: broken at %v, want [%s:4 %s:5]", got, f.A, f.A)
+		}
+		if got := b.Rows(t, s, `SELECT CAST(COUNT(*) AS VARCHAR) FROM dvt_audit_chain WHERE chain_form = 'v2'`); len(got) != 1 || got[0] != "11" {
+			t.Fatalf("v2 links: %v, want the 11 whose hash was not replaced", got)
+		}
+		// A payload edited: the v2 hash still recomputes (it covers the
+		// digest), the digest no longer does. On Snowflake the digest is
+		// over payload_text (that the VARIANT says the same is verify's).
+		col, val := "payload", b.JSON(`'{"rowsAffected":0}'`)
+		if storesBytes(t, s, f.B) {
+			col, val = "payload_text", `'{"rowsAffected":0}'`
+		}
+		b.Tamper(t, s, fmt.Sprintf(`UPDATE dvt_run_events SET %s = %s WHERE run_id = %s AND run_seq = 4`, col, val, q(f.B)))
+		if got := b.Rows(t, s, broken); len(got) != 3 || !slices.Contains(got, f.B+":4") {
+			t.Fatalf("edited payload: broken at %v, want %s:4 with A's two", got, f.B)
+		}
+	})
+
+	t.Run("V1EventsStillVerify", func(t *testing.T) {
+		// Events chained before v2 keep their v1 links: C's two events
+		// rewritten as the v1 append wrote them verify, and are counted;
+		// without its payload a v1 event proves nothing and is a break.
+		s := b.Fresh(t)
+		f := SeedAudit(t, s)
+		recs, links := chainedRecords(t, s, f.C)
+		prev, bytes := audit.Genesis, storesBytes(t, s, f.C)
+		recs[1].Payload = []byte(`{"rowsAffected":1}`) // v1 hashes a payload itself
+		var stmts []string
+		for _, r := range recs {
+			eb := audit.EventBytes(r)
+			h := audit.Link(f.C, r.RunSeq, eb, prev)
+			set := fmt.Sprintf(`prev_hash = %s, hash = %s, payload_sha256 = NULL`, sqlText(prev), sqlText(h))
+			if len(r.Payload) > 0 {
+				set += ", payload = " + b.JSON(sqlText(string(r.Payload)))
+			}
+			if bytes {
+				set += ", payload_text = NULL, event_bytes = " + sqlText(string(eb))
+			}
+			stmts = append(stmts, fmt.Sprintf(`UPDATE dvt_run_events SET %s WHERE run_id = %s AND run_seq = %d`, set, q(f.C), r.RunSeq))
+			prev = h
+		}
+		if len(links) != 2 {
+			t.Fatalf("C: %d links, want 2", len(links))
+		}
+		b.Tamper(t, s, append(stmts, fmt.Sprintf(`UPDATE dvt_run_seq SET last_hash = %s WHERE run_id = %s`, sqlText(prev), q(f.C)))...)
+		rep := verify(t, s, audit.VerifyOptions{PublicKey: TestPublicKey, External: f.Checkpoint.Note})
+		if rep.Problem != nil || rep.V1 != 2 || rep.Chained != 12 {
+			t.Fatalf("v1 events: %+v, want verified with 2 of 12 in v1", rep)
+		}
+		set := "payload = NULL"
+		if bytes {
+			set += ", event_bytes = NULL"
+		}
+		b.Tamper(t, s,
+			fmt.Sprintf(`INSERT INTO dvt_audit_retention (run_id, removed_at, cutoff) VALUES (%s, '2026-05-01T00:00:00.000000000Z', 'x')`, q(f.C)),
+			fmt.Sprintf(`UPDATE dvt_run_events SET %s WHERE run_id = %s AND run_seq = 2`, set, q(f.C)))
+		p := verify(t, s, audit.VerifyOptions{PublicKey: TestPublicKey}).Problem
+		if p == nil || p.RunID != f.C || p.RunSeq != 2 || !regexp.MustCompile("v1 event whose payload was removed|in either form").MatchString(p.What) {
+			t.Fatalf("a v1 payload removed: %v, want run %s runSeq 2 named", p, f.C)
+		}
+	})
+
+	t.Run("UntouchedWithCheckpointsOfEverySize", func(t *testing.T) {
+		s := b.Fresh(t)
+		f := SeedAudit(t, s)
+		Checkpoint(t, s)
+		signPrefix(t, s, 11)
+		rep := verify(t, s, audit.VerifyOptions{PublicKey: TestPublicKey, External: f.Checkpoint.Note})
+		if rep.Problem != nil || rep.Checkpoints != 3 || rep.External == nil || rep.External.Size != 10 || rep.Latest.Size != 12 || rep.Unindexed != 0 {
+			t.Fatalf("untouched store with checkpoints of 10, 11 and 12: %+v", rep)
 		}
 	})
 

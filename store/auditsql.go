@@ -157,10 +157,16 @@ func (a *AuditSQL) LogEntries(ctx context.Context, from int64) ([]audit.LogEntry
 	}
 	defer rows.Close()
 	var out []audit.LogEntry
+	runs := map[string]string{} // one string per run: a log of a million entries holds few runs
 	for rows.Next() {
 		var e audit.LogEntry
 		if err := rows.Scan(&e.Index, &e.RunID, &e.RunSeq, &e.Hash); err != nil {
 			return nil, a.d.Classify("audit log", err)
+		}
+		if r, ok := runs[e.RunID]; ok {
+			e.RunID = r
+		} else {
+			runs[e.RunID] = e.RunID
 		}
 		out = append(out, e)
 	}

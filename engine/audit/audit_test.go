@@ -211,3 +211,47 @@ func TestSameJSON(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckIndexed: an event missing from the log is a break when a later
+// event of its run is there, or when it is more than IndexGrace older than
+// an indexed event; otherwise it is only newer than the last indexing.
+func TestCheckIndexed(t *testing.T) {
+	base := time.Date(2026, 4, 1, 8, 0, 0, 0, time.UTC).UnixNano()
+	run := func(persisted ...time.Duration) *runResult {
+		r := &runResult{}
+		for _, d := range persisted {
+			r.chained = append(r.chained, true)
+			r.hashes = append(r.hashes, tlog.Hash{})
+			r.persisted = append(r.persisted, base+int64(d))
+		}
+		return r
+	}
+	entry := func(i int64, run string, seq int64) LogEntry { return LogEntry{Index: i, RunID: run, RunSeq: seq} }
+	cases := []struct {
+		name    string
+		results map[string]*runResult
+		entries []LogEntry
+		run     string
+		seq     int64
+		substr  string
+	}{
+		{"all indexed", map[string]*runResult{"a": run(0, time.Second)}, []LogEntry{entry(0, "a", 1), entry(1, "a", 2)}, "", 0, ""},
+		{"a run's tail not indexed yet", map[string]*runResult{"a": run(0, time.Second)}, []LogEntry{entry(0, "a", 1)}, "", 0, ""},
+		{"another run appended since", map[string]*runResult{"a": run(0), "b": run(time.Minute)}, []LogEntry{entry(0, "a", 1)}, "", 0, ""},
+		{"a concurrent append committed late", map[string]*runResult{"a": run(time.Minute), "b": run(0)}, []LogEntry{entry(0, "a", 1)}, "", 0, ""},
+		{"an entry removed before a later one of its run", map[string]*runResult{"a": run(0, time.Second, 2 * time.Second)}, []LogEntry{entry(0, "a", 1), entry(1, "a", 3)}, "a", 2, "later runSeq 3 is (at index 1)"},
+		{"an event far older than the log's newest", map[string]*runResult{"a": run(2 * time.Hour), "b": run(0)}, []LogEntry{entry(0, "a", 1)}, "b", 1, "more than 1h0m0s before"},
+		{"an event twice in the log", map[string]*runResult{"a": run(0)}, []LogEntry{entry(0, "a", 1), entry(1, "a", 1)}, "a", 1, "twice, at index 0 and 1"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p := checkIndexed(c.entries, c.results)
+			switch {
+			case c.substr == "" && p != nil:
+				t.Fatalf("problem %v", p)
+			case c.substr != "" && (p == nil || p.RunID != c.run || p.RunSeq != c.seq || !strings.Contains(p.What, c.substr)):
+				t.Fatalf("problem %v, want run %s runSeq %d and %q", p, c.run, c.seq, c.substr)
+			}
+		})
+	}
+}

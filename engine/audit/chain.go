@@ -68,7 +68,10 @@ func PayloadDigest(payload []byte) string {
 }
 
 func eventBytes(rec engine.RunEventRecord, last string, lastNull bool) []byte {
-	var b []byte
+	// Sized once: the fixed-width times, attempts and length prefixes fit
+	// in 160 bytes beside the text columns.
+	b := make([]byte, 0, 160+len(rec.EventID)+len(rec.EventType)+len(rec.StepID)+len(rec.TenantID)+len(rec.ProjectID)+
+		len(rec.EnvironmentID)+len(rec.PlanID)+len(rec.PlanVersion)+len(rec.IdempotencyKey)+len(last))
 	add := func(v string) {
 		b = strconv.AppendInt(b, int64(len(v)), 10)
 		b = append(b, ':')

@@ -237,8 +237,8 @@ func hasPayload(r engine.RunEventRecord, l StoredLink) bool {
 // payloadRemoved reports whether the row has no payload, as retention
 // leaves it.
 func payloadRemoved(r engine.RunEventRecord) bool {
-	p := string(bytes.TrimSpace(r.Payload))
-	return p == "" || p == "null"
+	p := bytes.TrimSpace(r.Payload)
+	return len(p) == 0 || bytes.Equal(p, []byte("null"))
 }
 
 // sameEventV2 names the first column where the row differs from the v2

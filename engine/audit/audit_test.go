@@ -239,7 +239,7 @@ func TestCheckIndexed(t *testing.T) {
 		{"a run's tail not indexed yet", map[string]*runResult{"a": run(0, time.Second)}, []LogEntry{entry(0, "a", 1)}, "", 0, ""},
 		{"another run appended since", map[string]*runResult{"a": run(0), "b": run(time.Minute)}, []LogEntry{entry(0, "a", 1)}, "", 0, ""},
 		{"a concurrent append committed late", map[string]*runResult{"a": run(time.Minute), "b": run(0)}, []LogEntry{entry(0, "a", 1)}, "", 0, ""},
-		{"an entry removed before a later one of its run", map[string]*runResult{"a": run(0, time.Second, 2 * time.Second)}, []LogEntry{entry(0, "a", 1), entry(1, "a", 3)}, "a", 2, "later runSeq 3 is (at index 1)"},
+		{"an entry removed before a later one of its run", map[string]*runResult{"a": run(0, time.Second, 2*time.Second)}, []LogEntry{entry(0, "a", 1), entry(1, "a", 3)}, "a", 2, "later runSeq 3 is (at index 1)"},
 		{"an event far older than the log's newest", map[string]*runResult{"a": run(2 * time.Hour), "b": run(0)}, []LogEntry{entry(0, "a", 1)}, "b", 1, "more than 1h0m0s before"},
 		{"an event twice in the log", map[string]*runResult{"a": run(0)}, []LogEntry{entry(0, "a", 1), entry(1, "a", 1)}, "a", 1, "twice, at index 0 and 1"},
 	}

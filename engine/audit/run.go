@@ -241,8 +241,9 @@ func checkIndexed(entries []LogEntry, results map[string]*runResult) *Problem {
 // as the evidence: one index when two checkpoints are one apart.
 func checkCheckpoints(rep *Report, tree *Tree, entries []LogEntry, stored []StoredCheckpoint, o VerifyOptions) *Problem {
 	type signed struct {
-		cp  Checkpoint
-		src string
+		cp       Checkpoint
+		src      string
+		external bool
 	}
 	var all []signed
 	for _, s := range stored {
@@ -254,14 +255,14 @@ func checkCheckpoints(rep *Report, tree *Tree, entries []LogEntry, stored []Stor
 		if cp.Size != s.Size || base64.StdEncoding.EncodeToString(cp.Root[:]) != s.Root {
 			return &Problem{What: src + ": its row's size or root differs from the signed note"}
 		}
-		all = append(all, signed{cp, src})
+		all = append(all, signed{cp, src, false})
 	}
 	if o.External != nil {
 		cp, err := Open(o.External, o.PublicKey)
 		if err != nil {
 			return &Problem{What: fmt.Sprintf("the external checkpoint: %v", err)}
 		}
-		all = append(all, signed{cp, "the external checkpoint"})
+		all = append(all, signed{cp, "the external checkpoint", true})
 	}
 	var matched int64 // the largest size whose root matches
 	var first *signed // the smallest size whose root does not
@@ -286,7 +287,7 @@ func checkCheckpoints(rep *Report, tree *Tree, entries []LogEntry, stored []Stor
 	}
 	for _, s := range all {
 		cp := s.cp
-		if s.src == "the external checkpoint" {
+		if s.external {
 			rep.External = &cp
 		} else {
 			rep.Checkpoints++

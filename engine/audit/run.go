@@ -307,7 +307,11 @@ func departure(entries []LogEntry, lo, hi int64, src string) *Problem {
 	if hi-lo > 1 {
 		where = fmt.Sprintf("log indexes %d to %d (the first of them is named; the signed checkpoints bracket the change no closer)", lo, hi-1)
 	}
-	return &Problem{RunID: e.RunID, RunSeq: e.RunSeq, What: fmt.Sprintf("%s: the log's first %d events do not have the signed root, its first %d do: the log departs from the signed tree at %s: the log was rewritten", src, hi, lo, where)}
+	matched := fmt.Sprintf("its first %d do", lo)
+	if lo == 0 {
+		matched = "and no smaller signed checkpoint matches"
+	}
+	return &Problem{RunID: e.RunID, RunSeq: e.RunSeq, What: fmt.Sprintf("%s: the log's first %d events do not have the signed root, %s: the log departs from the signed tree at %s: the log was rewritten", src, hi, matched, where)}
 }
 
 // retainedCovered checks that every chained event of a run whose payloads

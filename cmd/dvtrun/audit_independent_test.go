@@ -1,7 +1,7 @@
 package main
 
-// An independent verifier, written from README's "Tamper-evident log"
-// alone: it does not call dvtrun's hashing, tree or note code (no
+// An independent verifier, written from docs/guides/auditing.md ("The
+// chain, byte for byte") alone: it does not call dvtrun's hashing, tree or note code (no
 // engine/audit, no sumdb/tlog, no sumdb/note), only the standard library,
 // so a mistake shared by the product and its own checks cannot hide here.
 
@@ -26,10 +26,11 @@ import (
 
 const zeros64 = "0000000000000000000000000000000000000000000000000000000000000000"
 
-// chainHash is README's hash: SHA-256 of
-// "dvtrun-chain-v1 LF run_id LF run_seq LF event_bytes LF prev_hash".
-func chainHash(runID string, seq int64, eventBytes, prev string) string {
-	sum := sha256.Sum256([]byte("dvtrun-chain-v1\n" + runID + "\n" + strconv.FormatInt(seq, 10) + "\n" + eventBytes + "\n" + prev))
+// chainHash is the guide's hash: SHA-256 of
+// "FORM LF run_id LF run_seq LF event_bytes LF prev_hash", FORM being
+// dvtrun-chain-v2 (or dvtrun-chain-v1 for events appended before v2).
+func chainHash(form, runID string, seq int64, eventBytes, prev string) string {
+	sum := sha256.Sum256([]byte(form + "\n" + runID + "\n" + strconv.FormatInt(seq, 10) + "\n" + eventBytes + "\n" + prev))
 	return hex.EncodeToString(sum[:])
 }
 
@@ -43,8 +44,9 @@ func nodeHash(l, r []byte) []byte {
 	return h[:]
 }
 
-// eventBytes is README's event bytes: each column in README's order, as
-// its length in bytes, ':' and its text, or '-' for NULL.
+// eventBytes is the guide's event bytes: each column in the guide's order
+// (v2: payload_sha256 last, in the payload's place), as its length in
+// bytes, ':' and its text, or '-' for NULL.
 func eventBytes(cols []sql.NullString) string {
 	var b strings.Builder
 	for _, c := range cols {
@@ -131,6 +133,7 @@ func checkInclusionProof(out, vkey string) error {
 		RunID      string   `json:"runId"`
 		RunSeq     int64    `json:"runSeq"`
 		PrevHash   string   `json:"prevHash"`
+		ChainForm  string   `json:"chainForm"`
 		EventBytes string   `json:"eventBytes"`
 		Hash       string   `json:"hash"`
 		LogIndex   int64    `json:"logIndex"`
@@ -141,7 +144,10 @@ func checkInclusionProof(out, vkey string) error {
 	if err := json.Unmarshal([]byte(out), &p); err != nil {
 		return err
 	}
-	if got := chainHash(p.RunID, p.RunSeq, p.EventBytes, p.PrevHash); got != p.Hash {
+	if p.ChainForm != "dvtrun-chain-v2" {
+		return fmt.Errorf("a new event proven in the form %q, want dvtrun-chain-v2", p.ChainForm)
+	}
+	if got := chainHash(p.ChainForm, p.RunID, p.RunSeq, p.EventBytes, p.PrevHash); got != p.Hash {
 		return fmt.Errorf("hash %s does not recompute (%s)", p.Hash, got)
 	}
 	size, root, err := openCheckpoint(p.Checkpoint, vkey)
@@ -193,7 +199,7 @@ func TestIndependentVerifier(t *testing.T) {
 
 	rows, err := db.QueryContext(ctx, `SELECT run_id, run_seq, prev_hash, hash, event_id, event_type, step_id, tenant_id,
 		project_id, environment_id, plan_id, plan_version, CAST(logical_attempt_id AS TEXT), CAST(engine_attempt_id AS TEXT),
-		idempotency_key, emitted_at, persisted_at, payload FROM dvt_run_events ORDER BY run_id, run_seq`)
+		idempotency_key, emitted_at, persisted_at, payload_sha256, payload FROM dvt_run_events ORDER BY run_id, run_seq`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,12 +209,22 @@ func TestIndependentVerifier(t *testing.T) {
 		var run, ph, hh string
 		var seq int64
 		cols := make([]sql.NullString, 14)
+		var payload sql.NullString
 		dest := []any{&run, &seq, &ph, &hh}
 		for i := range cols {
 			dest = append(dest, &cols[i])
 		}
-		if err := rows.Scan(dest...); err != nil {
+		if err := rows.Scan(append(dest, &payload)...); err != nil {
 			t.Fatal(err)
+		}
+		// v2: the payload enters as its digest; the payload must be the
+		// digest's (an event without one has both NULL).
+		if digest := cols[13]; payload.Valid != digest.Valid {
+			t.Fatalf("%s/%d: payload present %v, payload_sha256 present %v", run, seq, payload.Valid, digest.Valid)
+		} else if payload.Valid {
+			if sum := sha256.Sum256([]byte(payload.String)); hex.EncodeToString(sum[:]) != digest.String {
+				t.Fatalf("%s/%d: payload_sha256 %s is not the payload's digest", run, seq, digest.String)
+			}
 		}
 		eb := eventBytes(cols)
 		if run != lastRun {
@@ -217,7 +233,7 @@ func TestIndependentVerifier(t *testing.T) {
 		if ph != prev {
 			t.Fatalf("%s/%d: prev_hash %s, want %s", run, seq, ph, prev)
 		}
-		if got := chainHash(run, seq, eb, ph); got != hh {
+		if got := chainHash("dvtrun-chain-v2", run, seq, eb, ph); got != hh {
 			t.Fatalf("%s/%d: hash %s, recomputed %s", run, seq, hh, got)
 		}
 		hashes[fmt.Sprintf("%s/%d", run, seq)] = hh

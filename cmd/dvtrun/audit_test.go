@@ -100,6 +100,14 @@ func TestAuditVerifyCLI(t *testing.T) {
 				`UPDATE dvt_run_seq SET status = 'FAILED' WHERE run_id = '` + run + `'`,
 				`INSERT INTO dvt_audit_retention (run_id, removed_at, cutoff) VALUES ('` + run + `', '2026-05-01T00:00:00.000000000Z', '2026-04-01T00:00:00.000000000Z')`,
 			}
+		}, []string{"--checkpoint", "checkpoint.txt"}, []string{"runSeq", "the row does not hash to its hash"}},
+		// The v2 hash names the edited row; payloads removed alone under a
+		// bare retention row are the retention evidence's to refuse.
+		{"retention forged to remove payloads", func(run string) []string {
+			return []string{
+				`UPDATE dvt_run_events SET payload = NULL WHERE run_id = '` + run + `'`,
+				`INSERT INTO dvt_audit_retention (run_id, removed_at, cutoff) VALUES ('` + run + `', '2026-05-01T00:00:00.000000000Z', '2026-04-01T00:00:00.000000000Z')`,
+			}
 		}, []string{"--checkpoint", "checkpoint.txt"}, []string{"retention: ", "no signed record"}},
 		{"checkpoint replaced", func(string) []string {
 			return []string{`UPDATE dvt_audit_checkpoints SET note = REPLACE(note, 'dvtrun.audit', 'dvtrun.other')`}

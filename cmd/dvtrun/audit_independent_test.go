@@ -1,9 +1,10 @@
 package main
 
 // An independent verifier, written from docs/guides/auditing.md ("The
-// chain, byte for byte") alone: it does not call dvtrun's hashing, tree or note code (no
-// engine/audit, no sumdb/tlog, no sumdb/note), only the standard library,
-// so a mistake shared by the product and its own checks cannot hide here.
+// chain, byte for byte", "The retention record") alone: it does not call
+// dvtrun's hashing, tree or note code (no engine/audit, no sumdb/tlog, no
+// sumdb/note), only the standard library, so a mistake shared by the
+// product and its own checks cannot hide here.
 
 import (
 	"bytes"
@@ -79,21 +80,40 @@ func merkleRoot(leaves [][]byte) []byte {
 // "<name>+<key id hex>+<base64 of 0x01 ‖ key>" and returns the
 // checkpoint's size and root.
 func openCheckpoint(note, vkey string) (int64, []byte, error) {
+	text, err := openNote(note, vkey)
+	if err != nil {
+		return 0, nil, err
+	}
+	lines := strings.Split(text, "\n")
+	if len(lines) < 4 || lines[0] != strings.SplitN(vkey, "+", 2)[0] {
+		return 0, nil, errors.New("not a checkpoint of the key's origin")
+	}
+	size, err := strconv.ParseInt(lines[1], 10, 64)
+	if err != nil {
+		return 0, nil, err
+	}
+	root, err := base64.StdEncoding.DecodeString(lines[2])
+	return size, root, err
+}
+
+// openNote checks a signed note's signature against a public key and
+// returns its text (ending in a newline).
+func openNote(note, vkey string) (string, error) {
 	parts := strings.SplitN(vkey, "+", 3)
 	if len(parts) != 3 {
-		return 0, nil, errors.New("malformed public key")
+		return "", errors.New("malformed public key")
 	}
 	keyBytes, err := base64.StdEncoding.DecodeString(parts[2])
 	if err != nil || len(keyBytes) != 33 || keyBytes[0] != 0x01 {
-		return 0, nil, errors.New("not an Ed25519 public key")
+		return "", errors.New("not an Ed25519 public key")
 	}
 	id, err := hex.DecodeString(parts[1])
 	if err != nil || len(id) != 4 {
-		return 0, nil, errors.New("malformed key id")
+		return "", errors.New("malformed key id")
 	}
 	text, sigs, ok := strings.Cut(note, "\n\n")
 	if !ok {
-		return 0, nil, errors.New("no signature block")
+		return "", errors.New("no signature block")
 	}
 	text += "\n"
 	verified := false
@@ -111,18 +131,9 @@ func openCheckpoint(note, vkey string) (int64, []byte, error) {
 		}
 	}
 	if !verified {
-		return 0, nil, errors.New("no signature verifies with the public key")
+		return "", errors.New("no signature verifies with the public key")
 	}
-	lines := strings.Split(text, "\n")
-	if len(lines) < 4 || lines[0] != parts[0] {
-		return 0, nil, errors.New("not a checkpoint of the key's origin")
-	}
-	size, err := strconv.ParseInt(lines[1], 10, 64)
-	if err != nil {
-		return 0, nil, err
-	}
-	root, err := base64.StdEncoding.DecodeString(lines[2])
-	return size, root, err
+	return text, nil
 }
 
 // checkInclusionProof checks `audit prove` output with the public key
@@ -187,15 +198,59 @@ func checkInclusionProof(out, vkey string) error {
 }
 
 // TestIndependentVerifier recomputes the chain and the root of a real run
-// straight from the store's tables and checks the checkpoint's signature.
+// straight from the store's tables and checks the checkpoint's signature,
+// as appended and after retention (the guide's "Retention": the payloads
+// gone, their digests kept, a signed record in the log).
 func TestIndependentVerifier(t *testing.T) {
+	for _, retain := range []bool{false, true} {
+		t.Run(fmt.Sprintf("retained=%v", retain), func(t *testing.T) { independentVerifier(t, retain) })
+	}
+}
+
+func independentVerifier(t *testing.T, retain bool) {
 	h, runID, cpFile := auditHarness(t)
+	if retain {
+		if r := h.run("audit", "retain", "--older-than", "1ns"); r.code != 0 {
+			t.Fatalf("audit retain: %d %s", r.code, r.stderr)
+		}
+		if r := h.run("audit", "checkpoint", "--out", cpFile); r.code != 0 {
+			t.Fatalf("audit checkpoint: %d %s", r.code, r.stderr)
+		}
+	}
 	db, err := sql.Open("sqlite", h.statePath())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
 	ctx := context.Background()
+
+	// Retention records: signed notes "dvtrun-retention-v1 LF seq LF run
+	// LF …"; their log leaf is the SHA-256 of the note.
+	records, retained := map[int64]string{}, map[string]bool{}
+	rrows, err := db.QueryContext(ctx, `SELECT run_id, seq, note FROM dvt_audit_retention`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rrows.Next() {
+		var run, note string
+		var seq int64
+		if err := rrows.Scan(&run, &seq, &note); err != nil {
+			t.Fatal(err)
+		}
+		text, err := openNote(note, storetest.TestPublicKey)
+		if err != nil {
+			t.Fatalf("retention record of %s: %v", run, err)
+		}
+		if f := strings.Split(text, "\n"); len(f) < 3 || f[0] != "dvtrun-retention-v1" || f[1] != strconv.FormatInt(seq, 10) || f[2] != run {
+			t.Fatalf("retention record of %s: %q", run, text)
+		}
+		sum := sha256.Sum256([]byte(note))
+		records[seq], retained[run] = hex.EncodeToString(sum[:]), true
+	}
+	rrows.Close()
+	if len(records) != map[bool]int{false: 0, true: 1}[retain] {
+		t.Fatalf("%d retention records, want one per retained run", len(records))
+	}
 
 	rows, err := db.QueryContext(ctx, `SELECT run_id, run_seq, prev_hash, hash, event_id, event_type, step_id, tenant_id,
 		project_id, environment_id, plan_id, plan_version, CAST(logical_attempt_id AS TEXT), CAST(engine_attempt_id AS TEXT),
@@ -218,8 +273,9 @@ func TestIndependentVerifier(t *testing.T) {
 			t.Fatal(err)
 		}
 		// v2: the payload enters as its digest; the payload must be the
-		// digest's (an event without one has both NULL).
-		if digest := cols[13]; payload.Valid != digest.Valid {
+		// digest's (an event without one has both NULL; retention removes
+		// the payload and keeps the digest).
+		if digest := cols[13]; payload.Valid != digest.Valid && !(digest.Valid && retained[run]) {
 			t.Fatalf("%s/%d: payload present %v, payload_sha256 present %v", run, seq, payload.Valid, digest.Valid)
 		} else if payload.Valid {
 			if sum := sha256.Sum256([]byte(payload.String)); hex.EncodeToString(sum[:]) != digest.String {
@@ -267,14 +323,18 @@ func TestIndependentVerifier(t *testing.T) {
 		if err := lrows.Scan(&idx, &run, &seq, &hh); err != nil {
 			t.Fatal(err)
 		}
-		if idx != int64(len(leaves)) || hashes[fmt.Sprintf("%s/%d", run, seq)] != hh {
+		want := hashes[fmt.Sprintf("%s/%d", run, seq)]
+		if run == "dvtrun.audit.retention" {
+			want = records[seq]
+		}
+		if idx != int64(len(leaves)) || want != hh {
 			t.Fatalf("log index %d: %s/%d %s is not the stored event's hash", idx, run, seq, hh)
 		}
 		raw, _ := hex.DecodeString(hh)
 		leaves = append(leaves, leafHash(raw))
 	}
 	lrows.Close()
-	if size != int64(n) || int64(len(leaves)) != size {
+	if size != int64(n+len(records)) || int64(len(leaves)) != size {
 		t.Fatalf("checkpoint of %d, log of %d, %d chained events", size, len(leaves), n)
 	}
 	if got := merkleRoot(leaves); !bytes.Equal(got, root) {

@@ -47,7 +47,7 @@ func (a *AuditSQL) AuditRuns(ctx context.Context, runID string) ([]audit.RunHead
 	for rows.Next() {
 		var r audit.RunHead
 		var status string
-		if err := rows.Scan(&r.RunID, &status, &r.NextSeq, &r.FirstSeq, &r.RetainedAt); err != nil {
+		if err := rows.Scan(&r.RunID, &status, &r.NextSeq, &r.FirstSeq, &r.RetainedAt, &r.LastHash); err != nil {
 			return nil, a.d.Classify("audit runs", err)
 		}
 		r.Status = engine.RunStatus(status)
@@ -56,7 +56,8 @@ func (a *AuditSQL) AuditRuns(ctx context.Context, runID string) ([]audit.RunHead
 	return out, a.d.Classify("audit runs", rows.Err())
 }
 
-// Links returns a run's chain columns by runSeq.
+// Links returns a run's chain columns by runSeq (payload_sha256, and
+// payload_text on Snowflake, with them).
 func (a *AuditSQL) Links(ctx context.Context, runID string) (map[int64]audit.StoredLink, error) {
 	rows, err := a.d.Read.QueryContext(ctx, a.d.Queries["audit_links"], runID)
 	if err != nil {
@@ -66,35 +67,46 @@ func (a *AuditSQL) Links(ctx context.Context, runID string) (map[int64]audit.Sto
 	out := map[int64]audit.StoredLink{}
 	for rows.Next() {
 		var seq int64
-		var prev, hash, bytes sql.NullString
-		if err := rows.Scan(&seq, &prev, &hash, &bytes); err != nil {
+		var prev, hash, bytes, digest, text sql.NullString
+		if err := rows.Scan(&seq, &prev, &hash, &bytes, &digest, &text); err != nil {
 			return nil, a.d.Classify("audit links", err)
 		}
-		out[seq] = audit.StoredLink{PrevHash: prev.String, Hash: hash.String, EventBytes: []byte(bytes.String)}
+		out[seq] = audit.StoredLink{PrevHash: prev.String, Hash: hash.String, EventBytes: []byte(bytes.String),
+			PayloadSHA256: digest.String, PayloadText: text.String}
 	}
 	return out, a.d.Classify("audit links", rows.Err())
 }
 
-// EventHashes returns every chained event's hash, by run and runSeq.
-func (a *AuditSQL) EventHashes(ctx context.Context) (map[string]map[int64]string, error) {
-	rows, err := a.d.Read.QueryContext(ctx, a.d.Queries["audit_event_hashes"])
-	if err != nil {
-		return nil, a.d.Classify("audit hashes", err)
-	}
-	defer rows.Close()
-	out := map[string]map[int64]string{}
-	for rows.Next() {
-		var run, hash string
-		var seq int64
-		if err := rows.Scan(&run, &seq, &hash); err != nil {
-			return nil, a.d.Classify("audit hashes", err)
+// AuditRunIDs returns the runs of dvt_run_events and of dvt_runs: all,
+// or the one given.
+func (a *AuditSQL) AuditRunIDs(ctx context.Context, runID string) (audit.RunIDs, error) {
+	var out audit.RunIDs
+	for _, l := range []struct {
+		all, one string
+		into     *[]string
+	}{{"audit_event_runs", "audit_event_run", &out.Events}, {"audit_registered_runs", "audit_registered_run", &out.Runs}} {
+		q, args := a.d.Queries[l.all], []any(nil)
+		if runID != "" {
+			q, args = a.d.Queries[l.one], []any{runID}
 		}
-		if out[run] == nil {
-			out[run] = map[int64]string{}
+		rows, err := a.d.Read.QueryContext(ctx, q, args...)
+		if err != nil {
+			return out, a.d.Classify("audit runs", err)
 		}
-		out[run][seq] = hash
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
+				return out, a.d.Classify("audit runs", err)
+			}
+			*l.into = append(*l.into, id)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return out, a.d.Classify("audit runs", err)
+		}
 	}
-	return out, a.d.Classify("audit hashes", rows.Err())
+	return out, nil
 }
 
 // AssignLogIndexes gives every chained event not yet in the global log
@@ -114,14 +126,17 @@ func (a *AuditSQL) AssignLogIndexes(ctx context.Context) (int64, error) {
 
 // RecordRetention records for retention, in one write transaction, every
 // ended run whose terminal event was persisted before cutoff and whose
-// every event is chained and in the log below the newest checkpoint: a
-// record signed by sign, appended to the global log (run id
-// audit.RetentionRunID, runSeq its ordinal) and stored in
-// dvt_audit_retention. It returns how many runs it recorded.
-func (a *AuditSQL) RecordRetention(ctx context.Context, now, cutoff time.Time, olderThan time.Duration, sign func(audit.Retention) ([]byte, error)) (int64, error) {
-	var n int64
+// every event is chained and in the log below the newest checkpoint, and
+// none holds a v1 payload: a record signed by sign, appended to the global
+// log (run id audit.RetentionRunID, runSeq its ordinal) and stored in
+// dvt_audit_retention. It returns how many runs it recorded and how many
+// it skipped for their v1 payloads.
+func (a *AuditSQL) RecordRetention(ctx context.Context, now, cutoff time.Time, olderThan time.Duration, sign func(audit.Retention) ([]byte, error)) (n, skippedV1 int64, err error) {
 	text := func(t time.Time) string { return t.UTC().Format(engine.TimeFormat) }
-	err := a.d.Write(ctx, func(tx Tx) error {
+	err = a.d.Write(ctx, func(tx Tx) error {
+		if err := tx.QueryRowContext(ctx, a.d.Queries["audit_retain_v1"], a.d.Time(cutoff)).Scan(&skippedV1); err != nil {
+			return err
+		}
 		var runs []string
 		rows, err := tx.QueryContext(ctx, a.d.Queries["audit_retain_candidates"], a.d.Time(cutoff))
 		if err != nil {
@@ -163,7 +178,7 @@ func (a *AuditSQL) RecordRetention(ctx context.Context, now, cutoff time.Time, o
 		n = int64(len(runs))
 		return nil
 	})
-	return n, err
+	return n, skippedV1, err
 }
 
 // RemoveRetainedPayloads removes the payloads of the runs recorded for
@@ -213,10 +228,16 @@ func (a *AuditSQL) LogEntries(ctx context.Context, from int64) ([]audit.LogEntry
 	}
 	defer rows.Close()
 	var out []audit.LogEntry
+	runs := map[string]string{} // one string per run: a log of a million entries holds few runs
 	for rows.Next() {
 		var e audit.LogEntry
 		if err := rows.Scan(&e.Index, &e.RunID, &e.RunSeq, &e.Hash); err != nil {
 			return nil, a.d.Classify("audit log", err)
+		}
+		if r, ok := runs[e.RunID]; ok {
+			e.RunID = r
+		} else {
+			runs[e.RunID] = e.RunID
 		}
 		out = append(out, e)
 	}

@@ -49,7 +49,7 @@ func cmdAudit(ctx context.Context, c *cli, args []string) error {
 		if len(args) == 0 {
 			w = c.stderr
 		}
-		fmt.Fprintln(w, `Usage: dvtrun audit verify [--checkpoint FILE] [--public-key KEY] [RUN_ID | --all]
+		fmt.Fprintln(w, `Usage: dvtrun audit verify [--checkpoint FILE] [--require-checkpoint] [--public-key KEY] [RUN_ID | --all]
        dvtrun audit checkpoint [--out FILE]
        dvtrun audit retain [--older-than DURATION]
        dvtrun audit prove RUN_ID SEQ
@@ -58,7 +58,7 @@ func cmdAudit(ctx context.Context, c *cli, args []string) error {
 
 The tamper-evident event log: every event is hash-chained per run, a
 checkpointer indexes the chained events into one Merkle tree and signs
-checkpoints of it (README "Tamper-evident log").
+checkpoints of it (docs/guides/auditing.md).
 
 Run `+"`dvtrun audit SUBCOMMAND --help`"+` for its flags.`)
 		if len(args) == 0 {
@@ -116,10 +116,11 @@ func (c *cli) publicKey(flagValue string, cfg *config.Config) string {
 }
 
 func cmdAuditVerify(ctx context.Context, c *cli, args []string) error {
-	fs := c.newFlagSet("audit verify", "[RUN_ID | --all]", "Recompute every hash of the runs' chains and the Merkle root of the global log, and check the stored\ncheckpoints (and --checkpoint, held outside the store) against the pinned public key.\nExit 0 when everything holds; 1 naming the first broken run and runSeq.")
+	fs := c.newFlagSet("audit verify", "[RUN_ID | --all]", "Recompute every hash of the runs' chains from their rows, cross-check the runs of the event table,\ndvt_runs, dvt_run_seq and the global log, check the log against the recomputed hashes and its\nMerkle root against the stored checkpoints (and --checkpoint, held outside the store) with the\npinned public key. Exit 0 when everything holds; 1 naming the first broken run and runSeq (or\nlog index). The last line says what a checkpoint held outside the store would add.")
 	all := fs.Bool("all", false, "verify every run")
 	cpFile := fs.String("checkpoint", "", "a signed checkpoint `FILE` held outside the store: the log must still have its root")
 	pub := fs.String("public-key", "", "the pinned verifier `KEY` (default: audit.publicKey in the configuration)")
+	require := fs.Bool("require-checkpoint", false, "exit 1 unless --checkpoint is given and covers the whole log (for audits run by cron)")
 	pos, err := c.parse(fs, args, 0, 1)
 	if err != nil {
 		return err
@@ -158,16 +159,43 @@ func cmdAuditVerify(ctx context.Context, c *cli, args []string) error {
 		fmt.Fprintf(c.stdout, "newest checkpoint: %d events, root %s, signed by %s\n", rep.Latest.Size, base64.StdEncoding.EncodeToString(rep.Latest.Root[:]), c.clean(rep.Latest.Origin))
 	}
 	for _, h := range rep.Retained {
-		fmt.Fprintf(c.stdout, "run %s: payloads removed by retention at %s (its signed retention record and the signed log verified)\n", c.clean(h.RunID), c.clean(h.RetainedAt))
+		fmt.Fprintf(c.stdout, "run %s: payloads removed by retention at %s (its signed retention record and the signed log verified; every other column still verified through its hash)\n", c.clean(h.RunID), c.clean(h.RetainedAt))
 	}
 	for _, h := range rep.Pending {
 		fmt.Fprintf(c.stdout, "run %s: recorded for retention at %s, not yet signed; its payloads are all kept (the next `dvtrun audit retain` finishes it)\n", c.clean(h.RunID), c.clean(h.RetainedAt))
 	}
+	if rep.V1 > 0 {
+		fmt.Fprintf(c.stdout, "%d events are chained in the v1 form (appended before v2): their payloads cannot be removed without losing their proof\n", rep.V1)
+	}
+	if rep.Unindexed > 0 {
+		fmt.Fprintf(c.stdout, "%d chained events are not in the global log yet (appended since the last `dvtrun audit checkpoint`): only their chain protects them\n", rep.Unindexed)
+	}
+	line, proven := unproven(rep)
+	if *require && !proven {
+		return &exitError{code: exitFailed, err: engine.Errorf(codeAuditUnproven, "%s", line)}
+	}
+	fmt.Fprintln(c.stdout, line)
 	return nil
 }
 
+// codeAuditUnproven is audit verify --require-checkpoint's verdict when no
+// checkpoint held outside the store covers the whole log (exit 1).
+const codeAuditUnproven engine.Code = "AUDIT_UNPROVEN"
+
+// unproven is audit verify's last line: what the checks prove, and what
+// only a checkpoint held outside the store can (proven is false then).
+func unproven(rep audit.Report) (line string, proven bool) {
+	switch {
+	case rep.External == nil:
+		return "not proven: no checkpoint held outside the store was given (--checkpoint FILE): a rewrite of the whole store (events, global log and stored checkpoints) cannot be detected", false
+	case rep.External.Size < rep.LogSize:
+		return fmt.Sprintf("not proven: the external checkpoint covers the log's first %d of %d events: a rewrite of the last %d together with the stored checkpoints cannot be detected", rep.External.Size, rep.LogSize, rep.LogSize-rep.External.Size), false
+	}
+	return fmt.Sprintf("proven against the external checkpoint: the log's %d events are the ones it signed", rep.External.Size), true
+}
+
 func cmdAuditRetain(ctx context.Context, c *cli, args []string) error {
-	fs := c.newFlagSet("audit retain", "", "Apply retention: remove the event payloads of every run that ended more than DURATION ago\nand whose every event a stored checkpoint covers (sign one first: `dvtrun audit checkpoint`).\nEach run gets a retention record signed with the audit key (audit.signingKeyEnv) and appended\nto the global log; a checkpoint covering the records is signed (and written to\naudit.checkpointFile) before any payload goes, so `dvtrun audit verify` still proves the log\nand names these runs. A rerun finishes an interrupted retention.")
+	fs := c.newFlagSet("audit retain", "", "Apply retention: remove the event payloads of every run that ended more than DURATION ago\nand whose every event a stored checkpoint covers (sign one first: `dvtrun audit checkpoint`).\nRuns holding events chained in the v1 form are skipped and counted (a v1 hash covers the payload).\nEach run gets a retention record signed with the audit key (audit.signingKeyEnv) and appended\nto the global log; a checkpoint covering the records is signed (and written to\naudit.checkpointFile) before any payload goes, so `dvtrun audit verify` still proves the log\nand names these runs. A rerun finishes an interrupted retention.")
 	olderThan := fs.Duration("older-than", 0, "remove payloads of runs ended more than `DURATION` ago (default: audit.retention)")
 	if _, err := c.parse(fs, args, 0, 0); err != nil {
 		return err
@@ -195,6 +223,9 @@ func cmdAuditRetain(ctx context.Context, c *cli, args []string) error {
 	}
 	fmt.Fprintf(c.stdout, "retention (ended more than %s ago): %d runs recorded (signed, in the log of %d events); payloads of %d events removed from %d runs\n",
 		keep, got.Recorded, got.Checkpoint.Size, got.Events, got.Runs)
+	if got.SkippedV1 > 0 {
+		fmt.Fprintf(c.stdout, "%d ended runs skipped: they hold events chained in the v1 form, whose hash covers the payload (removing it would leave them unproven); their payloads stay\n", got.SkippedV1)
+	}
 	return nil
 }
 
@@ -253,9 +284,12 @@ func cmdAuditCheckpoint(ctx context.Context, c *cli, args []string) error {
 // needs, with the public key, to check that the event is in the log the
 // checkpoint signs (README "Tamper-evident log").
 type inclusionProof struct {
-	RunID      string   `json:"runId"`
-	RunSeq     int64    `json:"runSeq"`
-	PrevHash   string   `json:"prevHash"`
+	RunID    string `json:"runId"`
+	RunSeq   int64  `json:"runSeq"`
+	PrevHash string `json:"prevHash"`
+	// ChainForm is dvtrun-chain-v2 (EventBytes with the payload as its
+	// digest) or dvtrun-chain-v1 (events appended before v2).
+	ChainForm  string   `json:"chainForm"`
 	EventBytes string   `json:"eventBytes"`
 	Hash       string   `json:"hash"`
 	LogIndex   int64    `json:"logIndex"`
@@ -327,13 +361,20 @@ func cmdAuditProve(ctx context.Context, c *cli, args []string) error {
 		if len(recs) != 1 || recs[0].RunSeq != seq {
 			return engine.Errorf(engine.CodeRunNotFound, "run %s has no event with runSeq %d", pos[0], seq)
 		}
-		l.EventBytes = audit.EventBytes(recs[0])
+		l.EventBytes = audit.EventBytesV2(recs[0], l.PayloadSHA256)
+		if audit.LinkV2(pos[0], seq, l.EventBytes, l.PrevHash) != l.Hash {
+			l.EventBytes = audit.EventBytes(recs[0])
+		}
+	}
+	form := audit.HashVersion2
+	if audit.LinkV2(pos[0], seq, l.EventBytes, l.PrevHash) != l.Hash {
+		form = audit.HashVersion
 	}
 	proof, err := tlog.ProveRecord(latest.Size, e.Index, &tree)
 	if err != nil {
 		return err
 	}
-	p := inclusionProof{RunID: pos[0], RunSeq: seq, PrevHash: l.PrevHash, EventBytes: string(l.EventBytes), Hash: l.Hash,
+	p := inclusionProof{RunID: pos[0], RunSeq: seq, PrevHash: l.PrevHash, ChainForm: form, EventBytes: string(l.EventBytes), Hash: l.Hash,
 		LogIndex: e.Index, TreeSize: latest.Size, Proof: []string{}, Checkpoint: string(latest.Note)}
 	for _, h := range proof {
 		p.Proof = append(p.Proof, base64.StdEncoding.EncodeToString(h[:]))
@@ -440,6 +481,9 @@ func (c *cli) newAuditService(st stateStore, cfg *config.Config, log *slog.Logge
 			got, err := c.retain(ctx, as, signer, cfg, cfg.Audit.Retention)
 			if got.Recorded > 0 || got.Runs > 0 {
 				log.Info("retention applied", "recorded", got.Recorded, "runs", got.Runs, "events", got.Events, "checkpoint", got.Checkpoint.Size)
+			}
+			if got.SkippedV1 > 0 {
+				log.Info("retention skipped runs with v1 events (their hash covers the payload)", "runs", got.SkippedV1)
 			}
 			return err
 		},

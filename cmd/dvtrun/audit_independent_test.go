@@ -1,9 +1,10 @@
 package main
 
-// An independent verifier, written from README's "Tamper-evident log"
-// alone: it does not call dvtrun's hashing, tree or note code (no
-// engine/audit, no sumdb/tlog, no sumdb/note), only the standard library,
-// so a mistake shared by the product and its own checks cannot hide here.
+// An independent verifier, written from docs/guides/auditing.md ("The
+// chain, byte for byte", "The retention record") alone: it does not call
+// dvtrun's hashing, tree or note code (no engine/audit, no sumdb/tlog, no
+// sumdb/note), only the standard library, so a mistake shared by the
+// product and its own checks cannot hide here.
 
 import (
 	"bytes"
@@ -26,10 +27,11 @@ import (
 
 const zeros64 = "0000000000000000000000000000000000000000000000000000000000000000"
 
-// chainHash is README's hash: SHA-256 of
-// "dvtrun-chain-v1 LF run_id LF run_seq LF event_bytes LF prev_hash".
-func chainHash(runID string, seq int64, eventBytes, prev string) string {
-	sum := sha256.Sum256([]byte("dvtrun-chain-v1\n" + runID + "\n" + strconv.FormatInt(seq, 10) + "\n" + eventBytes + "\n" + prev))
+// chainHash is the guide's hash: SHA-256 of
+// "FORM LF run_id LF run_seq LF event_bytes LF prev_hash", FORM being
+// dvtrun-chain-v2 (or dvtrun-chain-v1 for events appended before v2).
+func chainHash(form, runID string, seq int64, eventBytes, prev string) string {
+	sum := sha256.Sum256([]byte(form + "\n" + runID + "\n" + strconv.FormatInt(seq, 10) + "\n" + eventBytes + "\n" + prev))
 	return hex.EncodeToString(sum[:])
 }
 
@@ -43,8 +45,9 @@ func nodeHash(l, r []byte) []byte {
 	return h[:]
 }
 
-// eventBytes is README's event bytes: each column in README's order, as
-// its length in bytes, ':' and its text, or '-' for NULL.
+// eventBytes is the guide's event bytes: each column in the guide's order
+// (v2: payload_sha256 last, in the payload's place), as its length in
+// bytes, ':' and its text, or '-' for NULL.
 func eventBytes(cols []sql.NullString) string {
 	var b strings.Builder
 	for _, c := range cols {
@@ -77,21 +80,40 @@ func merkleRoot(leaves [][]byte) []byte {
 // "<name>+<key id hex>+<base64 of 0x01 ‖ key>" and returns the
 // checkpoint's size and root.
 func openCheckpoint(note, vkey string) (int64, []byte, error) {
+	text, err := openNote(note, vkey)
+	if err != nil {
+		return 0, nil, err
+	}
+	lines := strings.Split(text, "\n")
+	if len(lines) < 4 || lines[0] != strings.SplitN(vkey, "+", 2)[0] {
+		return 0, nil, errors.New("not a checkpoint of the key's origin")
+	}
+	size, err := strconv.ParseInt(lines[1], 10, 64)
+	if err != nil {
+		return 0, nil, err
+	}
+	root, err := base64.StdEncoding.DecodeString(lines[2])
+	return size, root, err
+}
+
+// openNote checks a signed note's signature against a public key and
+// returns its text (ending in a newline).
+func openNote(note, vkey string) (string, error) {
 	parts := strings.SplitN(vkey, "+", 3)
 	if len(parts) != 3 {
-		return 0, nil, errors.New("malformed public key")
+		return "", errors.New("malformed public key")
 	}
 	keyBytes, err := base64.StdEncoding.DecodeString(parts[2])
 	if err != nil || len(keyBytes) != 33 || keyBytes[0] != 0x01 {
-		return 0, nil, errors.New("not an Ed25519 public key")
+		return "", errors.New("not an Ed25519 public key")
 	}
 	id, err := hex.DecodeString(parts[1])
 	if err != nil || len(id) != 4 {
-		return 0, nil, errors.New("malformed key id")
+		return "", errors.New("malformed key id")
 	}
 	text, sigs, ok := strings.Cut(note, "\n\n")
 	if !ok {
-		return 0, nil, errors.New("no signature block")
+		return "", errors.New("no signature block")
 	}
 	text += "\n"
 	verified := false
@@ -109,18 +131,9 @@ func openCheckpoint(note, vkey string) (int64, []byte, error) {
 		}
 	}
 	if !verified {
-		return 0, nil, errors.New("no signature verifies with the public key")
+		return "", errors.New("no signature verifies with the public key")
 	}
-	lines := strings.Split(text, "\n")
-	if len(lines) < 4 || lines[0] != parts[0] {
-		return 0, nil, errors.New("not a checkpoint of the key's origin")
-	}
-	size, err := strconv.ParseInt(lines[1], 10, 64)
-	if err != nil {
-		return 0, nil, err
-	}
-	root, err := base64.StdEncoding.DecodeString(lines[2])
-	return size, root, err
+	return text, nil
 }
 
 // checkInclusionProof checks `audit prove` output with the public key
@@ -131,6 +144,7 @@ func checkInclusionProof(out, vkey string) error {
 		RunID      string   `json:"runId"`
 		RunSeq     int64    `json:"runSeq"`
 		PrevHash   string   `json:"prevHash"`
+		ChainForm  string   `json:"chainForm"`
 		EventBytes string   `json:"eventBytes"`
 		Hash       string   `json:"hash"`
 		LogIndex   int64    `json:"logIndex"`
@@ -141,7 +155,10 @@ func checkInclusionProof(out, vkey string) error {
 	if err := json.Unmarshal([]byte(out), &p); err != nil {
 		return err
 	}
-	if got := chainHash(p.RunID, p.RunSeq, p.EventBytes, p.PrevHash); got != p.Hash {
+	if p.ChainForm != "dvtrun-chain-v2" {
+		return fmt.Errorf("a new event proven in the form %q, want dvtrun-chain-v2", p.ChainForm)
+	}
+	if got := chainHash(p.ChainForm, p.RunID, p.RunSeq, p.EventBytes, p.PrevHash); got != p.Hash {
 		return fmt.Errorf("hash %s does not recompute (%s)", p.Hash, got)
 	}
 	size, root, err := openCheckpoint(p.Checkpoint, vkey)
@@ -181,9 +198,25 @@ func checkInclusionProof(out, vkey string) error {
 }
 
 // TestIndependentVerifier recomputes the chain and the root of a real run
-// straight from the store's tables and checks the checkpoint's signature.
+// straight from the store's tables and checks the checkpoint's signature,
+// as appended and after retention (the guide's "Retention": the payloads
+// gone, their digests kept, a signed record in the log).
 func TestIndependentVerifier(t *testing.T) {
+	for _, retain := range []bool{false, true} {
+		t.Run(fmt.Sprintf("retained=%v", retain), func(t *testing.T) { independentVerifier(t, retain) })
+	}
+}
+
+func independentVerifier(t *testing.T, retain bool) {
 	h, runID, cpFile := auditHarness(t)
+	if retain {
+		if r := h.run("audit", "retain", "--older-than", "1ns"); r.code != 0 {
+			t.Fatalf("audit retain: %d %s", r.code, r.stderr)
+		}
+		if r := h.run("audit", "checkpoint", "--out", cpFile); r.code != 0 {
+			t.Fatalf("audit checkpoint: %d %s", r.code, r.stderr)
+		}
+	}
 	db, err := sql.Open("sqlite", h.statePath())
 	if err != nil {
 		t.Fatal(err)
@@ -191,9 +224,37 @@ func TestIndependentVerifier(t *testing.T) {
 	defer db.Close()
 	ctx := context.Background()
 
+	// Retention records: signed notes "dvtrun-retention-v1 LF seq LF run
+	// LF …"; their log leaf is the SHA-256 of the note.
+	records, retained := map[int64]string{}, map[string]bool{}
+	rrows, err := db.QueryContext(ctx, `SELECT run_id, seq, note FROM dvt_audit_retention`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rrows.Next() {
+		var run, note string
+		var seq int64
+		if err := rrows.Scan(&run, &seq, &note); err != nil {
+			t.Fatal(err)
+		}
+		text, err := openNote(note, storetest.TestPublicKey)
+		if err != nil {
+			t.Fatalf("retention record of %s: %v", run, err)
+		}
+		if f := strings.Split(text, "\n"); len(f) < 3 || f[0] != "dvtrun-retention-v1" || f[1] != strconv.FormatInt(seq, 10) || f[2] != run {
+			t.Fatalf("retention record of %s: %q", run, text)
+		}
+		sum := sha256.Sum256([]byte(note))
+		records[seq], retained[run] = hex.EncodeToString(sum[:]), true
+	}
+	rrows.Close()
+	if len(records) != map[bool]int{false: 0, true: 1}[retain] {
+		t.Fatalf("%d retention records, want one per retained run", len(records))
+	}
+
 	rows, err := db.QueryContext(ctx, `SELECT run_id, run_seq, prev_hash, hash, event_id, event_type, step_id, tenant_id,
 		project_id, environment_id, plan_id, plan_version, CAST(logical_attempt_id AS TEXT), CAST(engine_attempt_id AS TEXT),
-		idempotency_key, emitted_at, persisted_at, payload FROM dvt_run_events ORDER BY run_id, run_seq`)
+		idempotency_key, emitted_at, persisted_at, payload_sha256, payload FROM dvt_run_events ORDER BY run_id, run_seq`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,12 +264,23 @@ func TestIndependentVerifier(t *testing.T) {
 		var run, ph, hh string
 		var seq int64
 		cols := make([]sql.NullString, 14)
+		var payload sql.NullString
 		dest := []any{&run, &seq, &ph, &hh}
 		for i := range cols {
 			dest = append(dest, &cols[i])
 		}
-		if err := rows.Scan(dest...); err != nil {
+		if err := rows.Scan(append(dest, &payload)...); err != nil {
 			t.Fatal(err)
+		}
+		// v2: the payload enters as its digest; the payload must be the
+		// digest's (an event without one has both NULL; retention removes
+		// the payload and keeps the digest).
+		if digest := cols[13]; payload.Valid != digest.Valid && !(digest.Valid && retained[run]) {
+			t.Fatalf("%s/%d: payload present %v, payload_sha256 present %v", run, seq, payload.Valid, digest.Valid)
+		} else if payload.Valid {
+			if sum := sha256.Sum256([]byte(payload.String)); hex.EncodeToString(sum[:]) != digest.String {
+				t.Fatalf("%s/%d: payload_sha256 %s is not the payload's digest", run, seq, digest.String)
+			}
 		}
 		eb := eventBytes(cols)
 		if run != lastRun {
@@ -217,7 +289,7 @@ func TestIndependentVerifier(t *testing.T) {
 		if ph != prev {
 			t.Fatalf("%s/%d: prev_hash %s, want %s", run, seq, ph, prev)
 		}
-		if got := chainHash(run, seq, eb, ph); got != hh {
+		if got := chainHash("dvtrun-chain-v2", run, seq, eb, ph); got != hh {
 			t.Fatalf("%s/%d: hash %s, recomputed %s", run, seq, hh, got)
 		}
 		hashes[fmt.Sprintf("%s/%d", run, seq)] = hh
@@ -251,14 +323,18 @@ func TestIndependentVerifier(t *testing.T) {
 		if err := lrows.Scan(&idx, &run, &seq, &hh); err != nil {
 			t.Fatal(err)
 		}
-		if idx != int64(len(leaves)) || hashes[fmt.Sprintf("%s/%d", run, seq)] != hh {
+		want := hashes[fmt.Sprintf("%s/%d", run, seq)]
+		if run == "dvtrun.audit.retention" {
+			want = records[seq]
+		}
+		if idx != int64(len(leaves)) || want != hh {
 			t.Fatalf("log index %d: %s/%d %s is not the stored event's hash", idx, run, seq, hh)
 		}
 		raw, _ := hex.DecodeString(hh)
 		leaves = append(leaves, leafHash(raw))
 	}
 	lrows.Close()
-	if size != int64(n) || int64(len(leaves)) != size {
+	if size != int64(n+len(records)) || int64(len(leaves)) != size {
 		t.Fatalf("checkpoint of %d, log of %d, %d chained events", size, len(leaves), n)
 	}
 	if got := merkleRoot(leaves); !bytes.Equal(got, root) {

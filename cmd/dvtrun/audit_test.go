@@ -73,7 +73,14 @@ func TestAuditVerifyCLI(t *testing.T) {
 		{"untouched", nil, nil, nil},
 		{"payload updated", func(run string) []string {
 			return []string{`UPDATE dvt_run_events SET payload = '{"rowsAffected":1}' WHERE run_id = '` + run + `' AND run_seq = 5`}
+		}, nil, []string{"runSeq 5", "the payload does not hash to its payload_sha256"}},
+		{"event type edited after its payload was removed", func(run string) []string {
+			return []string{`UPDATE dvt_run_events SET payload = NULL, event_type = 'StepFailed' WHERE run_id = '` + run + `' AND run_seq = 5`}
 		}, nil, []string{"runSeq 5", "the row does not hash to its hash"}},
+		{"sequence row deleted and a payload edited", func(run string) []string {
+			return []string{`DELETE FROM dvt_run_seq WHERE run_id = '` + run + `'`,
+				`UPDATE dvt_run_events SET payload = '{"rowsAffected":1}' WHERE run_id = '` + run + `' AND run_seq = 5`}
+		}, nil, []string{"runSeq 1", "no sequence row"}},
 		{"event deleted", func(run string) []string {
 			return []string{`DELETE FROM dvt_run_events WHERE run_id = '` + run + `' AND run_seq = 3`}
 		}, nil, []string{"runSeq 3 is missing"}},
@@ -84,13 +91,21 @@ func TestAuditVerifyCLI(t *testing.T) {
 			return []string{`DELETE FROM dvt_run_events WHERE run_id = '` + run + `'`, `DELETE FROM dvt_run_seq WHERE run_id = '` + run + `'`}
 		}, nil, []string{"runSeq 1: in the log at index"}},
 		{"run, log and checkpoints deleted: the external checkpoint remembers", func(run string) []string {
-			return []string{`DELETE FROM dvt_run_events`, `DELETE FROM dvt_run_seq`, `DELETE FROM dvt_audit_log`, `DELETE FROM dvt_audit_checkpoints`}
+			return []string{`DELETE FROM dvt_run_events`, `DELETE FROM dvt_run_seq`, `DELETE FROM dvt_runs`, `DELETE FROM dvt_audit_log`, `DELETE FROM dvt_audit_checkpoints`}
 		}, []string{"--checkpoint", "checkpoint.txt"}, []string{"the external checkpoint covers", "events were removed"}},
 		{"retention forged to hide an edit (issue 25, Found 1)", func(run string) []string {
 			return []string{
 				`UPDATE dvt_run_events SET payload = NULL WHERE run_id = '` + run + `'`,
 				`UPDATE dvt_run_events SET event_type = 'RunFailed' WHERE run_id = '` + run + `' AND event_type = 'RunCompleted'`,
 				`UPDATE dvt_run_seq SET status = 'FAILED' WHERE run_id = '` + run + `'`,
+				`INSERT INTO dvt_audit_retention (run_id, removed_at, cutoff) VALUES ('` + run + `', '2026-05-01T00:00:00.000000000Z', '2026-04-01T00:00:00.000000000Z')`,
+			}
+		}, []string{"--checkpoint", "checkpoint.txt"}, []string{"runSeq", "the row does not hash to its hash"}},
+		// The v2 hash names the edited row; payloads removed alone under a
+		// bare retention row are the retention evidence's to refuse.
+		{"retention forged to remove payloads", func(run string) []string {
+			return []string{
+				`UPDATE dvt_run_events SET payload = NULL WHERE run_id = '` + run + `'`,
 				`INSERT INTO dvt_audit_retention (run_id, removed_at, cutoff) VALUES ('` + run + `', '2026-05-01T00:00:00.000000000Z', '2026-04-01T00:00:00.000000000Z')`,
 			}
 		}, []string{"--checkpoint", "checkpoint.txt"}, []string{"retention: ", "no signed record"}},
@@ -116,8 +131,16 @@ func TestAuditVerifyCLI(t *testing.T) {
 				if r.code != 0 || !strings.Contains(r.stdout, "verified 1 runs") || !strings.Contains(r.stdout, "1 stored checkpoints") {
 					t.Fatalf("exit %d: %q %q", r.code, r.stdout, r.stderr)
 				}
-				if r := h.run("audit", "verify", "--public-key", storetest.TestPublicKey, "--checkpoint", cp, runID); r.code != 0 {
-					t.Fatalf("verify RUN_ID --checkpoint: exit %d %q", r.code, r.stderr)
+				// Without a checkpoint held outside, the last line says
+				// what is not proven, and --require-checkpoint fails on it.
+				if lines := strings.Split(strings.TrimSpace(r.stdout), "\n"); !strings.HasPrefix(lines[len(lines)-1], "not proven: no checkpoint held outside the store") ||
+					!strings.Contains(lines[len(lines)-1], "a rewrite of the whole store") {
+					t.Fatalf("last line %q", lines[len(lines)-1])
+				}
+				wantError(t, h.run(append(args, "--all", "--require-checkpoint")...), exitFailed, "AUDIT_UNPROVEN", "not proven")
+				r = h.run("audit", "verify", "--public-key", storetest.TestPublicKey, "--checkpoint", cp, "--require-checkpoint", runID)
+				if r.code != 0 || !strings.Contains(r.stdout, "proven against the external checkpoint") {
+					t.Fatalf("verify RUN_ID --checkpoint: exit %d %q %q", r.code, r.stdout, r.stderr)
 				}
 				return
 			}

@@ -30,7 +30,7 @@ var projectorFor = func(st stateStore) (sqlProjector, bool) {
 }
 
 func cmdVerify(ctx context.Context, c *cli, args []string) error {
-	fs := c.newFlagSet("verify", "[RUN_ID | --all]", "Compare the SQL projection of runs with the Go reducer over their event logs.\nEach difference is printed as a row; exit 0 when they agree, 1 on any difference.")
+	fs := c.newFlagSet("verify", "[RUN_ID | --all]", "Compare the SQL projection of runs with the Go reducer over their event logs.\nEach difference is printed as a row; exit 0 when they agree, 1 on any difference.\nThis checks the projection, not the tamper-evident chain: `dvtrun audit verify --all` does that.")
 	all := fs.Bool("all", false, "verify every run in the store, of every tenant/project/environment unless --tenant, --project or --environment (or DVT_TENANT…) narrow it")
 	asJSON := fs.Bool("json", false, "print JSON")
 	pos, err := c.parse(fs, args, 0, 1)
@@ -97,6 +97,7 @@ func cmdVerify(ctx context.Context, c *cli, args []string) error {
 		for _, s := range scopes {
 			fmt.Fprintf(c.stdout, "  %s/%s/%s: %d runs\n", c.clean(s.TenantID), c.clean(s.ProjectID), c.clean(s.EnvironmentID), s.Runs)
 		}
+		fmt.Fprintln(c.stdout, "this checks the SQL projection against the events, not the events themselves: `dvtrun audit verify --all` checks the tamper-evident chain")
 	}
 	return nil
 }

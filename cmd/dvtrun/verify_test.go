@@ -56,7 +56,7 @@ func TestVerify(t *testing.T) {
 		stdout []string
 	}{
 		{"one run agrees", false, []string{"verify", fixedRunID}, 0, []string{"verified 1 runs in 1 scope(s): SQL projection == Go reducer", "default/default/dev: 1 runs"}},
-		{"all runs agree", false, []string{"verify", "--all"}, 0, []string{"verified 1 runs"}},
+		{"all runs agree", false, []string{"verify", "--all"}, 0, []string{"verified 1 runs", "`dvtrun audit verify --all` checks the tamper-evident chain"}},
 		{"one run differs", true, []string{"verify", fixedRunID}, 1, []string{"RUN", "FIELD", fixedRunID + "  model.b  status  SUCCESS  FAILED"}},
 		{"all: a run differs", true, []string{"verify", "--all"}, 1, []string{"model.b  status  SUCCESS  FAILED"}},
 		{"another scope has no runs", false, []string{"--project", "other", "verify", "--all"}, 0, []string{"verified 0 runs"}},

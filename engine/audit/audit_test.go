@@ -56,10 +56,25 @@ func TestVerifyRun(t *testing.T) {
 	chain := func(recs []engine.RunEventRecord) map[int64]StoredLink {
 		out := map[int64]StoredLink{}
 		for i, c := range Chain(Genesis, recs) {
-			out[recs[i].RunSeq] = StoredLink{PrevHash: c.PrevHash, Hash: c.Hash}
+			out[recs[i].RunSeq] = StoredLink{PrevHash: c.PrevHash, Hash: c.Hash, PayloadSHA256: c.PayloadSHA256}
 		}
 		return out
 	}
+	// chainV1 links recs in the v1 form, as events appended before v2 are.
+	chainV1 := func(recs []engine.RunEventRecord) map[int64]StoredLink {
+		out := map[int64]StoredLink{}
+		prev := Genesis
+		for _, r := range recs {
+			h := Link(r.RunID, r.RunSeq, EventBytes(r), prev)
+			out[r.RunSeq] = StoredLink{PrevHash: prev, Hash: h}
+			prev = h
+		}
+		return out
+	}
+	after := append(append([]engine.RunEventRecord(nil), recs...), record(4, engine.StepStarted, "s", ""))
+	// Snowflake's VARIANT gives the payload back re-serialised.
+	reserialised := append([]engine.RunEventRecord(nil), recs...)
+	reserialised[2].Payload = []byte(`{ "ok": true }`)
 	pruned := append([]engine.RunEventRecord(nil), recs...)
 	pruned[2].Payload = nil
 	edited := append([]engine.RunEventRecord(nil), recs...)
@@ -86,15 +101,32 @@ func TestVerifyRun(t *testing.T) {
 			other := append([]engine.RunEventRecord(nil), recs...)
 			other[2].Payload = []byte(`{"ok": false}`)
 			for i, c := range Chain(Genesis, other) {
-				l[other[i].RunSeq] = StoredLink(c)
+				l[other[i].RunSeq] = StoredLink{PrevHash: c.PrevHash, Hash: c.Hash, EventBytes: c.EventBytes, PayloadSHA256: c.PayloadSHA256, PayloadText: string(other[i].Payload)}
 			}
 			return l
-		}()}, 3, "payload differs"},
-		// Retention removed run-1's last payload: the link holds.
+		}()}, 3, "payload differs from its payload_text"},
+		{"stored bytes and payload text as appended", RunChain{RunID: "run-1", Status: engine.StatusCompleted, NextSeq: 4, Records: reserialised, Links: func() map[int64]StoredLink {
+			l := map[int64]StoredLink{}
+			for i, c := range Chain(Genesis, recs) {
+				l[recs[i].RunSeq] = StoredLink{PrevHash: c.PrevHash, Hash: c.Hash, EventBytes: c.EventBytes, PayloadSHA256: c.PayloadSHA256, PayloadText: string(recs[i].Payload)}
+			}
+			return l
+		}()}, 0, ""},
+		// Retention removed run-1's last payload: the digest and the rest
+		// of the row still hash to the link.
 		{"payload removed by retention", RunChain{RunID: "run-1", Status: engine.StatusCompleted, NextSeq: 4, Retained: true, Records: pruned, Links: chain(recs)}, 0, ""},
-		{"payload removed without retention", RunChain{RunID: "run-1", Status: engine.StatusCompleted, NextSeq: 4, Records: pruned, Links: chain(recs)}, 3, "does not hash to its hash"},
-		{"retained run with an edited payload", RunChain{RunID: "run-1", Status: engine.StatusCompleted, NextSeq: 4, Retained: true, Records: edited, Links: chain(recs)}, 3, "does not hash to its hash"},
+		{"payload removed without retention", RunChain{RunID: "run-1", Status: engine.StatusCompleted, NextSeq: 4, Records: pruned, Links: chain(recs)}, 3, "no retention record"},
+		{"retained run with an edited payload", RunChain{RunID: "run-1", Status: engine.StatusCompleted, NextSeq: 4, Retained: true, Records: edited, Links: chain(recs)}, 3, "does not hash to its payload_sha256"},
 		{"retained run with an edited event type", RunChain{RunID: "run-1", Status: engine.StatusCompleted, NextSeq: 4, Retained: true, Records: retyped, Links: chain(recs)}, 3, "does not hash to its hash"},
+		{"payload removed, event type edited", RunChain{RunID: "run-1", Status: engine.StatusCompleted, NextSeq: 4, Retained: true, Records: func() []engine.RunEventRecord {
+			r := append([]engine.RunEventRecord(nil), pruned...)
+			r[2].EventType = engine.RunFailed
+			return r
+		}(), Links: chain(recs)}, 3, "does not hash to its hash"},
+		{"v1 events verify", RunChain{RunID: "run-1", Status: engine.StatusCompleted, NextSeq: 4, Records: recs, Links: chainV1(recs)}, 0, ""},
+		{"v1 event without its payload", RunChain{RunID: "run-1", Status: engine.StatusCompleted, NextSeq: 4, Retained: true, Records: pruned, Links: chainV1(recs)}, 3, "v1 event whose payload was removed"},
+		{"event after the terminal event", RunChain{RunID: "run-1", Status: engine.StatusCompleted, NextSeq: 5, Records: after, Links: chain(after)}, 4, "after the run's terminal event"},
+		{"event beyond next_seq", RunChain{RunID: "run-1", Status: engine.StatusRunning, NextSeq: 3, Records: recs, Links: chain(recs)}, 3, "beyond the run's sequence row"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -177,5 +209,49 @@ func TestSameJSON(t *testing.T) {
 		if got := sameJSON([]byte(c.a), []byte(c.b)); got != c.same {
 			t.Errorf("sameJSON(%s, %s) = %v", c.a, c.b, got)
 		}
+	}
+}
+
+// TestCheckIndexed: an event missing from the log is a break when a later
+// event of its run is there, or when it is more than IndexGrace older than
+// an indexed event; otherwise it is only newer than the last indexing.
+func TestCheckIndexed(t *testing.T) {
+	base := time.Date(2026, 4, 1, 8, 0, 0, 0, time.UTC).UnixNano()
+	run := func(persisted ...time.Duration) *runResult {
+		r := &runResult{}
+		for _, d := range persisted {
+			r.chained = append(r.chained, true)
+			r.hashes = append(r.hashes, tlog.Hash{})
+			r.persisted = append(r.persisted, base+int64(d))
+		}
+		return r
+	}
+	entry := func(i int64, run string, seq int64) LogEntry { return LogEntry{Index: i, RunID: run, RunSeq: seq} }
+	cases := []struct {
+		name    string
+		results map[string]*runResult
+		entries []LogEntry
+		run     string
+		seq     int64
+		substr  string
+	}{
+		{"all indexed", map[string]*runResult{"a": run(0, time.Second)}, []LogEntry{entry(0, "a", 1), entry(1, "a", 2)}, "", 0, ""},
+		{"a run's tail not indexed yet", map[string]*runResult{"a": run(0, time.Second)}, []LogEntry{entry(0, "a", 1)}, "", 0, ""},
+		{"another run appended since", map[string]*runResult{"a": run(0), "b": run(time.Minute)}, []LogEntry{entry(0, "a", 1)}, "", 0, ""},
+		{"a concurrent append committed late", map[string]*runResult{"a": run(time.Minute), "b": run(0)}, []LogEntry{entry(0, "a", 1)}, "", 0, ""},
+		{"an entry removed before a later one of its run", map[string]*runResult{"a": run(0, time.Second, 2*time.Second)}, []LogEntry{entry(0, "a", 1), entry(1, "a", 3)}, "a", 2, "later runSeq 3 is (at index 1)"},
+		{"an event far older than the log's newest", map[string]*runResult{"a": run(2 * time.Hour), "b": run(0)}, []LogEntry{entry(0, "a", 1)}, "b", 1, "more than 1h0m0s before"},
+		{"an event twice in the log", map[string]*runResult{"a": run(0)}, []LogEntry{entry(0, "a", 1), entry(1, "a", 1)}, "a", 1, "twice, at index 0 and 1"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p := checkIndexed(c.entries, c.results)
+			switch {
+			case c.substr == "" && p != nil:
+				t.Fatalf("problem %v", p)
+			case c.substr != "" && (p == nil || p.RunID != c.run || p.RunSeq != c.seq || !strings.Contains(p.What, c.substr)):
+				t.Fatalf("problem %v, want run %s runSeq %d and %q", p, c.run, c.seq, c.substr)
+			}
+		})
 	}
 }

@@ -116,13 +116,16 @@ func RetentionLeaf(signed []byte) string {
 }
 
 // PayloadRemovable says whether retention may remove this chained event's
-// payload and verify still accept the row without it. Every chained event
-// today (chain v1: its hash then cannot be recomputed; the record and the
-// signed log vouch for it). The one place that decides: with a chain form
-// that keeps a payload digest in the row, only events of that form.
-// audit_retain_remove in sql/<dialect>/audit.sql is its SQL twin.
+// payload and verify still accept the row without it: only a v2 event with
+// a payload digest, whose hash covers the digest and every other column,
+// so the row stays proven without the payload. A v1 hash covers the
+// payload itself: without it nothing of the row is proven, so retention
+// never records a run with a v1 event holding a payload. The one place
+// that decides; its SQL twins are "payload_sha256 IS NOT NULL" in
+// audit_retain_remove, audit_retain_runs and audit_retain_candidates
+// (sql/<dialect>/audit.sql) and the chain view.
 func PayloadRemovable(l StoredLink) bool {
-	return l.Hash != ""
+	return l.Hash != "" && l.PayloadSHA256 != ""
 }
 
 // RetentionLog is the store's side of retention (store.AuditSQL).
@@ -130,10 +133,12 @@ type RetentionLog interface {
 	CheckpointLog
 	// RecordRetention, in one write transaction, records every ended run
 	// whose terminal event was persisted before cutoff and whose every
-	// event is chained and covered by the newest stored checkpoint: the
-	// record, signed by sign, in dvt_audit_retention and in the global
-	// log. It returns how many it recorded.
-	RecordRetention(ctx context.Context, now, cutoff time.Time, olderThan time.Duration, sign func(Retention) ([]byte, error)) (int64, error)
+	// event is chained and covered by the newest stored checkpoint, and
+	// none of whose events holds a payload in the v1 form (PayloadRemovable):
+	// the record, signed by sign, in dvt_audit_retention and in the global
+	// log. It returns how many it recorded, and how many runs it skipped
+	// because they hold v1 payloads.
+	RecordRetention(ctx context.Context, now, cutoff time.Time, olderThan time.Duration, sign func(Retention) ([]byte, error)) (recorded, skippedV1 int64, err error)
 	// RemoveRetainedPayloads removes the payloads of the recorded runs
 	// whose record a stored checkpoint covers, and returns how many runs
 	// and events lost theirs.
@@ -154,6 +159,10 @@ type Retained struct {
 	// Recorded runs this time; Runs and Events lost their payloads (runs
 	// recorded by an earlier, interrupted retention included).
 	Recorded, Runs, Events int64
+	// SkippedV1 runs ended before the cutoff but hold v1 events with their
+	// payloads: never recorded (a v1 hash covers the payload, so removing
+	// it would leave the rows unproven).
+	SkippedV1 int64
 	// Checkpoint is the newest; Fresh when this retention signed it.
 	Checkpoint Checkpoint
 	Fresh      bool
@@ -170,7 +179,7 @@ func (r *Retainer) Retain(ctx context.Context, olderThan time.Duration) (Retaine
 	now := r.Checkpointer.Now().UTC()
 	sign := func(rec Retention) ([]byte, error) { return SignRetention(r.Checkpointer.SigningKey, rec) }
 	var err error
-	if out.Recorded, err = r.Log.RecordRetention(ctx, now, now.Add(-olderThan), olderThan, sign); err != nil {
+	if out.Recorded, out.SkippedV1, err = r.Log.RecordRetention(ctx, now, now.Add(-olderThan), olderThan, sign); err != nil {
 		return out, err
 	}
 	if out.Checkpoint, out.Fresh, err = r.Checkpointer.Checkpoint(ctx); err != nil {
@@ -319,19 +328,11 @@ func genesisChecked(heads []RunHead, entries []LogEntry) *Problem {
 	return nil
 }
 
-// retainedOf sums up a run with a retention row for retainedCovered.
-func retainedOf(recs []engine.RunEventRecord, links map[int64]StoredLink) retainedRun {
-	var r retainedRun
+// retainedOf sums up a run with a retention row for retainedCovered, from
+// its events and what checkRun found of them.
+func retainedOf(recs []engine.RunEventRecord, res *runResult) retainedRun {
+	r := retainedRun{chained: res.v1 + res.v2, removed: res.removed}
 	for _, rec := range recs {
-		l := links[rec.RunSeq]
-		if l.Hash != "" {
-			r.chained++
-		}
-		// Removed: no payload, and the row no longer hashes to its link
-		// (an event stored without a payload still does).
-		if l.Hash != "" && payloadRemoved(rec) && Link(rec.RunID, rec.RunSeq, EventBytes(rec), l.PrevHash) != l.Hash {
-			r.removed++
-		}
 		switch rec.EventType {
 		case engine.RunCompleted, engine.RunFailed, engine.RunCancelled:
 			if r.ended.IsZero() {

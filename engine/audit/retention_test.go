@@ -152,3 +152,21 @@ func TestGenesisChecked(t *testing.T) {
 		})
 	}
 }
+
+// TestPayloadRemovable: only a chained v2 event (a digest kept in the row)
+// may lose its payload; a v1 hash covers the payload itself.
+func TestPayloadRemovable(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		l    StoredLink
+		want bool
+	}{
+		{"v2 with a digest", StoredLink{Hash: "h", PayloadSHA256: "d"}, true},
+		{"v1 (no digest)", StoredLink{Hash: "h"}, false},
+		{"unchained", StoredLink{PayloadSHA256: "d"}, false},
+	} {
+		if got := PayloadRemovable(c.l); got != c.want {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+	}
+}

@@ -3,7 +3,11 @@ package audit
 import (
 	"context"
 	"encoding/base64"
+	"encoding/hex"
 	"fmt"
+	"maps"
+	"math"
+	"slices"
 	"time"
 
 	"github.com/dvtrun/dvtrun/engine"
@@ -11,9 +15,10 @@ import (
 
 // VerifyOptions says what Verify checks.
 type VerifyOptions struct {
-	// RunID limits the chain checks to one run ("" checks every run). The
-	// global log and the checkpoints are checked either way: they are what
-	// shows a run deleted whole.
+	// RunID limits the chain checks to one run ("" checks every run): its
+	// events, its rows in dvt_runs and dvt_run_seq and its entries in the
+	// global log. The log's tree and the checkpoints are checked either
+	// way: they are what shows a run deleted whole.
 	RunID string
 	// PublicKey is the pinned verifier key the checkpoints must be signed
 	// with; required when there is a checkpoint to check.
@@ -23,18 +28,35 @@ type VerifyOptions struct {
 	External []byte
 }
 
+// IndexGrace is how much older than the newest indexed event a chained
+// event may be and still be missing from the global log. The checkpointer
+// indexes every chained event committed when it runs, so an event missing
+// from the log is either newer than the last indexing or was committed by
+// a transaction still open when it ran (Postgres and Snowflake append runs
+// concurrently; persisted_at is taken when the transaction starts). No
+// append transaction stays open for an hour.
+const IndexGrace = time.Hour
+
 // Report is what Verify found: counts, and the first problem (nil when
 // everything holds).
 type Report struct {
 	Runs, Events, Chained int64
-	LogSize               int64
-	Checkpoints           int
-	// Latest is the newest checkpoint verified (stored or external).
-	Latest  *Checkpoint
-	Problem *Problem
-	// Retained names the runs whose payloads retention removed, with when
-	// (each on its signed retention record, its links and the signed log:
-	// not a break).
+	// V1 counts the chained events in the v1 form (appended before v2;
+	// their payload is part of the hash), PayloadsRemoved the v2 events
+	// whose payload retention removed.
+	V1, PayloadsRemoved int64
+	// Unindexed counts the chained events not yet in the global log (newer
+	// than the checkpointer's last run).
+	Unindexed   int64
+	LogSize     int64
+	Checkpoints int
+	// Latest is the newest checkpoint verified (stored or external);
+	// External the external one, when given and verified.
+	Latest, External *Checkpoint
+	Problem          *Problem
+	// Retained names the runs whose retention record a verified checkpoint
+	// signs, with when (each on its signed record, its links and the
+	// signed log: not a break).
 	Retained []RunHead
 	// Pending names the runs recorded for retention whose record no
 	// checkpoint signs yet: their payloads are all still there (an
@@ -42,12 +64,18 @@ type Report struct {
 	Pending []RunHead
 }
 
-// Verify recomputes every chain and the log's tree and checks the
-// checkpoints against them. Problems are in the report; err is for a store
-// that cannot be read or an option that cannot be used.
+// Verify recomputes every chain from the rows, cross-checks the runs of
+// dvt_run_events, dvt_runs, dvt_run_seq and the global log, checks the log
+// against the recomputed hashes and its tree against the checkpoints.
+// Problems are in the report; err is for a store that cannot be read or an
+// option that cannot be used.
 func Verify(ctx context.Context, st Store, o VerifyOptions) (Report, error) {
 	var rep Report
 	heads, err := st.AuditRuns(ctx, o.RunID)
+	if err != nil {
+		return rep, err
+	}
+	ids, err := st.AuditRunIDs(ctx, o.RunID)
 	if err != nil {
 		return rep, err
 	}
@@ -61,64 +89,123 @@ func Verify(ctx context.Context, st Store, o VerifyOptions) (Report, error) {
 		rep.Problem = p
 		return rep, nil
 	}
-	retained := map[string]retainedRun{} // runs with a retention row
-	for _, h := range heads {
-		recs, err := st.ListEvents(ctx, h.RunID, 0, 0)
-		if err != nil {
-			return rep, err
-		}
-		links, err := st.Links(ctx, h.RunID)
-		if err != nil {
-			return rep, err
-		}
-		rep.Runs++
-		rep.Events += int64(len(recs))
-		for _, l := range links {
-			if l.Hash != "" {
-				rep.Chained++
-			}
-		}
-		if h.RetainedAt != "" {
-			rep.Retained = append(rep.Retained, h)
-			retained[h.RunID] = retainedOf(recs, links)
-		}
-		if p := VerifyRun(RunChain{RunID: h.RunID, Status: h.Status, NextSeq: h.NextSeq, FirstSeq: h.FirstSeq, Retained: h.RetainedAt != "", Records: recs, Links: links}); p != nil {
-			rep.Problem = p
-			return rep, nil
-		}
-	}
-	hashes, err := st.EventHashes(ctx)
-	if err != nil {
-		return rep, err
-	}
 	retentions, err := st.Retentions(ctx)
 	if err != nil {
 		return rep, err
 	}
-	// A retention record's leaf is the hash of its signed note.
-	for _, r := range retentions {
-		if len(r.Note) > 0 {
-			if hashes[RetentionRunID] == nil {
-				hashes[RetentionRunID] = map[int64]string{}
-			}
-			hashes[RetentionRunID][r.Seq] = RetentionLeaf(r.Note)
+	headOf := make(map[string]RunHead, len(heads))
+	names := map[string]bool{}
+	for _, h := range heads {
+		headOf[h.RunID] = h
+		names[h.RunID] = true
+	}
+	inEvents, inRuns := map[string]bool{}, map[string]bool{}
+	for _, r := range ids.Events {
+		inEvents[r], names[r] = true, true
+	}
+	for _, r := range ids.Runs {
+		inRuns[r], names[r] = true, true
+	}
+	inLog := map[string]bool{}
+	for _, e := range entries {
+		// Retention records are entries of their own, not a run's events:
+		// retainedCovered and the log check below judge them.
+		if e.RunID != RetentionRunID && (o.RunID == "" || e.RunID == o.RunID) {
+			inLog[e.RunID], names[e.RunID] = true, true
 		}
 	}
-	if o.RunID != "" && len(heads) == 0 {
-		for _, e := range entries {
-			if e.RunID == o.RunID {
-				rep.Problem = &Problem{RunID: o.RunID, What: fmt.Sprintf("the run is gone, but the log holds its runSeq %d at index %d", e.RunSeq, e.Index)}
-				return rep, nil
-			}
-		}
+	if o.RunID != "" && len(names) == 0 {
 		return rep, engine.Errorf(engine.CodeRunNotFound, "run %s not found", o.RunID)
 	}
-	tree, p := VerifyLog(entries, func(run string, seq int64) (string, bool) {
-		h, ok := hashes[run][seq]
-		return h, ok
+	results := make(map[string]*runResult, len(names))
+	retained := map[string]retainedRun{} // runs with a retention row
+	// The first run whose sequence row's head is not its chain's, named
+	// after the log check: an entry of the log without its event says more.
+	var headProblem *Problem
+	for _, run := range slices.Sorted(maps.Keys(names)) {
+		h, hasHead := headOf[run]
+		switch {
+		case !hasHead && !inEvents[run] && (!inRuns[run] || inLog[run]):
+			continue // its events deleted with it: VerifyLog names its first entry in the log
+		case !hasHead && inEvents[run]:
+			rep.Problem = &Problem{RunID: run, RunSeq: 1, What: "events are stored, but the run has no sequence row (dvt_run_seq): it was deleted"}
+		case !hasHead:
+			rep.Problem = &Problem{RunID: run, What: "the run is in dvt_runs, but has no sequence row (dvt_run_seq): it was deleted"}
+		case !inRuns[run]:
+			rep.Problem = &Problem{RunID: run, RunSeq: 1, What: "the run has a sequence row but no dvt_runs row: it was deleted"}
+		}
+		if rep.Problem != nil {
+			return rep, nil
+		}
+		recs, err := st.ListEvents(ctx, run, 0, 0)
+		if err != nil {
+			return rep, err
+		}
+		links, err := st.Links(ctx, run)
+		if err != nil {
+			return rep, err
+		}
+		res, p := checkRun(RunChain{RunID: run, Status: h.Status, NextSeq: h.NextSeq, FirstSeq: h.FirstSeq, Retained: h.RetainedAt != "", Records: recs, Links: links})
+		if p != nil {
+			rep.Problem = p
+			return rep, nil
+		}
+		rep.Runs++
+		rep.Events += int64(len(recs))
+		rep.Chained += res.v1 + res.v2
+		rep.V1 += res.v1
+		rep.PayloadsRemoved += res.removed
+		if head := res.head(); h.LastHash != head && headProblem == nil {
+			headProblem = &Problem{RunID: run, RunSeq: res.headSeq(), What: fmt.Sprintf("the sequence row's last_hash %s is not the chain's head %s: dvt_run_seq or the chain was changed", short(h.LastHash), short(head))}
+		}
+		if h.RetainedAt != "" {
+			rep.Retained = append(rep.Retained, h)
+			retained[run] = retainedOf(recs, &res)
+		}
+		results[run] = &res
+	}
+	if rep.Problem = checkIndexed(entries, results); rep.Problem != nil {
+		return rep, nil
+	}
+	for _, r := range results {
+		for i, c := range r.chained {
+			if c && r.index[i] < 0 {
+				rep.Unindexed++
+			}
+		}
+	}
+	// A retention record's leaf is the hash of its signed note, recomputed
+	// from the note dvt_audit_retention holds.
+	leaves := make(map[int64]string, len(retentions))
+	for _, r := range retentions {
+		if len(r.Note) > 0 {
+			leaves[r.Seq] = RetentionLeaf(r.Note)
+		}
+	}
+	tree, p := VerifyLog(entries, func(e LogEntry) (string, bool) {
+		if e.RunID == RetentionRunID {
+			h, ok := leaves[e.RunSeq]
+			return h, ok
+		}
+		r, checked := results[e.RunID]
+		if !checked {
+			if o.RunID != "" && e.RunID != o.RunID {
+				return e.Hash, true // another run's entry: `--all` checks it
+			}
+			return "", false
+		}
+		i := e.RunSeq - 1
+		if i < 0 || i >= int64(len(r.chained)) || !r.chained[i] {
+			return "", false
+		}
+		return hex.EncodeToString(r.hashes[i][:]), true
 	})
 	if p != nil {
 		rep.Problem = p
+		return rep, nil
+	}
+	if headProblem != nil {
+		rep.Problem = headProblem
 		return rep, nil
 	}
 	rep.LogSize = tree.Size()
@@ -129,28 +216,8 @@ func Verify(ctx context.Context, st Store, o VerifyOptions) (Report, error) {
 	if (len(stored) > 0 || o.External != nil) && o.PublicKey == "" {
 		return rep, engine.Errorf(engine.CodeInvalidArgument, "no public key is pinned to check the checkpoints with (--public-key, or audit.publicKey in the configuration)")
 	}
-	for _, s := range stored {
-		src := fmt.Sprintf("stored checkpoint of size %d", s.Size)
-		cp, p := VerifyCheckpoint(tree, s.Note, o.PublicKey, src)
-		if p == nil && (cp.Size != s.Size || base64.StdEncoding.EncodeToString(cp.Root[:]) != s.Root) {
-			p = &Problem{What: src + ": its row's size or root differs from the signed note"}
-		}
-		if p != nil {
-			rep.Problem = p
-			return rep, nil
-		}
-		rep.Checkpoints++
-		rep.Latest = &cp
-	}
-	if o.External != nil {
-		cp, p := VerifyCheckpoint(tree, o.External, o.PublicKey, "the external checkpoint")
-		if p != nil {
-			rep.Problem = p
-			return rep, nil
-		}
-		if rep.Latest == nil || cp.Size > rep.Latest.Size {
-			rep.Latest = &cp
-		}
+	if rep.Problem = checkCheckpoints(&rep, tree, entries, stored, o); rep.Problem != nil {
+		return rep, nil
 	}
 	var pending map[string]bool
 	if rep.Problem, pending = retainedCovered(entries, retained, retentions, rep.Latest, o.PublicKey); rep.Problem != nil {
@@ -166,6 +233,137 @@ func Verify(ctx context.Context, st Store, o VerifyOptions) (Report, error) {
 	}
 	rep.Retained = kept
 	return rep, nil
+}
+
+// checkIndexed checks each checked run's chained events against the global
+// log: each in it at most once; none missing before one of the same run
+// that is in it (the checkpointer indexes a run's events in runSeq order,
+// all committed ones at once); none missing that is more than IndexGrace
+// older than the newest indexed event. It records each event's log index
+// (-1 when not indexed) in its run's result.
+func checkIndexed(entries []LogEntry, results map[string]*runResult) *Problem {
+	for _, r := range results {
+		r.index = make([]int64, len(r.chained))
+		for i := range r.index {
+			r.index[i] = -1
+		}
+	}
+	newest := int64(math.MinInt64)
+	for _, e := range entries {
+		r, ok := results[e.RunID]
+		i := e.RunSeq - 1
+		if !ok || i < 0 || i >= int64(len(r.chained)) || !r.chained[i] {
+			continue // VerifyLog names it
+		}
+		if r.index[i] >= 0 {
+			return &Problem{RunID: e.RunID, RunSeq: e.RunSeq, What: fmt.Sprintf("in the global log twice, at index %d and %d", r.index[i], e.Index)}
+		}
+		r.index[i] = e.Index
+		newest = max(newest, r.persisted[i])
+	}
+	for _, run := range slices.Sorted(maps.Keys(results)) {
+		r := results[run]
+		later := int64(-1) // the next indexed runSeq's position, walking back
+		for i := len(r.chained) - 1; i >= 0; i-- {
+			if !r.chained[i] {
+				continue
+			}
+			if r.index[i] >= 0 {
+				later = int64(i)
+				continue
+			}
+			seq := int64(i) + 1
+			if later >= 0 {
+				return &Problem{RunID: run, RunSeq: seq, What: fmt.Sprintf("not in the global log, though the run's later runSeq %d is (at index %d): its entry was removed", later+1, r.index[later])}
+			}
+			if newest != math.MinInt64 && r.persisted[i] < newest-int64(IndexGrace) {
+				return &Problem{RunID: run, RunSeq: seq, What: fmt.Sprintf("not in the global log, though it was persisted more than %s before events that are: its entry was removed, or the event was inserted outside the append path", IndexGrace)}
+			}
+		}
+	}
+	return nil
+}
+
+// checkCheckpoints opens every stored checkpoint and the external one with
+// the pinned key and compares each root with the log's root at its size.
+// When one does not match, the signed checkpoints bracket where the log
+// departs from what was signed: after the largest size whose root still
+// matches, at or before the smallest that does not. A root alone says
+// nothing about which of its leaves changed, so that bracket is as precise
+// as the evidence: one index when two checkpoints are one apart.
+func checkCheckpoints(rep *Report, tree *Tree, entries []LogEntry, stored []StoredCheckpoint, o VerifyOptions) *Problem {
+	type signed struct {
+		cp       Checkpoint
+		src      string
+		external bool
+	}
+	var all []signed
+	for _, s := range stored {
+		src := fmt.Sprintf("stored checkpoint of size %d", s.Size)
+		cp, err := Open(s.Note, o.PublicKey)
+		if err != nil {
+			return &Problem{What: fmt.Sprintf("%s: %v", src, err)}
+		}
+		if cp.Size != s.Size || base64.StdEncoding.EncodeToString(cp.Root[:]) != s.Root {
+			return &Problem{What: src + ": its row's size or root differs from the signed note"}
+		}
+		all = append(all, signed{cp, src, false})
+	}
+	if o.External != nil {
+		cp, err := Open(o.External, o.PublicKey)
+		if err != nil {
+			return &Problem{What: fmt.Sprintf("the external checkpoint: %v", err)}
+		}
+		all = append(all, signed{cp, "the external checkpoint", true})
+	}
+	var matched int64 // the largest size whose root matches
+	var first *signed // the smallest size whose root does not
+	for i, s := range all {
+		if s.cp.Size > tree.Size() {
+			return &Problem{What: fmt.Sprintf("%s covers %d events but the log holds %d: events were removed", s.src, s.cp.Size, tree.Size())}
+		}
+		root, err := tree.Root(s.cp.Size)
+		if err != nil {
+			return &Problem{What: fmt.Sprintf("%s: %v", s.src, err)}
+		}
+		if root != s.cp.Root {
+			if first == nil || s.cp.Size < first.cp.Size {
+				first = &all[i]
+			}
+			continue
+		}
+		matched = max(matched, s.cp.Size)
+	}
+	if first != nil {
+		return departure(entries, matched, first.cp.Size, first.src)
+	}
+	for _, s := range all {
+		cp := s.cp
+		if s.external {
+			rep.External = &cp
+		} else {
+			rep.Checkpoints++
+		}
+		if rep.Latest == nil || cp.Size > rep.Latest.Size {
+			rep.Latest = &cp
+		}
+	}
+	return nil
+}
+
+// departure names where the log departs from the signed tree: the first
+// index no matching checkpoint vouches for (lo), with its run and runSeq.
+func departure(entries []LogEntry, lo, hi int64, src string) *Problem {
+	e := entries[lo]
+	where := fmt.Sprintf("log index %d", lo)
+	if hi-lo > 1 {
+		where = fmt.Sprintf("log indexes %d to %d (the first of them is named; the signed checkpoints bracket the change no closer)", lo, hi-1)
+	}
+	matched := fmt.Sprintf("its first %d do", lo)
+	if lo == 0 {
+		matched = "and no smaller signed checkpoint matches"
+	}
+	return &Problem{RunID: e.RunID, RunSeq: e.RunSeq, What: fmt.Sprintf("%s: the log's first %d events do not have the signed root, %s: the log departs from the signed tree at %s: the log was rewritten", src, hi, matched, where)}
 }
 
 // CheckpointLog is the global log as the checkpointer writes it.

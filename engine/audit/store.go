@@ -15,6 +15,15 @@ type RunHead struct {
 	// RetainedAt is when retention removed the run's payloads (its
 	// dvt_audit_retention row, engine.TimeFormat); "" if it did not.
 	RetainedAt string
+	// LastHash is the sequence row's chain head (last_hash): the last
+	// chained event's hash, Genesis before the first.
+	LastHash string
+}
+
+// RunIDs are the runs found in two tables, each sorted.
+type RunIDs struct {
+	Events []string // distinct run_id of dvt_run_events
+	Runs   []string // run_id of dvt_runs
 }
 
 // StoredCheckpoint is a row of dvt_audit_checkpoints.
@@ -38,8 +47,11 @@ type Log interface {
 type Store interface {
 	Log
 	AuditRuns(ctx context.Context, runID string) ([]RunHead, error)
+	// AuditRunIDs lists the runs of dvt_run_events and of dvt_runs (all,
+	// or the one given), which Verify cross-checks with the sequence rows
+	// and the global log.
+	AuditRunIDs(ctx context.Context, runID string) (RunIDs, error)
 	Links(ctx context.Context, runID string) (map[int64]StoredLink, error)
-	EventHashes(ctx context.Context) (map[string]map[int64]string, error)
 	ListEvents(ctx context.Context, runID string, afterSeq int64, limit int) ([]engine.RunEventRecord, error)
 	// Retentions returns the rows of dvt_audit_retention with their
 	// signed records.

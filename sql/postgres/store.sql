@@ -67,14 +67,14 @@ WITH ins AS (
     INSERT INTO dvt_run_events (run_id, run_seq, tenant_id, project_id, environment_id, event_id,
                                 event_type, step_id, plan_id, plan_version, logical_attempt_id,
                                 engine_attempt_id, idempotency_key, emitted_at, persisted_at, payload,
-                                prev_hash, hash)
+                                prev_hash, hash, payload_sha256)
     SELECT $1, e.run_seq, $2, $3, $4, e.event_id, e.event_type, e.step_id, $5, $6,
            e.logical_attempt_id, e.engine_attempt_id, e.idempotency_key, e.emitted_at, $7,
-           e.payload::json, e.prev_hash, e.hash
+           e.payload::json, e.prev_hash, e.hash, e.payload_sha256
     FROM unnest($8::bigint[], $9::text[], $10::text[], $11::text[], $12::bigint[], $13::bigint[],
-                $14::text[], $15::text[], $16::text[], $17::text[], $18::text[])
+                $14::text[], $15::text[], $16::text[], $17::text[], $18::text[], $19::text[])
          AS e (run_seq, event_id, event_type, step_id, logical_attempt_id, engine_attempt_id,
-               idempotency_key, emitted_at, payload, prev_hash, hash)
+               idempotency_key, emitted_at, payload, prev_hash, hash, payload_sha256)
     RETURNING run_id, run_seq
 )
 -- The run's wake-up (store/postgres/wake.go) goes with the same statement:

@@ -3,23 +3,38 @@
 
 -- name: audit_runs
 -- Every run with its sequence row, where its chain starts and when
--- retention removed its payloads ('' if it did not; migration 0550).
-SELECT s.run_id, s.status, s.next_seq, COALESCE(g.first_seq, 1), COALESCE(r.removed_at, '')
+-- retention removed its payloads ('' if it did not; migration 0550) and
+-- its chain head (last_hash), which verify compares with the chain.
+SELECT s.run_id, s.status, s.next_seq, COALESCE(g.first_seq, 1), COALESCE(r.removed_at, ''), COALESCE(s.last_hash, '')
 FROM dvt_run_seq s LEFT JOIN dvt_audit_genesis g ON g.run_id = s.run_id
 LEFT JOIN dvt_audit_retention r ON r.run_id = s.run_id
 ORDER BY s.run_id;
 
 -- name: audit_run
-SELECT s.run_id, s.status, s.next_seq, COALESCE(g.first_seq, 1), COALESCE(r.removed_at, '')
+SELECT s.run_id, s.status, s.next_seq, COALESCE(g.first_seq, 1), COALESCE(r.removed_at, ''), COALESCE(s.last_hash, '')
 FROM dvt_run_seq s LEFT JOIN dvt_audit_genesis g ON g.run_id = s.run_id
 LEFT JOIN dvt_audit_retention r ON r.run_id = s.run_id
 WHERE s.run_id = ?;
 
 -- name: audit_links
-SELECT run_seq, prev_hash, hash, event_bytes FROM dvt_run_events WHERE run_id = ? ORDER BY run_seq;
+-- event_bytes are the hashed bytes (the payload VARIANT re-serialises);
+-- payload_text is the payload as appended, which payload_sha256 covers.
+SELECT run_seq, prev_hash, hash, event_bytes, payload_sha256, payload_text
+FROM dvt_run_events WHERE run_id = ? ORDER BY run_seq;
 
--- name: audit_event_hashes
-SELECT run_id, run_seq, hash FROM dvt_run_events WHERE hash IS NOT NULL;
+-- name: audit_event_runs
+-- The runs of the event table itself (audit verify cross-checks them with
+-- dvt_runs, dvt_run_seq and the global log).
+SELECT DISTINCT run_id FROM dvt_run_events ORDER BY run_id;
+
+-- name: audit_event_run
+SELECT DISTINCT run_id FROM dvt_run_events WHERE run_id = ?;
+
+-- name: audit_registered_runs
+SELECT run_id FROM dvt_runs ORDER BY run_id;
+
+-- name: audit_registered_run
+SELECT run_id FROM dvt_runs WHERE run_id = ?;
 
 -- name: audit_log
 SELECT log_index, run_id, run_seq, hash FROM dvt_audit_log WHERE log_index >= ? ORDER BY log_index;
@@ -55,7 +70,9 @@ SELECT tree_size, root_hash, note FROM dvt_audit_checkpoints WHERE tree_size BET
 -- The runs retention may record (issue 25): ended, the terminal event
 -- persisted before the cutoff, not recorded yet, and every event chained
 -- and in the log below the newest signed checkpoint (so its leaf hashes
--- are signed before its payloads go). Arg: cutoff timestamp.
+-- are signed before its payloads go), and no event holding its payload in
+-- the v1 form (payload_sha256 NULL: its hash covers the payload, so it is
+-- never removed; audit.PayloadRemovable). Arg: cutoff timestamp.
 SELECT s.run_id FROM dvt_run_seq s
 WHERE s.status IN ('COMPLETED', 'FAILED', 'CANCELLED')
   AND NOT EXISTS (SELECT 1 FROM dvt_audit_retention r WHERE r.run_id = s.run_id)
@@ -64,7 +81,19 @@ WHERE s.status IN ('COMPLETED', 'FAILED', 'CANCELLED')
   AND NOT EXISTS (SELECT 1 FROM dvt_run_events e WHERE e.run_id = s.run_id AND (e.hash IS NULL OR NOT EXISTS (
         SELECT 1 FROM dvt_audit_log l WHERE l.run_id = e.run_id AND l.run_seq = e.run_seq
           AND l.log_index < (SELECT COALESCE(MAX(c.tree_size), 0) FROM dvt_audit_checkpoints c))))
+  AND NOT EXISTS (SELECT 1 FROM dvt_run_events v WHERE v.run_id = s.run_id AND v.payload IS NOT NULL AND v.payload_sha256 IS NULL)
 ORDER BY s.run_id;
+
+-- name: audit_retain_v1
+-- How many runs retention skips because they hold v1 events with their
+-- payloads (ended before the cutoff, not recorded): reported, never
+-- recorded. Arg: cutoff, as audit_retain_candidates.
+SELECT COUNT(*) FROM dvt_run_seq s
+WHERE s.status IN ('COMPLETED', 'FAILED', 'CANCELLED')
+  AND NOT EXISTS (SELECT 1 FROM dvt_audit_retention r WHERE r.run_id = s.run_id)
+  AND EXISTS (SELECT 1 FROM dvt_run_events t WHERE t.run_id = s.run_id
+              AND t.event_type IN ('RunCompleted', 'RunFailed', 'RunCancelled') AND t.persisted_at < CAST(? AS TIMESTAMP_TZ(9)))
+  AND EXISTS (SELECT 1 FROM dvt_run_events v WHERE v.run_id = s.run_id AND v.payload IS NOT NULL AND v.payload_sha256 IS NULL);
 
 -- name: audit_retain_next
 -- The last retention ordinal, the next log index and the newest signed
@@ -84,17 +113,20 @@ INSERT INTO dvt_audit_retention (run_id, removed_at, cutoff, seq, older_than, co
 -- name: audit_retain_runs
 -- How many runs audit_retain_remove will touch.
 SELECT COUNT(DISTINCT e.run_id) FROM dvt_run_events e
-WHERE (e.payload IS NOT NULL OR e.event_bytes IS NOT NULL) AND e.hash IS NOT NULL AND e.run_id IN (
+WHERE (e.payload IS NOT NULL OR e.payload_text IS NOT NULL) AND e.hash IS NOT NULL AND e.payload_sha256 IS NOT NULL AND e.run_id IN (
     SELECT r.run_id FROM dvt_audit_retention r
     JOIN dvt_audit_log l ON l.run_id = 'dvtrun.audit.retention' AND l.run_seq = r.seq
     WHERE r.note IS NOT NULL AND l.log_index < (SELECT COALESCE(MAX(c.tree_size), 0) FROM dvt_audit_checkpoints c));
 
 -- name: audit_retain_remove
--- Removes the payloads (payload and the hashed event bytes, which hold it)
--- of the runs whose signed retention record a checkpoint covers; hash and
--- prev_hash stay. "hash IS NOT NULL" is audit.PayloadRemovable.
-UPDATE dvt_run_events SET payload = NULL, event_bytes = NULL
-WHERE (payload IS NOT NULL OR event_bytes IS NOT NULL) AND hash IS NOT NULL AND run_id IN (
+-- Removes the payloads (payload and payload_text) of the v2 events of the
+-- runs whose signed retention record a checkpoint covers; hash, prev_hash,
+-- payload_sha256 and event_bytes stay (v2 event bytes hold the digest, not
+-- the payload). "payload_sha256 IS NOT NULL" is audit.PayloadRemovable: a
+-- v1 event's payload is never removed (audit_retain_candidates never
+-- records a run that has one).
+UPDATE dvt_run_events SET payload = NULL, payload_text = NULL
+WHERE (payload IS NOT NULL OR payload_text IS NOT NULL) AND hash IS NOT NULL AND payload_sha256 IS NOT NULL AND run_id IN (
     SELECT r.run_id FROM dvt_audit_retention r
     JOIN dvt_audit_log l ON l.run_id = 'dvtrun.audit.retention' AND l.run_seq = r.seq
     WHERE r.note IS NOT NULL AND l.log_index < (SELECT COALESCE(MAX(c.tree_size), 0) FROM dvt_audit_checkpoints c));

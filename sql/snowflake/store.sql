@@ -280,20 +280,23 @@ USING (
            CAST(HEX_DECODE_STRING(v.persisted_at) AS TIMESTAMP_TZ(9)) AS persisted_at,
            PARSE_JSON(HEX_DECODE_STRING(v.payload)) AS payload,
            HEX_DECODE_STRING(v.prev_hash) AS prev_hash, HEX_DECODE_STRING(v.hash) AS hash,
-           HEX_DECODE_STRING(v.event_bytes) AS event_bytes
+           HEX_DECODE_STRING(v.event_bytes) AS event_bytes,
+           HEX_DECODE_STRING(v.payload_sha256) AS payload_sha256,
+           HEX_DECODE_STRING(v.payload) AS payload_text
     FROM (VALUES /*rows*/) AS v (run_id, run_seq, tenant_id, project_id, environment_id, event_id,
                                  event_type, step_id, plan_id, plan_version, logical_attempt_id,
                                  engine_attempt_id, idempotency_key, emitted_at, persisted_at, payload,
-                                 prev_hash, hash, event_bytes)
+                                 prev_hash, hash, event_bytes, payload_sha256)
 ) s
 ON t.run_id = s.run_id AND t.idempotency_key = s.idempotency_key
 WHEN NOT MATCHED THEN INSERT
     (run_id, run_seq, tenant_id, project_id, environment_id, event_id, event_type, step_id,
      plan_id, plan_version, logical_attempt_id, engine_attempt_id, idempotency_key,
-     emitted_at, persisted_at, payload, prev_hash, hash, event_bytes)
+     emitted_at, persisted_at, payload, prev_hash, hash, event_bytes, payload_sha256, payload_text)
 VALUES (s.run_id, s.run_seq, s.tenant_id, s.project_id, s.environment_id, s.event_id, s.event_type,
         s.step_id, s.plan_id, s.plan_version, s.logical_attempt_id, s.engine_attempt_id,
-        s.idempotency_key, s.emitted_at, s.persisted_at, s.payload, s.prev_hash, s.hash, s.event_bytes);
+        s.idempotency_key, s.emitted_at, s.persisted_at, s.payload, s.prev_hash, s.hash, s.event_bytes,
+        s.payload_sha256, s.payload_text);
 
 -- name: insert_outbox
 -- Enqueues what the MERGE stored in this transaction, by reference.

@@ -49,8 +49,8 @@ ON CONFLICT (run_id, step_id) DO UPDATE SET status = excluded.status,
 INSERT INTO dvt_run_events (run_id, run_seq, tenant_id, project_id, environment_id, event_id,
                             event_type, step_id, plan_id, plan_version, logical_attempt_id,
                             engine_attempt_id, idempotency_key, emitted_at, persisted_at, payload,
-                            prev_hash, hash)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                            prev_hash, hash, payload_sha256)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (run_id, idempotency_key) DO NOTHING;
 
 -- name: insert_outbox

@@ -529,7 +529,7 @@ func (s *Store) appendTx(runID string, row runRow, b store.Batch, now string, st
 		first := fresh[0]
 		if err := exec(s.q["insert_events"], runID, first.TenantID, first.ProjectID, first.EnvironmentID,
 			first.PlanID, first.PlanVersion, now, cols.seq, cols.eventID, cols.eventType, cols.stepID, cols.logical,
-			cols.engine, cols.key, cols.emitted, cols.payload, cols.prevHash, cols.hash); err != nil {
+			cols.engine, cols.key, cols.emitted, cols.payload, cols.prevHash, cols.hash, cols.digest); err != nil {
 			return engine.AppendResult{}, err
 		}
 		if err := exec(s.q["update_seq"], seq, string(status), head, runID); err != nil {
@@ -570,7 +570,7 @@ type eventColumns struct {
 	seq, logical, engine             []int64
 	eventID, eventType, key, emitted []string
 	stepID, payload                  []*string
-	prevHash, hash                   []*string
+	prevHash, hash, digest           []*string
 }
 
 // nullText is NULL for "" (an unchained benchmark's hash columns).
@@ -584,6 +584,7 @@ func nullText(v string) *string {
 func (c *eventColumns) add(seq int64, e engine.RunEventWrite, link audit.Chained) {
 	c.prevHash = append(c.prevHash, nullText(link.PrevHash))
 	c.hash = append(c.hash, nullText(link.Hash))
+	c.digest = append(c.digest, nullText(link.PayloadSHA256))
 	c.seq = append(c.seq, seq)
 	c.logical = append(c.logical, int64(e.LogicalAttemptID))
 	c.engine = append(c.engine, int64(e.EngineAttemptID))

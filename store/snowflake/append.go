@@ -560,7 +560,7 @@ func (s *Store) planAppend(runID string, st appendState, b store.Batch, meta *en
 				hexLit(r.EventID), hexLit(string(r.EventType)), hexOrNull(r.StepID), hexLit(r.PlanID), hexLit(r.PlanVersion),
 				intLit(int64(r.LogicalAttemptID)), intLit(int64(r.EngineAttemptID)), hexLit(r.IdempotencyKey),
 				hexLit(tsText(r.EmittedAt)), hexLit(tsText(r.PersistedAt)), hexOrNull(payload),
-				hexLit(links[i].PrevHash), hexLit(links[i].Hash), hexLit(string(links[i].EventBytes))}
+				hexLit(links[i].PrevHash), hexLit(links[i].Hash), hexLit(string(links[i].EventBytes)), hexOrNull(links[i].PayloadSHA256)}
 		}
 		merge, err := render(s.q["merge_events"], nil, rows)
 		if err != nil {

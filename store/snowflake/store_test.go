@@ -620,9 +620,10 @@ func TestTamperEvidence(t *testing.T) {
 			}
 		},
 		JSON: func(quoted string) string { return "PARSE_JSON(" + quoted + ")" },
-		// The hashed event bytes hold the payload too.
+		// The payload is in the VARIANT and in payload_text (the v2 event
+		// bytes hold its digest, not the payload).
 		NullPayloads: func(run string) string {
-			return "UPDATE dvt_run_events SET payload = NULL, event_bytes = NULL WHERE run_id = " + run
+			return "UPDATE dvt_run_events SET payload = NULL, payload_text = NULL WHERE run_id = " + run
 		},
 		Rows: func(t *testing.T, s storetest.AuditStore, q string) []string {
 			rows, err := s.(*snowflake.Store).DB().QueryContext(ctx, q)

@@ -96,3 +96,87 @@ func BenchmarkCheckpoint1M(b *testing.B) {
 		s.Close()
 	}
 }
+
+// BenchmarkVerifyAll times `audit verify --all` (audit.Verify over every
+// run, the global log and a checkpoint) on 100k, 250k and 1M chained
+// events (runs of 10,000, checkpointed), to show it stays linear. It
+// reports the verify's seconds (wall, and the process's CPU time: the
+// sampler's share is small), its peak Go heap (HeapAlloc sampled every
+// 20 ms while it runs, above the heap before it) and all it allocated.
+// Run one size at a time on a shared machine:
+//
+//	go test ./store/sqlite -run '^$' -bench 'VerifyAll/1M' -benchtime 1x -timeout 30m
+func BenchmarkVerifyAll(b *testing.B) {
+	const perRun, batch = 10_000, 1_000
+	for _, size := range []struct {
+		name string
+		runs int
+	}{{"100k", 10}, {"250k", 25}, {"1M", 100}} {
+		b.Run(size.name, func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				b.StopTimer()
+				s, err := sqlite.Open(context.Background(), filepath.Join(b.TempDir(), "state.db"), sqlite.Options{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				ctx := context.Background()
+				for range size.runs {
+					f := storetest.NewFixture()
+					f.Bootstrap(b, s)
+					events := benchEvents(f, perRun-2)
+					for j := 0; j < len(events); j += batch {
+						if _, err := s.AppendAndEnqueue(ctx, f.Meta.RunID, events[j:min(j+batch, len(events))]); err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+				c := &audit.Checkpointer{Log: s, SigningKey: storetest.TestKey, Now: time.Now}
+				if _, _, err := c.Checkpoint(ctx); err != nil {
+					b.Fatal(err)
+				}
+				c = nil
+				runtime.GC()
+				var before runtime.MemStats
+				runtime.ReadMemStats(&before)
+				peak := before.HeapAlloc
+				done := make(chan struct{})
+				sampled := make(chan uint64)
+				go func() {
+					tick := time.NewTicker(20 * time.Millisecond)
+					defer tick.Stop()
+					top := uint64(0)
+					var m runtime.MemStats
+					for {
+						select {
+						case <-done:
+							sampled <- top
+							return
+						case <-tick.C:
+							runtime.ReadMemStats(&m)
+							top = max(top, m.HeapAlloc)
+						}
+					}
+				}()
+				b.StartTimer()
+				start, cpu := time.Now(), cpuTime()
+				rep, err := audit.Verify(ctx, s, audit.VerifyOptions{PublicKey: storetest.TestPublicKey})
+				elapsed, cpu := time.Since(start), cpuTime()-cpu
+				b.StopTimer()
+				close(done)
+				peak = max(peak, <-sampled)
+				var after runtime.MemStats
+				runtime.ReadMemStats(&after)
+				peak = max(peak, after.HeapAlloc)
+				if err != nil || rep.Problem != nil || rep.Chained != int64(size.runs*perRun) || rep.LogSize != int64(size.runs*perRun) {
+					b.Fatalf("verify: %+v %v", rep, err)
+				}
+				b.ReportMetric(elapsed.Seconds(), "verify-s")
+				b.ReportMetric(cpu.Seconds(), "cpu-s")
+				b.ReportMetric(float64(peak-before.HeapAlloc)/(1<<20), "peak-heap-MiB")
+				b.ReportMetric(float64(after.TotalAlloc-before.TotalAlloc)/(1<<20), "alloc-MiB")
+				b.ReportMetric(float64(elapsed.Nanoseconds())/float64(size.runs*perRun), "ns/event")
+				s.Close()
+			}
+		})
+	}
+}

@@ -483,18 +483,21 @@ func (s *Store) appendTx(ctx context.Context, tx *sqlx.Tx, runID string, row run
 	for _, e := range b.Events {
 		// The chain link is computed before the insert: a duplicate key
 		// inserts nothing and leaves seq and the chain's head as they were.
-		// The hash covers the columns as stored (audit.EventBytes).
+		// The hash covers the columns as stored (audit.EventBytesV2).
 		rec := engine.RunEventRecord{RunEventWrite: e, RunSeq: seq, PersistedAt: persisted}
 		link := audit.Chained{Hash: head}
-		var prevCol, hashCol any
+		var prevCol, hashCol, digestCol any
 		if !s.unchained {
 			link = audit.Chain(head, []engine.RunEventRecord{rec})[0]
 			prevCol, hashCol = link.PrevHash, link.Hash
+			if link.PayloadSHA256 != "" {
+				digestCol = link.PayloadSHA256
+			}
 		}
 		r, err := insert.ExecContext(ctx, runID, seq, e.TenantID, e.ProjectID, e.EnvironmentID, e.EventID,
 			string(e.EventType), nullable(e.StepID), e.PlanID, e.PlanVersion, e.LogicalAttemptID, e.EngineAttemptID,
 			e.IdempotencyKey, e.EmittedAt.UTC().Format(engine.TimeFormat), now, nullableJSON(e.Payload),
-			prevCol, hashCol)
+			prevCol, hashCol, digestCol)
 		if err != nil {
 			return engine.AppendResult{}, classify(s.path, err)
 		}

@@ -32,10 +32,13 @@ CREATE TRIGGER dvt_audit_genesis_insert_guard BEFORE INSERT ON dvt_audit_genesis
 
 -- The event log's row guard lets a payload go only once the run's signed
 -- retention record is in the log below a stored checkpoint (the order of
--- `audit retain`: record, sign, remove).
+-- `audit retain`: record, sign, remove), and only a v2 event's
+-- (payload_sha256 set, migration 0800: its hash covers the digest, not
+-- the payload; or no payload to remove). Every other column,
+-- payload_sha256 included, stays.
 CREATE OR REPLACE FUNCTION dvt_run_events_guard() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    IF TG_OP = 'UPDATE' AND NEW.payload IS NULL AND OLD.hash IS NOT NULL
+    IF TG_OP = 'UPDATE' AND NEW.payload IS NULL AND OLD.hash IS NOT NULL AND (OLD.payload_sha256 IS NOT NULL OR OLD.payload IS NULL)
        AND to_jsonb(NEW) - 'payload' = to_jsonb(OLD) - 'payload'
        AND EXISTS (SELECT 1 FROM dvt_audit_retention r
                    JOIN dvt_audit_log l ON l.run_id = 'dvtrun.audit.retention' AND l.run_seq = r.seq
@@ -84,7 +87,9 @@ CREATE TRIGGER dvt_runs_append_only BEFORE UPDATE OR DELETE ON dvt_runs
 CREATE TRIGGER dvt_runs_no_truncate BEFORE TRUNCATE ON dvt_runs
     FOR EACH STATEMENT EXECUTE FUNCTION dvt_append_only();
 
--- The chain view: a payload-less event is ok only in a run whose retention
--- row has its signed record in the log below a stored checkpoint.
+-- The chain view: each chained event recomputed in the v2 form (migration
+-- 0800) or v1 (chain_form says which); a v2 event without its payload is
+-- ok only in a run whose retention row has its signed record in the log
+-- below a stored checkpoint; ok is never NULL.
 CREATE OR REPLACE VIEW dvt_audit_chain AS
 /*include audit.sql audit_chain_view_signed_retention*/;

@@ -25,10 +25,13 @@ BEGIN SELECT RAISE(ABORT, 'dvt_audit_genesis is append-only: INSERT refused (gen
 
 -- The event log's UPDATE guard lets a payload go only once the run's
 -- signed retention record is in the log below a stored checkpoint (the
--- order of `audit retain`: record, sign, remove).
+-- order of `audit retain`: record, sign, remove), and only a v2 event's
+-- (payload_sha256 set, migration 0800: its hash covers the digest, not
+-- the payload; or no payload to remove). Every other column,
+-- payload_sha256 included, stays.
 DROP TRIGGER dvt_run_events_no_update;
 CREATE TRIGGER dvt_run_events_no_update BEFORE UPDATE ON dvt_run_events
-WHEN NOT (NEW.payload IS NULL AND OLD.hash IS NOT NULL
+WHEN NOT (NEW.payload IS NULL AND OLD.hash IS NOT NULL AND (OLD.payload_sha256 IS NOT NULL OR OLD.payload IS NULL)
     AND EXISTS (SELECT 1 FROM dvt_audit_retention r
                 JOIN dvt_audit_log l ON l.run_id = 'dvtrun.audit.retention' AND l.run_seq = r.seq
                 WHERE r.run_id = OLD.run_id AND r.note IS NOT NULL
@@ -39,7 +42,8 @@ WHEN NOT (NEW.payload IS NULL AND OLD.hash IS NOT NULL
     AND NEW.plan_id IS OLD.plan_id AND NEW.plan_version IS OLD.plan_version
     AND NEW.logical_attempt_id IS OLD.logical_attempt_id AND NEW.engine_attempt_id IS OLD.engine_attempt_id
     AND NEW.idempotency_key IS OLD.idempotency_key AND NEW.emitted_at IS OLD.emitted_at
-    AND NEW.persisted_at IS OLD.persisted_at AND NEW.prev_hash IS OLD.prev_hash AND NEW.hash IS OLD.hash)
+    AND NEW.persisted_at IS OLD.persisted_at AND NEW.prev_hash IS OLD.prev_hash AND NEW.hash IS OLD.hash
+    AND NEW.payload_sha256 IS OLD.payload_sha256)
 BEGIN SELECT RAISE(ABORT, 'dvt_run_events is append-only: UPDATE refused'); END;
 
 -- The append authority: never deleted; the append path only advances

@@ -1,0 +1,10 @@
+-- The v2 chain form (issue 25): events appended from now on are hashed as
+-- "dvtrun-chain-v2" with every column but the payload, which enters as its
+-- SHA-256 digest kept here (lowercase hex of the JSON text as appended;
+-- NULL for an event appended without a payload). Retention can then remove
+-- the payload and the hash still covers event type, step, attempts and
+-- times. Events chained before keep their v1 links.
+ALTER TABLE dvt_run_events ADD COLUMN payload_sha256 TEXT;
+
+-- The chain view that recomputes either form (chain_form) is migration
+-- 0810's, which also requires signed evidence for a payload removed.

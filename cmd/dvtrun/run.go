@@ -312,6 +312,13 @@ func (c *cli) startAndExecute(ctx context.Context, f runFlags, b *plan.Bundle, r
 	if _, err := c.pulseInterval(f, cfg); err != nil { // refused before the run is recorded
 		return err
 	}
+	if c.onTemporal(f.engine) {
+		// The TLS files and the API key are read before the run is
+		// recorded: a wrong reference leaves no run behind.
+		if _, err := c.temporalOptions(c.temporalBlock(cfg)); err != nil {
+			return err
+		}
+	}
 	st, wh, targetName, err := c.openBoth(ctx)
 	if err != nil {
 		return err

@@ -1,8 +1,13 @@
 package main
 
 import (
+	"cmp"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"time"
 
@@ -40,21 +45,105 @@ func (c *cli) onTemporal(flagValue string) bool {
 }
 
 // temporalBlock is the temporal block of the command's target (its own,
-// else the top-level one), defaults filled.
+// else the top-level one), defaults filled, its files relative to the
+// config file.
 func (c *cli) temporalBlock(cfg *config.Config) config.Temporal {
 	_, tc := cfg.Engine(c.targetName())
+	c.temporalKey = cfg.TemporalKey(c.targetName())
+	tc.APIKeyFile = relativeTo(c.g.config, tc.APIKeyFile)
+	tc.TLS.CAFile = relativeTo(c.g.config, tc.TLS.CAFile)
+	tc.TLS.CertFile = relativeTo(c.g.config, tc.TLS.CertFile)
+	tc.TLS.KeyFile = relativeTo(c.g.config, tc.TLS.KeyFile)
 	return tc
 }
 
+// temporalOptions are the client options of block tc: address and
+// namespace, and its TLS and API key read from the files and the
+// variable it names. A file that cannot be read or holds no usable PEM, a
+// blank key: CONFIG_INVALID naming the key.
+func (c *cli) temporalOptions(tc config.Temporal) (client.Options, error) {
+	key := cmp.Or(c.temporalKey, "temporal")
+	opts := client.Options{HostPort: tc.Address, Namespace: tc.Namespace,
+		Logger: sdklog.NewStructuredLogger(slog.New(slog.NewTextHandler(c.stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))}
+	bad := func(k, format string, args ...any) error {
+		return engine.Errorf(engine.CodeConfigInvalid, "%s.%s: %s", key, k, fmt.Sprintf(format, args...))
+	}
+	read := func(k, file string) ([]byte, error) {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			return nil, bad(k, "cannot read %s: %v", file, plan.PathErr(err))
+		}
+		return data, nil
+	}
+	if tc.UsesTLS() {
+		t := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: tc.TLS.ServerName}
+		if tc.TLS.CAFile != "" {
+			pem, err := read("tls.caFile", tc.TLS.CAFile)
+			if err != nil {
+				return opts, err
+			}
+			t.RootCAs = x509.NewCertPool()
+			if !t.RootCAs.AppendCertsFromPEM(pem) {
+				return opts, bad("tls.caFile", "%s holds no PEM certificate", tc.TLS.CAFile)
+			}
+		}
+		if tc.TLS.CertFile != "" {
+			certPEM, err := read("tls.certFile", tc.TLS.CertFile)
+			if err != nil {
+				return opts, err
+			}
+			keyPEM, err := read("tls.keyFile", tc.TLS.KeyFile)
+			if err != nil {
+				return opts, err
+			}
+			cert, err := tls.X509KeyPair(certPEM, keyPEM)
+			if err != nil {
+				return opts, bad("tls.certFile", "%s and tls.keyFile %s are not a certificate and its private key in PEM: %v", tc.TLS.CertFile, tc.TLS.KeyFile, err)
+			}
+			t.Certificates = []tls.Certificate{cert}
+		}
+		opts.ConnectionOptions.TLS = t
+	}
+	var apiKey string
+	switch {
+	case tc.APIKeyEnv != "":
+		if apiKey = strings.TrimSpace(c.env(tc.APIKeyEnv)); apiKey == "" {
+			return opts, bad("apiKeyEnv", "the API key variable %s is unset, empty or only blanks", tc.APIKeyEnv)
+		}
+	case tc.APIKeyFile != "":
+		data, err := read("apiKeyFile", tc.APIKeyFile)
+		if err != nil {
+			return opts, err
+		}
+		if apiKey = strings.TrimSpace(string(data)); apiKey == "" {
+			return opts, bad("apiKeyFile", "%s is empty or only blanks", tc.APIKeyFile)
+		}
+	}
+	if apiKey != "" {
+		c.addSecret(apiKey)
+		opts.Credentials = client.NewAPIKeyStaticCredentials(apiKey)
+	}
+	return opts, nil
+}
+
 // dialTemporal connects to the config's Temporal frontend; the SDK's own
-// log goes to stderr at WARN and above only.
+// log goes to stderr at WARN and above only. A server that refuses the
+// handshake (no or a wrong client certificate, an unknown CA) fails the
+// dial within its 10s, with the TLS error.
 func (c *cli) dialTemporal(ctx context.Context, tc config.Temporal) (client.Client, error) {
+	opts, err := c.temporalOptions(tc)
+	if err != nil {
+		return nil, err
+	}
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	cl, err := client.DialContext(dctx, client.Options{HostPort: tc.Address, Namespace: tc.Namespace,
-		Logger: sdklog.NewStructuredLogger(slog.New(slog.NewTextHandler(c.stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))})
+	cl, err := client.DialContext(dctx, opts)
 	if err != nil {
-		return nil, engine.Errorf(engine.CodeStoreUnavailable, "cannot reach Temporal at %s (namespace %s; the config's temporal block, or `make temporal-dev` for a local server): %v", tc.Address, tc.Namespace, err)
+		how := ""
+		if tc.UsesTLS() {
+			how = ", over TLS"
+		}
+		return nil, engine.Errorf(engine.CodeStoreUnavailable, "cannot reach Temporal at %s (namespace %s%s; the config's %s block, or `make temporal-dev` for a local server): %s", tc.Address, tc.Namespace, how, cmp.Or(c.temporalKey, "temporal"), c.redact(err.Error()))
 	}
 	return cl, nil
 }

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	sdkworker "go.temporal.io/sdk/worker"
 
 	"github.com/dvtrun/dvtrun/engine"
 	"github.com/dvtrun/dvtrun/engine/config"
@@ -26,6 +27,7 @@ import (
 	runcore "github.com/dvtrun/dvtrun/engine/run"
 	"github.com/dvtrun/dvtrun/engine/runner"
 	"github.com/dvtrun/dvtrun/engine/spool"
+	dvtemporal "github.com/dvtrun/dvtrun/engine/temporal"
 )
 
 func newID() string      { return uuid.NewString() }
@@ -121,6 +123,9 @@ type runFlags struct {
 	spool       *spool.Dir
 	// engine is --engine: local (the runner in this process) or temporal.
 	engine string
+	// ranOn (retry) is the engine the retried run started on: the new run
+	// executes there unless --engine says otherwise.
+	ranOn string
 }
 
 func (f *runFlags) register(fs *flag.FlagSet) {
@@ -312,13 +317,6 @@ func (c *cli) startAndExecute(ctx context.Context, f runFlags, b *plan.Bundle, r
 	if _, err := c.pulseInterval(f, cfg); err != nil { // refused before the run is recorded
 		return err
 	}
-	if c.onTemporal(f.engine) {
-		// The TLS files and the API key are read before the run is
-		// recorded: a wrong reference leaves no run behind.
-		if _, err := c.temporalOptions(c.temporalBlock(cfg)); err != nil {
-			return err
-		}
-	}
 	st, wh, targetName, err := c.openBoth(ctx)
 	if err != nil {
 		return err
@@ -333,6 +331,16 @@ func (c *cli) startAndExecute(ctx context.Context, f runFlags, b *plan.Bundle, r
 	// or retry it from any directory or machine.
 	if err := storeBundle(ctx, st, b); err != nil {
 		return err
+	}
+	var tmp *temporalHost
+	if c.onTemporal(f.engine, f.ranOn) {
+		// Connected before the run is recorded: a wrong TLS file or API
+		// key, or a server that refuses them, leaves no run behind.
+		tc := c.temporalBlock(cfg)
+		if tmp, err = c.hostTemporal(ctx, tc, f, sdkworker.Options{}, c.temporalActivities(st, wh, lookup, cfg, tc, f.leaseTTL)); err != nil {
+			return err
+		}
+		defer tmp.close()
 	}
 	con := newConsole(c, targetName)
 	runID, err := c.engineFor(st).StartRun(ctx, req)
@@ -349,10 +357,10 @@ func (c *cli) startAndExecute(ctx context.Context, f runFlags, b *plan.Bundle, r
 		fmt.Fprintln(c.stdout, c.clean(intro))
 	}
 	con.start = time.Now()
-	if c.onTemporal(f.engine) {
+	if tmp != nil {
 		steps := prep.Full
 		con.Report(runner.Progress{Phase: runner.PhaseRunStarted, RunID: runID, Threads: f.threads, Total: len(steps.Steps)})
-		snap, err := c.executeOnTemporal(ctx, f, cfg, st, wh, lookup, runID)
+		snap, err := tmp.run(ctx, c.engineFor(st), f, runID, dvtemporal.StartRun)
 		reportSteps(con, steps, snap)
 		return c.finishRun(ctx, con, runID, snap, err)
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
@@ -31,10 +32,14 @@ func checkEngine(name string) error {
 }
 
 // onTemporal reports whether a run executes on Temporal: --engine, else
-// DVT_ENGINE, else the target's engine (one rule: the most specific to
-// this command wins; the temporal block is the target's, else the
-// top-level one — temporalBlock).
-func (c *cli) onTemporal(flagValue string) bool {
+// the engine the run (or the run a retry retries) started on — recorded,
+// its RunStarted's engineType — else DVT_ENGINE, else the target's engine
+// (one rule: the most specific to this command wins; the temporal block
+// is the target's, else the top-level one — temporalBlock).
+func (c *cli) onTemporal(flagValue, recorded string) bool {
+	if flagValue == "" {
+		flagValue = recorded
+	}
 	if flagValue == "" {
 		flagValue = c.env("DVT_ENGINE")
 	}
@@ -42,6 +47,21 @@ func (c *cli) onTemporal(flagValue string) bool {
 		flagValue = c.target.t.Engine
 	}
 	return flagValue == config.EngineTemporal
+}
+
+// startedOn is the engine a run started on: its RunStarted's engineType
+// ("" for a run that never started).
+func startedOn(events []engine.RunEventRecord) string {
+	for _, ev := range events {
+		if ev.EventType == engine.RunStarted {
+			var p struct {
+				EngineType string `json:"engineType"`
+			}
+			_ = json.Unmarshal(ev.Payload, &p)
+			return p.EngineType
+		}
+	}
+	return ""
 }
 
 // temporalBlock is the temporal block of the command's target (its own,
@@ -142,6 +162,12 @@ func (c *cli) dialTemporal(ctx context.Context, tc config.Temporal) (client.Clie
 		how := ""
 		if tc.UsesTLS() {
 			how = ", over TLS"
+			// A server that refuses the client's certificate (or its
+			// absence) ends the handshake; the client often sees only the
+			// closed connection.
+			if msg := err.Error(); strings.Contains(msg, "broken pipe") || strings.Contains(msg, "connection reset") || strings.Contains(msg, "EOF") || strings.Contains(msg, "certificate required") || strings.Contains(msg, "bad certificate") || strings.Contains(msg, "unknown certificate authority") {
+				how += ", which the server ended: it may require a client certificate (tls.certFile, tls.keyFile) or not trust the one given"
+			}
 		}
 		return nil, engine.Errorf(engine.CodeStoreUnavailable, "cannot reach Temporal at %s (namespace %s%s; the config's %s block, or `make temporal-dev` for a local server): %s", tc.Address, tc.Namespace, how, cmp.Or(c.temporalKey, "temporal"), c.redact(err.Error()))
 	}
@@ -173,18 +199,24 @@ func (c *cli) temporalActivities(st stateStore, wh engine.Warehouse, lookup plan
 	}
 }
 
-// executeOnTemporal starts the run's workflow and waits for it, with a
-// Temporal worker in this process for the run's task queue (any other
-// dvtrun worker polling it shares the steps). The snapshot is the store's.
-func (c *cli) executeOnTemporal(ctx context.Context, f runFlags, cfg *config.Config, st stateStore, wh engine.Warehouse, lookup plan.SecretLookup, runID string) (engine.Snapshot, error) {
+// resumeOnTemporal is `dvtrun resume` of a run that started on Temporal:
+// it joins the run's workflow, or starts a new execution of it when the
+// last one failed or was terminated (dvtemporal.ResumeRun), with a worker
+// in this process (any other dvtrun worker polling the run's task queue
+// shares the steps). The snapshot is the store's.
+func (c *cli) resumeOnTemporal(ctx context.Context, f runFlags, cfg *config.Config, st stateStore, wh engine.Warehouse, lookup plan.SecretLookup, runID string) (engine.Snapshot, error) {
 	tc := c.temporalBlock(cfg)
 	host, err := c.hostTemporal(ctx, tc, f, sdkworker.Options{}, c.temporalActivities(st, wh, lookup, cfg, tc, f.leaseTTL))
 	if err != nil {
 		return engine.Snapshot{}, err
 	}
 	defer host.close()
-	return host.run(ctx, c.engineFor(st), f, runID)
+	return host.run(ctx, c.engineFor(st), f, runID, dvtemporal.ResumeRun)
 }
+
+// startFunc starts or joins a run's workflow: dvtemporal.StartRun or
+// ResumeRun.
+type startFunc func(ctx context.Context, c dvtemporal.Starter, taskQueue string, in dvtemporal.Input) (client.WorkflowRun, error)
 
 // temporalHost is a Temporal client with a worker polling the block's task
 // queue with dvtrun's workflow and activities.
@@ -218,8 +250,8 @@ func (h *temporalHost) close() {
 // id, so a request claimed again after its worker died, or started by two
 // processes, has one workflow — and waits for it to end. The snapshot is
 // the store's.
-func (h *temporalHost) run(ctx context.Context, eng *engine.Engine, f runFlags, runID string) (engine.Snapshot, error) {
-	run, err := dvtemporal.StartRun(ctx, h.cl, h.tc.TaskQueue, dvtemporal.Input{RunID: runID, Threads: f.threads, FailFast: f.failFast, HistoryBudget: h.tc.HistoryBudget, HeartbeatTimeout: h.tc.HeartbeatTimeout})
+func (h *temporalHost) run(ctx context.Context, eng *engine.Engine, f runFlags, runID string, start startFunc) (engine.Snapshot, error) {
+	run, err := start(ctx, h.cl, h.tc.TaskQueue, dvtemporal.Input{RunID: runID, Threads: f.threads, FailFast: f.failFast, HistoryBudget: h.tc.HistoryBudget, HeartbeatTimeout: h.tc.HeartbeatTimeout})
 	if err != nil {
 		return engine.Snapshot{}, err
 	}

@@ -460,6 +460,19 @@ func cmdResume(ctx context.Context, c *cli, args []string) error {
 	}
 	defer wh.Close()
 	con := newConsole(c, targetName)
+	// A run that started on Temporal resumes there (its workflow, joined or
+	// started anew), unless --engine says otherwise.
+	events, err := st.ListEvents(ctx, meta.RunID, 0, 0)
+	if err != nil {
+		return err
+	}
+	if c.onTemporal(f.engine, startedOn(events)) {
+		fmt.Fprintf(c.stdout, "Resuming run %s of plan %s@%s on Temporal\n", c.clean(meta.RunID), c.clean(p.PlanID), c.clean(p.PlanVersion))
+		con.start = time.Now()
+		snap, err := c.resumeOnTemporal(ctx, f, cfg, st, wh, lookup, meta.RunID)
+		reportSteps(con, prep.Full, snap)
+		return c.finishRun(ctx, con, meta.RunID, snap, err)
+	}
 	rn := c.newRunner(st, f, con, lookup)
 	rn.Signals = cfg.Signals
 	stopPulse, err := c.joinPulse(ctx, rn, st, f, cfg)

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/dvtrun/dvtrun/engine/config"
 )
 
 // TestTemporalSecretsRefusedBeforeTheRun: a temporal block's TLS files and
@@ -55,4 +57,36 @@ func TestTemporalSecretsRefusedBeforeTheRun(t *testing.T) {
     temporal: {address: '127.0.0.1:1', apiKeyEnv: BLANK_KEY}
 `)
 	wantError(t, h.run("--config", cfg, "--target", "tmp", "run", fixture("ok", "plan.yaml")), 2, "CONFIG_INVALID", "targets.tmp.temporal.apiKeyEnv: the API key variable BLANK_KEY")
+}
+
+// TestEnginePrecedence: --engine, else the engine the run started on
+// (resume, retry), else DVT_ENGINE, else the target's engine.
+func TestEnginePrecedence(t *testing.T) {
+	cases := []struct {
+		flag, recorded, env, target string
+		want                        bool
+	}{
+		{"", "", "", "", false},
+		{"", "", "", "temporal", true},
+		{"", "", "temporal", "local", true},
+		{"", "temporal", "", "local", true},  // a Temporal run resumes there on a local target
+		{"", "temporal", "local", "", true},  // the run's engine wins over the environment's
+		{"", "local", "temporal", "", false}, // a local run stays local
+		{"local", "temporal", "", "temporal", false},
+		{"temporal", "local", "", "", true},
+	}
+	for _, tc := range cases {
+		c := &cli{env: func(k string) string {
+			if k == "DVT_ENGINE" {
+				return tc.env
+			}
+			return ""
+		}}
+		if tc.target != "" {
+			c.target = &chosenTarget{name: "t", t: config.Target{Engine: tc.target}}
+		}
+		if got := c.onTemporal(tc.flag, tc.recorded); got != tc.want {
+			t.Errorf("--engine %q, recorded %q, DVT_ENGINE %q, target %q: on Temporal %v, want %v", tc.flag, tc.recorded, tc.env, tc.target, got, tc.want)
+		}
+	}
 }

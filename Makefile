@@ -11,7 +11,7 @@ BENCHSTAT   ?= golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4d
 # dependencies stay out of dvtrun's.
 E2E_TEMPORAL ?= engine/temporal/e2e
 
-.PHONY: help build test test-temporal test-short bench lint fuzz example docs temporal-dev clean
+.PHONY: help build test test-temporal record-temporal-history test-short bench lint fuzz example docs temporal-dev clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -25,6 +25,12 @@ test: ## run every test (what CI runs), the Temporal e2e module's too
 
 test-temporal: ## the Temporal adapter against a real in-process Temporal server (first build: minutes)
 	cd $(E2E_TEMPORAL) && $(GO) test -count=1 -timeout 30m ./...
+
+# HISTORY names the file under engine/temporal/testdata/; keep the older
+# ones: each is a release's workflow code the current one must replay.
+HISTORY ?= shop-new.history.json
+record-temporal-history: ## record the shop run's workflow history into engine/temporal/testdata/$(HISTORY) for the replay test
+	cd $(E2E_TEMPORAL) && $(GO) test -count=1 -run 'TestShopOnTemporalMatchesLocal$$' . -args -record-history $(CURDIR)/engine/temporal/testdata/$(HISTORY)
 
 test-short: ## the quick subset
 	$(GO) test -count=1 -short $(PKGS)

@@ -32,6 +32,7 @@ import (
 	runcore "github.com/dvtrun/dvtrun/engine/run"
 	"github.com/dvtrun/dvtrun/engine/schedule"
 	"github.com/dvtrun/dvtrun/engine/service"
+	dvtemporal "github.com/dvtrun/dvtrun/engine/temporal"
 	"github.com/dvtrun/dvtrun/engine/worker"
 	"github.com/dvtrun/dvtrun/store"
 )
@@ -419,7 +420,7 @@ func (x *cliExec) Run(ctx context.Context, r queue.Request, runID string) (engin
 	if x.tmp != nil {
 		// Started or joined: the workflow id is the run id recorded with
 		// the claim, so a request claimed again has one workflow.
-		snap, err := x.tmp.run(ctx, eng, x.f, runID)
+		snap, err := x.tmp.run(ctx, eng, x.f, runID, dvtemporal.StartRun)
 		x.ended(p.PlanID, snap)
 		return snap.Status, err
 	}
@@ -491,7 +492,7 @@ func (c *cli) daemon(ctx context.Context, name string, args []string, withSchedu
 	if err := d.check(withWorker); err != nil {
 		return err
 	}
-	if withWorker && withScheduler && c.onTemporal(d.exec.engine) {
+	if withWorker && withScheduler && c.onTemporal(d.exec.engine, "") {
 		// The scheduler fills dvtrun's queue, which a Temporal worker does
 		// not claim: refuse rather than run the ticks locally.
 		return engine.Errorf(engine.CodeInvalidArgument, "serve runs the local worker; for Temporal run `dvtrun worker --engine temporal` and start runs with `dvtrun run --engine temporal`")
@@ -545,7 +546,7 @@ func (c *cli) daemon(ctx context.Context, name string, args []string, withSchedu
 		}
 		defer wh.Close()
 		var tmp *temporalHost
-		if c.onTemporal(d.exec.engine) {
+		if c.onTemporal(d.exec.engine, "") {
 			// The worker polls the Temporal task queue, and turns the
 			// requests it claims from dvtrun's queue into workflow starts.
 			tc := c.temporalBlock(cfg)

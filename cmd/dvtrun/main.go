@@ -117,6 +117,10 @@ type cli struct {
 	// targetIsFilter: --target may name no config target (`runs` filters
 	// by it).
 	targetIsFilter bool
+	// temporalKey is the config key of the temporal block temporalBlock
+	// chose (temporal, targets.NAME.temporal), for the errors of its
+	// secrets.
+	temporalKey string
 }
 
 // globals are accepted before the command and by every command.

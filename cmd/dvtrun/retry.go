@@ -62,6 +62,7 @@ func cmdRetry(ctx context.Context, c *cli, args []string) error {
 	}
 	sel := &engine.Selection{Steps: steps}
 	intro := fmt.Sprintf("Retrying %d step(s) of run %s: %s", len(steps), parent.meta.RunID, strings.Join(steps, ", "))
+	f.ranOn = parent.engine // a run that ran on Temporal is retried there
 	return c.startAndExecute(ctx, f, b, engine.StartRequest{Plan: p, Ref: ref, Selection: sel, ParentRunID: parent.meta.RunID,
 		FullRefresh: parent.queued.FullRefresh, Target: parent.queued.Target, Vars: varMap, DataInterval: parent.queued.DataInterval}, intro) // dbt retry reuses the run's flags
 }
@@ -72,6 +73,7 @@ type parentRun struct {
 	queued engine.RunQueuedRequest
 	snap   engine.Snapshot
 	bundle *plan.Bundle // withBundle: the plan bundle the run ran
+	engine string       // the engine it started on (RunStarted's engineType)
 }
 
 // readParent reads a finished run: a run still in progress (or
@@ -99,7 +101,7 @@ func (c *cli) readParent(ctx context.Context, runID string, withBundle bool) (pa
 	if err != nil {
 		return parentRun{}, err
 	}
-	parent := parentRun{meta: meta, queued: q, snap: snap}
+	parent := parentRun{meta: meta, queued: q, snap: snap, engine: startedOn(events)}
 	if withBundle {
 		ref := q.PlanRef
 		if ref.SHA256 == "" {

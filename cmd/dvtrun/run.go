@@ -121,6 +121,9 @@ type runFlags struct {
 	spool       *spool.Dir
 	// engine is --engine: local (the runner in this process) or temporal.
 	engine string
+	// ranOn (retry) is the engine the retried run started on: the new run
+	// executes there unless --engine says otherwise.
+	ranOn string
 }
 
 func (f *runFlags) register(fs *flag.FlagSet) {
@@ -328,7 +331,10 @@ func (c *cli) startAndExecute(ctx context.Context, f runFlags, b *plan.Bundle, r
 		return err
 	}
 	var host *temporalHost
-	if c.onTemporal(f.engine) {
+	if c.onTemporal(f.engine, f.ranOn) {
+		// Connected before the run is recorded: a frontend that is down,
+		// a wrong TLS file or API key, or a server that refuses them,
+		// leaves no run behind.
 		if host, err = c.startOnTemporal(ctx, f, cfg, st, wh, lookup); err != nil {
 			return err
 		}
@@ -452,6 +458,19 @@ func cmdResume(ctx context.Context, c *cli, args []string) error {
 	}
 	defer wh.Close()
 	con := newConsole(c, targetName)
+	// A run that started on Temporal resumes there (its workflow, joined or
+	// started anew), unless --engine says otherwise.
+	events, err := st.ListEvents(ctx, meta.RunID, 0, 0)
+	if err != nil {
+		return err
+	}
+	if c.onTemporal(f.engine, startedOn(events)) {
+		fmt.Fprintf(c.stdout, "Resuming run %s of plan %s@%s on Temporal\n", c.clean(meta.RunID), c.clean(p.PlanID), c.clean(p.PlanVersion))
+		con.start = time.Now()
+		snap, err := c.resumeOnTemporal(ctx, f, cfg, st, wh, lookup, meta.RunID)
+		reportSteps(con, prep.Full, snap)
+		return c.finishRun(ctx, con, meta.RunID, snap, err)
+	}
 	rn := c.newRunner(st, f, con, lookup)
 	rn.Signals = cfg.Signals
 	stopPulse, err := c.joinPulse(ctx, rn, st, f, cfg)

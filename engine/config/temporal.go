@@ -2,6 +2,7 @@ package config
 
 import (
 	"net"
+	"strings"
 	"time"
 )
 
@@ -14,6 +15,27 @@ type Temporal struct {
 	TaskQueue        string        `yaml:"taskQueue" doc:"The task queue dvtrun's workers poll (default dvtrun)."`
 	HistoryBudget    int           `yaml:"historyBudget" doc:"Continue a run's workflow as new once its history has this many events (0: when the server suggests it)."`
 	HeartbeatTimeout time.Duration `yaml:"heartbeatTimeout" doc:"How soon a step whose worker died is retried on another worker, at least 400ms (default 5s); steps heartbeat 4 times as often."`
+	// Secrets by reference only, as the console's: the key itself is never
+	// in the file.
+	APIKeyEnv  string      `yaml:"apiKeyEnv" doc:"Name of the environment variable holding an API key (Temporal Cloud), sent as Authorization: Bearer KEY; implies TLS."`
+	APIKeyFile string      `yaml:"apiKeyFile" doc:"File holding the API key instead (relative to this file; surrounding blanks are ignored); implies TLS."`
+	TLS        TemporalTLS `yaml:"tls" doc:"TLS to the frontend: the server's CA, a client certificate (mTLS), the server name. Off unless a key here or an API key is set."`
+}
+
+// TemporalTLS is a temporal block's TLS settings: files, relative to the
+// config file, never the PEM itself.
+type TemporalTLS struct {
+	Enabled    bool   `yaml:"enabled" doc:"Use TLS with the system's CAs even when no other tls key is set."`
+	CAFile     string `yaml:"caFile" doc:"PEM file of the CA(s) that signed the server's certificate (default: the system's CAs)."`
+	CertFile   string `yaml:"certFile" doc:"PEM file of the client certificate (mTLS); needs keyFile."`
+	KeyFile    string `yaml:"keyFile" doc:"PEM file of the client certificate's private key; needs certFile."`
+	ServerName string `yaml:"serverName" doc:"The name the server's certificate must carry (default: the address's host)."`
+}
+
+// UsesTLS says whether the block connects with TLS: any tls key or an API
+// key (Temporal Cloud takes keys over TLS only).
+func (t Temporal) UsesTLS() bool {
+	return t.TLS != (TemporalTLS{}) || t.APIKeyEnv != "" || t.APIKeyFile != ""
 }
 
 // WithDefaults fills the empty fields.
@@ -59,6 +81,15 @@ func (c *Config) Engine(target string) (string, Temporal) {
 	return t.Engine, tc.WithDefaults()
 }
 
+// TemporalKey is the key of the temporal block runs on target use — the
+// target's own, else the top-level one — for errors that name it.
+func (c *Config) TemporalKey(target string) string {
+	if t := c.Targets[target]; t != nil && t.Temporal != nil {
+		return "targets." + target + ".temporal"
+	}
+	return "temporal"
+}
+
 // validate checks the block at key (temporal, targets.NAME.temporal).
 func (t Temporal) validate(key string) error {
 	if t.Address != "" {
@@ -71,6 +102,21 @@ func (t Temporal) validate(key string) error {
 	}
 	if t.HistoryBudget < 0 {
 		return keyError(key+".historyBudget", "must not be negative")
+	}
+	for _, f := range [][2]string{{"apiKeyFile", t.APIKeyFile}, {"tls.caFile", t.TLS.CAFile}, {"tls.certFile", t.TLS.CertFile}, {"tls.keyFile", t.TLS.KeyFile}} {
+		if strings.Contains(f[1], "-----BEGIN") || strings.Contains(f[1], "\n") {
+			return keyError(key+"."+f[0], "give the path of a PEM file, not its contents (secrets stay out of the config)")
+		}
+	}
+	switch {
+	case t.APIKeyEnv != "" && t.APIKeyFile != "":
+		return keyError(key+".apiKeyEnv", "give apiKeyEnv or apiKeyFile, not both")
+	case t.APIKeyEnv != "" && !envName.MatchString(t.APIKeyEnv):
+		return keyError(key+".apiKeyEnv", "%q is not an environment variable name", t.APIKeyEnv)
+	case t.TLS.CertFile != "" && t.TLS.KeyFile == "":
+		return keyError(key+".tls.keyFile", "is required with tls.certFile (the client certificate's private key)")
+	case t.TLS.KeyFile != "" && t.TLS.CertFile == "":
+		return keyError(key+".tls.certFile", "is required with tls.keyFile (the client certificate)")
 	}
 	return nil
 }

@@ -19,6 +19,17 @@ func TestTemporalBlock(t *testing.T) {
 		{"bad address", "temporal: {address: nowhere}", Temporal{}, "temporal.address"},
 		{"negative budget", "temporal: {historyBudget: -1}", Temporal{}, "temporal.historyBudget"},
 		{"unknown key", "temporal: {apiKey: x}", Temporal{}, "field apiKey not found"},
+		{"cloud", "temporal: {address: 'ns.acct.tmprl.cloud:7233', namespace: ns.acct, apiKeyEnv: TEMPORAL_API_KEY}",
+			Temporal{Address: "ns.acct.tmprl.cloud:7233", Namespace: "ns.acct", TaskQueue: "dvtrun", HeartbeatTimeout: 5 * time.Second, APIKeyEnv: "TEMPORAL_API_KEY"}, ""},
+		{"mtls", "temporal: {tls: {caFile: ca.pem, certFile: c.pem, keyFile: c.key, serverName: temporal.internal}}",
+			Temporal{Address: "127.0.0.1:7233", Namespace: "default", TaskQueue: "dvtrun", HeartbeatTimeout: 5 * time.Second,
+				TLS: TemporalTLS{CAFile: "ca.pem", CertFile: "c.pem", KeyFile: "c.key", ServerName: "temporal.internal"}}, ""},
+		{"cert without key", "temporal: {tls: {certFile: c.pem}}", Temporal{}, "temporal.tls.keyFile: is required with tls.certFile"},
+		{"key without cert", "temporal: {tls: {keyFile: c.key}}", Temporal{}, "temporal.tls.certFile: is required with tls.keyFile"},
+		{"two api keys", "temporal: {apiKeyEnv: K, apiKeyFile: k.txt}", Temporal{}, "temporal.apiKeyEnv: give apiKeyEnv or apiKeyFile, not both"},
+		{"api key env not a name", "temporal: {apiKeyEnv: 'tmprl_abc.def'}", Temporal{}, `temporal.apiKeyEnv: "tmprl_abc.def" is not an environment variable name`},
+		{"a PEM in the file", "temporal: {tls: {caFile: '-----BEGIN CERTIFICATE-----'}}", Temporal{}, "temporal.tls.caFile: give the path of a PEM file"},
+		{"unknown tls key", "temporal: {tls: {insecure: true}}", Temporal{}, "field insecure not found"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -79,10 +90,28 @@ func TestTargetEngineErrorsNameTheKey(t *testing.T) {
 		{"targets: {tmp: {store: a, warehouse: b, temporal: {heartbeatTimeout: 1ms}}}", "targets.tmp.temporal.heartbeatTimeout: must be at least 400ms"},
 		{"targets: {tmp: {store: a, warehouse: b, temporal: {historyBudget: -2}}}", "targets.tmp.temporal.historyBudget: must not be negative"},
 		{"targets: {tmp: {store: a, warehouse: b, temporal: {apiKey: x}}}", "field apiKey not found"},
+		{"targets: {tmp: {store: a, warehouse: b, temporal: {tls: {certFile: c.pem}}}}", "targets.tmp.temporal.tls.keyFile: is required"},
 	}
 	for _, tc := range cases {
 		if _, err := Parse([]byte(tc.text), "dvt.yaml"); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: err = %v, want one with %q", tc.text, err, tc.want)
+		}
+	}
+}
+
+// TestTemporalKey names the block a target's runs use, for errors.
+func TestTemporalKey(t *testing.T) {
+	c, err := Parse([]byte(`
+targets:
+  own: {store: a, warehouse: b, engine: temporal, temporal: {taskQueue: q}}
+  shared: {store: a, warehouse: c, engine: temporal}
+`), "dvt.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for target, want := range map[string]string{"own": "targets.own.temporal", "shared": "temporal", "": "temporal"} {
+		if got := c.TemporalKey(target); got != want {
+			t.Errorf("TemporalKey(%q) = %s, want %s", target, got, want)
 		}
 	}
 }

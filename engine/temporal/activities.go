@@ -245,7 +245,15 @@ func (a *Activities) Start(ctx context.Context, in StartInput) (StartResult, err
 			}
 		}
 	}
+	ref := fmt.Sprintf("temporal://%s/%s/%s", a.Namespace, info.WorkflowExecution.ID, info.WorkflowExecution.RunID)
 	if snap.Status != engine.StatusQueued && snap.Status != engine.StatusApproved {
+		// A run resumed on a new execution of its workflow (the last one
+		// failed or was terminated): its providerRunRef names this one.
+		if !snap.Status.Terminal() && rc.meta.ProviderRunRef != ref {
+			if err := a.Log.SetProviderRunRef(ctx, in.RunID, ref); err != nil {
+				return out, err
+			}
+		}
 		return out, nil
 	}
 	if pg, ok := a.Warehouse.(interface{ Ping(context.Context) error }); ok {
@@ -260,7 +268,6 @@ func (a *Activities) Start(ctx context.Context, in StartInput) (StartResult, err
 	if rq, err := engine.QueuedRequest(events); err == nil && rq.TriggerSource != "" {
 		by, source = rq.TriggeredBy, rq.TriggerSource
 	}
-	ref := fmt.Sprintf("temporal://%s/%s/%s", a.Namespace, info.WorkflowExecution.ID, info.WorkflowExecution.RunID)
 	if err := a.Log.SetProviderRunRef(ctx, in.RunID, ref); err != nil {
 		return out, err
 	}

@@ -19,10 +19,25 @@ type Starter interface {
 // answers the workflow already running and a finished run is never
 // started again.
 func StartRun(ctx context.Context, c Starter, taskQueue string, in Input) (client.WorkflowRun, error) {
+	return start(ctx, c, taskQueue, in, enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE)
+}
+
+// ResumeRun is `dvtrun resume` of a run on Temporal: it joins the run's
+// workflow while one runs (a PAUSED run's waits for RESUME), and starts a
+// new execution of it (same workflow id, the run id) when the last one
+// failed, was terminated, cancelled or timed out — the run's log is where
+// the new one carries on from (steps shown RUNNING run again, the ledger
+// keeps their effects once). A workflow that completed is never started
+// again.
+func ResumeRun(ctx context.Context, c Starter, taskQueue string, in Input) (client.WorkflowRun, error) {
+	return start(ctx, c, taskQueue, in, enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE_FAILED_ONLY)
+}
+
+func start(ctx context.Context, c Starter, taskQueue string, in Input, reuse enumspb.WorkflowIdReusePolicy) (client.WorkflowRun, error) {
 	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID:                       in.RunID,
 		TaskQueue:                taskQueue,
-		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
+		WorkflowIDReusePolicy:    reuse,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 	}, WorkflowName, in)
 	if err != nil {

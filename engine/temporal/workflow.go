@@ -23,6 +23,50 @@ const (
 	QueryName    = "dvtrun.view"
 )
 
+// Change IDs of workflow.GetVersion: the points of the workflow code that
+// will change. Workflows run for as long as their runs, across releases:
+// code that changes the commands a workflow issues (which activities, in
+// what order, with what options or ids) must keep, for the histories in
+// flight, the commands they were started with. Each ID is read once, when
+// a workflow execution starts (Run), and the branch to take follows from
+// it; a history recorded before these call sites has no marker and reads
+// workflow.DefaultVersion, which behaves as version 1.
+//
+// To change one of these points: raise its maxSupported (versions below),
+// keep the old branch for the old version, and add a history recorded by
+// the release before the change to testdata/ (make record-temporal-history
+// writes one; TestReplayRecordedHistories replays every
+// testdata/*.history.json against the new code).
+const (
+	// ChangeStepDispatch: how a step is dispatched — one Step activity
+	// per start, its input (StepInput), its activity id (step#logical,
+	// .rN for a rerun), StepStarted recorded by that activity. The next
+	// change here is one store transaction per step.
+	ChangeStepDispatch = "dvtrun.step-dispatch"
+	// ChangeActivityOptions: the Start, Step and Emit activities'
+	// timeouts, heartbeat and retry policies.
+	ChangeActivityOptions = "dvtrun.activity-options"
+	// ChangeSignals: how a signal is decided — its policy and the DAG
+	// rules in one Emit batch, PAUSE cancelling the steps in flight.
+	ChangeSignals = "dvtrun.signals"
+)
+
+// versions are the versions of the change IDs a workflow execution runs.
+type versions struct {
+	dispatch, options, signals workflow.Version
+}
+
+// readVersions records (or, replaying, reads) the version of each change.
+// Version 1 is the code of this release; DefaultVersion, a history from
+// before the call sites, behaves the same.
+func readVersions(ctx workflow.Context) versions {
+	return versions{
+		dispatch: workflow.GetVersion(ctx, ChangeStepDispatch, workflow.DefaultVersion, 1),
+		options:  workflow.GetVersion(ctx, ChangeActivityOptions, workflow.DefaultVersion, 1),
+		signals:  workflow.GetVersion(ctx, ChangeSignals, workflow.DefaultVersion, 1),
+	}
+}
+
 // Input is the workflow's input. Durations of zero take the defaults.
 type Input struct {
 	RunID    string
@@ -69,6 +113,9 @@ type View struct {
 	InFlight  []string
 	FailFast  string
 	Continued int
+	// Versions are the versions of the change IDs the execution runs
+	// (-1: a history from before the call sites).
+	Versions map[string]int
 }
 
 func (in Input) withDefaults() Input {
@@ -114,12 +161,15 @@ type wf struct {
 	reruns    []int // per step: how many reruns were started (activity ids)
 	inflight  map[int]*flight
 	continued int
+	// v: the versions of the change IDs this execution runs (readVersions);
+	// each branch on one names the versions it serves.
+	v versions
 }
 
 // Run is the workflow of one dvtrun run (workflow id = run id).
 func Run(ctx workflow.Context, in Input) error {
 	in = in.withDefaults()
-	w := &wf{ctx: ctx, in: in, inflight: map[int]*flight{}}
+	w := &wf{ctx: ctx, in: in, inflight: map[int]*flight{}, v: readVersions(ctx)}
 	if err := w.load(); err != nil {
 		return err
 	}
@@ -282,6 +332,8 @@ func (w *wf) schedule() {
 
 // start schedules step i's activity. Its id is the step id and logical
 // attempt (and the rerun count): deterministic, and unique per start.
+// ChangeStepDispatch and ChangeActivityOptions: DefaultVersion and 1
+// dispatch alike; a change branches on w.v.dispatch / w.v.options here.
 func (w *wf) start(i int, rerun bool, prior engine.StepStatus) {
 	s := w.steps[i]
 	retries := w.in.Retries
@@ -347,7 +399,8 @@ func (w *wf) skipped(skips []dag.Skip) []engine.Emission {
 	return ems
 }
 
-// emit records ems through the Emit activity. The view is the run's
+// emit records ems through the Emit activity (its options:
+// ChangeActivityOptions, DefaultVersion and 1 alike). The view is the run's
 // status and each touched step's state before the batch: PENDING for a
 // skip, RUNNING otherwise, at the step's logical attempt.
 func (w *wf) emit(auth *engine.Signal, refused *string, ems ...engine.Emission) error {
@@ -386,7 +439,8 @@ func (w *wf) emit(auth *engine.Signal, refused *string, ems ...engine.Emission) 
 // signal decides a dvtrun signal: the signals policy (in the Emit
 // activity), then the DAG rules, then its effect. PAUSE is immediate:
 // steps in flight are cancelled (their SQL with them) and start again on
-// RESUME.
+// RESUME. ChangeSignals: DefaultVersion and 1 decide alike; a change
+// branches on w.v.signals here.
 func (w *wf) signal(sg engine.Signal) error {
 	if sg.Seq <= w.sigSeq || w.d.Run.Terminal() {
 		return nil // decided before (the log or an earlier run of the workflow says so)
@@ -473,7 +527,8 @@ func (w *wf) cancel(sg engine.Signal) error {
 }
 
 func (w *wf) view() View {
-	v := View{RunID: w.in.RunID, Run: w.d.Run, Counts: map[engine.StepStatus]int{}, FailFast: w.d.FailFast, Continued: w.continued}
+	v := View{RunID: w.in.RunID, Run: w.d.Run, Counts: map[engine.StepStatus]int{}, FailFast: w.d.FailFast, Continued: w.continued,
+		Versions: map[string]int{ChangeStepDispatch: int(w.v.dispatch), ChangeActivityOptions: int(w.v.options), ChangeSignals: int(w.v.signals)}}
 	for _, st := range []engine.StepStatus{engine.StepStatusPending, engine.StepStatusRunning, engine.StepStatusSuccess, engine.StepStatusFailed, engine.StepStatusSkipped} {
 		v.Counts[st] = w.d.Count(st)
 	}

@@ -31,8 +31,9 @@ import (
 const taskQueue = "dvtrun"
 
 // recordHistory, when set, saves the shop run's workflow history there:
-// how engine/temporal/testdata/shop.history.json, which the main module's
-// replay test runs, is made (go test -run TestShop -record-history PATH).
+// how engine/temporal/testdata/*.history.json, which the main module's
+// replay test runs, are made (make record-temporal-history, or
+// go test -run TestShopOnTemporalMatchesLocal . -args -record-history PATH).
 var recordHistory = flag.String("record-history", "", "save the shop run's workflow history as JSON to `FILE`")
 
 // saveHistory writes a workflow's history in the JSON form

@@ -183,6 +183,7 @@ func checkInclusionProof(out, vkey string) error {
 // TestIndependentVerifier recomputes the chain and the root of a real run
 // straight from the store's tables and checks the checkpoint's signature.
 func TestIndependentVerifier(t *testing.T) {
+	t.Parallel()
 	h, runID, cpFile := auditHarness(t)
 	db, err := sql.Open("sqlite", h.statePath())
 	if err != nil {

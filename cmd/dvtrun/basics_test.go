@@ -14,6 +14,7 @@ import (
 )
 
 func TestVersion(t *testing.T) {
+	t.Parallel()
 	var out, errb bytes.Buffer
 	code := run(context.Background(), []string{"--version"}, &out, &errb, func(string) string { return "" })
 	if code != exitOK || !strings.HasPrefix(out.String(), "dvtrun ") || !strings.Contains(out.String(), "go1.") {
@@ -24,6 +25,7 @@ func TestVersion(t *testing.T) {
 // TestDidYouMean: a mistyped command, or a selector naming a step that
 // does not exist, gets the closest name; a word close to nothing gets none.
 func TestDidYouMean(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	plan := fixture("ok", "plan.yaml")
 	cases := []struct {
@@ -52,6 +54,7 @@ func TestDidYouMean(t *testing.T) {
 }
 
 func TestSuggest(t *testing.T) {
+	t.Parallel()
 	names := []string{"run", "resume", "retry", "runs", "status", "schedule", "scheduler"}
 	cases := map[string]string{
 		"rnu": "run", "retyr": "retry", "statsu": "status", "schedul": "schedule",
@@ -68,6 +71,7 @@ func TestSuggest(t *testing.T) {
 // TestEveryCommandHelp: `COMMAND --help` exits 0 for every command and
 // shows the flags the way README writes them (--flag, not -flag).
 func TestEveryCommandHelp(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	longSingleDash := regexp.MustCompile(`(?m)^  -[a-z][a-z-]+`)
 	args := [][]string{{"--help"}, {"help"}}
@@ -100,6 +104,7 @@ func TestEveryCommandHelp(t *testing.T) {
 // TestColor: colour on a terminal (CLICOLOR_FORCE stands for one here)
 // and never with NO_COLOR or --no-color, nor into a file or pipe.
 func TestColor(t *testing.T) {
+	t.Parallel()
 	ok := runner.Progress{Phase: runner.PhaseStepDone, Step: plan.Step{ID: "model.a", Kind: plan.KindModel}, Status: engine.StepStatusSuccess}
 	bad := runner.Progress{Phase: runner.PhaseStepDone, Step: plan.Step{ID: "model.b", Kind: plan.KindModel}, Status: engine.StepStatusFailed,
 		Err: engine.Errorf(engine.CodeStepFailed, "boom")}
@@ -143,6 +148,7 @@ func TestColor(t *testing.T) {
 // named on a live line with their time so far; the next printed line
 // erases it first, and quick steps never show.
 func TestLiveLine(t *testing.T) {
+	t.Parallel()
 	var out strings.Builder
 	con := newConsole(&cli{stdout: &out}, "sqlite")
 	con.tty = true

@@ -114,6 +114,7 @@ func openTestStore(t *testing.T, h *harness) *sqlite.Store {
 // schedule firing every second for 20+ ticks: one request and one run per
 // tick, every run COMPLETED, every process exits 0 on SIGTERM.
 func TestProcessSchedulersAndWorkers(t *testing.T) {
+	t.Parallel()
 	bin := buildBinary(t)
 	t.Run("sqlite", func(t *testing.T) {
 		h := newHarness(t)

@@ -39,6 +39,7 @@ func get(url string) (int, string) {
 // /readyz answer; cancelling (SIGTERM in main) ends it with exit 0 and JSON
 // logs on stderr.
 func TestServeRunsTheQueueAndServesMetrics(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	if r := h.run("enqueue", fixture("ok", "plan.yaml")); r.code != 0 {
 		t.Fatalf("enqueue: %+v", r)
@@ -97,6 +98,7 @@ func TestServeRunsTheQueueAndServesMetrics(t *testing.T) {
 // is run from its plan path, and refused when a file of it changed, with
 // the reason in the outcome.
 func TestWorkerRunsTheEnqueuedPlanBundle(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name        string
 		forget      bool // drop the stored bundle, as a request from before bundles has none
@@ -170,6 +172,7 @@ func TestWorkerRunsTheEnqueuedPlanBundle(t *testing.T) {
 // The worker takes --threads, --lease-ttl and --secrets-file as run does,
 // and refuses the same out-of-range values before it touches the store.
 func TestWorkerRefusesBadFlags(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		args []string
 		msg  string
@@ -199,6 +202,7 @@ func TestWorkerRefusesBadFlags(t *testing.T) {
 // log, as a record like every other line it writes, not as a bare line of
 // text among them.
 func TestDaemonLogsLockWaitsAsJSON(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	if r := h.run("run", fixture("ok", "plan.yaml")); r.code != 0 {
 		t.Fatalf("run: %+v", r)
@@ -257,6 +261,7 @@ func TestDaemonLogsLockWaitsAsJSON(t *testing.T) {
 // configured schedule, when its newest COMPLETED run ended (read from the
 // store: any replica's run counts).
 func TestDaemonReportsFailuresAndScheduleSuccess(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	abs, _ := filepath.Abs(fixture("ok", "plan.yaml"))
 	cfg := h.writeConfig(`schedules:

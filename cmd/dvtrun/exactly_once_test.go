@@ -320,6 +320,14 @@ func killedBetweenCommitAndAppend(t *testing.T, bin, plan string, rng *rand.Rand
 	}
 }
 
+// newRNG returns a random source for one test's fault points, logging its
+// seed so that a failure's trials can be replayed.
+func newRNG(t *testing.T) *rand.Rand {
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("random seed %d", seed)
+	return rand.New(rand.NewPCG(seed, 8))
+}
+
 func trials(n int) int {
 	if testing.Short() {
 		return 2
@@ -328,12 +336,12 @@ func trials(n int) int {
 }
 
 func TestExactlyOnceProcesses(t *testing.T) {
+	t.Parallel()
 	bin := buildBinary(t)
 	plan, err := filepath.Abs(fixture("effects", "plan.yaml")) // the processes run elsewhere
 	if err != nil {
 		t.Fatal(err)
 	}
-	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 8))
 	newEnv := func(h *harness) []string {
 		return append(os.Environ(), "DVT_STORE="+h.env["DVT_STORE"], "DVT_WAREHOUSE="+h.env["DVT_WAREHOUSE"])
 	}
@@ -343,14 +351,15 @@ func TestExactlyOnceProcesses(t *testing.T) {
 	// (the state store is held locked, so the append waits); resume must
 	// not run the step again.
 	t.Run("KilledBetweenCommitAndAppend", func(t *testing.T) {
-		killedBetweenCommitAndAppend(t, bin, plan, rng, newHarness)
+		t.Parallel()
+		killedBetweenCommitAndAppend(t, bin, plan, newRNG(t), newHarness)
 	})
 
 	// midStep starts a runner with a 2s lease (1s is tight enough on a
 	// loaded machine for a runner to fence itself off before its first
 	// step) and returns a random moment (up to 300ms) after one of the
 	// first n effect steps started.
-	midStep := func(t *testing.T, n int) (*harness, []string, *proc, string) {
+	midStep := func(t *testing.T, rng *rand.Rand, n int) (*harness, []string, *proc, string) {
 		h := newHarness(t)
 		env := newEnv(h)
 		a := startProc(t, bin, env, "run", "--threads", "2", "--lease-ttl", "2s", plan)
@@ -368,8 +377,10 @@ func TestExactlyOnceProcesses(t *testing.T) {
 	// write-latency budget ran out first), or ends the run when its
 	// appends land before the takeover — never with a step failed.
 	t.Run("StalledStoreTakeover", func(t *testing.T) {
+		t.Parallel()
+		rng := newRNG(t)
 		for trial := range trials(10) {
-			h, env, a, runID := midStep(t, 3)
+			h, env, a, runID := midStep(t, rng, 3)
 			hold := 2500*time.Millisecond + time.Duration(rng.IntN(1500))*time.Millisecond // > the 2s lease
 			lock := lockDB(t, h.statePath())
 			locked := time.Now()
@@ -398,8 +409,10 @@ func TestExactlyOnceProcesses(t *testing.T) {
 	// The old runner is alive but stopped (SIGSTOP) past its lease; another
 	// runner takes over; the old one, continued, stops with LEASE_LOST.
 	t.Run("StoppedRunnerTakeover", func(t *testing.T) {
+		t.Parallel()
+		rng := newRNG(t)
 		for trial := range trials(3) {
-			h, env, a, runID := midStep(t, 3)
+			h, env, a, runID := midStep(t, rng, 3)
 			if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 				t.Fatal(err)
 			}
@@ -431,6 +444,7 @@ func TestExactlyOnceProcesses(t *testing.T) {
 	// it, it is skipped.
 	for _, db := range []string{"DVT_WAREHOUSE", "DVT_STORE"} {
 		t.Run("DiskFull/"+db, func(t *testing.T) {
+			t.Parallel()
 			h := newHarness(t)
 			disk := filepath.Join(h.dir, "disk")
 			if err := os.Mkdir(disk, 0o755); err != nil {
@@ -442,8 +456,13 @@ func TestExactlyOnceProcesses(t *testing.T) {
 			t.Cleanup(func() { exec.Command("umount", "-l", disk).Run() })
 			h.env[db] = "sqlite:" + filepath.Join(disk, "db.sqlite")
 			env := newEnv(h)
-			// A full store cannot even release the lease: a short one.
-			a := startProc(t, bin, env, "run", "--threads", "1", "--lease-ttl", "2s", plan)
+			// A full store cannot renew the lease, nor release it: the
+			// runner must meet its write budget (1s, for the outcome it
+			// cannot store: STORE_UNAVAILABLE) well before it fences
+			// itself off for want of renewals (the lease's 8s: LEASE_LOST,
+			// which a loaded machine saw with a 2s lease and the 3s
+			// default budget). resume then waits the lease out.
+			a := startProc(t, bin, env, "run", "--threads", "1", "--lease-ttl", "8s", "--write-budget", "1s", plan)
 			a.waitLine(t, "START sql operation s1 ")
 			runID := h.onlyRun()
 			filler := filepath.Join(disk, "filler")
@@ -475,6 +494,7 @@ func TestExactlyOnceProcesses(t *testing.T) {
 	// Three runs at once on one SQLite warehouse (and one state store):
 	// writers wait for each other; every run completes.
 	t.Run("ThreeRunsOneWarehouse", func(t *testing.T) {
+		t.Parallel()
 		h := newHarness(t)
 		env := newEnv(h)
 		shop := filepath.Join(repoRoot(t), "plans", "shop", "plan.yaml")

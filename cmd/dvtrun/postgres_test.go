@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -15,8 +16,13 @@ import (
 )
 
 // TestMain stops the package's Postgres test server (pgtest), if a test
-// started one, when the tests end.
-func TestMain(m *testing.M) { pgtest.Main(m) }
+// started one, and removes the shared CLI binary when the tests end.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	pgtest.Stop()
+	removeBinary()
+	os.Exit(code)
+}
 
 // TestPostgresStoreFirstRun is README's first run and its look-around with
 // --store postgres://…: the example plan builds (19 steps), and runs,
@@ -25,6 +31,7 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 // checked): no output ever shows it. The same database opens through a
 // key=value DSN too.
 func TestPostgresStoreFirstRun(t *testing.T) {
+	t.Parallel()
 	const password = "Pg-S3cret-pw"
 	url := pgtest.URL(t)
 	url = strings.Replace(url, "postgres://dvt@", "postgres://dvt:"+password+"@", 1)
@@ -76,6 +83,7 @@ func TestPostgresStoreFirstRun(t *testing.T) {
 // TestPostgresStoreReadOfEmptyDatabase: a read command on a database
 // without a state store is invalid input (exit 2) and creates nothing.
 func TestPostgresStoreReadOfEmptyDatabase(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.env["DVT_STORE"] = pgtest.URL(t)
 	wantError(t, h.run("runs"), exitUsage, "INVALID_ARGUMENT", "no state store")
@@ -99,6 +107,7 @@ func pgtestRedacted(s, secret string) string { return strings.ReplaceAll(s, secr
 // schedule every second for 20+ ticks, one request and one run per tick,
 // every run COMPLETED (the warehouse is SQLite).
 func TestProcessSchedulersAndWorkersPostgres(t *testing.T) {
+	t.Parallel()
 	bin := buildBinary(t)
 	dsn := pgtest.URL(t)
 	st, err := postgres.Open(context.Background(), dsn, postgres.Options{})
@@ -117,6 +126,7 @@ func TestProcessSchedulersAndWorkersPostgres(t *testing.T) {
 // completes, every key is stored once, no step takes effect twice, and
 // verify --all passes.
 func TestProcessWorkerCrashTakeoverPostgres(t *testing.T) {
+	t.Parallel()
 	crashTakeover(t, func(t *testing.T) string { return pgtest.URL(t) })
 }
 
@@ -164,6 +174,7 @@ func BenchmarkShopPostgresStore(b *testing.B) {
 // run end as soon as the ending is appended, woken by NOTIFY, although its
 // poll interval is an hour.
 func TestPostgresFollowWokenByNotify(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	url := pgtest.URL(t)
 	st, err := postgres.Open(ctx, url, postgres.Options{PollOnly: true})

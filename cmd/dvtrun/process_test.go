@@ -4,10 +4,12 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -16,23 +18,49 @@ import (
 	"github.com/dvtrun/dvtrun/store/snowflake/sftest"
 )
 
-// buildBinary compiles the CLI once per test binary run.
+// The CLI binary the process tests run: built once per test binary run,
+// on first use, into a directory TestMain removes.
+var built struct {
+	once sync.Once
+	dir  string
+	bin  string
+	err  error
+}
+
+// buildBinary returns the CLI binary, building it on the first call; the
+// process tests share it (a build takes seconds, and they run in parallel).
 func buildBinary(t *testing.T) string {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
-	bin := filepath.Join(t.TempDir(), "dvtrun")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	built.once.Do(func() {
+		built.dir, built.err = os.MkdirTemp("", "dvtrun-bin-")
+		if built.err != nil {
+			return
+		}
+		built.bin = filepath.Join(built.dir, "dvtrun")
+		if out, err := exec.Command("go", "build", "-o", built.bin, ".").CombinedOutput(); err != nil {
+			built.err = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if built.err != nil {
+		t.Fatal(built.err)
 	}
-	return bin
+	return built.bin
+}
+
+// removeBinary removes the shared binary's directory (from TestMain).
+func removeBinary() {
+	if built.dir != "" {
+		os.RemoveAll(built.dir)
+	}
 }
 
 // TestProcess runs the real binary: exit codes through os.Exit, and SIGINT
 // interrupting a step's SQL so that the run can be resumed.
 func TestProcess(t *testing.T) {
+	t.Parallel()
 	bin := buildBinary(t)
 	h := newHarness(t)
 	env := append(os.Environ(), "DVT_STORE="+h.env["DVT_STORE"], "DVT_WAREHOUSE="+h.env["DVT_WAREHOUSE"])
@@ -145,7 +173,9 @@ func sigkill(t *testing.T, bin, backend string) {
 		}
 		env := append(os.Environ(), "DVT_STORE="+h.env["DVT_STORE"], "DVT_WAREHOUSE="+h.env["DVT_WAREHOUSE"], "DVT_TARGET_PATH="+h.env["DVT_TARGET_PATH"])
 		plan := fixture("slow", "plan.yaml")
-		cmd := exec.Command(bin, "run", "--threads", "1", "--lease-ttl", "2s", plan)
+		// The lease outlasts, by far, the few store reads between the kill
+		// and the LEASE_HELD check below, so that check always runs.
+		cmd := exec.Command(bin, "run", "--threads", "1", "--lease-ttl", "6s", plan)
 		cmd.Env = env
 		stdout, err := cmd.StdoutPipe()
 		if err != nil {
@@ -165,20 +195,17 @@ func sigkill(t *testing.T, bin, backend string) {
 			t.Fatal(err)
 		}
 		cmd.Wait()
-		killed := time.Now()
 		runID := h.onlyRun()
 		if s := h.statusOf(runID); s.Status != engine.StatusRunning {
 			t.Fatalf("after SIGKILL the run is %s, want RUNNING", s.Status)
 		}
 
-		if time.Since(killed) < time.Second {
-			r := h.run("resume", runID, plan)
-			if r.code == 0 || !strings.Contains(r.stderr, "LEASE_HELD") {
-				t.Errorf("resume while the dead runner's lease holds: exit %d, %q", r.code, r.stderr)
-			}
+		if r := h.run("resume", runID, plan); r.code != exitLease || !strings.Contains(r.stderr, "LEASE_HELD") {
+			t.Errorf("resume while the dead runner's lease holds: exit %d, %q", r.code, r.stderr)
 		}
-		time.Sleep(time.Until(killed.Add(2500 * time.Millisecond)))
-		r := h.run("resume", runID, plan)
+		// resume --wait takes the run over as soon as the dead runner's
+		// lease expires (the event), bounded by the wait.
+		r := h.run("resume", "--wait", "60s", runID, plan)
 		if r.code != 0 {
 			t.Fatalf("resume after the lease expired: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 		}

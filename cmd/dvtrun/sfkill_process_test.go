@@ -100,6 +100,7 @@ func (r *killTrial) String() string {
 }
 
 func TestSnowflakeKillRecovery(t *testing.T) {
+	t.Parallel()
 	bin := buildBinary(t)
 	plan, err := filepath.Abs(fixture("groupcommit", "plan.yaml")) // the processes run elsewhere
 	if err != nil {

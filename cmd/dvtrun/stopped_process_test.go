@@ -19,6 +19,7 @@ import (
 // the run resumable; continued, the old runner exits 3 (LEASE_LOST); a
 // resume then completes it, and every effect happened once.
 func TestStoppedRunnerDoesNotFreezeResume(t *testing.T) {
+	t.Parallel()
 	bin := buildBinary(t)
 	plan, err := filepath.Abs(fixture("stopped", "plan.yaml")) // the processes run elsewhere
 	if err != nil {

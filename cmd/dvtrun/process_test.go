@@ -187,10 +187,21 @@ func sigkill(t *testing.T, bin, backend string) {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
 			if strings.Contains(sc.Text(), "START sql table model slow") {
-				time.Sleep(200 * time.Millisecond)
 				break
 			}
 		}
+		// The START line can come before the writer stored the step's
+		// StepStarted (appends are written behind; the Snowflake store
+		// takes round trips): kill once it is stored, so that resume must
+		// continue the step as a new engine attempt.
+		waitUntil(t, "model.slow's StepStarted in the store", func() bool {
+			ids, err := h.listRuns()
+			if err != nil || len(ids) != 1 {
+				return false
+			}
+			s, ok := h.statusOf(ids[0]).Step("model.slow")
+			return ok && s.Status == engine.StepStatusRunning
+		})
 		if err := cmd.Process.Kill(); err != nil {
 			t.Fatal(err)
 		}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -11,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -225,12 +227,29 @@ func TestDaemonLogsLockWaitsAsJSON(t *testing.T) {
 	}
 	wctx, stopWorker := context.WithCancel(ctx)
 	done := make(chan result, 1)
-	go func() { done <- h.runCtx(wctx, "worker", "--poll", "100ms", "--lock-wait", "30s") }()
-	time.Sleep(3 * time.Second) // the first progress report comes after 1s
+	var mu sync.Mutex
+	var errText strings.Builder
+	stderr := &lockedWriter{mu: &mu, b: &errText}
+	logged := func(msg string) func() bool {
+		return func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return strings.Contains(errText.String(), msg)
+		}
+	}
+	go func() {
+		var out bytes.Buffer
+		code := run(wctx, []string{"worker", "--poll", "100ms", "--lock-wait", "30s"}, &out, stderr, func(k string) string { return h.env[k] })
+		mu.Lock()
+		defer mu.Unlock()
+		done <- result{code, out.String(), errText.String()}
+	}()
+	// The first progress report comes after 1s of waiting.
+	waitUntil(t, "the worker's lock-wait record", logged("waiting for the lock on state store"))
 	if _, err := conn.ExecContext(ctx, "ROLLBACK"); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond)
+	waitUntil(t, "the worker to start once the lock is gone", logged(`"msg":"started"`))
 	stopWorker()
 	var r result
 	select {

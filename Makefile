@@ -7,6 +7,10 @@ COUNT     ?= 6
 # (go test's panic lists the running tests); the slowest package takes
 # about two minutes.
 TEST_TIMEOUT ?= 10m
+# Tests that call t.Parallel run TEST_PARALLEL at a time per package: the
+# process tests mostly wait (leases expiring, round trips), so more of them
+# than the 2 cores overlap.
+TEST_PARALLEL ?= 4
 # TEST_LOG keeps make test's output; the time table is read from it.
 TEST_LOG  ?= test.out
 # PKG_TIME matches go test's "ok|FAIL <package> <seconds>s" lines, setting t.
@@ -41,10 +45,10 @@ test: ## run every test (what CI runs), the Temporal e2e module's too; ends with
 	exit $$status
 
 test-main: ## the tests of the main module
-	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
+	$(GO) test -count=1 -parallel $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) $(PKGS)
 
 test-temporal: ## the Temporal adapter against a real in-process Temporal server (first build: minutes)
-	cd $(E2E_TEMPORAL) && $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+	cd $(E2E_TEMPORAL) && $(GO) test -count=1 -parallel $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) ./...
 
 test-times: ## the time per package of the last make test, slowest first (from $(TEST_LOG))
 	@echo "--- time per package (the test binary's run; builds excluded), slowest first"

@@ -60,6 +60,7 @@ steps:
 // one run, one workflow (id = run id) per tick, each COMPLETED, every
 // runRequestId once, `verify --all` clean.
 func TestTargetOnTemporalSchedulesOncePerTick(t *testing.T) {
+	t.Parallel()
 	bin := buildDvtrun(t)
 	ts := newServer(t)
 	dir := t.TempDir()
@@ -260,6 +261,7 @@ schedules:
 // one store, a warehouse each: COMPLETED both, the same tables, RunStarted
 // with engineType temporal, `verify --all` clean.
 func TestJaffleShopOnTemporalTarget(t *testing.T) {
+	t.Parallel()
 	ref, err := filepath.Abs("../../../../shared/reference")
 	if err != nil {
 		t.Fatal(err)
@@ -341,6 +343,7 @@ targets:
 // concurrent starts of a run answer the same workflow execution, and a
 // start after it ended answers that execution, never a second one.
 func TestStartRunTwiceIsOneWorkflow(t *testing.T) {
+	t.Parallel()
 	ts := newServer(t)
 	p := loadShop(t)
 	e := newEnv(t, ts, nil)

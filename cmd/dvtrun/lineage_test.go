@@ -529,7 +529,7 @@ func TestOpenLineageRetry(t *testing.T) {
 // the warehouse of the target it ran on, whichever target the delivering
 // process itself uses.
 func TestOpenLineageTargets(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it changes the working directory (t.Chdir).
 	h := newHarness(t)
 	file := filepath.Join(h.dir, "lineage.jsonl")
 	proj, sub := targetsProject(t, h, fmt.Sprintf("sinks:\n  - name: lineage\n    openlineage: {path: %q}\n", file))

@@ -58,7 +58,7 @@ func tableCount(t *testing.T, path, table string) int {
 // DVT_TARGET pick another target; a flag still wins; the file and target
 // are named on stderr and never in --json output; status shows the target.
 func TestTargetsAndConfigDiscovery(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it changes the working directory (t.Chdir).
 	h := newHarness(t) // DVT_STORE and DVT_WAREHOUSE are set: the target wins over them
 	proj, sub := targetsProject(t, h, "")
 	okPlan := filepath.Join(h.dir, "plan")
@@ -131,7 +131,7 @@ func TestTargetsAndConfigDiscovery(t *testing.T) {
 }
 
 func TestTargetErrors(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it changes the working directory (t.Chdir).
 	h := newHarness(t)
 	// Explicit --config without targets: --target is refused, no line.
 	cfg := h.writeConfig("sinks: []\n")
@@ -181,7 +181,7 @@ func workUntilDone(t *testing.T, h *harness, global ...string) []queue.Request {
 // target, vars and interval (--vars overrides), on the target's warehouse
 // even from the default target; an explicit other --target is refused.
 func TestEnqueueCarriesTheRunShape(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it changes the working directory (t.Chdir).
 	h := newHarness(t)
 	proj, sub := targetsProject(t, h, "")
 	for _, name := range []string{"ok", "gate"} {
@@ -269,7 +269,7 @@ func TestEnqueueCarriesTheRunShape(t *testing.T) {
 // `schedule backfill` gives each of seven daily ticks its own interval,
 // recorded in each run's RunQueued.
 func TestBackfillIntervalsReachTheRuns(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it changes the working directory (t.Chdir).
 	h := newHarness(t)
 	proj, sub := targetsProject(t, h, `schedules:
   - {name: shop-nightly, cron: "0 3 * * *", timezone: Europe/Berlin, plan: ../ok/plan.yaml, target: prod, select: "+stg_customers", vars: {region: eu}}

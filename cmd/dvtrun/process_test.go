@@ -160,7 +160,10 @@ func TestProcess(t *testing.T) {
 	// with the Snowflake store (the test server runs in this process, the
 	// killed runner reached it over the network, mid append or not).
 	for _, backend := range []string{"sqlite", "snowflake"} {
-		t.Run("SIGKILL/"+backend, func(t *testing.T) { sigkill(t, bin, backend) })
+		t.Run("SIGKILL/"+backend, func(t *testing.T) {
+			t.Parallel()
+			sigkill(t, bin, backend)
+		})
 	}
 }
 
@@ -196,11 +199,7 @@ func sigkill(t *testing.T, bin, backend string) {
 		// continue the step as a new engine attempt.
 		waitUntil(t, "model.slow's StepStarted in the store", func() bool {
 			ids, err := h.listRuns()
-			if err != nil || len(ids) != 1 {
-				return false
-			}
-			s, ok := h.statusOf(ids[0]).Step("model.slow")
-			return ok && s.Status == engine.StepStatusRunning
+			return err == nil && len(ids) == 1 && stepOf(h.statusOf(ids[0]), "model.slow").Status == engine.StepStatusRunning
 		})
 		if err := cmd.Process.Kill(); err != nil {
 			t.Fatal(err)

@@ -282,50 +282,65 @@ func wantLeaseLost(t *testing.T, trial, code int, p *proc) {
 // step's transaction committed in the warehouse and before its
 // StepCompleted is stored (the SQLite state store is held locked, so the
 // append waits); resume must not run the step again. harnessFor picks the
-// warehouse (SQLite, Postgres).
-func killedBetweenCommitAndAppend(t *testing.T, bin, plan string, rng *rand.Rand, harnessFor func(*testing.T) *harness) {
+// warehouse (SQLite, Postgres). The trials are independent: they run side
+// by side, each with its own random source from seed.
+func killedBetweenCommitAndAppend(t *testing.T, bin, plan string, seed uint64, harnessFor func(*testing.T) *harness) {
 	for trial := range trials(10) {
-		h := harnessFor(t)
-		env := append(os.Environ(), "DVT_STORE="+h.env["DVT_STORE"], "DVT_WAREHOUSE="+h.env["DVT_WAREHOUSE"])
-		step := effectSteps[rng.IntN(3)] // one of the first wave
-		// A 2s lease outlasts the step's commit, so the runner does not
-		// fence itself off before the step runs.
-		a := startProc(t, bin, env, "run", "--threads", "2", "--lease-ttl", "2s", plan)
-		a.waitLine(t, "START sql operation "+step+" ")
-		// The START line can come before the writer has stored RunStarted
-		// (appends are written behind): lock the store only once it has.
-		waitUntil(t, "the run's RunStarted in the store", func() bool {
-			ids, err := h.listRuns()
-			return err == nil && len(ids) == 1 && h.statusOf(ids[0]).Status == engine.StatusRunning
+		t.Run(fmt.Sprint(trial), func(t *testing.T) {
+			t.Parallel()
+			killBetweenCommitAndAppend(t, bin, plan, rand.New(rand.NewPCG(seed, uint64(trial))), harnessFor(t))
 		})
-		lock := lockDB(t, h.statePath())
-		// The step commits in the warehouse; its StepCompleted waits
-		// for the store. Kill somewhere inside that window.
-		waitUntil(t, "step "+step+" committed in the warehouse", func() bool {
-			return h.effects()[step] == 1
-		})
-		time.Sleep(time.Duration(rng.IntN(1000)) * time.Millisecond)
-		a.cmd.Process.Kill()
-		a.wait(t)
-		lock.release(t)
-		runID := h.onlyRun()
-		if s := h.statusOf(runID); s.Status != engine.StatusRunning {
-			t.Fatalf("trial %d: after SIGKILL the run is %s, want RUNNING", trial, s.Status)
-		}
-		h.resumeUntilDone(t, bin, env, runID, plan)
-		h.checkExactlyOnce(t, runID)
-		if h.ledgerCompletions(runID) == 0 {
-			t.Errorf("trial %d: no step was completed from the ledger, though %s committed before the kill", trial, step)
-		}
 	}
 }
 
-// newRNG returns a random source for one test's fault points, logging its
-// seed so that a failure's trials can be replayed.
-func newRNG(t *testing.T) *rand.Rand {
+// killBetweenCommitAndAppend is one trial of killedBetweenCommitAndAppend.
+func killBetweenCommitAndAppend(t *testing.T, bin, plan string, rng *rand.Rand, h *harness) {
+	env := append(os.Environ(), "DVT_STORE="+h.env["DVT_STORE"], "DVT_WAREHOUSE="+h.env["DVT_WAREHOUSE"])
+	step := effectSteps[rng.IntN(3)] // one of the first wave
+	// While the store is locked the runner cannot renew its lease: the
+	// lease (8s) must outlast the step's commit, or the runner fences
+	// itself off and cancels the step first (a 2s lease did, under load).
+	a := startProc(t, bin, env, "run", "--threads", "2", "--lease-ttl", "8s", plan)
+	a.waitLine(t, "START sql operation "+step+" ")
+	// The START line can come before the writer has stored RunStarted
+	// (appends are written behind): lock the store only once it has.
+	waitUntil(t, "the run's RunStarted in the store", func() bool {
+		ids, err := h.listRuns()
+		return err == nil && len(ids) == 1 && h.statusOf(ids[0]).Status == engine.StatusRunning
+	})
+	lock := lockDB(t, h.statePath())
+	// The step commits in the warehouse; its StepCompleted waits
+	// for the store. Kill somewhere inside that window.
+	waitUntil(t, "step "+step+" committed in the warehouse", func() bool {
+		return h.effects()[step] == 1
+	})
+	time.Sleep(time.Duration(rng.IntN(1000)) * time.Millisecond)
+	a.cmd.Process.Kill()
+	a.wait(t)
+	lock.release(t)
+	runID := h.onlyRun()
+	if s := h.statusOf(runID); s.Status != engine.StatusRunning {
+		t.Fatalf("after SIGKILL the run is %s, want RUNNING", s.Status)
+	}
+	h.resumeUntilDone(t, bin, env, runID, plan)
+	h.checkExactlyOnce(t, runID)
+	if h.ledgerCompletions(runID) == 0 {
+		t.Errorf("no step was completed from the ledger, though %s committed before the kill", step)
+	}
+}
+
+// newSeed returns a seed for one test's fault points, logged so that a
+// failure's trials can be replayed.
+func newSeed(t *testing.T) uint64 {
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("random seed %d", seed)
-	return rand.New(rand.NewPCG(seed, 8))
+	return seed
+}
+
+// newRNG returns a random source for one test's fault points, its seed
+// logged.
+func newRNG(t *testing.T) *rand.Rand {
+	return rand.New(rand.NewPCG(newSeed(t), 8))
 }
 
 func trials(n int) int {
@@ -352,7 +367,7 @@ func TestExactlyOnceProcesses(t *testing.T) {
 	// not run the step again.
 	t.Run("KilledBetweenCommitAndAppend", func(t *testing.T) {
 		t.Parallel()
-		killedBetweenCommitAndAppend(t, bin, plan, newRNG(t), newHarness)
+		killedBetweenCommitAndAppend(t, bin, plan, newSeed(t), newHarness)
 	})
 
 	// midStep starts a runner with a 2s lease (1s is tight enough on a

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -113,8 +112,7 @@ func TestExactlyOncePostgresWarehouse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 18))
-	killedBetweenCommitAndAppend(t, bin, plan, rng, func(t *testing.T) *harness {
+	killedBetweenCommitAndAppend(t, bin, plan, newSeed(t), func(t *testing.T) *harness {
 		h := newHarness(t)
 		h.env["DVT_WAREHOUSE"] = pgtest.URL(t)
 		return h

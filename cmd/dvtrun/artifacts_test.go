@@ -61,6 +61,7 @@ func readArtifact(t *testing.T, ref engine.ArtifactRef) []byte {
 // references it with its sha256 and size; `export --format run-results`
 // rebuilds the same bytes from the log.
 func TestRunResultsFile(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name     string
 		plan     string
@@ -156,6 +157,7 @@ func TestRunResultsFile(t *testing.T) {
 // --plan it rebuilds the document from the log without compiled_code and
 // says why.
 func TestRunResultsTargetPathAndChangedPlan(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	dir := t.TempDir()
 	plan := filepath.Join(dir, "plan.yaml")

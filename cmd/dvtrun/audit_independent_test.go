@@ -202,8 +202,12 @@ func checkInclusionProof(out, vkey string) error {
 // as appended and after retention (the guide's "Retention": the payloads
 // gone, their digests kept, a signed record in the log).
 func TestIndependentVerifier(t *testing.T) {
+	t.Parallel()
 	for _, retain := range []bool{false, true} {
-		t.Run(fmt.Sprintf("retained=%v", retain), func(t *testing.T) { independentVerifier(t, retain) })
+		t.Run(fmt.Sprintf("retained=%v", retain), func(t *testing.T) {
+			t.Parallel()
+			independentVerifier(t, retain)
+		})
 	}
 }
 

@@ -64,6 +64,7 @@ func (h *harness) tamper(stmts ...string) {
 }
 
 func TestAuditVerifyCLI(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name  string
 		stmts func(run string) []string
@@ -150,6 +151,7 @@ func TestAuditVerifyCLI(t *testing.T) {
 }
 
 func TestAuditCommands(t *testing.T) {
+	t.Parallel()
 	h, runID, cp := auditHarness(t)
 	t.Run("key prints the public key of the signing key", func(t *testing.T) {
 		r := h.run("audit", "key")
@@ -215,6 +217,7 @@ func TestAuditCommands(t *testing.T) {
 // checkpoint of the run it ran, writes it beside the configuration, and
 // the store verifies against it.
 func TestServeSignsCheckpoints(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.env["DVT_AUDIT_KEY"] = storetest.TestKey
 	cfg := filepath.Join(h.dir, "dvt.yaml")
@@ -295,6 +298,7 @@ func TestServeAppliesRetention(t *testing.T) {
 // checkpoint to a JSONL sink as a record of its own, and the note taken
 // from that line is a checkpoint `audit verify --checkpoint` accepts.
 func TestCheckpointThroughTheOutbox(t *testing.T) {
+	t.Parallel()
 	h, runID, _ := auditHarness(t)
 	archive := filepath.Join(h.dir, "archive.jsonl")
 	cfg := filepath.Join(h.dir, "dvt.yaml")
@@ -328,6 +332,7 @@ func TestCheckpointThroughTheOutbox(t *testing.T) {
 // checkpoint covers, and `audit verify` still proves the log against the
 // checkpoint held outside, naming the run.
 func TestAuditRetainCLI(t *testing.T) {
+	t.Parallel()
 	h, runID, cp := auditHarness(t)
 	wantError(t, h.run("audit", "retain"), 2, "INVALID_ARGUMENT", "--older-than")
 	// Retention signs its records: no key, no retention.

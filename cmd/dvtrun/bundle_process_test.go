@@ -72,6 +72,7 @@ func mkdirs(t *testing.T, root string, names ...string) {
 // it (it was REFUSED: PLAN_INVALID cannot read plan), and `retry RUN_ID`
 // from a third directory must find it.
 func TestProcessRelativePlanPath(t *testing.T) {
+	t.Parallel()
 	bin := buildBinary(t)
 	h := newHarness(t)
 	root := h.dir
@@ -117,6 +118,7 @@ func TestProcessRelativePlanPath(t *testing.T) {
 // table was missing from the warehouse) completes without a PLAN, and `plan
 // show` prints a file of what it ran.
 func TestProcessStoredBundles(t *testing.T) {
+	t.Parallel()
 	bin := buildBinary(t)
 	h := newHarness(t)
 	root := h.dir

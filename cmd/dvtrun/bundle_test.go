@@ -41,6 +41,7 @@ func writeBundle(t *testing.T) string {
 // file its plan references is edited, and resume refuses with
 // PLAN_HASH_MISMATCH naming the file, writing nothing; restored, it resumes.
 func TestResumeRefusesChangedBundle(t *testing.T) {
+	t.Parallel()
 	for _, file := range []string{"models/x.sql", "seeds/people.csv"} {
 		t.Run(file, func(t *testing.T) {
 			h := newHarness(t)

@@ -35,6 +35,7 @@ func storeBundleOf(t *testing.T, h *harness, planFile string) {
 // run recorded before bundles were stored is refused without PLAN (naming
 // the command to use), resumes with it, and from then on has its bundle.
 func TestResumeWithoutPlan(t *testing.T) {
+	t.Parallel()
 	for _, stored := range []bool{true, false} {
 		name := map[bool]string{true: "stored bundle", false: "recorded before bundles"}[stored]
 		t.Run(name, func(t *testing.T) {
@@ -69,6 +70,7 @@ func TestResumeWithoutPlan(t *testing.T) {
 // of it, --list names them; a file outside the bundle or a run without a
 // stored bundle is INVALID_ARGUMENT.
 func TestPlanShow(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	planFile := writeBundle(t)
 	files := map[string]string{}
@@ -126,6 +128,7 @@ func TestPlanShow(t *testing.T) {
 // PLAN_INVALID (exit 2) for `run` and `enqueue`, before a run or request
 // is recorded.
 func TestOversizedBundleIsRefused(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	planFile := filepath.Join(dir, "plan.yaml")
 	if err := os.WriteFile(planFile, []byte("planId: big\nplanVersion: \"1\"\nsteps:\n  - {id: sql.a, kind: sql, path: a.sql}\n"), 0o644); err != nil {

@@ -18,6 +18,7 @@ import (
 // creates the store whole. The limits cut the creation at its first write,
 // midway and late (a whole store is about 200 KB).
 func TestStoreCreationIsAtomic(t *testing.T) {
+	t.Parallel()
 	bin := buildBinary(t)
 	plan, err := filepath.Abs(fixture("ok", "plan.yaml"))
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -114,12 +115,15 @@ func openTestStore(t *testing.T, h *harness) *sqlite.Store {
 // schedule firing every second for 20+ ticks: one request and one run per
 // tick, every run COMPLETED, every process exits 0 on SIGTERM.
 func TestProcessSchedulersAndWorkers(t *testing.T) {
+	t.Parallel()
 	bin := buildBinary(t)
 	t.Run("sqlite", func(t *testing.T) {
+		t.Parallel()
 		h := newHarness(t)
 		schedulersAndWorkers(t, bin, h, openTestStore(t, h))
 	})
 	t.Run("snowflake", func(t *testing.T) {
+		t.Parallel()
 		srv := sftest.Start(t)
 		dsn := srv.DSN("DVT", "PUBLIC")
 		st, err := snowflake.Open(context.Background(), dsn, snowflake.Options{})
@@ -235,7 +239,10 @@ func storeFilterAll() store.RunFilter { return store.RunFilter{Limit: 100000} }
 // even one whose effect committed without its StepCompleted event, took
 // effect once: the warehouse's step ledger completes it from the recorded
 // result instead of running it again. Every step has exactly one effect row.
-func TestProcessWorkerCrashTakeover(t *testing.T) { crashTakeover(t, nil) }
+func TestProcessWorkerCrashTakeover(t *testing.T) {
+	t.Parallel()
+	crashTakeover(t, nil)
+}
 
 // crashTakeover runs the trials of TestProcessWorkerCrashTakeover, each on
 // a new state store: an SQLite file beside the warehouse, or the database
@@ -247,107 +254,123 @@ func crashTakeover(t *testing.T, storeURL func(t *testing.T) string) {
 		fmt.Sscan(s, &trials)
 	}
 	seed := time.Now().UnixNano()
-	rng := rand.New(rand.NewPCG(uint64(seed), 7))
 	t.Logf("seed %d", seed)
 	plan, _ := filepath.Abs(fixture("crash", "plan.yaml"))
-	takeovers := 0
-	for trial := range trials {
-		h := newHarness(t)
-		if storeURL != nil {
-			h.env["DVT_STORE"] = storeURL(t)
-		}
-		env := append(os.Environ(), "DVT_STORE="+h.env["DVT_STORE"], "DVT_WAREHOUSE="+h.env["DVT_WAREHOUSE"])
-		if r := h.run("enqueue", plan, "--request-id", fmt.Sprint("crash-", trial)); r.code != 0 {
-			t.Fatalf("enqueue: %+v", r)
-		}
-		st := openAnyStore(t, h)
-		wargs := []string{"worker", "--poll", "200ms", "--lease-ttl", "2s", "--grace", "1s"}
-		victim := startDaemon(t, bin, env, h.dir, "victim", wargs...)
-		// Kill on a condition, not after a fixed delay (which on a loaded
-		// machine often landed after the run had ended): once the k-th
-		// step has started, at a random moment of it.
-		k := 1 + rng.IntN(4)
-		waitUntil(t, "the victim's claim and its k-th StepStarted", func() bool {
-			list, err := st.ListRequests(context.Background(), false)
-			if err != nil || len(list) != 1 || list[0].State != queue.StateRunning || list[0].RunID == "" {
-				return false
-			}
-			evs, err := st.ListEvents(context.Background(), list[0].RunID, 0, 0)
-			n := 0
-			for _, e := range evs {
-				if e.EventType == engine.StepStarted {
-					n++
+	// The trials are independent (a store and a warehouse each): they run
+	// side by side, each with its own random source from the logged seed.
+	var takeovers atomic.Int64
+	t.Run("trials", func(t *testing.T) {
+		for trial := range trials {
+			t.Run(fmt.Sprint(trial), func(t *testing.T) {
+				t.Parallel()
+				rng := rand.New(rand.NewPCG(uint64(seed), uint64(trial)))
+				if crashTrial(t, bin, plan, storeURL, rng, trial) {
+					takeovers.Add(1)
 				}
-			}
-			return err == nil && n >= k
-		})
-		delay := time.Duration(rng.IntN(150)) * time.Millisecond
-		time.Sleep(delay)
-		victim.cmd.Process.Kill()
-		<-victim.done
-		heir := startDaemon(t, bin, env, h.dir, "heir", wargs...)
-		waitUntil(t, "the heir to finish the request", func() bool {
-			list, err := st.ListRequests(context.Background(), true)
-			return err == nil && len(list) == 1 && list[0].State == queue.StateDone
-		})
-		if code := heir.stop(t); code != 0 {
-			t.Errorf("trial %d: the heir exited %d\n%s", trial, code, heir.logText())
+			})
 		}
-		list, _ := st.ListRequests(context.Background(), true)
-		req := list[0]
-		if req.Outcome != string(engine.StatusCompleted) {
-			t.Fatalf("trial %d (kill after %s): request %+v\nvictim:\n%s\nheir:\n%s", trial, delay, req, victim.logText(), heir.logText())
-		}
-		if req.Attempts == 2 && req.Owner != "" && strings.HasPrefix(req.Owner, "worker@") {
-			takeovers++
-		}
-		runs, _ := st.ListRuns(context.Background(), storeFilterAll())
-		if len(runs) != 1 || runs[0].RunID != req.RunID {
-			t.Fatalf("trial %d: %d runs for one request", trial, len(runs))
-		}
-		snap := h.checkLog(req.RunID) // each StepCompleted once, valid transitions
-		if snap.Status != engine.StatusCompleted {
-			t.Fatalf("trial %d: run %s", trial, snap.Status)
-		}
-		keys := map[string]bool{}
-		started := map[string]int{}
-		completedAt := map[string]int64{}
-		for _, e := range h.events(req.RunID) {
-			if keys[e.IdempotencyKey] {
-				t.Fatalf("trial %d: idempotency key %s stored twice", trial, e.IdempotencyKey)
-			}
-			keys[e.IdempotencyKey] = true
-			switch e.EventType {
-			case engine.StepStarted:
-				if _, done := completedAt[e.StepID]; done {
-					t.Fatalf("trial %d: %s started again after it completed", trial, e.StepID)
-				}
-				started[e.StepID]++
-			case engine.StepCompleted:
-				completedAt[e.StepID] = e.RunSeq
-			}
-		}
-		effects := h.effects()
-		for _, s := range []string{"s1", "s2", "s3", "s4"} {
-			n, attempts := effects[s], started["sql."+s]
-			switch {
-			case n == 0:
-				t.Fatalf("trial %d: %s left no effect", trial, s)
-			case n > 1 && attempts < 2:
-				t.Fatalf("trial %d: %s executed %d times but started once: a completed step ran again", trial, s, n)
-			case n > 1:
-				// The step ledger (issue 8) makes even an in-flight step's
-				// effect happen once across a takeover.
-				t.Fatalf("trial %d: %s took effect %d times (%d starts)", trial, s, n, attempts)
-			}
-		}
-		if r := h.run("verify", "--all"); r.code != 0 {
-			t.Fatalf("trial %d: verify --all: %+v", trial, r)
-		}
-		st.Close()
-	}
-	t.Logf("%d trials, %d taken over mid-run", trials, takeovers)
-	if takeovers < trials/2 {
+	})
+	t.Logf("%d trials, %d taken over mid-run", trials, takeovers.Load())
+	if takeovers := int(takeovers.Load()); takeovers < trials/2 {
 		t.Errorf("only %d of %d trials were takeovers: the kill lands after the run too often", takeovers, trials)
 	}
+}
+
+// crashTrial is one trial of crashTakeover; it reports whether the heir
+// took the run over mid-run.
+func crashTrial(t *testing.T, bin, plan string, storeURL func(t *testing.T) string, rng *rand.Rand, trial int) (tookOver bool) {
+	h := newHarness(t)
+	if storeURL != nil {
+		h.env["DVT_STORE"] = storeURL(t)
+	}
+	env := append(os.Environ(), "DVT_STORE="+h.env["DVT_STORE"], "DVT_WAREHOUSE="+h.env["DVT_WAREHOUSE"])
+	if r := h.run("enqueue", plan, "--request-id", fmt.Sprint("crash-", trial)); r.code != 0 {
+		t.Fatalf("enqueue: %+v", r)
+	}
+	st := openAnyStore(t, h)
+	wargs := []string{"worker", "--poll", "200ms", "--lease-ttl", "2s", "--grace", "1s"}
+	victim := startDaemon(t, bin, env, h.dir, "victim", wargs...)
+	// Kill on a condition, not after a fixed delay (which on a loaded
+	// machine often landed after the run had ended): once the k-th
+	// step has started, at a random moment of it.
+	k := 1 + rng.IntN(4)
+	waitUntil(t, "the victim's claim and its k-th StepStarted", func() bool {
+		list, err := st.ListRequests(context.Background(), false)
+		if err != nil || len(list) != 1 || list[0].State != queue.StateRunning || list[0].RunID == "" {
+			return false
+		}
+		evs, err := st.ListEvents(context.Background(), list[0].RunID, 0, 0)
+		n := 0
+		for _, e := range evs {
+			if e.EventType == engine.StepStarted {
+				n++
+			}
+		}
+		return err == nil && n >= k
+	})
+	delay := time.Duration(rng.IntN(150)) * time.Millisecond
+	time.Sleep(delay)
+	victim.cmd.Process.Kill()
+	<-victim.done
+	heir := startDaemon(t, bin, env, h.dir, "heir", wargs...)
+	waitUntil(t, "the heir to finish the request", func() bool {
+		list, err := st.ListRequests(context.Background(), true)
+		return err == nil && len(list) == 1 && list[0].State == queue.StateDone
+	})
+	if code := heir.stop(t); code != 0 {
+		t.Errorf("trial %d: the heir exited %d\n%s", trial, code, heir.logText())
+	}
+	list, _ := st.ListRequests(context.Background(), true)
+	req := list[0]
+	if req.Outcome != string(engine.StatusCompleted) {
+		t.Fatalf("trial %d (kill after %s): request %+v\nvictim:\n%s\nheir:\n%s", trial, delay, req, victim.logText(), heir.logText())
+	}
+	if req.Attempts == 2 && req.Owner != "" && strings.HasPrefix(req.Owner, "worker@") {
+		tookOver = true
+	}
+	runs, _ := st.ListRuns(context.Background(), storeFilterAll())
+	if len(runs) != 1 || runs[0].RunID != req.RunID {
+		t.Fatalf("trial %d: %d runs for one request", trial, len(runs))
+	}
+	snap := h.checkLog(req.RunID) // each StepCompleted once, valid transitions
+	if snap.Status != engine.StatusCompleted {
+		t.Fatalf("trial %d: run %s", trial, snap.Status)
+	}
+	keys := map[string]bool{}
+	started := map[string]int{}
+	completedAt := map[string]int64{}
+	for _, e := range h.events(req.RunID) {
+		if keys[e.IdempotencyKey] {
+			t.Fatalf("trial %d: idempotency key %s stored twice", trial, e.IdempotencyKey)
+		}
+		keys[e.IdempotencyKey] = true
+		switch e.EventType {
+		case engine.StepStarted:
+			if _, done := completedAt[e.StepID]; done {
+				t.Fatalf("trial %d: %s started again after it completed", trial, e.StepID)
+			}
+			started[e.StepID]++
+		case engine.StepCompleted:
+			completedAt[e.StepID] = e.RunSeq
+		}
+	}
+	effects := h.effects()
+	for _, s := range []string{"s1", "s2", "s3", "s4"} {
+		n, attempts := effects[s], started["sql."+s]
+		switch {
+		case n == 0:
+			t.Fatalf("trial %d: %s left no effect", trial, s)
+		case n > 1 && attempts < 2:
+			t.Fatalf("trial %d: %s executed %d times but started once: a completed step ran again", trial, s, n)
+		case n > 1:
+			// The step ledger (issue 8) makes even an in-flight step's
+			// effect happen once across a takeover.
+			t.Fatalf("trial %d: %s took effect %d times (%d starts)", trial, s, n, attempts)
+		}
+	}
+	if r := h.run("verify", "--all"); r.code != 0 {
+		t.Fatalf("trial %d: verify --all: %+v", trial, r)
+	}
+	st.Close()
+	return tookOver
 }

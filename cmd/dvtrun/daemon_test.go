@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -11,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -39,6 +41,7 @@ func get(url string) (int, string) {
 // /readyz answer; cancelling (SIGTERM in main) ends it with exit 0 and JSON
 // logs on stderr.
 func TestServeRunsTheQueueAndServesMetrics(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	if r := h.run("enqueue", fixture("ok", "plan.yaml")); r.code != 0 {
 		t.Fatalf("enqueue: %+v", r)
@@ -97,6 +100,7 @@ func TestServeRunsTheQueueAndServesMetrics(t *testing.T) {
 // is run from its plan path, and refused when a file of it changed, with
 // the reason in the outcome.
 func TestWorkerRunsTheEnqueuedPlanBundle(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name        string
 		forget      bool // drop the stored bundle, as a request from before bundles has none
@@ -170,6 +174,7 @@ func TestWorkerRunsTheEnqueuedPlanBundle(t *testing.T) {
 // The worker takes --threads, --lease-ttl and --secrets-file as run does,
 // and refuses the same out-of-range values before it touches the store.
 func TestWorkerRefusesBadFlags(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		args []string
 		msg  string
@@ -199,6 +204,7 @@ func TestWorkerRefusesBadFlags(t *testing.T) {
 // log, as a record like every other line it writes, not as a bare line of
 // text among them.
 func TestDaemonLogsLockWaitsAsJSON(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	if r := h.run("run", fixture("ok", "plan.yaml")); r.code != 0 {
 		t.Fatalf("run: %+v", r)
@@ -221,12 +227,29 @@ func TestDaemonLogsLockWaitsAsJSON(t *testing.T) {
 	}
 	wctx, stopWorker := context.WithCancel(ctx)
 	done := make(chan result, 1)
-	go func() { done <- h.runCtx(wctx, "worker", "--poll", "100ms", "--lock-wait", "30s") }()
-	time.Sleep(3 * time.Second) // the first progress report comes after 1s
+	var mu sync.Mutex
+	var errText strings.Builder
+	stderr := &lockedWriter{mu: &mu, b: &errText}
+	logged := func(msg string) func() bool {
+		return func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return strings.Contains(errText.String(), msg)
+		}
+	}
+	go func() {
+		var out bytes.Buffer
+		code := run(wctx, []string{"worker", "--poll", "100ms", "--lock-wait", "30s"}, &out, stderr, func(k string) string { return h.env[k] })
+		mu.Lock()
+		defer mu.Unlock()
+		done <- result{code, out.String(), errText.String()}
+	}()
+	// The first progress report comes after 1s of waiting.
+	waitUntil(t, "the worker's lock-wait record", logged("waiting for the lock on state store"))
 	if _, err := conn.ExecContext(ctx, "ROLLBACK"); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond)
+	waitUntil(t, "the worker to start once the lock is gone", logged(`"msg":"started"`))
 	stopWorker()
 	var r result
 	select {
@@ -257,6 +280,7 @@ func TestDaemonLogsLockWaitsAsJSON(t *testing.T) {
 // configured schedule, when its newest COMPLETED run ended (read from the
 // store: any replica's run counts).
 func TestDaemonReportsFailuresAndScheduleSuccess(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	abs, _ := filepath.Abs(fixture("ok", "plan.yaml"))
 	cfg := h.writeConfig(`schedules:

@@ -282,42 +282,65 @@ func wantLeaseLost(t *testing.T, trial, code int, p *proc) {
 // step's transaction committed in the warehouse and before its
 // StepCompleted is stored (the SQLite state store is held locked, so the
 // append waits); resume must not run the step again. harnessFor picks the
-// warehouse (SQLite, Postgres).
-func killedBetweenCommitAndAppend(t *testing.T, bin, plan string, rng *rand.Rand, harnessFor func(*testing.T) *harness) {
+// warehouse (SQLite, Postgres). The trials are independent: they run side
+// by side, each with its own random source from seed.
+func killedBetweenCommitAndAppend(t *testing.T, bin, plan string, seed uint64, harnessFor func(*testing.T) *harness) {
 	for trial := range trials(10) {
-		h := harnessFor(t)
-		env := append(os.Environ(), "DVT_STORE="+h.env["DVT_STORE"], "DVT_WAREHOUSE="+h.env["DVT_WAREHOUSE"])
-		step := effectSteps[rng.IntN(3)] // one of the first wave
-		// A 2s lease outlasts the step's commit, so the runner does not
-		// fence itself off before the step runs.
-		a := startProc(t, bin, env, "run", "--threads", "2", "--lease-ttl", "2s", plan)
-		a.waitLine(t, "START sql operation "+step+" ")
-		// The START line can come before the writer has stored RunStarted
-		// (appends are written behind): lock the store only once it has.
-		waitUntil(t, "the run's RunStarted in the store", func() bool {
-			ids, err := h.listRuns()
-			return err == nil && len(ids) == 1 && h.statusOf(ids[0]).Status == engine.StatusRunning
+		t.Run(fmt.Sprint(trial), func(t *testing.T) {
+			t.Parallel()
+			killBetweenCommitAndAppend(t, bin, plan, rand.New(rand.NewPCG(seed, uint64(trial))), harnessFor(t))
 		})
-		lock := lockDB(t, h.statePath())
-		// The step commits in the warehouse; its StepCompleted waits
-		// for the store. Kill somewhere inside that window.
-		waitUntil(t, "step "+step+" committed in the warehouse", func() bool {
-			return h.effects()[step] == 1
-		})
-		time.Sleep(time.Duration(rng.IntN(1000)) * time.Millisecond)
-		a.cmd.Process.Kill()
-		a.wait(t)
-		lock.release(t)
-		runID := h.onlyRun()
-		if s := h.statusOf(runID); s.Status != engine.StatusRunning {
-			t.Fatalf("trial %d: after SIGKILL the run is %s, want RUNNING", trial, s.Status)
-		}
-		h.resumeUntilDone(t, bin, env, runID, plan)
-		h.checkExactlyOnce(t, runID)
-		if h.ledgerCompletions(runID) == 0 {
-			t.Errorf("trial %d: no step was completed from the ledger, though %s committed before the kill", trial, step)
-		}
 	}
+}
+
+// killBetweenCommitAndAppend is one trial of killedBetweenCommitAndAppend.
+func killBetweenCommitAndAppend(t *testing.T, bin, plan string, rng *rand.Rand, h *harness) {
+	env := append(os.Environ(), "DVT_STORE="+h.env["DVT_STORE"], "DVT_WAREHOUSE="+h.env["DVT_WAREHOUSE"])
+	step := effectSteps[rng.IntN(3)] // one of the first wave
+	// While the store is locked the runner cannot renew its lease: the
+	// lease (8s) must outlast the step's commit, or the runner fences
+	// itself off and cancels the step first (a 2s lease did, under load).
+	a := startProc(t, bin, env, "run", "--threads", "2", "--lease-ttl", "8s", plan)
+	a.waitLine(t, "START sql operation "+step+" ")
+	// The START line can come before the writer has stored RunStarted
+	// (appends are written behind): lock the store only once it has.
+	waitUntil(t, "the run's RunStarted in the store", func() bool {
+		ids, err := h.listRuns()
+		return err == nil && len(ids) == 1 && h.statusOf(ids[0]).Status == engine.StatusRunning
+	})
+	lock := lockDB(t, h.statePath())
+	// The step commits in the warehouse; its StepCompleted waits
+	// for the store. Kill somewhere inside that window.
+	waitUntil(t, "step "+step+" committed in the warehouse", func() bool {
+		return h.effects()[step] == 1
+	})
+	time.Sleep(time.Duration(rng.IntN(1000)) * time.Millisecond)
+	a.cmd.Process.Kill()
+	a.wait(t)
+	lock.release(t)
+	runID := h.onlyRun()
+	if s := h.statusOf(runID); s.Status != engine.StatusRunning {
+		t.Fatalf("after SIGKILL the run is %s, want RUNNING", s.Status)
+	}
+	h.resumeUntilDone(t, bin, env, runID, plan)
+	h.checkExactlyOnce(t, runID)
+	if h.ledgerCompletions(runID) == 0 {
+		t.Errorf("no step was completed from the ledger, though %s committed before the kill", step)
+	}
+}
+
+// newSeed returns a seed for one test's fault points, logged so that a
+// failure's trials can be replayed.
+func newSeed(t *testing.T) uint64 {
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("random seed %d", seed)
+	return seed
+}
+
+// newRNG returns a random source for one test's fault points, its seed
+// logged.
+func newRNG(t *testing.T) *rand.Rand {
+	return rand.New(rand.NewPCG(newSeed(t), 8))
 }
 
 func trials(n int) int {
@@ -328,12 +351,12 @@ func trials(n int) int {
 }
 
 func TestExactlyOnceProcesses(t *testing.T) {
+	t.Parallel()
 	bin := buildBinary(t)
 	plan, err := filepath.Abs(fixture("effects", "plan.yaml")) // the processes run elsewhere
 	if err != nil {
 		t.Fatal(err)
 	}
-	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 8))
 	newEnv := func(h *harness) []string {
 		return append(os.Environ(), "DVT_STORE="+h.env["DVT_STORE"], "DVT_WAREHOUSE="+h.env["DVT_WAREHOUSE"])
 	}
@@ -343,14 +366,15 @@ func TestExactlyOnceProcesses(t *testing.T) {
 	// (the state store is held locked, so the append waits); resume must
 	// not run the step again.
 	t.Run("KilledBetweenCommitAndAppend", func(t *testing.T) {
-		killedBetweenCommitAndAppend(t, bin, plan, rng, newHarness)
+		t.Parallel()
+		killedBetweenCommitAndAppend(t, bin, plan, newSeed(t), newHarness)
 	})
 
 	// midStep starts a runner with a 2s lease (1s is tight enough on a
 	// loaded machine for a runner to fence itself off before its first
 	// step) and returns a random moment (up to 300ms) after one of the
 	// first n effect steps started.
-	midStep := func(t *testing.T, n int) (*harness, []string, *proc, string) {
+	midStep := func(t *testing.T, rng *rand.Rand, n int) (*harness, []string, *proc, string) {
 		h := newHarness(t)
 		env := newEnv(h)
 		a := startProc(t, bin, env, "run", "--threads", "2", "--lease-ttl", "2s", plan)
@@ -368,8 +392,10 @@ func TestExactlyOnceProcesses(t *testing.T) {
 	// write-latency budget ran out first), or ends the run when its
 	// appends land before the takeover — never with a step failed.
 	t.Run("StalledStoreTakeover", func(t *testing.T) {
+		t.Parallel()
+		rng := newRNG(t)
 		for trial := range trials(10) {
-			h, env, a, runID := midStep(t, 3)
+			h, env, a, runID := midStep(t, rng, 3)
 			hold := 2500*time.Millisecond + time.Duration(rng.IntN(1500))*time.Millisecond // > the 2s lease
 			lock := lockDB(t, h.statePath())
 			locked := time.Now()
@@ -398,8 +424,10 @@ func TestExactlyOnceProcesses(t *testing.T) {
 	// The old runner is alive but stopped (SIGSTOP) past its lease; another
 	// runner takes over; the old one, continued, stops with LEASE_LOST.
 	t.Run("StoppedRunnerTakeover", func(t *testing.T) {
+		t.Parallel()
+		rng := newRNG(t)
 		for trial := range trials(3) {
-			h, env, a, runID := midStep(t, 3)
+			h, env, a, runID := midStep(t, rng, 3)
 			if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 				t.Fatal(err)
 			}
@@ -431,6 +459,7 @@ func TestExactlyOnceProcesses(t *testing.T) {
 	// it, it is skipped.
 	for _, db := range []string{"DVT_WAREHOUSE", "DVT_STORE"} {
 		t.Run("DiskFull/"+db, func(t *testing.T) {
+			t.Parallel()
 			h := newHarness(t)
 			disk := filepath.Join(h.dir, "disk")
 			if err := os.Mkdir(disk, 0o755); err != nil {
@@ -442,8 +471,13 @@ func TestExactlyOnceProcesses(t *testing.T) {
 			t.Cleanup(func() { exec.Command("umount", "-l", disk).Run() })
 			h.env[db] = "sqlite:" + filepath.Join(disk, "db.sqlite")
 			env := newEnv(h)
-			// A full store cannot even release the lease: a short one.
-			a := startProc(t, bin, env, "run", "--threads", "1", "--lease-ttl", "2s", plan)
+			// A full store cannot renew the lease, nor release it: the
+			// runner must meet its write budget (1s, for the outcome it
+			// cannot store: STORE_UNAVAILABLE) well before it fences
+			// itself off for want of renewals (the lease's 8s: LEASE_LOST,
+			// which a loaded machine saw with a 2s lease and the 3s
+			// default budget). resume then waits the lease out.
+			a := startProc(t, bin, env, "run", "--threads", "1", "--lease-ttl", "8s", "--write-budget", "1s", plan)
 			a.waitLine(t, "START sql operation s1 ")
 			runID := h.onlyRun()
 			filler := filepath.Join(disk, "filler")
@@ -475,6 +509,7 @@ func TestExactlyOnceProcesses(t *testing.T) {
 	// Three runs at once on one SQLite warehouse (and one state store):
 	// writers wait for each other; every run completes.
 	t.Run("ThreeRunsOneWarehouse", func(t *testing.T) {
+		t.Parallel()
 		h := newHarness(t)
 		env := newEnv(h)
 		shop := filepath.Join(repoRoot(t), "plans", "shop", "plan.yaml")

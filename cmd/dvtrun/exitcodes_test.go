@@ -205,6 +205,7 @@ func exitCases(t *testing.T) []exitCase {
 // Snowflake host that refuses or never answers fails within loginTimeout
 // with the host named and never the password.
 func TestExitCodes(t *testing.T) {
+	t.Parallel()
 	for _, c := range exitCases(t) {
 		t.Run(c.family+"/"+c.name, func(t *testing.T) {
 			h := newHarness(t)
@@ -268,6 +269,7 @@ func TestExitCodes(t *testing.T) {
 // `dvtrun: INTERRUPTED: interrupted`, from read commands, the queue's,
 // a daemon starting and a run.
 func TestExitCodesOnSignals(t *testing.T) {
+	t.Parallel()
 	bin := buildBinary(t)
 	plan, err := filepath.Abs(fixture("ok", "plan.yaml")) // the process runs in a directory of its own
 	if err != nil {
@@ -307,6 +309,7 @@ func TestExitCodesOnSignals(t *testing.T) {
 // longer than the lease it waits, saying for whom, and then resumes; with
 // a shorter --wait it gives up with exit 3 when the wait runs out.
 func TestResumeWaitsForTheLease(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name  string
 		lease time.Duration

@@ -133,6 +133,7 @@ func holdWarehouse(t *testing.T, path string) (release func()) {
 // 0 as the run does. The run's console reports what was done from
 // elsewhere.
 func TestFollowProcess(t *testing.T) {
+	t.Parallel()
 	bin := buildBinary(t)
 	h := newHarness(t)
 	policy, err := filepath.Abs(fixture("policy.yaml"))

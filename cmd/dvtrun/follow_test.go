@@ -14,6 +14,7 @@ import (
 // TestFollowFinishedRun: following a run that already ended prints its
 // picture once and exits as `run` did; --json prints snapshots.
 func TestFollowFinishedRun(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		plan string
 		exit int
@@ -54,6 +55,7 @@ func TestFollowFinishedRun(t *testing.T) {
 // TestProjectOnce: `project --once` stores one snapshot per run and then has
 // nothing left to do; the stored snapshot is the run's status.
 func TestProjectOnce(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.run("run", fixture("ok", "plan.yaml"))
 	runID := h.onlyRun()
@@ -96,6 +98,7 @@ func TestProjectOnce(t *testing.T) {
 // TestConsoleReportsSignals: the running `run` console says what a signal
 // sent from elsewhere did, with control characters escaped.
 func TestConsoleReportsSignals(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		p    runner.Progress
 		want string

@@ -30,6 +30,7 @@ type storedEvent struct {
 // the warehouse: those whose StepCompleted the store never got must be
 // completed from the step ledger on resume, not run again.
 func TestKilledBetweenAppendAndAnswer(t *testing.T) {
+	t.Parallel()
 	bin := buildBinary(t)
 	plan, err := filepath.Abs(fixture("groupcommit", "plan.yaml")) // the processes run elsewhere
 	if err != nil {

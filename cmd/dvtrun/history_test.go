@@ -85,6 +85,7 @@ func listed(t *testing.T, r result) []string {
 }
 
 func TestRunsFilters(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	ids := seedHistory(t, h)
 	newest := slices.Clone(ids)
@@ -140,6 +141,7 @@ func TestRunsFilters(t *testing.T) {
 // TestRunsPaging: --limit pages, the page says how to get the next one,
 // and --after gets it; the pages hold every run once, newest first.
 func TestRunsPaging(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	ids := seedHistory(t, h)
 	slices.Reverse(ids)
@@ -175,6 +177,7 @@ func TestRunsPaging(t *testing.T) {
 // TestRunIDResolution: every RUN_ID argument takes a unique prefix, or
 // last (with --plan, of that plan); an ambiguous prefix names the runs.
 func TestRunIDResolution(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	ids := seedHistory(t, h)
 	runOf := func(r result) string {
@@ -232,6 +235,7 @@ func TestRunIDResolution(t *testing.T) {
 // warehouse, its attempts with errors, rows, the ledger entry, and a
 // failing test's first rows (bounded, secrets redacted), as text and JSON.
 func TestStatusStep(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	const token = "s3cr3t-T0ken-value"
 	if r := h.run("run", "--secrets-file", fixture("secret", "secrets.env"), fixture("stepview", "plan.yaml")); r.code != exitFailed {
@@ -303,6 +307,7 @@ func TestStatusStep(t *testing.T) {
 // started by hand is manual, its retry is "retry of" it, and the failed
 // run's first failure is the step that failed.
 func TestRunsOfRealRuns(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.env["DVT_TARGET_PATH"] = h.dir
 	plan := retryFixture(t)

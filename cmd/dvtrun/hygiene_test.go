@@ -67,6 +67,7 @@ func wantRefused(t *testing.T, h *harness, r result, code string, msgs ...string
 // fuzz corpora for plans, seeds and manifests is refused by the CLI with
 // one line, exit 2 and no run recorded — by `run` and by `plan validate`.
 func TestBadInputsThroughCLI(t *testing.T) {
+	t.Parallel()
 	for name, text := range badSeeds(t, filepath.Join("..", "..", "engine", "plan", "testdata", "fuzz", "FuzzParsePlan")) {
 		t.Run("plan/"+name, func(t *testing.T) {
 			h := newHarness(t)
@@ -115,6 +116,7 @@ func TestBadInputsThroughCLI(t *testing.T) {
 // TestHostileScopeFlags: scope ids with control characters are refused
 // before anything is opened.
 func TestHostileScopeFlags(t *testing.T) {
+	t.Parallel()
 	for _, args := range [][]string{
 		{"--tenant", "acme\x1b[2J", "runs"},
 		{"runs", "--project", "p\nq"},
@@ -133,6 +135,7 @@ func TestHostileScopeFlags(t *testing.T) {
 // printed escaped by every read command: the runs table keeps one row per
 // run and nothing reaches the terminal raw.
 func TestHostileStoreTextIsEscaped(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	ctx := context.Background()
 	st, err := sqlite.Open(ctx, h.statePath(), sqlite.Options{})
@@ -193,6 +196,7 @@ func rekeyed(t *testing.T, e engine.RunEventWrite) engine.RunEventWrite {
 // it SQL-escaped and upper-cased. No form of it appears in the console, the
 // events, status, exports, or any table of the state store.
 func TestSecretNeverLeaks(t *testing.T) {
+	t.Parallel()
 	const secret = "hun'ter\"2\\x\nend-secret"
 	h := newHarness(t)
 	h.env["DVT_SECRET_API_TOKEN"] = secret
@@ -299,6 +303,7 @@ func dumpTables(t *testing.T, path string) string {
 // TestManyFailuresOneShortLine (issue 8, Found 6): a run whose many steps
 // fail ends with one error line that names ten and counts the rest.
 func TestManyFailuresOneShortLine(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	var b strings.Builder
 	b.WriteString("planId: many\nplanVersion: \"1\"\nsteps:\n")

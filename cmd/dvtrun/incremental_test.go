@@ -90,6 +90,7 @@ func lastRunRowsAffected(t *testing.T, h *harness, runID, uniqueID string) float
 // the source stays until `run --full-refresh`; the ephemeral model is
 // inlined into its readers and never becomes a relation.
 func TestIncrementalAndEphemeralRuns(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	plan := planCopy(t, "incremental")
 	dir := filepath.Dir(plan)

@@ -13,6 +13,7 @@ import (
 // status; without one, a plan using an interval name is refused before
 // anything is written, and a malformed interval is INVALID_ARGUMENT.
 func TestRunWithInterval(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	plan := filepath.Join(h.dir, "plan.yaml")
 	if err := os.WriteFile(plan, []byte(`planId: days

@@ -214,6 +214,7 @@ func csvRows(t *testing.T, path string) int64 {
 // run; the events validate and match the plans' DAGs. On a SQLite and a
 // Postgres state store (the plans come from the store's bundles).
 func TestOpenLineageSinks(t *testing.T) {
+	t.Parallel()
 	for _, store := range []string{"sqlite", "postgres"} {
 		t.Run(store, func(t *testing.T) {
 			h := newHarness(t)
@@ -341,6 +342,7 @@ func errorMessage(t *testing.T, raw [][]byte, runID, typ string) string {
 // TestOpenLineageJaffleShop imports dbt's jaffle_shop (the reference
 // manifest), runs it and checks the OpenLineage file it delivers to.
 func TestOpenLineageJaffleShop(t *testing.T) {
+	t.Parallel()
 	ref, manifest := jaffleReference(t)
 	h := newHarness(t)
 	planFile := filepath.Join(h.dir, "jaffle_shop.yaml")
@@ -381,6 +383,7 @@ func TestOpenLineageJaffleShop(t *testing.T) {
 // names), and each COMPLETE's externalQuery is the last query id its
 // StepCompleted recorded.
 func TestOpenLineageOnSnowflake(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts a Snowflake-protocol test server")
 	}
@@ -459,6 +462,7 @@ func TestOpenLineageOnSnowflake(t *testing.T) {
 // with different run ids. The retry runs the fixed plan, whose SQL the
 // second run's facet shows.
 func TestOpenLineageRetry(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	planFile := retryFixture(t)
 	r := h.run("run", "--threads", "1", planFile)
@@ -525,6 +529,7 @@ func TestOpenLineageRetry(t *testing.T) {
 // the warehouse of the target it ran on, whichever target the delivering
 // process itself uses.
 func TestOpenLineageTargets(t *testing.T) {
+	// Not parallel: it changes the working directory (t.Chdir).
 	h := newHarness(t)
 	file := filepath.Join(h.dir, "lineage.jsonl")
 	proj, sub := targetsProject(t, h, fmt.Sprintf("sinks:\n  - name: lineage\n    openlineage: {path: %q}\n", file))
@@ -577,6 +582,7 @@ func TestOpenLineageTargets(t *testing.T) {
 // warehouse (the pgtest server, reached through its socket) names its
 // datasets postgres://localhost:<port> and <db>.public.<table>.
 func TestOpenLineageOnPostgresWarehouse(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	wh := pgtest.URL(t)
 	h.env["DVT_WAREHOUSE"] = wh
@@ -615,6 +621,7 @@ func TestOpenLineageOnPostgresWarehouse(t *testing.T) {
 }
 
 func TestPostgresNaming(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ dsn, namespace, dataset string }{
 		{"postgres://u@db.example:5433/wh", "postgres://db.example:5433", "wh.public.t"},
 		{"postgres://u@db.example/wh?search_path=marts", "postgres://db.example:5432", "wh.marts.t"},

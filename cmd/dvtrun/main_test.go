@@ -83,6 +83,7 @@ func wantError(t *testing.T, r result, exit int, code string, msgs ...string) {
 }
 
 func TestHelp(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		args  []string
 		flags []string // flags the help must list
@@ -123,6 +124,7 @@ func TestHelp(t *testing.T) {
 }
 
 func TestUsageErrors(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name string
 		args []string
@@ -157,6 +159,7 @@ func TestUsageErrors(t *testing.T) {
 }
 
 func TestNoArgumentsPrintsUsage(t *testing.T) {
+	t.Parallel()
 	for _, args := range [][]string{{}, {"plan"}} {
 		r := newHarness(t).run(args...)
 		if r.code != exitUsage || !strings.Contains(r.stderr, "Usage: dvtrun") || r.stdout != "" {
@@ -166,6 +169,7 @@ func TestNoArgumentsPrintsUsage(t *testing.T) {
 }
 
 func TestParseTarget(t *testing.T) {
+	t.Parallel()
 	c := &cli{env: func(k string) string {
 		if k == "DVT_SNOWFLAKE_DSN" {
 			return "bob:envpass@acct/db/sch"
@@ -206,6 +210,7 @@ func TestParseTarget(t *testing.T) {
 }
 
 func TestReadSecretsFile(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	cases := []struct {
 		name, text string
@@ -242,6 +247,7 @@ func TestReadSecretsFile(t *testing.T) {
 // TestSnowflakeDSNNeverPrinted: a Snowflake DSN the driver refuses is
 // reported without its password, and a refused warehouse records no run.
 func TestSnowflakeDSNNeverPrinted(t *testing.T) {
+	t.Parallel()
 	const password = "Sup3rS3cret"
 	cases := [][]string{
 		{"--store", "snowflake://alice:" + password + "@", "runs"},
@@ -264,6 +270,7 @@ func TestSnowflakeDSNNeverPrinted(t *testing.T) {
 // defaults, which come from DVT_STORE and DVT_WAREHOUSE: a DSN's password
 // and tokens must not be among them.
 func TestHelpHidesDSNPassword(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.env["DVT_STORE"] = "snowflake://alice:s3cr3t-pw@myorg-acct/DVT/PUBLIC?warehouse=WH&token=t0ken-value"
 	h.env["DVT_WAREHOUSE"] = "snowflake://bob:wh-pa55@myorg-acct/DVT/PUBLIC"

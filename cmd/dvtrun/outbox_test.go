@@ -98,6 +98,7 @@ func writeConfig(t *testing.T, dir, hookURL, timeout, retry string) string {
 }
 
 func TestOutboxCommands(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	if r := h.run("run", fixture("ok", "plan.yaml")); r.code != 0 {
 		t.Fatalf("run: %+v", r)
@@ -173,6 +174,7 @@ func TestOutboxCommands(t *testing.T) {
 }
 
 func TestOutboxErrors(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	if r := h.run("run", fixture("ok", "plan.yaml")); r.code != 0 {
 		t.Fatalf("run: %+v", r)
@@ -282,6 +284,7 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 // process SIGKILLed with a request in flight is replaced by another that
 // delivers everything, repeating at most the in-flight event.
 func TestOutboxDeliveryProcesses(t *testing.T) {
+	t.Parallel()
 	bin := buildBinary(t)
 
 	t.Run("TwoProcesses", func(t *testing.T) {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -37,6 +36,7 @@ func pgCount(t *testing.T, url, relation string) int {
 // names the warehouse with a key=value DSN), twice each: the second run
 // replaces every seed and model in place. Then verify --all.
 func TestPostgresWarehouseShopAndJaffle(t *testing.T) {
+	t.Parallel()
 	ref, manifest := jaffleReference(t)
 	const password = "Wh-S3cret-pw"
 	withPassword := func(url string) string {
@@ -106,13 +106,13 @@ func TestPostgresWarehouseShopAndJaffle(t *testing.T) {
 // committed in Postgres and before its StepCompleted is stored; resume
 // completes the step from the ledger, and every effect happened once.
 func TestExactlyOncePostgresWarehouse(t *testing.T) {
+	t.Parallel()
 	bin := buildBinary(t)
 	plan, err := filepath.Abs(fixture("effects", "plan.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 18))
-	killedBetweenCommitAndAppend(t, bin, plan, rng, func(t *testing.T) *harness {
+	killedBetweenCommitAndAppend(t, bin, plan, newSeed(t), func(t *testing.T) *harness {
 		h := newHarness(t)
 		h.env["DVT_WAREHOUSE"] = pgtest.URL(t)
 		return h
@@ -153,6 +153,7 @@ func BenchmarkShopPostgresWarehouse(b *testing.B) {
 // one line that never shows the password; a DSN that does not parse is
 // invalid input (exit 2).
 func TestPostgresWarehouseUnusable(t *testing.T) {
+	t.Parallel()
 	const password = "Unreach-pw-77"
 	plan := filepath.Join("..", "..", "plans", "shop", "plan.yaml")
 	for _, tc := range []struct {
@@ -183,6 +184,7 @@ func TestPostgresWarehouseUnusable(t *testing.T) {
 // end. While it ran, pg_stat_activity named the run and the step
 // (application_name).
 func TestPostgresWarehouseKilledMidStep(t *testing.T) {
+	t.Parallel()
 	bin := buildBinary(t)
 	h := newHarness(t)
 	wh := pgtest.URL(t)

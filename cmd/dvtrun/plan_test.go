@@ -14,6 +14,7 @@ import (
 )
 
 func TestImportDBT(t *testing.T) {
+	t.Parallel()
 	dbtDir := filepath.Join(repoRoot(t), "testdata", "dbt")
 	manifest := filepath.Join(dbtDir, "v12_compiled_code.json")
 	project := filepath.Join(dbtDir, "market")
@@ -97,6 +98,7 @@ func TestImportDBT(t *testing.T) {
 // names each ref, cycle and var it cannot render; `run` refuses the same
 // before the run is recorded.
 func TestPlanValidateContext(t *testing.T) {
+	t.Parallel()
 	contextPlan := filepath.Join(repoRoot(t), "plans", "context", "plan.yaml")
 	write := func(t *testing.T, dir, steps string) string {
 		path := filepath.Join(dir, "plan.yaml")

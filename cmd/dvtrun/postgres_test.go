@@ -16,12 +16,11 @@ import (
 )
 
 // TestMain stops the package's Postgres test server (pgtest), if a test
-// started one, and removes the binary buildBinary built, when the tests
-// end.
+// started one, and removes the shared CLI binary when the tests end.
 func TestMain(m *testing.M) {
 	code := m.Run()
 	pgtest.Stop()
-	removeBuiltBinary()
+	removeBinary()
 	os.Exit(code)
 }
 
@@ -32,6 +31,7 @@ func TestMain(m *testing.M) {
 // checked): no output ever shows it. The same database opens through a
 // key=value DSN too.
 func TestPostgresStoreFirstRun(t *testing.T) {
+	t.Parallel()
 	const password = "Pg-S3cret-pw"
 	url := pgtest.URL(t)
 	url = strings.Replace(url, "postgres://dvt@", "postgres://dvt:"+password+"@", 1)
@@ -83,6 +83,7 @@ func TestPostgresStoreFirstRun(t *testing.T) {
 // TestPostgresStoreReadOfEmptyDatabase: a read command on a database
 // without a state store is invalid input (exit 2) and creates nothing.
 func TestPostgresStoreReadOfEmptyDatabase(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.env["DVT_STORE"] = pgtest.URL(t)
 	wantError(t, h.run("runs"), exitUsage, "INVALID_ARGUMENT", "no state store")
@@ -106,6 +107,7 @@ func pgtestRedacted(s, secret string) string { return strings.ReplaceAll(s, secr
 // schedule every second for 20+ ticks, one request and one run per tick,
 // every run COMPLETED (the warehouse is SQLite).
 func TestProcessSchedulersAndWorkersPostgres(t *testing.T) {
+	t.Parallel()
 	bin := buildBinary(t)
 	dsn := pgtest.URL(t)
 	st, err := postgres.Open(context.Background(), dsn, postgres.Options{})
@@ -124,6 +126,7 @@ func TestProcessSchedulersAndWorkersPostgres(t *testing.T) {
 // completes, every key is stored once, no step takes effect twice, and
 // verify --all passes.
 func TestProcessWorkerCrashTakeoverPostgres(t *testing.T) {
+	t.Parallel()
 	crashTakeover(t, func(t *testing.T) string { return pgtest.URL(t) })
 }
 
@@ -171,6 +174,7 @@ func BenchmarkShopPostgresStore(b *testing.B) {
 // run end as soon as the ending is appended, woken by NOTIFY, although its
 // poll interval is an hour.
 func TestPostgresFollowWokenByNotify(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	url := pgtest.URL(t)
 	st, err := postgres.Open(ctx, url, postgres.Options{PollOnly: true})
@@ -210,36 +214,5 @@ func TestPostgresFollowWokenByNotify(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("status --follow did not see the run end within 30s of its append (its interval is 1h)")
-	}
-}
-
-// TestPostgresOneDatabase (issue 26): `--store URL --warehouse URL` with the
-// same fresh database (or two schemas of it by search_path) works from the
-// first command and from the next: run opens the store and the warehouse at
-// once, and the warehouse's tables appearing first never make the database
-// "not a dvtrun state store" (it did in 4 of 8 tries under load). Three
-// fresh databases per case, for the race.
-func TestPostgresOneDatabase(t *testing.T) {
-	plan := filepath.Join("..", "..", "plans", "shop", "plan.yaml")
-	for _, c := range []struct{ name, store, warehouse string }{
-		{"same schema", "", ""},
-		{"two schemas", "&search_path=dvt_state", "&search_path=analytics"},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			for try := range 3 {
-				url := pgtest.URL(t)
-				h := newHarness(t)
-				h.env["DVT_STORE"] = url + c.store
-				h.env["DVT_WAREHOUSE"] = url + c.warehouse
-				for cmd := range 2 {
-					if r := h.run("run", plan); r.code != 0 || !strings.Contains(r.stdout, "ERROR=0") {
-						t.Fatalf("database %d, run %d: exit %d\n%s\n%s", try+1, cmd+1, r.code, r.stdout, r.stderr)
-					}
-				}
-				if r := h.run("runs"); r.code != 0 || strings.Count(r.stdout, "COMPLETED") != 2 {
-					t.Fatalf("runs: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
-				}
-			}
-		})
 	}
 }

@@ -18,47 +18,49 @@ import (
 	"github.com/dvtrun/dvtrun/store/snowflake/sftest"
 )
 
-// The CLI binary, built once per test binary run (buildBinary) into
-// builtDir, which TestMain removes.
-var (
-	buildOnce sync.Once
-	builtDir  string
-	builtBin  string
-	buildErr  error
-)
+// The CLI binary the process tests run: built once per test binary run,
+// on first use, into a directory TestMain removes.
+var built struct {
+	once sync.Once
+	dir  string
+	bin  string
+	err  error
+}
 
-// buildBinary compiles the CLI once per test binary run and returns its
-// path; tests share it and must not change it.
+// buildBinary returns the CLI binary, building it on the first call; the
+// process tests share it (a build takes seconds, and they run in parallel).
 func buildBinary(t *testing.T) string {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
-	buildOnce.Do(func() {
-		if builtDir, buildErr = os.MkdirTemp("", "dvtrun-bin-"); buildErr != nil {
+	built.once.Do(func() {
+		built.dir, built.err = os.MkdirTemp("", "dvtrun-bin-")
+		if built.err != nil {
 			return
 		}
-		builtBin = filepath.Join(builtDir, "dvtrun")
-		if out, err := exec.Command("go", "build", "-o", builtBin, ".").CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		built.bin = filepath.Join(built.dir, "dvtrun")
+		if out, err := exec.Command("go", "build", "-o", built.bin, ".").CombinedOutput(); err != nil {
+			built.err = fmt.Errorf("go build: %v\n%s", err, out)
 		}
 	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
+	if built.err != nil {
+		t.Fatal(built.err)
 	}
-	return builtBin
+	return built.bin
 }
 
-// removeBuiltBinary removes what buildBinary built.
-func removeBuiltBinary() {
-	if builtDir != "" {
-		os.RemoveAll(builtDir)
+// removeBinary removes the shared binary's directory (from TestMain).
+func removeBinary() {
+	if built.dir != "" {
+		os.RemoveAll(built.dir)
 	}
 }
 
 // TestProcess runs the real binary: exit codes through os.Exit, and SIGINT
 // interrupting a step's SQL so that the run can be resumed.
 func TestProcess(t *testing.T) {
+	t.Parallel()
 	bin := buildBinary(t)
 	h := newHarness(t)
 	env := append(os.Environ(), "DVT_STORE="+h.env["DVT_STORE"], "DVT_WAREHOUSE="+h.env["DVT_WAREHOUSE"])
@@ -158,7 +160,10 @@ func TestProcess(t *testing.T) {
 	// with the Snowflake store (the test server runs in this process, the
 	// killed runner reached it over the network, mid append or not).
 	for _, backend := range []string{"sqlite", "snowflake"} {
-		t.Run("SIGKILL/"+backend, func(t *testing.T) { sigkill(t, bin, backend) })
+		t.Run("SIGKILL/"+backend, func(t *testing.T) {
+			t.Parallel()
+			sigkill(t, bin, backend)
+		})
 	}
 }
 
@@ -171,7 +176,9 @@ func sigkill(t *testing.T, bin, backend string) {
 		}
 		env := append(os.Environ(), "DVT_STORE="+h.env["DVT_STORE"], "DVT_WAREHOUSE="+h.env["DVT_WAREHOUSE"], "DVT_TARGET_PATH="+h.env["DVT_TARGET_PATH"])
 		plan := fixture("slow", "plan.yaml")
-		cmd := exec.Command(bin, "run", "--threads", "1", "--lease-ttl", "2s", plan)
+		// The lease outlasts, by far, the few store reads between the kill
+		// and the LEASE_HELD check below, so that check always runs.
+		cmd := exec.Command(bin, "run", "--threads", "1", "--lease-ttl", "6s", plan)
 		cmd.Env = env
 		stdout, err := cmd.StdoutPipe()
 		if err != nil {
@@ -183,28 +190,32 @@ func sigkill(t *testing.T, bin, backend string) {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
 			if strings.Contains(sc.Text(), "START sql table model slow") {
-				time.Sleep(200 * time.Millisecond)
 				break
 			}
 		}
+		// The START line can come before the writer stored the step's
+		// StepStarted (appends are written behind; the Snowflake store
+		// takes round trips): kill once it is stored, so that resume must
+		// continue the step as a new engine attempt.
+		waitUntil(t, "model.slow's StepStarted in the store", func() bool {
+			ids, err := h.listRuns()
+			return err == nil && len(ids) == 1 && stepOf(h.statusOf(ids[0]), "model.slow").Status == engine.StepStatusRunning
+		})
 		if err := cmd.Process.Kill(); err != nil {
 			t.Fatal(err)
 		}
 		cmd.Wait()
-		killed := time.Now()
 		runID := h.onlyRun()
 		if s := h.statusOf(runID); s.Status != engine.StatusRunning {
 			t.Fatalf("after SIGKILL the run is %s, want RUNNING", s.Status)
 		}
 
-		if time.Since(killed) < time.Second {
-			r := h.run("resume", runID, plan)
-			if r.code == 0 || !strings.Contains(r.stderr, "LEASE_HELD") {
-				t.Errorf("resume while the dead runner's lease holds: exit %d, %q", r.code, r.stderr)
-			}
+		if r := h.run("resume", runID, plan); r.code != exitLease || !strings.Contains(r.stderr, "LEASE_HELD") {
+			t.Errorf("resume while the dead runner's lease holds: exit %d, %q", r.code, r.stderr)
 		}
-		time.Sleep(time.Until(killed.Add(2500 * time.Millisecond)))
-		r := h.run("resume", runID, plan)
+		// resume --wait takes the run over as soon as the dead runner's
+		// lease expires (the event), bounded by the wait.
+		r := h.run("resume", "--wait", "60s", runID, plan)
 		if r.code != 0 {
 			t.Fatalf("resume after the lease expired: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 		}

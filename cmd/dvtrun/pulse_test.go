@@ -14,6 +14,7 @@ import (
 // pulse.interval, then the store's default (seconds on Snowflake), cut to
 // a third of the lease TTL; a configured value above that is refused.
 func TestPulseIntervalChoice(t *testing.T) {
+	t.Parallel()
 	const sqliteStore, sfStore = "sqlite:state.db", "snowflake://u:p@acct/db/sch"
 	for _, tc := range []struct {
 		name    string
@@ -51,6 +52,7 @@ func TestPulseIntervalChoice(t *testing.T) {
 // run, resume, worker and serve take --pulse-interval, and their help says
 // what it costs.
 func TestPulseFlag(t *testing.T) {
+	t.Parallel()
 	for _, cmd := range []string{"run", "resume", "worker", "serve"} {
 		t.Run(cmd, func(t *testing.T) {
 			r := newHarness(t).run(cmd, "--help")

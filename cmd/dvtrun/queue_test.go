@@ -25,6 +25,7 @@ func (h *harness) writeConfig(text string) string {
 }
 
 func TestEnqueueAndQueue(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	plan := fixture("ok", "plan.yaml")
 	r := h.run("enqueue", plan, "--request-id", "nightly-1", "--priority", "3")
@@ -77,6 +78,7 @@ func TestEnqueueAndQueue(t *testing.T) {
 }
 
 func TestEnqueueRejectedWhenFull(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	cfg := h.writeConfig("limits: {maxConcurrentRuns: 1, policy: REJECT, retryAfter: 45s}\n")
 	plan := fixture("ok", "plan.yaml")
@@ -91,6 +93,7 @@ func TestEnqueueRejectedWhenFull(t *testing.T) {
 }
 
 func TestScheduleCommands(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	abs, _ := filepath.Abs(fixture("ok", "plan.yaml"))
 	cfg := h.writeConfig(`schedules:

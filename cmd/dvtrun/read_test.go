@@ -70,6 +70,7 @@ func countRuns(t *testing.T, path string) int {
 }
 
 func TestStatus(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	seedFailedRun(t, h.statePath())
 
@@ -106,6 +107,7 @@ func TestStatus(t *testing.T) {
 }
 
 func TestEventsAndRuns(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	seedFailedRun(t, h.statePath())
 	cases := []struct {
@@ -156,6 +158,7 @@ func TestEventsAndRuns(t *testing.T) {
 }
 
 func TestExport(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	seedFailedRun(t, h.statePath())
 	for _, format := range []string{"json", "csv"} {
@@ -203,6 +206,7 @@ func TestExport(t *testing.T) {
 }
 
 func TestExportWritesNothingOnError(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	seedFailedRun(t, h.statePath())
 	out := filepath.Join(h.dir, "audit.json")
@@ -216,6 +220,7 @@ func TestExportWritesNothingOnError(t *testing.T) {
 // TestStoreErrors covers what can be wrong with the state store a command
 // is pointed at.
 func TestStoreErrors(t *testing.T) {
+	t.Parallel()
 	unknown := "11111111-2222-4333-8444-555555555555"
 	readCmds := [][]string{
 		{"runs"}, {"status", unknown}, {"events", unknown}, {"export", unknown},
@@ -298,6 +303,7 @@ func TestStoreErrors(t *testing.T) {
 // TestInvalidPlans: a plan that fails validation is refused with exit 2
 // before anything is written — no run row, no store created.
 func TestInvalidPlans(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name, plan string
 		extra      []string
@@ -356,6 +362,7 @@ func TestInvalidPlans(t *testing.T) {
 // store's append-time check off) is shown as INCONSISTENT with the ignored
 // event, and both projections agree on it.
 func TestInconsistentRun(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	ctx := context.Background()
 	st, err := sqlite.Open(ctx, h.statePath(), sqlite.Options{DisableTransitionChecks: true})
@@ -407,6 +414,7 @@ func TestInconsistentRun(t *testing.T) {
 // TestRefusedByTheAdapter: a valid plan the local adapter cannot run is
 // refused with exit 2 and no run row.
 func TestRefusedByTheAdapter(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	wantError(t, h.run("run", fixture("adapter", "plan.yaml")), exitUsage, "TARGET_ADAPTER_MISMATCH", "airflow")
 	// plan validate makes every check run makes before writing.

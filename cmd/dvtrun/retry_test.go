@@ -53,6 +53,7 @@ func fixRetryFixture(t *testing.T, planFile string) {
 // plan changed, links the runs with parentRunId, and its log verifies.
 // Retrying the retry finds nothing to do.
 func TestRetry(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	planFile := retryFixture(t)
 	r := h.run("run", "--threads", "1", planFile)
@@ -113,6 +114,7 @@ func TestRetry(t *testing.T) {
 
 // TestRetrySteps: what retry runs again of a finished run.
 func TestRetrySteps(t *testing.T) {
+	t.Parallel()
 	// a -> b -> c, d alone.
 	p := &plan.Plan{PlanID: "p", PlanVersion: "1", Steps: []plan.Step{
 		{ID: "a", Kind: plan.KindSQL, SQL: "x"},
@@ -163,6 +165,7 @@ func TestRetrySteps(t *testing.T) {
 // TestRetryKeepsFullRefresh: dbt retry reuses the run's flags; a retry of a
 // --full-refresh run is a full-refresh run too (its RunQueued says so).
 func TestRetryKeepsFullRefresh(t *testing.T) {
+	t.Parallel()
 	for _, full := range []bool{false, true} {
 		h := newHarness(t)
 		planFile := retryFixture(t)

@@ -115,6 +115,7 @@ func (h *harness) checkLog(runID string) engine.Snapshot {
 }
 
 func TestRunShopPlan(t *testing.T) {
+	t.Parallel()
 	planFile := filepath.Join(repoRoot(t), "plans", "shop", "plan.yaml")
 	p, _, err := plan.Load(osSource{}, planFile)
 	if err != nil {
@@ -158,6 +159,7 @@ func TestRunShopPlan(t *testing.T) {
 }
 
 func TestRunConsoleOutput(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	// The bundle's sha256 is sha256sum's output for the plan and the
 	// files it references, hashed again.
@@ -200,6 +202,7 @@ func TestRunConsoleOutput(t *testing.T) {
 }
 
 func TestRunFailingModel(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name  string
 		flags []string
@@ -252,6 +255,7 @@ func TestRunFailingModel(t *testing.T) {
 }
 
 func TestRunSQLSyntaxError(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	r := h.run("run", fixture("syntax", "plan.yaml"))
 	wantError(t, r, exitFailed, "STEP_FAILED", "model.typo")
@@ -267,6 +271,7 @@ func TestRunSQLSyntaxError(t *testing.T) {
 const secretValue = "s3cr3t-T0ken-value"
 
 func TestSecretsNeverLeak(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name  string
 		setup func(h *harness) []string // returns extra run flags
@@ -355,6 +360,7 @@ func (w *cancelAfter) Write(p []byte) (int, error) {
 }
 
 func TestInterruptAndResume(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	planFile := fixture("ok", "plan.yaml")
 	ctx, cancel := context.WithCancel(context.Background())
@@ -405,6 +411,7 @@ func TestInterruptAndResume(t *testing.T) {
 }
 
 func TestResumeRefused(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	seedFailedRun(t, h.statePath())
 	wantError(t, h.run("resume", fixedRunID, fixture("ok", "plan.yaml")), exitUsage, "PLAN_HASH_MISMATCH", fixedRunID)
@@ -427,6 +434,7 @@ func TestResumeRefused(t *testing.T) {
 }
 
 func TestRunFailingTest(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	r := h.run("run", "--threads", "1", fixture("testfail", "plan.yaml"))
 	wantError(t, r, exitFailed, "STEP_FAILED", "test.no_short_names")

@@ -14,6 +14,7 @@ import (
 // SECRET_NOT_FOUND naming the secret and the step — and nothing is written
 // to the store: no run, no event.
 func TestSecretsResolvedBeforeAnythingIsWritten(t *testing.T) {
+	t.Parallel()
 	plan := fixture("secret", "plan.yaml")
 	// runsAndEvents is what the store holds: each run's event count.
 	runsAndEvents := func(h *harness) map[string]int {

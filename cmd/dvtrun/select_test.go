@@ -82,6 +82,7 @@ func queuedOf(t *testing.T, h *harness, runID string) engine.RunQueuedRequest {
 // so missing on a fresh warehouse — and fails, as it does in dbt; the
 // buildable mode leaves it out.
 func TestRunSelectShopPlan(t *testing.T) {
+	t.Parallel()
 	plan := filepath.Join(repoRoot(t), "plans", "shop", "plan.yaml")
 	built := []string{"customer_summary", "orders_enriched", "raw_customers", "raw_orders", "raw_products", "stg_customers", "stg_orders", "stg_products"}
 	tests := []string{"test.accepted_values_stg_orders_status", "test.not_null_orders_enriched_amount", "test.not_null_stg_customers_customer_id",
@@ -150,6 +151,7 @@ func interruptAfter(t *testing.T, h *harness, n int, args ...string) result {
 }
 
 func TestLs(t *testing.T) {
+	t.Parallel()
 	plan := filepath.Join(repoRoot(t), "plans", "shop", "plan.yaml")
 	h := newHarness(t)
 	r := h.run("ls", "--select", "stg_products+1", "--exclude", "product_sales", plan)
@@ -192,6 +194,7 @@ func TestLs(t *testing.T) {
 // TestResumeSelectedRun: an interrupted selected run resumes with its
 // recorded selection, whatever the resume command line says.
 func TestResumeSelectedRun(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	plan := fixture("ok", "plan.yaml")
 	ls := h.run("ls", "--select", "+stg_customers", plan)
@@ -235,6 +238,7 @@ func jaffleReference(t *testing.T) (ref, manifest string) {
 // having been built — what `dbt build --select +customers` does on a fresh
 // target; buildable leaves it out and the run passes.
 func TestRunSelectJaffleShop(t *testing.T) {
+	t.Parallel()
 	ref, manifest := jaffleReference(t)
 	built := []string{"customers", "raw_customers", "raw_orders", "raw_payments", "stg_customers", "stg_orders", "stg_payments"}
 	for _, tc := range []struct {

@@ -20,6 +20,7 @@ import (
 // reports delivery and projector lag on /metrics, is ready on /readyz, and
 // exits 0 on SIGTERM.
 func TestProcessServeDeliversAndProjects(t *testing.T) {
+	t.Parallel()
 	bin := buildBinary(t)
 	h := newHarness(t)
 	plan, _ := filepath.Abs(fixture("ok", "plan.yaml"))

@@ -16,6 +16,7 @@ import (
 // how it will take effect, whether the run never started, its runner's
 // lease expired, or a live runner does not answer in time.
 func TestSignalWithoutRunner(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	runID := queueRun(t, h)
 	ctx := context.Background()
@@ -76,6 +77,7 @@ func TestSignalWithoutRunner(t *testing.T) {
 // holds the run is stored; the sender says its policy refuses it, and the
 // runner that resumes the run records SignalRejected and completes the run.
 func TestSignalPolicyOnResume(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	runID := queueRun(t, h)
 	h.env["DVT_CONFIG"] = fixture("policy.yaml")
@@ -116,6 +118,7 @@ func TestSignalPolicyOnResume(t *testing.T) {
 }
 
 func TestConfigErrors(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	runID := queueRun(t, h)
 	bad := filepath.Join(h.dir, "bad.yaml")

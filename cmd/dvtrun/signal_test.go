@@ -41,6 +41,7 @@ func queueRunOf(t *testing.T, h *harness, plan string) string {
 }
 
 func TestSignals(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	runID := queueRun(t, h)
 	cases := []struct {

@@ -20,6 +20,7 @@ import (
 // appends (the server executes and commits a held request; its client
 // waits in vain, and a resend of the same events dedupes).
 func TestSlowStoreProcesses(t *testing.T) {
+	t.Parallel()
 	bin := buildBinary(t)
 	plan, err := filepath.Abs(fixture("groupcommit", "plan.yaml")) // the processes run elsewhere
 	if err != nil {

@@ -23,6 +23,7 @@ import (
 // transaction once it has held the lock for the store's StaleLockAge (15 s
 // by default) and finishes the queued run, well within its --lock-wait.
 func TestProcessWorkerKilledHoldingQueueLock(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("runs worker processes for about a minute")
 	}

@@ -17,6 +17,7 @@ import (
 // lease held by a live process (renewed far into the future), so even a read
 // command waits for it.
 func TestSnowflakeStoreLockWait(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts a Snowflake-protocol test server")
 	}

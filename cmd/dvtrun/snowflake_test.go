@@ -22,6 +22,7 @@ import (
 // verify finds the SQL projection equal to it, and no step costs more than
 // the request budget.
 func TestRunShopPlanOnSnowflake(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts a Snowflake-protocol test server")
 	}
@@ -86,6 +87,7 @@ func TestRunShopPlanOnSnowflake(t *testing.T) {
 // from its log: the retried run executes only the failed and skipped
 // steps and verifies.
 func TestRetryOnSnowflake(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts a Snowflake-protocol test server")
 	}
@@ -153,6 +155,7 @@ func TestRetryOnSnowflake(t *testing.T) {
 // incremental table equals the full rebuild) and the ephemeral model never
 // becomes a relation.
 func TestIncrementalPlanOnSnowflake(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts a Snowflake-protocol test server")
 	}
@@ -187,6 +190,7 @@ func TestIncrementalPlanOnSnowflake(t *testing.T) {
 // step's query ids come with a QUERY_HISTORY query naming them, and the
 // ledger entry of a model is read from the warehouse.
 func TestStatusStepOnSnowflake(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts a Snowflake-protocol test server")
 	}

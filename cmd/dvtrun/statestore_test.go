@@ -17,6 +17,7 @@ import (
 // run, resume, worker and serve take the write budget and the spool
 // directory (registerExec), and say where their defaults come from.
 func TestStateStoreFlagsHelp(t *testing.T) {
+	t.Parallel()
 	for _, cmd := range []string{"run", "resume", "worker", "serve"} {
 		t.Run(cmd, func(t *testing.T) {
 			r := newHarness(t).run(cmd, "--help")
@@ -35,6 +36,7 @@ func TestStateStoreFlagsHelp(t *testing.T) {
 // Bad budgets, spool directories and stateStore sections are refused with
 // exit 2 and one line, and no run is recorded.
 func TestStateStoreBadValues(t *testing.T) {
+	t.Parallel()
 	h0 := newHarness(t)
 	aFile := filepath.Join(h0.dir, "a-file")
 	if err := os.WriteFile(aFile, nil, 0o644); err != nil {
@@ -104,6 +106,7 @@ func TestStateStoreBadValues(t *testing.T) {
 // (the spool) DVT_SPOOL_DIR, else the config's stateStore section, else the
 // default (0: the runner's 3s; the spool beside the runs' artifacts).
 func TestStateStoreResolution(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	cfgPath := filepath.Join(dir, "etc", "dvtrun.yaml")
 	sqliteStore := "sqlite:" + filepath.Join(dir, "state", "state.db")
@@ -163,6 +166,7 @@ func TestStateStoreResolution(t *testing.T) {
 // A run whose events are all stored in time spools nothing: no spool
 // directory appears, with the budget from a flag or from the config.
 func TestRunSpoolsNothingWhenTheStoreKeepsUp(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name   string
 		config string

@@ -50,6 +50,7 @@ var runIDLineRE = regexp.MustCompile(`as run (\S+)`)
 // "Completed successfully"); a cancelled run counts its cancelled step as
 // CANCELLED, not as an error.
 func TestSummaryFollowsTheRunsEnd(t *testing.T) {
+	t.Parallel()
 	t.Run("interrupted", func(t *testing.T) {
 		h := newHarness(t)
 		planFile := fixture("ok", "plan.yaml")
@@ -130,6 +131,7 @@ func TestSummaryFollowsTheRunsEnd(t *testing.T) {
 // TestConsoleSummary: each way a run ends gets its own closing lines,
 // whatever the console counted.
 func TestConsoleSummary(t *testing.T) {
+	t.Parallel()
 	ok := runner.Progress{Phase: runner.PhaseStepDone, Step: plan.Step{ID: "model.a", Kind: plan.KindModel}, Status: engine.StepStatusSuccess}
 	failed := runner.Progress{Phase: runner.PhaseStepDone, Step: plan.Step{ID: "model.b", Kind: plan.KindModel}, Status: engine.StepStatusFailed,
 		Err: engine.Errorf(engine.CodeStepFailed, "model.b: no such table")}
@@ -189,9 +191,12 @@ func TestConsoleSummary(t *testing.T) {
 // not from the first runner's StepStarted (the interruption and the wait
 // before the resume are not execution); the SQL projection agrees.
 func TestResumeTimesTheStepItRunsAgain(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	planFile := fixture("slow", "plan.yaml")
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	// Bounds the interrupted run and the resume that runs model.slow to
+	// its end (seconds; much longer on a loaded machine).
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	runCtx, interrupt := context.WithCancel(ctx)
 	defer interrupt()

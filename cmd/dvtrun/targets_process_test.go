@@ -24,6 +24,7 @@ import (
 // interval, once. dev's warehouse is never touched; `retry` from d/ finds
 // the runs on prod.
 func TestProcessBackfillOnTargets(t *testing.T) {
+	t.Parallel()
 	bin := buildBinary(t)
 	h := newHarness(t)
 	root := h.dir

@@ -58,6 +58,7 @@ func tableCount(t *testing.T, path, table string) int {
 // DVT_TARGET pick another target; a flag still wins; the file and target
 // are named on stderr and never in --json output; status shows the target.
 func TestTargetsAndConfigDiscovery(t *testing.T) {
+	// Not parallel: it changes the working directory (t.Chdir).
 	h := newHarness(t) // DVT_STORE and DVT_WAREHOUSE are set: the target wins over them
 	proj, sub := targetsProject(t, h, "")
 	okPlan := filepath.Join(h.dir, "plan")
@@ -130,6 +131,7 @@ func TestTargetsAndConfigDiscovery(t *testing.T) {
 }
 
 func TestTargetErrors(t *testing.T) {
+	// Not parallel: it changes the working directory (t.Chdir).
 	h := newHarness(t)
 	// Explicit --config without targets: --target is refused, no line.
 	cfg := h.writeConfig("sinks: []\n")
@@ -179,6 +181,7 @@ func workUntilDone(t *testing.T, h *harness, global ...string) []queue.Request {
 // target, vars and interval (--vars overrides), on the target's warehouse
 // even from the default target; an explicit other --target is refused.
 func TestEnqueueCarriesTheRunShape(t *testing.T) {
+	// Not parallel: it changes the working directory (t.Chdir).
 	h := newHarness(t)
 	proj, sub := targetsProject(t, h, "")
 	for _, name := range []string{"ok", "gate"} {
@@ -266,6 +269,7 @@ func TestEnqueueCarriesTheRunShape(t *testing.T) {
 // `schedule backfill` gives each of seven daily ticks its own interval,
 // recorded in each run's RunQueued.
 func TestBackfillIntervalsReachTheRuns(t *testing.T) {
+	// Not parallel: it changes the working directory (t.Chdir).
 	h := newHarness(t)
 	proj, sub := targetsProject(t, h, `schedules:
   - {name: shop-nightly, cron: "0 3 * * *", timezone: Europe/Berlin, plan: ../ok/plan.yaml, target: prod, select: "+stg_customers", vars: {region: eu}}
@@ -312,6 +316,7 @@ func TestBackfillIntervalsReachTheRuns(t *testing.T) {
 // --target dev and --target prod lands in the DEV and PROD schemas of one
 // database, each run recorded with its target in one Snowflake store.
 func TestTwoTargetsOnSnowflake(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts a Snowflake-protocol test server")
 	}
@@ -364,6 +369,7 @@ targets:
 // that target's commands only: from another target, trigger says to add
 // --target; with it, the request lands in that target's store.
 func TestScheduleOfAnotherStoresTarget(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	plan := filepath.Join(h.dir, "ok")
 	if err := os.CopyFS(plan, os.DirFS(fixture("ok"))); err != nil {
@@ -397,6 +403,7 @@ schedules:
 // target never runs it on its own warehouse: it hands the request back
 // (another worker may know the target) until its attempts are spent.
 func TestWorkerRunsARequestOnItsTarget(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	plan := filepath.Join(h.dir, "ok")
 	if err := os.CopyFS(plan, os.DirFS(fixture("ok"))); err != nil {
@@ -439,6 +446,7 @@ targets:
 // worker of that target starts their workflows): they are handed back,
 // never run on the local runner, and the target's warehouse is untouched.
 func TestLocalWorkerLeavesTemporalTargets(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	plan := filepath.Join(h.dir, "ok")
 	if err := os.CopyFS(plan, os.DirFS(fixture("ok"))); err != nil {
@@ -465,6 +473,7 @@ targets:
 // the command's default target is another; an explicit other --target is
 // refused.
 func TestResumeOnTheRecordedTarget(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	cfg := h.writeConfig(`target: dev
 targets:

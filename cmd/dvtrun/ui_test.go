@@ -55,6 +55,7 @@ func waitServing(t *testing.T, url string) {
 // bearer token its variable holds, prints its URL and never the token; a
 // token variable that is unset refuses to start.
 func TestUIServesTheConsole(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	r := h.run("run", fixture("ok", "plan.yaml"))
 	if r.code != 0 {
@@ -110,6 +111,7 @@ func TestUIServesTheConsole(t *testing.T) {
 
 // TestServeUI: serve --ui serves the console beside /metrics.
 func TestServeUI(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	if r := h.run("run", fixture("ok", "plan.yaml")); r.code != 0 {
 		t.Fatalf("run: %+v", r)

@@ -37,7 +37,9 @@ func (s skewed) ProjectAllSQL(ctx context.Context) (map[string]engine.Snapshot, 
 	return all, err
 }
 
-// skewProjection makes verify's SQL projection skewed until t ends.
+// skewProjection makes verify's SQL projection skewed until t ends. It
+// swaps a package variable that every verify reads, so the tests that call
+// it do not run in parallel (parallel tests wait until they have ended).
 func skewProjection(t *testing.T) {
 	orig := projectorFor
 	projectorFor = func(st stateStore) (sqlProjector, bool) {

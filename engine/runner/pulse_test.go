@@ -2,6 +2,7 @@ package runner_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -47,6 +48,15 @@ func (l *pulseLog) ListSignals(ctx context.Context, runID string, after int64) (
 	l.reads++
 	l.mu.Unlock()
 	return l.countingLog.ListSignals(ctx, runID, after)
+}
+
+// waitPulses waits (bounded) until the process has pulsed n more times:
+// each pulse wakes the run's loop, which schedules steps at every round, so
+// a step that should not start would have started by then.
+func waitPulses(t *testing.T, l *pulseLog, n int) {
+	t.Helper()
+	from := len(l.calls())
+	waitUntil(t, fmt.Sprintf("%d more pulses", n), func() bool { return len(l.calls()) >= from+n })
 }
 
 func (l *pulseLog) calls() [][]string {

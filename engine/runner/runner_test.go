@@ -334,6 +334,8 @@ func TestPauseDrainsAndResumes(t *testing.T) {
 	h.rn.Config.Threads = 1
 	h.rn.Config.DrainTimeout = time.Minute
 	h.rn.Config.LeaseTTL = time.Hour // the clock jumps past DrainTimeout, not past the lease
+	log := &pulseLog{countingLog: h.log}
+	h.rn.Log = log
 	p := chain([]string{"a", "b"}, nil)
 	started := make(chan string, 1)
 	release := make(chan struct{})
@@ -360,7 +362,9 @@ func TestPauseDrainsAndResumes(t *testing.T) {
 		s := h.status(runID)
 		return stepOf(s, "a").Status == engine.StepStatusSuccess && s.Status == engine.StatusPaused && s.Substatus == ""
 	})
-	time.Sleep(20 * time.Millisecond) // several signal polls: b must not start while PAUSED
+	// b must not start while PAUSED: not with a's completion, nor in the
+	// scheduling rounds the runner's pulses drive after it.
+	waitPulses(t, log, 3)
 	if n := len(h.wh.requests("b")); n != 0 {
 		t.Fatalf("b started while the run was PAUSED")
 	}
@@ -655,7 +659,10 @@ func evTypes(evs []engine.RunEventRecord) []engine.EventType {
 
 func TestLeaseLostStopsTheRun(t *testing.T) {
 	h := newHarness(t)
-	h.rn.Config.LeaseTTL = 30 * time.Millisecond
+	// The runner learns of the takeover at its next pulse (every
+	// SignalPoll), whatever its TTL: a long one, so that a slow machine
+	// (-race, load) never makes it fence itself off first.
+	h.rn.Config.LeaseTTL = time.Minute
 	p := chain([]string{"long", "next"}, map[string][]string{"next": {"long"}})
 	started := make(chan string, 1)
 	h.wh.set("long", blockUntilDone(started))
@@ -725,6 +732,8 @@ func TestResumeOfPausedRunWaitsForResume(t *testing.T) {
 		}
 		return engine.StepResult{}, nil
 	})
+	log := &pulseLog{countingLog: h.log}
+	h.rn.Log = log
 	runID := h.start(p)
 	ctx, crash := context.WithCancel(h.ctx)
 	done := h.execAsync(ctx, runID, p)
@@ -740,7 +749,7 @@ func TestResumeOfPausedRunWaitsForResume(t *testing.T) {
 	// The resumed runner finishes the step that was in flight (draining)
 	// but starts nothing new and does not handle the PAUSE again.
 	waitUntil(t, "a drained", func() bool { return stepOf(h.status(runID), "a").Status == engine.StepStatusSuccess })
-	time.Sleep(20 * time.Millisecond)
+	waitPulses(t, log, 3) // scheduling rounds in which b would have started
 	if s := h.status(runID); s.Status != engine.StatusPaused || len(h.wh.requests("b")) != 0 {
 		t.Fatalf("run %s, b ran %d times", s.Status, len(h.wh.requests("b")))
 	}

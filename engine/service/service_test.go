@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 func TestLoopLifecycle(t *testing.T) {
@@ -36,15 +37,45 @@ func TestLoopLifecycle(t *testing.T) {
 	l.Stop() // double stop
 }
 
+// TestLoopStopsWithContext: cancelling Start's context ends run without a
+// Stop; the loop then reports not Running, and a later Stop returns at once.
 func TestLoopStopsWithContext(t *testing.T) {
+	t.Parallel()
 	var l Loop
 	ctx, cancel := context.WithCancel(context.Background())
-	if err := l.Start(ctx, func(ctx context.Context) { <-ctx.Done() }); err != nil {
+	defer cancel()
+	running := make(chan struct{})
+	var sawCancel atomic.Bool
+	if err := l.Start(ctx, func(ctx context.Context) {
+		close(running)
+		<-ctx.Done()
+		sawCancel.Store(true)
+	}); err != nil {
 		t.Fatal(err)
 	}
+	<-running
+	if !l.Running() {
+		t.Fatal("not Running before the context ends")
+	}
 	cancel()
-	<-l.Done()
-	l.Stop()
+	select {
+	case <-l.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("run did not return within 10s of its context ending")
+	}
+	if !sawCancel.Load() {
+		t.Error("run returned without seeing its context end")
+	}
+	if l.Running() {
+		t.Error("Running after run returned")
+	}
+	stopped := make(chan struct{})
+	go func() { l.Stop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Stop after the context ended did not return within 10s")
+	}
 }
 
 type fake struct {

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -24,13 +25,40 @@ import (
 // buildDvtrun builds the dvtrun binary from this repository.
 func buildDvtrun(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "dvtrun")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/dvtrun")
-	cmd.Dir = "../../.."
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/dvtrun: %v\n%s", err, out)
+	built.once.Do(func() {
+		built.dir, built.err = os.MkdirTemp("", "dvtrun-e2e-bin-")
+		if built.err != nil {
+			return
+		}
+		built.bin = filepath.Join(built.dir, "dvtrun")
+		cmd := exec.Command("go", "build", "-o", built.bin, "./cmd/dvtrun")
+		cmd.Dir = "../../.."
+		if out, err := cmd.CombinedOutput(); err != nil {
+			built.err = fmt.Errorf("go build ./cmd/dvtrun: %v\n%s", err, out)
+		}
+	})
+	if built.err != nil {
+		t.Fatal(built.err)
 	}
-	return bin
+	return built.bin
+}
+
+// built is the CLI binary the tests share: built once, on first use, into
+// a directory TestMain removes.
+var built struct {
+	once sync.Once
+	dir  string
+	bin  string
+	err  error
+}
+
+// TestMain removes the shared CLI binary when the tests end.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if built.dir != "" {
+		os.RemoveAll(built.dir)
+	}
+	os.Exit(code)
 }
 
 // crashPlan: a setup step, then a non-idempotent sql step that inserts one
@@ -53,6 +81,7 @@ steps:
 // non-idempotent step at a random point: Temporal retries the activity on
 // the other worker, and the step ledger makes the effect happen once.
 func TestWorkerCrashEffectsOnce(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("-short: ten crash trials take about a minute")
 	}
@@ -173,6 +202,7 @@ func runningWorker(t *testing.T, e *env, runID, step string) int {
 // --engine temporal` on the shop plan against the real server, then
 // `verify --all` clean and RunStarted with engineType temporal.
 func TestCLIRunOnTemporal(t *testing.T) {
+	t.Parallel()
 	bin := buildDvtrun(t)
 	ts := newServer(t)
 	dir := t.TempDir()

@@ -230,6 +230,7 @@ func tables(t *testing.T, db *sql.DB) map[string][]string {
 // own warehouse: same results, the Temporal run COMPLETED and verified,
 // its RunStarted says engineType temporal with its engineRunRef.
 func TestShopOnTemporalMatchesLocal(t *testing.T) {
+	t.Parallel()
 	ts := newServer(t)
 	p := loadShop(t)
 	e := newEnv(t, ts, nil)
@@ -399,6 +400,7 @@ func sqlPlan() *plan.Plan {
 // and ends the run CANCELLED; RETRY_STEP re-runs a failed step at the next
 // logical attempt. Each decision is in the store.
 func TestSignals(t *testing.T) {
+	t.Parallel()
 	ts := newServer(t)
 	t.Run("pause resume", func(t *testing.T) {
 		p := sqlPlan()
@@ -494,6 +496,7 @@ func TestSignals(t *testing.T) {
 // budget of 2,000 events: the workflow continues as new carrying the
 // statuses, and every step runs exactly once.
 func TestContinueAsNewOnALongPlan(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("-short: the 3,000-step plan takes minutes")
 	}

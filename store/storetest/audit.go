@@ -167,6 +167,8 @@ func RunAudit(t *testing.T, b AuditBackend) {
 		}
 	})
 
+	t.Run("VerifyLive", func(t *testing.T) { testVerifyLive(t, b) })
+
 	q := func(s string) string { return "'" + s + "'" }
 	other, err := audit.Sign(OtherKey, 10, [32]byte{1})
 	if err != nil {

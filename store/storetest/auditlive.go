@@ -1,0 +1,119 @@
+package storetest
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dvtrun/dvtrun/engine"
+	"github.com/dvtrun/dvtrun/engine/audit"
+)
+
+// LiveVerifications is how many times testVerifyLive verifies while the
+// store is written to.
+const LiveVerifications = 30
+
+// testVerifyLive verifies a store again and again while runs are started,
+// appended to and ended and a checkpointer indexes and signs beside it, as
+// `audit verify --all` from cron beside serve: no verification may report a
+// break (an append between two of its reads is not one), and a tamper made
+// under the same load is still found.
+func testVerifyLive(t *testing.T, b AuditBackend) {
+	s := b.Fresh(t)
+	f := SeedAudit(t, s)
+	stop := load(t, s)
+	o := audit.VerifyOptions{PublicKey: TestPublicKey, External: f.Checkpoint.Note}
+	var breaks []string
+	var last audit.Report
+	for range LiveVerifications {
+		rep := verify(t, s, o)
+		if rep.Problem != nil {
+			breaks = append(breaks, rep.Problem.Error())
+		}
+		last = rep
+	}
+	if len(breaks) > 0 {
+		t.Errorf("%d of %d verifications under load reported a break in an untouched store; the first: %s", len(breaks), LiveVerifications, breaks[0])
+	}
+	// The load must have written while it was verified: the last
+	// verification saw more than the seed's three runs.
+	if last.Runs <= 3 {
+		t.Errorf("the last verification saw %d runs: the load wrote nothing while verifying", last.Runs)
+	}
+	// A chained event forged after A's terminal event, under the same load.
+	b.Tamper(t, s, forgeEvent(t, s, f.A)...)
+	for i := range 3 {
+		if p := verify(t, s, o).Problem; p == nil || p.RunID != f.A {
+			t.Errorf("verification %d under load after a forged event in %s: %v, want the forged event named", i+1, f.A, p)
+		}
+	}
+	stop()
+}
+
+// load starts the writers of a live store: runs bootstrapped, appended to
+// one event at a time and ended (completed or failed), a run kept open that
+// grows, and a checkpointer indexing and signing. stop ends them and fails
+// t with the first error one met.
+func load(t *testing.T, s AuditStore) (stop func()) {
+	t.Helper()
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var errs []error
+	fail := func(err error) {
+		mu.Lock()
+		errs = append(errs, err)
+		mu.Unlock()
+	}
+	running := func() bool {
+		select {
+		case <-done:
+			return false
+		default:
+			return true
+		}
+	}
+	open := NewFixture()
+	open.Bootstrap(t, s)
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		for i := 0; running(); i++ {
+			r := NewFixture()
+			if _, err := s.BootstrapRun(ctx, r.Meta, []engine.RunEventWrite{r.Event(engine.RunQueued, "", 1)}); err != nil {
+				fail(err)
+				return
+			}
+			end := engine.RunCompleted
+			if i%2 == 1 {
+				end = engine.RunFailed
+			}
+			for _, e := range []engine.RunEventWrite{r.Event(engine.RunStarted, "", 1), open.Event(engine.StepStarted, fmt.Sprintf("model.open%d", i), 1),
+				r.Event(engine.StepStarted, "model.x", 1), r.Event(engine.StepCompleted, "model.x", 1), r.Event(end, "", 1)} {
+				if _, err := s.AppendAndEnqueue(ctx, e.RunID, []engine.RunEventWrite{e}); err != nil {
+					fail(err)
+					return
+				}
+			}
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		c := &audit.Checkpointer{Log: s, SigningKey: TestKey, Now: func() time.Time { return time.Date(2026, 4, 1, 12, 0, 0, 0, time.UTC) }}
+		for running() {
+			if _, _, err := c.Checkpoint(ctx); err != nil {
+				fail(err)
+				return
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			t.Errorf("the load: %v", err)
+		}
+	}
+}

@@ -62,6 +62,11 @@ type Report struct {
 	// checkpoint signs yet: their payloads are all still there (an
 	// interrupted retention; the next one finishes it).
 	Pending []RunHead
+	// Snapshot is true when every read saw one snapshot of the store;
+	// otherwise Passes says how many times it was read (a problem is
+	// reported when two passes find it).
+	Snapshot bool
+	Passes   int
 }
 
 // Verify recomputes every chain from the rows, cross-checks the runs of
@@ -69,7 +74,54 @@ type Report struct {
 // against the recomputed hashes and its tree against the checkpoints.
 // Problems are in the report; err is for a store that cannot be read or an
 // option that cannot be used.
+//
+// It reads a live store (appends, new runs and the checkpointer beside
+// it) without taking an append for a break: in one snapshot where the
+// store has them (Snapshotter), else in passes (see VerifyPasses).
 func Verify(ctx context.Context, st Store, o VerifyOptions) (Report, error) {
+	if sn, ok := st.(Snapshotter); ok {
+		snap, release, err := sn.AuditSnapshot(ctx)
+		if err != nil {
+			return Report{}, err
+		}
+		if snap != nil {
+			defer release()
+			rep, err := verifyOnce(ctx, snap, o)
+			rep.Snapshot, rep.Passes = true, 1
+			return rep, err
+		}
+	}
+	// Each read sees what was committed before it, so an append, a new run
+	// or an index assigned between two reads can look like a break; a
+	// tamper stays where it is. So: a clean pass is clean (no race hides a
+	// change made before it: every pass reads every row it checks), and a
+	// problem counts once two passes find the same one.
+	seen := map[Problem]bool{}
+	for pass := 1; ; pass++ {
+		rep, err := verifyOnce(ctx, st, o)
+		rep.Passes = pass
+		if err != nil || rep.Problem == nil || seen[*rep.Problem] || pass == VerifyPasses {
+			return rep, err
+		}
+		seen[*rep.Problem] = true
+	}
+}
+
+// VerifyPasses is how many times Verify reads a store without snapshots
+// before it reports a problem no two passes agreed on (the last one found).
+const VerifyPasses = 5
+
+// Snapshotter is a Store that can read in one consistent snapshot.
+type Snapshotter interface {
+	// AuditSnapshot returns a Store whose reads all see the database as it
+	// was at one moment (a read-only transaction), and what ends it; nil
+	// when this backend has no such reads (Snowflake: each statement sees
+	// what was committed before it).
+	AuditSnapshot(ctx context.Context) (Store, func(), error)
+}
+
+// verifyOnce is one pass of Verify over what st reads.
+func verifyOnce(ctx context.Context, st Store, o VerifyOptions) (Report, error) {
 	var rep Report
 	heads, err := st.AuditRuns(ctx, o.RunID)
 	if err != nil {

@@ -50,8 +50,8 @@ func testVerifyLive(t *testing.T, b AuditBackend) {
 	// A chained event forged after A's terminal event, under the same load.
 	b.Tamper(t, s, forgeEvent(t, s, f.A)...)
 	for i := range 3 {
-		if p := verify(t, s, o).Problem; p == nil || p.RunID != f.A {
-			t.Errorf("verification %d under load after a forged event in %s: %v, want the forged event named", i+1, f.A, p)
+		if rep := verify(t, s, o); rep.Problem == nil || rep.Problem.RunID != f.A {
+			t.Errorf("verification %d under load after a forged event in %s: %v, want the forged event named (%+v)", i+1, f.A, rep.Problem, rep)
 		}
 	}
 	stop()

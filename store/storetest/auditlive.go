@@ -38,7 +38,7 @@ func testVerifyLive(t *testing.T, b AuditBackend) {
 			passes++
 		}
 	}
-	t.Logf("%d of %d verifications read the store more than once (snapshot reads: none should)", passes, LiveVerifications)
+	t.Logf("%d of %d verifications read the store more than once (a problem in the first pass, not found again)", passes, LiveVerifications)
 	if len(breaks) > 0 {
 		t.Errorf("%d of %d verifications under load reported a break in an untouched store; the first: %s", len(breaks), LiveVerifications, breaks[0])
 	}

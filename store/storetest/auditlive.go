@@ -32,7 +32,7 @@ func testVerifyLive(t *testing.T, b AuditBackend, snapshot bool) {
 	if !snapshot {
 		s = noSnapshot{st}
 	}
-	stop := load(t, st)
+	stop, pause := load(t, st)
 	o := audit.VerifyOptions{PublicKey: TestPublicKey, External: f.Checkpoint.Note}
 	var breaks []string
 	var seen int64 // the most runs a verification saw
@@ -59,7 +59,11 @@ func testVerifyLive(t *testing.T, b AuditBackend, snapshot bool) {
 		t.Errorf("the verifications saw at most %d runs: the load wrote nothing while verifying", seen)
 	}
 	// A chained event forged after A's terminal event, under the same load.
+	// The writers wait while it is made: an SQLite DDL statement (the
+	// tamper drops the guard triggers) cannot wait out a concurrent commit.
+	resume := pause()
 	b.Tamper(t, st, forgeEvent(t, st, f.A)...)
+	resume()
 	for i := range 3 {
 		if rep := verify(t, s, o); rep.Problem == nil || rep.Problem.RunID != f.A {
 			t.Errorf("verification %d under load after a forged event in %s: %v, want the forged event named (%+v)", i+1, f.A, rep.Problem, rep)
@@ -111,10 +115,12 @@ func testVerifyPasses(t *testing.T, b AuditBackend) {
 // load starts the writers of a live store: runs bootstrapped, appended to
 // one event at a time and ended (completed or failed), a run kept open that
 // grows, and a checkpointer indexing and signing. stop ends them and fails
-// t with the first error one met.
-func load(t *testing.T, s AuditStore) (stop func()) {
+// t with the errors they met; pause holds them between two writes until
+// the function it returns is called.
+func load(t *testing.T, s AuditStore) (stop func(), pause func() (resume func())) {
 	t.Helper()
 	done := make(chan struct{})
+	var held sync.RWMutex // each write holds it for reading
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var errs []error
@@ -138,7 +144,10 @@ func load(t *testing.T, s AuditStore) (stop func()) {
 		defer wg.Done()
 		for i := 0; running(); i++ {
 			r := NewFixture()
-			if _, err := s.BootstrapRun(ctx, r.Meta, []engine.RunEventWrite{r.Event(engine.RunQueued, "", 1)}); err != nil {
+			held.RLock()
+			_, err := s.BootstrapRun(ctx, r.Meta, []engine.RunEventWrite{r.Event(engine.RunQueued, "", 1)})
+			held.RUnlock()
+			if err != nil {
 				fail(err)
 				return
 			}
@@ -148,7 +157,10 @@ func load(t *testing.T, s AuditStore) (stop func()) {
 			}
 			for _, e := range []engine.RunEventWrite{r.Event(engine.RunStarted, "", 1), open.Event(engine.StepStarted, fmt.Sprintf("model.open%d", i), 1),
 				r.Event(engine.StepStarted, "model.x", 1), r.Event(engine.StepCompleted, "model.x", 1), r.Event(end, "", 1)} {
-				if _, err := s.AppendAndEnqueue(ctx, e.RunID, []engine.RunEventWrite{e}); err != nil {
+				held.RLock()
+				_, err := s.AppendAndEnqueue(ctx, e.RunID, []engine.RunEventWrite{e})
+				held.RUnlock()
+				if err != nil {
 					fail(err)
 					return
 				}
@@ -159,17 +171,25 @@ func load(t *testing.T, s AuditStore) (stop func()) {
 		defer wg.Done()
 		c := &audit.Checkpointer{Log: s, SigningKey: TestKey, Now: func() time.Time { return time.Date(2026, 4, 1, 12, 0, 0, 0, time.UTC) }}
 		for running() {
-			if _, _, err := c.Checkpoint(ctx); err != nil {
+			held.RLock()
+			_, _, err := c.Checkpoint(ctx)
+			held.RUnlock()
+			if err != nil {
 				fail(err)
 				return
 			}
 		}
 	}()
-	return func() {
+	stop = func() {
 		close(done)
 		wg.Wait()
 		if err := errors.Join(errs...); err != nil {
 			t.Errorf("the load: %v", err)
 		}
 	}
+	pause = func() func() {
+		held.Lock()
+		return held.Unlock
+	}
+	return stop, pause
 }

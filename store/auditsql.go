@@ -23,6 +23,12 @@ type AuditDialect struct {
 	Write    func(ctx context.Context, fn func(tx Tx) error) error
 	Classify func(op string, err error) error
 	Time     func(time.Time) any
+	// Snapshot begins a read-only transaction whose reads all see one
+	// snapshot of the database, and returns what ends it; nil when the
+	// backend has none (AuditSnapshot then returns no store).
+	Snapshot func(ctx context.Context) (Tx, func(), error)
+	// Events is ListEvents through q (the snapshot's transaction).
+	Events func(ctx context.Context, q Tx, runID string, afterSeq int64, limit int) ([]engine.RunEventRecord, error)
 }
 
 // AuditSQL reads the hash chains and keeps the global log and its
@@ -31,6 +37,32 @@ type AuditSQL struct{ d AuditDialect }
 
 // NewAuditSQL returns the audit log over a backend's dialect.
 func NewAuditSQL(d AuditDialect) *AuditSQL { return &AuditSQL{d: d} }
+
+// AuditSnapshot returns the reads of audit verification (audit.Store) in
+// one read-only transaction that sees one snapshot, and what ends it; nil
+// when the backend has no snapshot reads (audit.Snapshotter).
+func (a *AuditSQL) AuditSnapshot(ctx context.Context) (audit.Store, func(), error) {
+	if a.d.Snapshot == nil {
+		return nil, nil, nil
+	}
+	tx, end, err := a.d.Snapshot(ctx)
+	if err != nil {
+		return nil, nil, a.d.Classify("audit snapshot", err)
+	}
+	d := a.d
+	d.Read, d.Snapshot = tx, nil
+	d.Write = func(context.Context, func(Tx) error) error {
+		return engine.Errorf(engine.CodeInvalidArgument, "the audit snapshot is read-only")
+	}
+	return auditSnapshot{AuditSQL: &AuditSQL{d: d}}, end, nil
+}
+
+// auditSnapshot is audit.Store on a snapshot's transaction.
+type auditSnapshot struct{ *AuditSQL }
+
+func (s auditSnapshot) ListEvents(ctx context.Context, runID string, afterSeq int64, limit int) ([]engine.RunEventRecord, error) {
+	return s.d.Events(ctx, s.d.Read, runID, afterSeq, limit)
+}
 
 // AuditRuns lists the runs with a sequence row: all, or the one given.
 func (a *AuditSQL) AuditRuns(ctx context.Context, runID string) ([]audit.RunHead, error) {

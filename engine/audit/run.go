@@ -62,6 +62,15 @@ type Report struct {
 	// checkpoint signs yet: their payloads are all still there (an
 	// interrupted retention; the next one finishes it).
 	Pending []RunHead
+	// Snapshot is true when every read saw one snapshot of the store;
+	// otherwise Passes says how many times it was read (a problem is
+	// reported when two passes find it).
+	Snapshot bool
+	Passes   int
+	// NewRuns and Appended count the runs and the events appended while a
+	// verification without a snapshot read the store (after the sequence
+	// rows it checked them against): left to the next verification.
+	NewRuns, Appended int64
 }
 
 // Verify recomputes every chain from the rows, cross-checks the runs of
@@ -69,8 +78,79 @@ type Report struct {
 // against the recomputed hashes and its tree against the checkpoints.
 // Problems are in the report; err is for a store that cannot be read or an
 // option that cannot be used.
+//
+// It reads a live store (appends, new runs and the checkpointer beside
+// it) without taking an append for a break: in one snapshot where the
+// store has them (Snapshotter), else in passes (see VerifyPasses).
 func Verify(ctx context.Context, st Store, o VerifyOptions) (Report, error) {
+	if sn, ok := st.(Snapshotter); ok {
+		snap, release, err := sn.AuditSnapshot(ctx)
+		if err != nil {
+			return Report{}, err
+		}
+		if snap != nil {
+			defer release()
+			rep, err := verifyOnce(ctx, snap, o)
+			rep.Snapshot, rep.Passes = true, 1
+			return rep, err
+		}
+	}
+	// Each read sees what was committed before it, so an append, a new run
+	// or an index assigned between two reads can look like a break; a
+	// tamper stays where it is. So: a clean pass is clean (no race hides a
+	// change made before it: every pass reads every row it checks), and a
+	// problem counts once two passes find the same one.
+	seen := map[Problem]bool{}
+	for pass := 1; ; pass++ {
+		rep, err := verifyOnce(ctx, st, o)
+		rep.Passes = pass
+		if err != nil || rep.Problem == nil || seen[*rep.Problem] || pass == VerifyPasses {
+			return rep, err
+		}
+		seen[*rep.Problem] = true
+	}
+}
+
+// VerifyPasses is how many times Verify reads a store without snapshots
+// before it reports a problem no two passes agreed on (the last one found).
+const VerifyPasses = 5
+
+// Snapshotter is a Store that can read in one consistent snapshot.
+type Snapshotter interface {
+	// AuditSnapshot returns a Store whose reads all see the database as it
+	// was at one moment (a read-only transaction), and what ends it; nil
+	// when this backend has no such reads (Snowflake: each statement sees
+	// what was committed before it).
+	AuditSnapshot(ctx context.Context) (Store, func(), error)
+}
+
+// verifyOnce is one pass of Verify over what st reads.
+//
+// Where the reads are not one snapshot, their order keeps an append, a new
+// run, an index or a checkpoint made meanwhile from looking like a break:
+// what a read finds, every later read finds too (the tables only grow, and
+// an append writes its events and its sequence row in one transaction). So
+// the checkpoints come before the log they sign, the log before the
+// sequence rows of the runs it indexes, those before the run lists and
+// each run's events, its events before their links. What a later read
+// finds that an earlier one did not — a run with no sequence row, events
+// beyond next_seq — is read again: gone from the doubt on the second read
+// (the row now counts it) it is newer than this verification and left to
+// the next (Report.NewRuns, Appended); still there it is a break.
+func verifyOnce(ctx context.Context, st Store, o VerifyOptions) (Report, error) {
 	var rep Report
+	stored, err := st.Checkpoints(ctx)
+	if err != nil {
+		return rep, err
+	}
+	entries, err := st.LogEntries(ctx, 0)
+	if err != nil {
+		return rep, err
+	}
+	retentions, err := st.Retentions(ctx)
+	if err != nil {
+		return rep, err
+	}
 	heads, err := st.AuditRuns(ctx, o.RunID)
 	if err != nil {
 		return rep, err
@@ -79,19 +159,11 @@ func Verify(ctx context.Context, st Store, o VerifyOptions) (Report, error) {
 	if err != nil {
 		return rep, err
 	}
-	entries, err := st.LogEntries(ctx, 0)
-	if err != nil {
-		return rep, err
-	}
 	// A genesis row un-chains a run's first events: checked first, so the
 	// break names it rather than the links it un-did.
 	if p := genesisChecked(heads, entries); p != nil {
 		rep.Problem = p
 		return rep, nil
-	}
-	retentions, err := st.Retentions(ctx)
-	if err != nil {
-		return rep, err
 	}
 	headOf := make(map[string]RunHead, len(heads))
 	names := map[string]bool{}
@@ -124,6 +196,16 @@ func Verify(ctx context.Context, st Store, o VerifyOptions) (Report, error) {
 	var headProblem *Problem
 	for _, run := range slices.Sorted(maps.Keys(names)) {
 		h, hasHead := headOf[run]
+		if !hasHead && !inLog[run] && (inEvents[run] || inRuns[run]) {
+			again, err := st.AuditRuns(ctx, run)
+			if err != nil {
+				return rep, err
+			}
+			if len(again) == 1 {
+				rep.NewRuns++ // bootstrapped after the sequence rows were read
+				continue
+			}
+		}
 		switch {
 		case !hasHead && !inEvents[run] && (!inRuns[run] || inLog[run]):
 			continue // its events deleted with it: VerifyLog names its first entry in the log
@@ -145,6 +227,11 @@ func Verify(ctx context.Context, st Store, o VerifyOptions) (Report, error) {
 		if err != nil {
 			return rep, err
 		}
+		var appended int64
+		if recs, appended, err = appendedSince(ctx, st, h, recs, links); err != nil {
+			return rep, err
+		}
+		rep.Appended += appended
 		res, p := checkRun(RunChain{RunID: run, Status: h.Status, NextSeq: h.NextSeq, FirstSeq: h.FirstSeq, Retained: h.RetainedAt != "", Records: recs, Links: links})
 		if p != nil {
 			rep.Problem = p
@@ -209,10 +296,6 @@ func Verify(ctx context.Context, st Store, o VerifyOptions) (Report, error) {
 		return rep, nil
 	}
 	rep.LogSize = tree.Size()
-	stored, err := st.Checkpoints(ctx)
-	if err != nil {
-		return rep, err
-	}
 	if (len(stored) > 0 || o.External != nil) && o.PublicKey == "" {
 		return rep, engine.Errorf(engine.CodeInvalidArgument, "no public key is pinned to check the checkpoints with (--public-key, or audit.publicKey in the configuration)")
 	}
@@ -233,6 +316,41 @@ func Verify(ctx context.Context, st Store, o VerifyOptions) (Report, error) {
 	}
 	rep.Retained = kept
 	return rep, nil
+}
+
+// appendedSince leaves out of a run's events, read after its sequence row
+// h, those appended since: beyond h's next_seq, in a run h does not show
+// ended, and counted by the sequence row read again now (an append writes
+// both in one transaction). Anything else beyond h stays, for checkRun to
+// name. Links read after the events lose those beyond them the same way.
+func appendedSince(ctx context.Context, st Store, h RunHead, recs []engine.RunEventRecord, links map[int64]StoredLink) ([]engine.RunEventRecord, int64, error) {
+	n := len(recs)
+	for n > 0 && recs[n-1].RunSeq >= h.NextSeq {
+		n--
+	}
+	if n < len(recs) {
+		if h.Status.Terminal() {
+			n = len(recs) // nothing is appended to an ended run
+		} else {
+			again, err := st.AuditRuns(ctx, h.RunID)
+			if err != nil {
+				return nil, 0, err
+			}
+			if len(again) != 1 || recs[len(recs)-1].RunSeq >= again[0].NextSeq {
+				n = len(recs)
+			}
+		}
+	}
+	last := int64(0)
+	if n > 0 {
+		last = recs[n-1].RunSeq
+	}
+	for seq := range links {
+		if seq > last {
+			delete(links, seq)
+		}
+	}
+	return recs[:n], int64(len(recs) - n), nil
 }
 
 // checkIndexed checks each checked run's chained events against the global

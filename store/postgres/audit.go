@@ -2,12 +2,14 @@ package postgres
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/jmoiron/sqlx"
 
+	"github.com/dvtrun/dvtrun/engine"
 	"github.com/dvtrun/dvtrun/engine/audit"
 	sqlfiles "github.com/dvtrun/dvtrun/sql"
 	"github.com/dvtrun/dvtrun/store"
@@ -34,6 +36,23 @@ func (s *Store) newAudit() (*store.AuditSQL, error) {
 		},
 		Classify: func(_ string, err error) error { return s.classify(err) },
 		Time:     func(t time.Time) any { return timeText(t) },
+		// REPEATABLE READ: every statement sees the snapshot its first one
+		// took, so appends and the checkpointer committing meanwhile are
+		// not seen half.
+		Snapshot: func(ctx context.Context) (store.Tx, func(), error) {
+			tx, err := s.db.BeginTxx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true})
+			if err != nil {
+				return nil, nil, err
+			}
+			return tx, func() { tx.Rollback() }, nil
+		},
+		Events: func(ctx context.Context, q store.Tx, runID string, afterSeq int64, limit int) ([]engine.RunEventRecord, error) {
+			var lim any = limit
+			if limit <= 0 {
+				lim = nil // LIMIT NULL: no limit
+			}
+			return s.collectEvents(q.QueryContext(ctx, s.q["list_events"], runID, afterSeq, lim))
+		},
 	}), nil
 }
 

@@ -627,6 +627,12 @@ func (s *Store) ListStepEvents(ctx context.Context, runID, stepID string) ([]eng
 // the events.
 func (s *Store) queryEvents(ctx context.Context, query string, args ...any) ([]engine.RunEventRecord, error) {
 	rows, err := s.query(ctx, query, args...)
+	return s.collectEvents(rows, err)
+}
+
+// collectEvents collects the events of rows (list_events' columns), or
+// classifies the query's err.
+func (s *Store) collectEvents(rows *sql.Rows, err error) ([]engine.RunEventRecord, error) {
 	if err != nil {
 		return nil, s.classify(err)
 	}

@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
 	"strings"
 	"time"
 
@@ -29,6 +30,21 @@ func (s *Store) newAudit() (*store.AuditSQL, error) {
 		},
 		Classify: func(_ string, err error) error { return classify(s.path, err) },
 		Time:     func(t time.Time) any { return t.UTC().Format(engine.TimeFormat) },
+		// A deferred (read-only) transaction: in WAL mode its first read
+		// fixes the snapshot every later one sees, and writers go on.
+		Snapshot: func(ctx context.Context) (store.Tx, func(), error) {
+			tx, err := s.db.BeginTxx(ctx, &sql.TxOptions{ReadOnly: true})
+			if err != nil {
+				return nil, nil, err
+			}
+			return tx, func() { tx.Rollback() }, nil
+		},
+		Events: func(ctx context.Context, q store.Tx, runID string, afterSeq int64, limit int) ([]engine.RunEventRecord, error) {
+			if limit <= 0 {
+				limit = -1
+			}
+			return s.queryEvents(ctx, q, s.q["list_events"], runID, afterSeq, limit)
+		},
 	}), nil
 }
 

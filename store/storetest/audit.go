@@ -167,6 +167,10 @@ func RunAudit(t *testing.T, b AuditBackend) {
 		}
 	})
 
+	t.Run("VerifyLive", func(t *testing.T) { testVerifyLive(t, b, true) })
+	t.Run("VerifyLiveNoSnapshot", func(t *testing.T) { testVerifyLive(t, b, false) })
+	t.Run("VerifyPasses", func(t *testing.T) { testVerifyPasses(t, b) })
+
 	q := func(s string) string { return "'" + s + "'" }
 	other, err := audit.Sign(OtherKey, 10, [32]byte{1})
 	if err != nil {

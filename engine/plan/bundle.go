@@ -100,6 +100,9 @@ func loadPlan(src Source, file string) (*Plan, engine.PlanRef, map[string][]byte
 		}
 		st.SQL = string(b)
 	}
+	// Parse inferred dependencies from inline SQL only; a model's SQL file
+	// refs other steps just the same (dbt's models are files).
+	p.InferDependsOn()
 	bundle := []engine.BundleFile{{Path: filepath.Base(file), SHA256: digest(data)}}
 	paths := make([]string, 0, len(files))
 	for path := range files {

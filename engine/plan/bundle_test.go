@@ -151,3 +151,35 @@ func TestRecordedPlanRef(t *testing.T) {
 		t.Errorf("without planRef %+v, %v", got, err)
 	}
 }
+
+// TestLoadInfersRefsOfSQLFiles: a model's SQL file that refs another step
+// depends on it, as inline SQL does (dbt's models are files; found by
+// `dvtrun init`'s scaffold, which had to list dependsOn by hand).
+func TestLoadInfersRefsOfSQLFiles(t *testing.T) {
+	fsys := fstest.MapFS{
+		"proj/plan.yaml": {Data: []byte(`
+planId: p
+planVersion: 1
+steps:
+  - {id: seed.raw, kind: seed, path: seeds/raw.csv}
+  - {id: model.final, kind: model, materialized: table, path: models/final.sql}
+  - {id: test.final_ok, kind: test, path: tests/final_ok.sql}
+`)},
+		"proj/seeds/raw.csv":      {Data: []byte("id\n1\n")},
+		"proj/models/final.sql":   {Data: []byte("select id from {{ ref('raw') }}")},
+		"proj/tests/final_ok.sql": {Data: []byte("select * from {{ ref('final') }} where id is null")},
+	}
+	b, err := LoadBundle(fsys, "proj/plan.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Plan.Validate(); err != nil {
+		t.Fatalf("a ref in a SQL file must add the dependency: %v", err)
+	}
+	for id, want := range map[string]string{"model.final": "seed.raw", "test.final_ok": "model.final"} {
+		s, _ := b.Plan.Step(id)
+		if len(s.DependsOn) != 1 || s.DependsOn[0] != want {
+			t.Errorf("%s dependsOn %v, want [%s]", id, s.DependsOn, want)
+		}
+	}
+}

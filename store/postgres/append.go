@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql/driver"
 	"errors"
+	"runtime"
 	"sync"
 
 	"github.com/jackc/pgx/v5"
@@ -49,20 +50,37 @@ func (s *Store) append(ctx context.Context, runID string, lease *engine.Lease, e
 }
 
 // validation starts the envelope checks of events and returns what waits
-// for their verdict (the first invalid event's error, or nil).
+// for their verdict: the error of the first invalid event in the batch's
+// order, or nil. A batch of parallelMin events or more is checked on every
+// CPU.
 func validation(events []engine.RunEventWrite) func() error {
-	done := make(chan error, 1)
-	go func() {
-		for _, e := range events {
-			if err := engine.Validate(e); err != nil {
-				done <- err
-				return
+	parts := max(1, min(runtime.GOMAXPROCS(0), len(events)/parallelMin))
+	per := (len(events) + parts - 1) / parts
+	errs := make([]error, len(events))
+	var wg sync.WaitGroup
+	for lo := 0; lo < len(events); lo += per {
+		wg.Go(func() {
+			for i := lo; i < min(lo+per, len(events)); i++ {
+				if errs[i] = engine.Validate(events[i]); errs[i] != nil {
+					return // the first error of this part is all it can report
+				}
+			}
+		})
+	}
+	return sync.OnceValue(func() error {
+		wg.Wait()
+		for _, err := range errs {
+			if err != nil {
+				return err
 			}
 		}
-		done <- nil
-	}()
-	return sync.OnceValue(func() error { return <-done })
+		return nil
+	})
 }
+
+// parallelMin is the batch size from which validation spreads the checks
+// over the CPUs: below it the goroutines cost more than they save.
+const parallelMin = 16
 
 // appendOnce is one attempt of an append, on a connection of the pool.
 func (s *Store) appendOnce(ctx context.Context, runID string, lease *engine.Lease, events []engine.RunEventWrite, valid func() error) (engine.AppendResult, error) {

@@ -61,26 +61,26 @@ CROSS JOIN LATERAL (
 ) s;
 
 -- name: insert_events
--- The new events of an append, their outbox rows with them: one statement
--- for the whole batch, the columns bound as arrays.
-WITH ins AS (
-    INSERT INTO dvt_run_events (run_id, run_seq, tenant_id, project_id, environment_id, event_id,
-                                event_type, step_id, plan_id, plan_version, logical_attempt_id,
-                                engine_attempt_id, idempotency_key, emitted_at, persisted_at, payload,
-                                prev_hash, hash, payload_sha256)
-    SELECT $1, e.run_seq, $2, $3, $4, e.event_id, e.event_type, e.step_id, $5, $6,
-           e.logical_attempt_id, e.engine_attempt_id, e.idempotency_key, e.emitted_at, $7,
-           e.payload::json, e.prev_hash, e.hash, e.payload_sha256
-    FROM unnest($8::bigint[], $9::text[], $10::text[], $11::text[], $12::bigint[], $13::bigint[],
-                $14::text[], $15::text[], $16::text[], $17::text[], $18::text[], $19::text[])
-         AS e (run_seq, event_id, event_type, step_id, logical_attempt_id, engine_attempt_id,
-               idempotency_key, emitted_at, payload, prev_hash, hash, payload_sha256)
-    RETURNING run_id, run_seq
-)
--- The run's wake-up (store/postgres/wake.go) goes with the same statement:
+-- The new events of an append: one statement for the whole batch, the
+-- columns bound as arrays.
+INSERT INTO dvt_run_events (run_id, run_seq, tenant_id, project_id, environment_id, event_id,
+                            event_type, step_id, plan_id, plan_version, logical_attempt_id,
+                            engine_attempt_id, idempotency_key, emitted_at, persisted_at, payload,
+                            prev_hash, hash, payload_sha256)
+SELECT $1, e.run_seq, $2, $3, $4, e.event_id, e.event_type, e.step_id, $5, $6,
+       e.logical_attempt_id, e.engine_attempt_id, e.idempotency_key, e.emitted_at, $7,
+       e.payload::json, e.prev_hash, e.hash, e.payload_sha256
+FROM unnest($8::bigint[], $9::text[], $10::text[], $11::text[], $12::bigint[], $13::bigint[],
+            $14::text[], $15::text[], $16::text[], $17::text[], $18::text[], $19::text[])
+     AS e (run_seq, event_id, event_type, step_id, logical_attempt_id, engine_attempt_id,
+           idempotency_key, emitted_at, payload, prev_hash, hash, payload_sha256);
+
+-- name: insert_outbox
+-- Their outbox rows, and the run's wake-up (store/postgres/wake.go):
 -- NOTIFY dvt_events, the run id, sent at commit, once per transaction.
 INSERT INTO dvt_outbox (run_id, run_seq)
-SELECT ins.run_id, ins.run_seq FROM ins CROSS JOIN (SELECT pg_notify('dvt_events', $1)) AS wake;
+SELECT $1, s.run_seq FROM unnest($2::bigint[]) AS s (run_seq)
+CROSS JOIN (SELECT pg_notify('dvt_events', $1)) AS wake;
 
 -- name: update_seq
 -- last_hash is the hash chain's head (issue 19), advanced with next_seq.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql/driver"
 	"errors"
+	"runtime"
+	"sync"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
@@ -22,30 +24,66 @@ func (s *Store) append(ctx context.Context, runID string, lease *engine.Lease, e
 	if len(events) == 0 {
 		return engine.AppendResult{}, nil
 	}
-	// Envelope checks first, outside the transaction: nothing is written
-	// for an invalid batch. The checks against the run's row run under its
-	// lock.
-	for _, e := range events {
-		if err := engine.Validate(e); err != nil {
-			return engine.AppendResult{}, err
-		}
-	}
+	// The envelope checks (a JSON Schema per event: most of the append's
+	// own CPU) run beside the first round trip, and come first: an invalid
+	// batch fails with them, whatever the server answers, and nothing is
+	// written for it (the round trip's transaction is rolled back).
+	valid := validation(events)
 	// An append may run again after its connection was lost, even past
 	// its COMMIT: a committed batch comes back the second time as Deduped.
 	var res engine.AppendResult
 	err := s.reconnect(ctx, func() (bool, error) {
 		var err error
-		res, err = s.appendOnce(ctx, runID, lease, events)
+		res, err = s.appendOnce(ctx, runID, lease, events, valid)
+		if err != nil && valid() != nil {
+			return false, nil // an invalid batch is not retried: its error follows
+		}
 		return true, err
 	})
+	if verr := valid(); verr != nil {
+		return engine.AppendResult{}, verr
+	}
 	if err != nil {
 		return engine.AppendResult{}, s.classify(err)
 	}
 	return res, nil
 }
 
+// validation starts the envelope checks of events and returns what waits
+// for their verdict: the error of the first invalid event in the batch's
+// order, or nil. A batch of parallelMin events or more is checked on every
+// CPU.
+func validation(events []engine.RunEventWrite) func() error {
+	parts := max(1, min(runtime.GOMAXPROCS(0), len(events)/parallelMin))
+	per := (len(events) + parts - 1) / parts
+	errs := make([]error, len(events))
+	var wg sync.WaitGroup
+	for lo := 0; lo < len(events); lo += per {
+		wg.Go(func() {
+			for i := lo; i < min(lo+per, len(events)); i++ {
+				if errs[i] = engine.Validate(events[i]); errs[i] != nil {
+					return // the first error of this part is all it can report
+				}
+			}
+		})
+	}
+	return sync.OnceValue(func() error {
+		wg.Wait()
+		for _, err := range errs {
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// parallelMin is the batch size from which validation spreads the checks
+// over the CPUs: below it the goroutines cost more than they save.
+const parallelMin = 16
+
 // appendOnce is one attempt of an append, on a connection of the pool.
-func (s *Store) appendOnce(ctx context.Context, runID string, lease *engine.Lease, events []engine.RunEventWrite) (engine.AppendResult, error) {
+func (s *Store) appendOnce(ctx context.Context, runID string, lease *engine.Lease, events []engine.RunEventWrite, valid func() error) (engine.AppendResult, error) {
 	conn, err := s.db.Conn(ctx)
 	if err != nil {
 		return engine.AppendResult{}, err
@@ -56,7 +94,7 @@ func (s *Store) appendOnce(ctx context.Context, runID string, lease *engine.Leas
 	err = conn.Raw(func(dc any) error {
 		c := dc.(*stdlib.Conn).Conn()
 		appendErr = s.watchLocks(ctx, "the run's row in the "+s.name, runID, c.PgConn().PID, func() (err error) {
-			res, err = s.appendOn(ctx, c, runID, lease, events)
+			res, err = s.appendOn(ctx, c, runID, lease, events, valid)
 			return err
 		})
 		// Whatever failed, the connection goes back to the pool idle, or
@@ -74,7 +112,7 @@ func (s *Store) appendOnce(ctx context.Context, runID string, lease *engine.Leas
 	return res, err
 }
 
-func (s *Store) appendOn(ctx context.Context, c *pgx.Conn, runID string, lease *engine.Lease, events []engine.RunEventWrite) (engine.AppendResult, error) {
+func (s *Store) appendOn(ctx context.Context, c *pgx.Conn, runID string, lease *engine.Lease, events []engine.RunEventWrite, valid func() error) (engine.AppendResult, error) {
 	var keys, stepIDs []string
 	seenKey, seenStep := map[string]bool{}, map[string]bool{}
 	for _, e := range events {
@@ -91,6 +129,7 @@ func (s *Store) appendOn(ctx context.Context, c *pgx.Conn, runID string, lease *
 	// Round trip 1: the lock and everything the decision reads.
 	var b pgx.Batch
 	b.Queue("BEGIN")
+	b.Queue("SET LOCAL plan_cache_mode = force_generic_plan")
 	b.Queue(s.q["lock_seq"], runID)
 	if lease != nil {
 		b.Queue(s.q["lease_fence"], runID)
@@ -100,6 +139,10 @@ func (s *Store) appendOn(ctx context.Context, c *pgx.Conn, runID string, lease *
 		b.Queue(s.q["step_states"], runID, stepIDs)
 	}
 	br := c.SendBatch(ctx, &b)
+	if err := valid(); err != nil {
+		br.Close()
+		return engine.AppendResult{}, err
+	}
 	row, stored, steps, err := s.readAppendBatch(br, runID, lease, len(stepIDs) > 0)
 	if cerr := br.Close(); err == nil {
 		err = cerr
@@ -135,8 +178,10 @@ func (s *Store) appendOn(ctx context.Context, c *pgx.Conn, runID string, lease *
 // readAppendBatch reads round trip 1's results in the order queued.
 func (s *Store) readAppendBatch(br pgx.BatchResults, runID string, lease *engine.Lease, withSteps bool) (runRow, map[string]engine.RunEventRecord, map[string]engine.StepState, error) {
 	var row runRow
-	if _, err := br.Exec(); err != nil { // BEGIN
-		return row, nil, nil, err
+	for range 2 { // BEGIN, SET LOCAL
+		if _, err := br.Exec(); err != nil {
+			return row, nil, nil, err
+		}
 	}
 	var status string
 	err := br.QueryRow().Scan(&row.nextSeq, &status, &row.tenant, &row.project, &row.env, &row.planID, &row.planVersion, &row.lastHash)

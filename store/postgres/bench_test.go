@@ -56,40 +56,88 @@ func BenchmarkAppend(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer s.Close()
-			db := s.DB()
-			if _, err := db.ExecContext(ctx, `CREATE TABLE plain_events (LIKE dvt_run_events INCLUDING ALL)`); err != nil {
-				b.Fatal(err)
-			}
-			f := storetest.NewFixture()
-			events := benchEvents(f, b.N*batch)
+			insert := ceilingInsert(b, s, batch)
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				var seq []int64
-				var id, typ, step, key, at []string
-				for j, e := range events[i*batch : (i+1)*batch] {
-					seq = append(seq, int64(i*batch+j+1))
-					id, typ, step, key = append(id, e.EventID), append(typ, string(e.EventType)), append(step, e.StepID), append(key, e.IdempotencyKey)
-					at = append(at, e.EmittedAt.UTC().Format(engine.TimeFormat))
-				}
-				tx, err := db.BeginTx(ctx, nil)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if _, err := tx.ExecContext(ctx, `INSERT INTO plain_events (run_id, run_seq, tenant_id, project_id, environment_id, event_id, event_type, step_id,
-					plan_id, plan_version, logical_attempt_id, engine_attempt_id, idempotency_key, emitted_at, persisted_at, payload)
-					SELECT 'r', e.seq, 't', 'p', 'e', e.id, e.typ, e.step, 'plan', '1', 1, 1, e.key, e.at, e.at, $7::json
-					FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[]) AS e (seq, id, typ, step, key, at)`,
-					seq, id, typ, step, key, at, string(payload230)); err != nil {
-					b.Fatal(err)
-				}
-				if err := tx.Commit(); err != nil {
-					b.Fatal(err)
-				}
+				insert(i)
 			}
 			b.StopTimer()
 			b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "events/s")
 		})
+		b.Run(fmt.Sprintf("ratio/events=%d", batch), func(b *testing.B) { benchRatio(b, batch) })
 	}
+}
+
+// ceilingInsert prepares the ceiling: a copy of dvt_run_events with its
+// indexes, and what INSERTs the i-th batch of the same rows into it in a
+// transaction of its own.
+func ceilingInsert(b *testing.B, s *postgres.Store, batch int) func(i int) {
+	ctx := context.Background()
+	db := s.DB()
+	if _, err := db.ExecContext(ctx, `CREATE TABLE plain_events (LIKE dvt_run_events INCLUDING ALL)`); err != nil {
+		b.Fatal(err)
+	}
+	f := storetest.NewFixture()
+	events := benchEvents(f, b.N*batch)
+	return func(i int) {
+		var seq []int64
+		var id, typ, step, key, at []string
+		for j, e := range events[i*batch : (i+1)*batch] {
+			seq = append(seq, int64(i*batch+j+1))
+			id, typ, step, key = append(id, e.EventID), append(typ, string(e.EventType)), append(step, e.StepID), append(key, e.IdempotencyKey)
+			at = append(at, e.EmittedAt.UTC().Format(engine.TimeFormat))
+		}
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO plain_events (run_id, run_seq, tenant_id, project_id, environment_id, event_id, event_type, step_id,
+			plan_id, plan_version, logical_attempt_id, engine_attempt_id, idempotency_key, emitted_at, persisted_at, payload)
+			SELECT 'r', e.seq, 't', 'p', 'e', e.id, e.typ, e.step, 'plan', '1', 1, 1, e.key, e.at, e.at, $7::json
+			FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[]) AS e (seq, id, typ, step, key, at)`,
+			seq, id, typ, step, key, at, string(payload230)); err != nil {
+			b.Fatal(err)
+		}
+		if err := tx.Commit(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// benchRatio measures the append against its ceiling in turns, one append
+// then one ceiling insert of the same batch size on the same server, so
+// that the machine's load weighs on both alike, and reports the median of
+// each and their ratio (ceiling/append: 1 is the ceiling).
+func benchRatio(b *testing.B, batch int) {
+	ctx := context.Background()
+	s, err := postgres.Open(ctx, pgtest.DSN(b), postgres.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	f := storetest.NewFixture()
+	f.Bootstrap(b, s)
+	events := benchEvents(f, b.N*batch)
+	insert := ceilingInsert(b, s, batch)
+	var ta, tc []time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		start := time.Now()
+		if _, err := s.AppendAndEnqueue(ctx, f.Meta.RunID, events[i*batch:(i+1)*batch]); err != nil {
+			b.Fatal(err)
+		}
+		ta = append(ta, time.Since(start))
+		start = time.Now()
+		insert(i)
+		tc = append(tc, time.Since(start))
+	}
+	b.StopTimer()
+	slices.Sort(ta)
+	slices.Sort(tc)
+	a, c := ta[len(ta)/2], tc[len(tc)/2]
+	b.ReportMetric(float64(a.Microseconds()), "append-us")
+	b.ReportMetric(float64(c.Microseconds()), "ceiling-us")
+	b.ReportMetric(float64(c)/float64(a), "x-ceiling")
 }
 
 func benchAppend(b *testing.B, batch int) {

@@ -532,6 +532,9 @@ func (s *Store) appendTx(runID string, row runRow, b store.Batch, now string, st
 			cols.engine, cols.key, cols.emitted, cols.payload, cols.prevHash, cols.hash, cols.digest); err != nil {
 			return engine.AppendResult{}, err
 		}
+		if err := exec(s.q["insert_outbox"], runID, cols.seq); err != nil {
+			return engine.AppendResult{}, err
+		}
 		if err := exec(s.q["update_seq"], seq, string(status), head, runID); err != nil {
 			return engine.AppendResult{}, err
 		}

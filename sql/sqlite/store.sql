@@ -56,6 +56,38 @@ ON CONFLICT (run_id, idempotency_key) DO NOTHING;
 -- name: insert_outbox
 INSERT INTO dvt_outbox (run_id, run_seq) VALUES (?, ?);
 
+-- name: existing_events
+-- The batch forms of the append (a batch of more than one event): one
+-- statement per table, not per event. The rows marker becomes a list of
+-- (?, ...) groups, the keys marker a list of ?: placeholders only, never
+-- values. This one reads the batch's keys already stored (their events are
+-- returned, not appended). INDEXED BY: without it the planner walks the
+-- run's events by primary key (every event of the run, per batch).
+SELECT run_id, run_seq, tenant_id, project_id, environment_id, event_id, event_type, step_id,
+       plan_id, plan_version, logical_attempt_id, engine_attempt_id, idempotency_key,
+       emitted_at, persisted_at, payload
+FROM dvt_run_events INDEXED BY dvt_run_events_idem
+WHERE run_id = ? AND idempotency_key IN (/*keys*/);
+
+-- name: insert_events
+-- Keys found by existing_events are left out; the conflict clause stays so
+-- that a row that conflicts anyway is counted, not an error (the append
+-- checks that every row went in).
+INSERT INTO dvt_run_events (run_id, run_seq, tenant_id, project_id, environment_id, event_id,
+                            event_type, step_id, plan_id, plan_version, logical_attempt_id,
+                            engine_attempt_id, idempotency_key, emitted_at, persisted_at, payload,
+                            prev_hash, hash, payload_sha256)
+VALUES /*rows*/
+ON CONFLICT (run_id, idempotency_key) DO NOTHING;
+
+-- name: insert_outboxes
+INSERT INTO dvt_outbox (run_id, run_seq) VALUES /*rows*/;
+
+-- name: upsert_step_states
+INSERT INTO dvt_step_state (run_id, step_id, status, logical_attempt_id) VALUES /*rows*/
+ON CONFLICT (run_id, step_id) DO UPDATE SET status = excluded.status,
+                                            logical_attempt_id = excluded.logical_attempt_id;
+
 -- name: forget_run_reservations
 DELETE FROM dvt_event_ids WHERE run_id = ?;
 

@@ -53,6 +53,9 @@ type Store struct {
 	opts  Options
 	q     map[string]string
 	stmts map[string]*sql.Stmt // the statements without an IN list, prepared once
+	// batch holds the append's batch statements by name and row count,
+	// prepared on first use (at most batchRows of each); writeMu guards it.
+	batch map[string]*sql.Stmt
 
 	// QueueSQL is the run queue and the schedule cursors.
 	*store.QueueSQL
@@ -114,7 +117,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, classify(path, err)
 	}
-	s := &Store{db: db, path: path, opts: opts, q: q, stmts: map[string]*sql.Stmt{}, lock: lock}
+	s := &Store{db: db, path: path, opts: opts, q: q, stmts: map[string]*sql.Stmt{}, batch: map[string]*sql.Stmt{}, lock: lock}
 	if err := s.migrate(ctx); err != nil {
 		db.Close()
 		return nil, err
@@ -179,6 +182,11 @@ func (s *Store) Close() error {
 	for _, st := range s.stmts {
 		st.Close()
 	}
+	s.writeMu.Lock()
+	for _, st := range s.batch {
+		st.Close()
+	}
+	s.writeMu.Unlock()
 	return s.db.Close()
 }
 
@@ -422,10 +430,8 @@ func (s *Store) append(ctx context.Context, runID string, lease *engine.Lease, e
 	}
 	// Envelope checks first, outside the lock: nothing is written for an
 	// invalid batch. The checks against the run's row run under the lock.
-	for _, e := range events {
-		if err := engine.Validate(e); err != nil {
-			return engine.AppendResult{}, err
-		}
+	if err := validate(events); err != nil {
+		return engine.AppendResult{}, err
 	}
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
@@ -466,9 +472,11 @@ func (s *Store) append(ctx context.Context, runID string, lease *engine.Lease, e
 
 // appendTx does the append inside tx, which holds the database write lock.
 // Each event is inserted with the next runSeq unless its idempotency key is
-// stored already (the unique index decides, so no separate lookup of the
-// batch's keys is needed); the transition check then runs over the events
-// that were new, and a rejection rolls the whole transaction back.
+// stored already: a single event's insert lets the unique index decide (no
+// separate lookup), a batch reads its stored keys first and then writes one
+// statement per table (insertBatch). The transition check then runs over
+// the events that were new, and a rejection rolls the whole transaction
+// back.
 func (s *Store) appendTx(ctx context.Context, tx *sqlx.Tx, runID string, row runRow, b store.Batch, now string) (engine.AppendResult, error) {
 	persisted, err := time.Parse(time.RFC3339Nano, now)
 	if err != nil {
@@ -477,27 +485,24 @@ func (s *Store) appendTx(ctx context.Context, tx *sqlx.Tx, runID string, row run
 	var res engine.AppendResult
 	var fresh []engine.RunEventWrite
 	stored := map[string]engine.RunEventRecord{}
+	seq, head := row.nextSeq, row.lastHash
+	if len(b.Events) > 1 {
+		if seq, head, err = s.insertBatch(ctx, tx, runID, b, now, persisted, seq, head, &res, stored); err != nil {
+			return engine.AppendResult{}, err
+		}
+		for _, r := range res.Appended {
+			fresh = append(fresh, r.RunEventWrite)
+		}
+	}
 	insert := tx.StmtContext(ctx, s.stmts["insert_event"])
 	outbox := tx.StmtContext(ctx, s.stmts["insert_outbox"])
-	seq, head := row.nextSeq, row.lastHash
-	for _, e := range b.Events {
+	for _, e := range single(b.Events) {
 		// The chain link is computed before the insert: a duplicate key
 		// inserts nothing and leaves seq and the chain's head as they were.
 		// The hash covers the columns as stored (audit.EventBytesV2).
 		rec := engine.RunEventRecord{RunEventWrite: e, RunSeq: seq, PersistedAt: persisted}
-		link := audit.Chained{Hash: head}
-		var prevCol, hashCol, digestCol any
-		if !s.unchained {
-			link = audit.Chain(head, []engine.RunEventRecord{rec})[0]
-			prevCol, hashCol = link.PrevHash, link.Hash
-			if link.PayloadSHA256 != "" {
-				digestCol = link.PayloadSHA256
-			}
-		}
-		r, err := insert.ExecContext(ctx, runID, seq, e.TenantID, e.ProjectID, e.EnvironmentID, e.EventID,
-			string(e.EventType), nullable(e.StepID), e.PlanID, e.PlanVersion, e.LogicalAttemptID, e.EngineAttemptID,
-			e.IdempotencyKey, e.EmittedAt.UTC().Format(engine.TimeFormat), now, nullableJSON(e.Payload),
-			prevCol, hashCol, digestCol)
+		link, args := s.eventRow(rec, head, now)
+		r, err := insert.ExecContext(ctx, args...)
 		if err != nil {
 			return engine.AppendResult{}, classify(s.path, err)
 		}
@@ -536,13 +541,15 @@ func (s *Store) appendTx(ctx context.Context, tx *sqlx.Tx, runID string, row run
 		if _, err := s.exec(ctx, tx, "update_seq", seq, string(status), head, runID); err != nil {
 			return engine.AppendResult{}, err
 		}
+		var changed []any
 		for id, st := range after {
 			if prev, ok := steps[id]; ok && prev == st {
 				continue
 			}
-			if _, err := s.exec(ctx, tx, "upsert_step_state", runID, id, string(st.Status), st.LogicalAttemptID); err != nil {
-				return engine.AppendResult{}, err
-			}
+			changed = append(changed, runID, id, string(st.Status), st.LogicalAttemptID)
+		}
+		if err := s.upsertSteps(ctx, tx, changed); err != nil {
+			return engine.AppendResult{}, err
 		}
 		if status.Terminal() {
 			// Reservations matter while events can still be retried; a
@@ -575,9 +582,15 @@ func (s *Store) stepStates(ctx context.Context, tx *sqlx.Tx, runID string, event
 	}
 	var rows *sql.Rows
 	var err error
-	if len(seen) == 1 {
+	switch {
+	case len(seen) == 1:
 		rows, err = tx.StmtContext(ctx, s.stmts["step_state"]).QueryContext(ctx, args...)
-	} else {
+	case len(seen) <= batchRows:
+		var st *sql.Stmt
+		if st, err = s.batchStmt(ctx, tx, "step_states", "/*steps*/", len(seen), 0); err == nil {
+			rows, err = st.QueryContext(ctx, args...)
+		}
+	default:
 		rows, err = tx.QueryContext(ctx, strings.Replace(s.q["step_states"], "/*steps*/", placeholders(len(seen)), 1), args...)
 	}
 	if err != nil {

@@ -22,6 +22,15 @@ SELECT s.next_seq, s.status, r.tenant_id, r.project_id, r.environment_id, r.plan
 FROM dvt_run_seq s JOIN dvt_runs r ON r.run_id = s.run_id
 WHERE s.run_id = ?;
 
+-- name: lock_seq_step
+-- lock_seq and the state of one step (NULLs while it has none) in one
+-- statement: the append of a single step event needs both.
+SELECT s.next_seq, s.status, r.tenant_id, r.project_id, r.environment_id, r.plan_id, r.plan_version,
+       s.last_hash, st.status, st.logical_attempt_id
+FROM dvt_run_seq s JOIN dvt_runs r ON r.run_id = s.run_id
+LEFT JOIN dvt_step_state st ON st.run_id = s.run_id AND st.step_id = ?
+WHERE s.run_id = ?;
+
 -- name: update_seq
 -- last_hash is the hash chain's head (issue 19), advanced with next_seq.
 UPDATE dvt_run_seq SET next_seq = ?, status = ?, last_hash = ? WHERE run_id = ?;

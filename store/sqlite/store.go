@@ -347,6 +347,9 @@ type runRow struct {
 	tenant, project, env string
 	planID, planVersion  string
 	lastHash             string // the hash chain's head (audit.Genesis before the first event)
+	// steps is the state of the steps the events change when it was read
+	// with the row (a single step event: lock_seq_step); nil otherwise.
+	steps map[string]engine.StepState
 }
 
 // metadata is the part of the run's dvt_runs row its events must match.
@@ -441,7 +444,17 @@ func (s *Store) append(ctx context.Context, runID string, lease *engine.Lease, e
 	}
 	defer tx.Rollback()
 	var row runRow
-	err = tx.StmtContext(ctx, s.stmts["lock_seq"]).QueryRowContext(ctx, runID).Scan(&row.nextSeq, &row.status, &row.tenant, &row.project, &row.env, &row.planID, &row.planVersion, &row.lastHash)
+	if len(events) == 1 && changesStep(events[0]) {
+		var status sql.NullString
+		var attempt sql.NullInt64
+		err = tx.StmtContext(ctx, s.stmts["lock_seq_step"]).QueryRowContext(ctx, events[0].StepID, runID).Scan(&row.nextSeq, &row.status, &row.tenant, &row.project, &row.env, &row.planID, &row.planVersion, &row.lastHash, &status, &attempt)
+		row.steps = map[string]engine.StepState{}
+		if status.Valid {
+			row.steps[events[0].StepID] = engine.StepState{Status: engine.StepStatus(status.String), LogicalAttemptID: int(attempt.Int64)}
+		}
+	} else {
+		err = tx.StmtContext(ctx, s.stmts["lock_seq"]).QueryRowContext(ctx, runID).Scan(&row.nextSeq, &row.status, &row.tenant, &row.project, &row.env, &row.planID, &row.planVersion, &row.lastHash)
+	}
 	if errors.Is(err, sql.ErrNoRows) {
 		return engine.AppendResult{}, engine.Errorf(engine.CodeRunNotFound, "run %s does not exist (bootstrap it first); nothing was written", runID)
 	}
@@ -527,9 +540,11 @@ func (s *Store) appendTx(ctx context.Context, tx *sqlx.Tx, runID string, row run
 		seq, head = seq+1, link.Hash
 	}
 	if len(fresh) > 0 {
-		steps, err := s.stepStates(ctx, tx, runID, fresh)
-		if err != nil {
-			return engine.AppendResult{}, err
+		steps := row.steps
+		if steps == nil {
+			if steps, err = s.stepStates(ctx, tx, runID, fresh); err != nil {
+				return engine.AppendResult{}, err
+			}
 		}
 		status, after, err := engine.CheckTransitions(row.status, steps, fresh)
 		if err != nil {
@@ -571,7 +586,7 @@ func (s *Store) stepStates(ctx context.Context, tx *sqlx.Tx, runID string, event
 	args := []any{runID}
 	seen := map[string]bool{}
 	for _, e := range events {
-		if _, changes := engine.TargetOf(e.EventType); changes && e.EventType.StepLevel() && !seen[e.StepID] {
+		if changesStep(e) && !seen[e.StepID] {
 			seen[e.StepID] = true
 			args = append(args, e.StepID)
 		}
@@ -606,6 +621,13 @@ func (s *Store) stepStates(ctx context.Context, tx *sqlx.Tx, runID string, event
 		out[id] = engine.StepState{Status: engine.StepStatus(status), LogicalAttemptID: attempt}
 	}
 	return out, classify(s.path, rows.Err())
+}
+
+// changesStep reports whether e changes its step's state: the steps
+// whose state the transition check reads.
+func changesStep(e engine.RunEventWrite) bool {
+	_, changes := engine.TargetOf(e.EventType)
+	return changes && e.EventType.StepLevel()
 }
 
 type queryer interface {

@@ -22,15 +22,6 @@ SELECT s.next_seq, s.status, r.tenant_id, r.project_id, r.environment_id, r.plan
 FROM dvt_run_seq s JOIN dvt_runs r ON r.run_id = s.run_id
 WHERE s.run_id = ?;
 
--- name: lock_seq_step
--- lock_seq and the state of one step (NULLs while it has none) in one
--- statement: the append of a single step event needs both.
-SELECT s.next_seq, s.status, r.tenant_id, r.project_id, r.environment_id, r.plan_id, r.plan_version,
-       s.last_hash, st.status, st.logical_attempt_id
-FROM dvt_run_seq s JOIN dvt_runs r ON r.run_id = s.run_id
-LEFT JOIN dvt_step_state st ON st.run_id = s.run_id AND st.step_id = ?
-WHERE s.run_id = ?;
-
 -- name: update_seq
 -- last_hash is the hash chain's head (issue 19), advanced with next_seq.
 UPDATE dvt_run_seq SET next_seq = ?, status = ?, last_hash = ? WHERE run_id = ?;
@@ -64,38 +55,6 @@ ON CONFLICT (run_id, idempotency_key) DO NOTHING;
 
 -- name: insert_outbox
 INSERT INTO dvt_outbox (run_id, run_seq) VALUES (?, ?);
-
--- name: existing_events
--- The batch forms of the append (a batch of more than one event): one
--- statement per table, not per event. The rows marker becomes a list of
--- (?, ...) groups, the keys marker a list of ?: placeholders only, never
--- values. This one reads the batch's keys already stored (their events are
--- returned, not appended). INDEXED BY: without it the planner walks the
--- run's events by primary key (every event of the run, per batch).
-SELECT run_id, run_seq, tenant_id, project_id, environment_id, event_id, event_type, step_id,
-       plan_id, plan_version, logical_attempt_id, engine_attempt_id, idempotency_key,
-       emitted_at, persisted_at, payload
-FROM dvt_run_events INDEXED BY dvt_run_events_idem
-WHERE run_id = ? AND idempotency_key IN (/*keys*/);
-
--- name: insert_events
--- Keys found by existing_events are left out; the conflict clause stays so
--- that a row that conflicts anyway is counted, not an error (the append
--- checks that every row went in).
-INSERT INTO dvt_run_events (run_id, run_seq, tenant_id, project_id, environment_id, event_id,
-                            event_type, step_id, plan_id, plan_version, logical_attempt_id,
-                            engine_attempt_id, idempotency_key, emitted_at, persisted_at, payload,
-                            prev_hash, hash, payload_sha256)
-VALUES /*rows*/
-ON CONFLICT (run_id, idempotency_key) DO NOTHING;
-
--- name: insert_outboxes
-INSERT INTO dvt_outbox (run_id, run_seq) VALUES /*rows*/;
-
--- name: upsert_step_states
-INSERT INTO dvt_step_state (run_id, step_id, status, logical_attempt_id) VALUES /*rows*/
-ON CONFLICT (run_id, step_id) DO UPDATE SET status = excluded.status,
-                                            logical_attempt_id = excluded.logical_attempt_id;
 
 -- name: forget_run_reservations
 DELETE FROM dvt_event_ids WHERE run_id = ?;

@@ -53,9 +53,6 @@ type Store struct {
 	opts  Options
 	q     map[string]string
 	stmts map[string]*sql.Stmt // the statements without an IN list, prepared once
-	// batch holds the append's batch statements by name and row count,
-	// prepared on first use (at most batchRows of each); writeMu guards it.
-	batch map[string]*sql.Stmt
 
 	// QueueSQL is the run queue and the schedule cursors.
 	*store.QueueSQL
@@ -117,7 +114,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, classify(path, err)
 	}
-	s := &Store{db: db, path: path, opts: opts, q: q, stmts: map[string]*sql.Stmt{}, batch: map[string]*sql.Stmt{}, lock: lock}
+	s := &Store{db: db, path: path, opts: opts, q: q, stmts: map[string]*sql.Stmt{}, lock: lock}
 	if err := s.migrate(ctx); err != nil {
 		db.Close()
 		return nil, err
@@ -182,11 +179,6 @@ func (s *Store) Close() error {
 	for _, st := range s.stmts {
 		st.Close()
 	}
-	s.writeMu.Lock()
-	for _, st := range s.batch {
-		st.Close()
-	}
-	s.writeMu.Unlock()
 	return s.db.Close()
 }
 
@@ -347,9 +339,6 @@ type runRow struct {
 	tenant, project, env string
 	planID, planVersion  string
 	lastHash             string // the hash chain's head (audit.Genesis before the first event)
-	// steps is the state of the steps the events change when it was read
-	// with the row (a single step event: lock_seq_step); nil otherwise.
-	steps map[string]engine.StepState
 }
 
 // metadata is the part of the run's dvt_runs row its events must match.
@@ -433,8 +422,10 @@ func (s *Store) append(ctx context.Context, runID string, lease *engine.Lease, e
 	}
 	// Envelope checks first, outside the lock: nothing is written for an
 	// invalid batch. The checks against the run's row run under the lock.
-	if err := validate(events); err != nil {
-		return engine.AppendResult{}, err
+	for _, e := range events {
+		if err := engine.Validate(e); err != nil {
+			return engine.AppendResult{}, err
+		}
 	}
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
@@ -444,17 +435,7 @@ func (s *Store) append(ctx context.Context, runID string, lease *engine.Lease, e
 	}
 	defer tx.Rollback()
 	var row runRow
-	if len(events) == 1 && changesStep(events[0]) {
-		var status sql.NullString
-		var attempt sql.NullInt64
-		err = tx.StmtContext(ctx, s.stmts["lock_seq_step"]).QueryRowContext(ctx, events[0].StepID, runID).Scan(&row.nextSeq, &row.status, &row.tenant, &row.project, &row.env, &row.planID, &row.planVersion, &row.lastHash, &status, &attempt)
-		row.steps = map[string]engine.StepState{}
-		if status.Valid {
-			row.steps[events[0].StepID] = engine.StepState{Status: engine.StepStatus(status.String), LogicalAttemptID: int(attempt.Int64)}
-		}
-	} else {
-		err = tx.StmtContext(ctx, s.stmts["lock_seq"]).QueryRowContext(ctx, runID).Scan(&row.nextSeq, &row.status, &row.tenant, &row.project, &row.env, &row.planID, &row.planVersion, &row.lastHash)
-	}
+	err = tx.StmtContext(ctx, s.stmts["lock_seq"]).QueryRowContext(ctx, runID).Scan(&row.nextSeq, &row.status, &row.tenant, &row.project, &row.env, &row.planID, &row.planVersion, &row.lastHash)
 	if errors.Is(err, sql.ErrNoRows) {
 		return engine.AppendResult{}, engine.Errorf(engine.CodeRunNotFound, "run %s does not exist (bootstrap it first); nothing was written", runID)
 	}
@@ -485,11 +466,9 @@ func (s *Store) append(ctx context.Context, runID string, lease *engine.Lease, e
 
 // appendTx does the append inside tx, which holds the database write lock.
 // Each event is inserted with the next runSeq unless its idempotency key is
-// stored already: a single event's insert lets the unique index decide (no
-// separate lookup), a batch reads its stored keys first and then writes one
-// statement per table (insertBatch). The transition check then runs over
-// the events that were new, and a rejection rolls the whole transaction
-// back.
+// stored already (the unique index decides, so no separate lookup of the
+// batch's keys is needed); the transition check then runs over the events
+// that were new, and a rejection rolls the whole transaction back.
 func (s *Store) appendTx(ctx context.Context, tx *sqlx.Tx, runID string, row runRow, b store.Batch, now string) (engine.AppendResult, error) {
 	persisted, err := time.Parse(time.RFC3339Nano, now)
 	if err != nil {
@@ -498,24 +477,27 @@ func (s *Store) appendTx(ctx context.Context, tx *sqlx.Tx, runID string, row run
 	var res engine.AppendResult
 	var fresh []engine.RunEventWrite
 	stored := map[string]engine.RunEventRecord{}
-	seq, head := row.nextSeq, row.lastHash
-	if len(b.Events) > 1 {
-		if seq, head, err = s.insertBatch(ctx, tx, runID, b, now, persisted, seq, head, &res, stored); err != nil {
-			return engine.AppendResult{}, err
-		}
-		for _, r := range res.Appended {
-			fresh = append(fresh, r.RunEventWrite)
-		}
-	}
 	insert := tx.StmtContext(ctx, s.stmts["insert_event"])
 	outbox := tx.StmtContext(ctx, s.stmts["insert_outbox"])
-	for _, e := range single(b.Events) {
+	seq, head := row.nextSeq, row.lastHash
+	for _, e := range b.Events {
 		// The chain link is computed before the insert: a duplicate key
 		// inserts nothing and leaves seq and the chain's head as they were.
 		// The hash covers the columns as stored (audit.EventBytesV2).
 		rec := engine.RunEventRecord{RunEventWrite: e, RunSeq: seq, PersistedAt: persisted}
-		link, args := s.eventRow(rec, head, now)
-		r, err := insert.ExecContext(ctx, args...)
+		link := audit.Chained{Hash: head}
+		var prevCol, hashCol, digestCol any
+		if !s.unchained {
+			link = audit.Chain(head, []engine.RunEventRecord{rec})[0]
+			prevCol, hashCol = link.PrevHash, link.Hash
+			if link.PayloadSHA256 != "" {
+				digestCol = link.PayloadSHA256
+			}
+		}
+		r, err := insert.ExecContext(ctx, runID, seq, e.TenantID, e.ProjectID, e.EnvironmentID, e.EventID,
+			string(e.EventType), nullable(e.StepID), e.PlanID, e.PlanVersion, e.LogicalAttemptID, e.EngineAttemptID,
+			e.IdempotencyKey, e.EmittedAt.UTC().Format(engine.TimeFormat), now, nullableJSON(e.Payload),
+			prevCol, hashCol, digestCol)
 		if err != nil {
 			return engine.AppendResult{}, classify(s.path, err)
 		}
@@ -540,11 +522,9 @@ func (s *Store) appendTx(ctx context.Context, tx *sqlx.Tx, runID string, row run
 		seq, head = seq+1, link.Hash
 	}
 	if len(fresh) > 0 {
-		steps := row.steps
-		if steps == nil {
-			if steps, err = s.stepStates(ctx, tx, runID, fresh); err != nil {
-				return engine.AppendResult{}, err
-			}
+		steps, err := s.stepStates(ctx, tx, runID, fresh)
+		if err != nil {
+			return engine.AppendResult{}, err
 		}
 		status, after, err := engine.CheckTransitions(row.status, steps, fresh)
 		if err != nil {
@@ -556,15 +536,13 @@ func (s *Store) appendTx(ctx context.Context, tx *sqlx.Tx, runID string, row run
 		if _, err := s.exec(ctx, tx, "update_seq", seq, string(status), head, runID); err != nil {
 			return engine.AppendResult{}, err
 		}
-		var changed []any
 		for id, st := range after {
 			if prev, ok := steps[id]; ok && prev == st {
 				continue
 			}
-			changed = append(changed, runID, id, string(st.Status), st.LogicalAttemptID)
-		}
-		if err := s.upsertSteps(ctx, tx, changed); err != nil {
-			return engine.AppendResult{}, err
+			if _, err := s.exec(ctx, tx, "upsert_step_state", runID, id, string(st.Status), st.LogicalAttemptID); err != nil {
+				return engine.AppendResult{}, err
+			}
 		}
 		if status.Terminal() {
 			// Reservations matter while events can still be retried; a
@@ -586,7 +564,7 @@ func (s *Store) stepStates(ctx context.Context, tx *sqlx.Tx, runID string, event
 	args := []any{runID}
 	seen := map[string]bool{}
 	for _, e := range events {
-		if changesStep(e) && !seen[e.StepID] {
+		if _, changes := engine.TargetOf(e.EventType); changes && e.EventType.StepLevel() && !seen[e.StepID] {
 			seen[e.StepID] = true
 			args = append(args, e.StepID)
 		}
@@ -597,15 +575,9 @@ func (s *Store) stepStates(ctx context.Context, tx *sqlx.Tx, runID string, event
 	}
 	var rows *sql.Rows
 	var err error
-	switch {
-	case len(seen) == 1:
+	if len(seen) == 1 {
 		rows, err = tx.StmtContext(ctx, s.stmts["step_state"]).QueryContext(ctx, args...)
-	case len(seen) <= batchRows:
-		var st *sql.Stmt
-		if st, err = s.batchStmt(ctx, tx, "step_states", "/*steps*/", len(seen), 0); err == nil {
-			rows, err = st.QueryContext(ctx, args...)
-		}
-	default:
+	} else {
 		rows, err = tx.QueryContext(ctx, strings.Replace(s.q["step_states"], "/*steps*/", placeholders(len(seen)), 1), args...)
 	}
 	if err != nil {
@@ -621,13 +593,6 @@ func (s *Store) stepStates(ctx context.Context, tx *sqlx.Tx, runID string, event
 		out[id] = engine.StepState{Status: engine.StepStatus(status), LogicalAttemptID: attempt}
 	}
 	return out, classify(s.path, rows.Err())
-}
-
-// changesStep reports whether e changes its step's state: the steps
-// whose state the transition check reads.
-func changesStep(e engine.RunEventWrite) bool {
-	_, changes := engine.TargetOf(e.EventType)
-	return changes && e.EventType.StepLevel()
 }
 
 type queryer interface {

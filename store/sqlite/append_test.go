@@ -12,11 +12,10 @@ import (
 	"github.com/dvtrun/dvtrun/store/storetest"
 )
 
-// TestAppendLargeBatch: a batch larger than one batch statement carries
-// (128 rows) is written in chunks with contiguous runSeqs, one outbox row
-// each and an unbroken chain; the keys it repeats from earlier appends,
-// wherever they fall in it, come back as the stored events and take no
-// runSeq.
+// TestAppendLargeBatch: a batch of 300 events is written with contiguous
+// runSeqs, one outbox row each and an unbroken chain; the keys it repeats
+// from an earlier append, in its middle, come back as the stored events
+// and take no runSeq. (A batch form of the append must keep all of this.)
 func TestAppendLargeBatch(t *testing.T) {
 	ctx := context.Background()
 	s, err := sqlite.Open(ctx, t.TempDir()+"/state.db", sqlite.Options{})
@@ -34,8 +33,7 @@ func TestAppendLargeBatch(t *testing.T) {
 		}
 		all[i] = f.Event(typ, fmt.Sprintf("model.m%04d", i/2), 1)
 	}
-	// Events 130-131 (one step's pair, across the first chunk's end) are
-	// stored first.
+	// Events 130-131 (one step's pair) are stored first.
 	first, err := s.AppendAndEnqueue(ctx, f.Meta.RunID, all[130:132])
 	if err != nil || len(first.Appended) != 2 {
 		t.Fatalf("first append: %+v %v", first, err)
@@ -66,9 +64,8 @@ func TestAppendLargeBatch(t *testing.T) {
 	}
 }
 
-// TestAppendBatchInvalidEvent: whichever event of a large batch is
-// invalid (the schema checks run in parallel), the error names the first
-// invalid one and nothing is written.
+// TestAppendBatchInvalidEvent: whichever event of a batch is invalid, the
+// error names the first invalid one and nothing is written.
 func TestAppendBatchInvalidEvent(t *testing.T) {
 	ctx := context.Background()
 	s, err := sqlite.Open(ctx, t.TempDir()+"/state.db", sqlite.Options{})

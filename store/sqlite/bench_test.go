@@ -2,6 +2,7 @@ package sqlite_test
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -104,44 +105,58 @@ func BenchmarkAppendOne(b *testing.B) { benchAppend(b, 1) }
 // BenchmarkAppendBatch100: batches of 100 events.
 func BenchmarkAppendBatch100(b *testing.B) { benchAppend(b, 100) }
 
-// ceiling writes the same rows into the same tables with plain prepared
-// INSERTs in one transaction per batch — the event row, its outbox row and
-// the sequence update — without validation, dedup or transition checks: the
-// most the database itself allows.
-func ceiling(b *testing.B, batch int) {
-	s, f := openBench(b)
-	events := benchEvents(f, b.N*batch)
+// ceilingWriter writes the same rows into the same tables with plain
+// prepared INSERTs in one transaction per batch — the event row, its outbox
+// row and the sequence update — without validation, dedup or transition
+// checks: the most the database itself allows.
+type ceilingWriter struct {
+	db            *sql.DB
+	ins, out, seq *sql.Stmt
+	runID         string
+	next          int64
+}
+
+func newCeiling(b *testing.B, s *sqlite.Store, runID string) *ceilingWriter {
 	db := s.DB().DB
-	ctx := context.Background()
 	ins, err := db.Prepare(`INSERT INTO dvt_run_events (run_id, run_seq, tenant_id, project_id, environment_id, event_id, event_type, step_id, plan_id, plan_version, logical_attempt_id, engine_attempt_id, idempotency_key, emitted_at, persisted_at, payload) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
 	if err != nil {
 		b.Fatal(err)
 	}
 	out, _ := db.Prepare(`INSERT INTO dvt_outbox (run_id, run_seq) VALUES (?, ?)`)
 	seq, _ := db.Prepare(`UPDATE dvt_run_seq SET next_seq = ? WHERE run_id = ?`)
-	next := int64(3)
+	return &ceilingWriter{db: db, ins: ins, out: out, seq: seq, runID: runID, next: 3}
+}
+
+func (c *ceilingWriter) write(b *testing.B, events []engine.RunEventWrite) {
+	tx, err := c.db.BeginTx(context.Background(), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	now := time.Now().UTC().Format(engine.TimeFormat)
+	for _, e := range events {
+		if _, err := tx.Stmt(c.ins).Exec(e.RunID, c.next, e.TenantID, e.ProjectID, e.EnvironmentID, e.EventID, string(e.EventType), e.StepID, e.PlanID, e.PlanVersion, e.LogicalAttemptID, e.EngineAttemptID, e.IdempotencyKey, e.EmittedAt.Format(engine.TimeFormat), now, string(e.Payload)); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := tx.Stmt(c.out).Exec(e.RunID, c.next); err != nil {
+			b.Fatal(err)
+		}
+		c.next++
+	}
+	if _, err := tx.Stmt(c.seq).Exec(c.next, c.runID); err != nil {
+		b.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		b.Fatal(err)
+	}
+}
+
+func ceiling(b *testing.B, batch int) {
+	s, f := openBench(b)
+	events := benchEvents(f, b.N*batch)
+	c := newCeiling(b, s, f.Meta.RunID)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		tx, err := db.BeginTx(ctx, nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		now := time.Now().UTC().Format(engine.TimeFormat)
-		for _, e := range events[i*batch : (i+1)*batch] {
-			if _, err := tx.Stmt(ins).Exec(e.RunID, next, e.TenantID, e.ProjectID, e.EnvironmentID, e.EventID, string(e.EventType), e.StepID, e.PlanID, e.PlanVersion, e.LogicalAttemptID, e.EngineAttemptID, e.IdempotencyKey, e.EmittedAt.Format(engine.TimeFormat), now, string(e.Payload)); err != nil {
-				b.Fatal(err)
-			}
-			if _, err := tx.Stmt(out).Exec(e.RunID, next); err != nil {
-				b.Fatal(err)
-			}
-			next++
-		}
-		if _, err := tx.Stmt(seq).Exec(next, f.Meta.RunID); err != nil {
-			b.Fatal(err)
-		}
-		if err := tx.Commit(); err != nil {
-			b.Fatal(err)
-		}
+		c.write(b, events[i*batch:(i+1)*batch])
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "events/s")
@@ -152,3 +167,48 @@ func BenchmarkCeilingOne(b *testing.B) { ceiling(b, 1) }
 
 // BenchmarkCeilingBatch100 is BenchmarkAppendBatch100's ceiling.
 func BenchmarkCeilingBatch100(b *testing.B) { ceiling(b, 100) }
+
+// BenchmarkAppendVsCeiling runs AppendAndEnqueue and the ceiling's plain
+// INSERTs on two stores batch by batch, alternating which goes first, so
+// that the load on a shared machine falls on both alike; it reports each
+// one's time per batch and ceiling/append, the fraction of the ceiling's
+// throughput the append reaches (target ≥ 0.85), in wall time and in CPU
+// time.
+func BenchmarkAppendVsCeiling(b *testing.B) {
+	for _, batch := range []int{1, 100} {
+		b.Run(fmt.Sprintf("batch=%d", batch), func(b *testing.B) {
+			sa, fa := openBench(b)
+			sc, fc := openBench(b)
+			ea, ec := benchEvents(fa, b.N*batch), benchEvents(fc, b.N*batch)
+			c := newCeiling(b, sc, fc.Meta.RunID)
+			ctx := context.Background()
+			var ta, tc, ca, cc time.Duration
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				for _, app := range []bool{i%2 == 0, i%2 != 0} {
+					start, cpu := time.Now(), cpuTime()
+					if app {
+						if _, err := sa.AppendAndEnqueue(ctx, fa.Meta.RunID, ea[i*batch:(i+1)*batch]); err != nil {
+							b.Fatal(err)
+						}
+						ta, ca = ta+time.Since(start), ca+cpuTime()-cpu
+					} else {
+						c.write(b, ec[i*batch:(i+1)*batch])
+						tc, cc = tc+time.Since(start), cc+cpuTime()-cpu
+					}
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(ta.Microseconds())/float64(b.N), "append-µs/batch")
+			b.ReportMetric(float64(tc.Microseconds())/float64(b.N), "ceiling-µs/batch")
+			b.ReportMetric(float64(tc)/float64(ta), "ceiling/append")
+			// CPU time (the process's, both sides single-threaded but for
+			// the runtime): what the append costs whatever the neighbours do.
+			if ca > 0 {
+				b.ReportMetric(float64(ca.Microseconds())/float64(b.N), "append-cpu-µs/batch")
+				b.ReportMetric(float64(cc.Microseconds())/float64(b.N), "ceiling-cpu-µs/batch")
+				b.ReportMetric(float64(cc)/float64(ca), "ceiling/append-cpu")
+			}
+		})
+	}
+}

@@ -173,8 +173,17 @@ func DetectNonContiguous(lastSeq, nextSeq int64) bool {
 	return nextSeq != lastSeq+1
 }
 
-// Step returns the snapshot of one step.
+// Step returns the snapshot of one step. A snapshot the reducer did not
+// build (decoded from JSON, or made in code) has no index: it is searched.
 func (s Snapshot) Step(id string) (StepSnapshot, bool) {
+	if s.index == nil {
+		for _, st := range s.Steps {
+			if st.StepID == id {
+				return st, true
+			}
+		}
+		return StepSnapshot{}, false
+	}
 	i, ok := s.index[id]
 	if !ok {
 		return StepSnapshot{}, false

@@ -424,3 +424,31 @@ func step(s engine.Snapshot, id string) engine.StepSnapshot {
 	st, _ := s.Step(id)
 	return st
 }
+
+// TestStepOfDecodedSnapshot: a snapshot read back from JSON (status --json,
+// the live snapshots table) finds its steps as the reducer's own does.
+func TestStepOfDecodedSnapshot(t *testing.T) {
+	s := running().
+		add(engine.StepStarted, "a", 1, "").
+		add(engine.StepCompleted, "a", 1, "").
+		add(engine.StepSkipped, "b", 1, `{"reason":"dependency a failed"}`)
+	snap := engine.Project("r1", s.recs)
+	js, err := json.Marshal(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back engine.Snapshot
+	if err := json.Unmarshal(js, &back); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"a", "b"} {
+		want, _ := snap.Step(id)
+		got, ok := back.Step(id)
+		if !ok || got.StepID != id || got.Status != want.Status {
+			t.Errorf("decoded Step(%q) = %+v, %v; want %+v", id, got, ok, want)
+		}
+	}
+	if _, ok := back.Step("nope"); ok {
+		t.Error("decoded Step(nope) found a step")
+	}
+}

@@ -252,12 +252,8 @@ func TestResumeTimesTheStepItRunsAgain(t *testing.T) {
 	}
 }
 
-// stepOf finds a step of a snapshot decoded from JSON (which has no index).
+// stepOf is Snapshot.Step without its ok.
 func stepOf(s engine.Snapshot, id string) engine.StepSnapshot {
-	for _, st := range s.Steps {
-		if st.StepID == id {
-			return st
-		}
-	}
-	return engine.StepSnapshot{}
+	st, _ := s.Step(id)
+	return st
 }

@@ -104,19 +104,26 @@ func ceilingInsert(b *testing.B, s *postgres.Store, batch int) func(i int) {
 	}
 }
 
+// benchRun opens a store on the test server, closed when b ends, with one
+// bootstrapped run to append to.
+func benchRun(b *testing.B) (*postgres.Store, *storetest.Fixture) {
+	s, err := postgres.Open(context.Background(), pgtest.DSN(b), postgres.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close() })
+	f := storetest.NewFixture()
+	f.Bootstrap(b, s)
+	return s, f
+}
+
 // benchRatio measures the append against its ceiling in turns, one append
 // then one ceiling insert of the same batch size on the same server, so
 // that the machine's load weighs on both alike, and reports the median of
 // each and their ratio (ceiling/append: 1 is the ceiling).
 func benchRatio(b *testing.B, batch int) {
 	ctx := context.Background()
-	s, err := postgres.Open(ctx, pgtest.DSN(b), postgres.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
-	f := storetest.NewFixture()
-	f.Bootstrap(b, s)
+	s, f := benchRun(b)
 	events := benchEvents(f, b.N*batch)
 	insert := ceilingInsert(b, s, batch)
 	var ta, tc []time.Duration
@@ -142,13 +149,7 @@ func benchRatio(b *testing.B, batch int) {
 
 func benchAppend(b *testing.B, batch int) {
 	ctx := context.Background()
-	s, err := postgres.Open(ctx, pgtest.DSN(b), postgres.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
-	f := storetest.NewFixture()
-	f.Bootstrap(b, s)
+	s, f := benchRun(b)
 	events := benchEvents(f, b.N*batch)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {

@@ -47,34 +47,22 @@ func useBoth(t *testing.T, s *postgres.Store, w *postgres.Warehouse, runID strin
 // warehouse first, or both at once (as dvtrun run does).
 func openOrder(ctx context.Context, c oneDatabase, dsn, order string) (*postgres.Store, *postgres.Warehouse, error) {
 	var (
-		s          *postgres.Store
-		w          *postgres.Warehouse
-		serr, werr error
+		s *postgres.Store
+		w *postgres.Warehouse
 	)
-	openS := func() { s, serr = postgres.Open(ctx, c.storeDSN(dsn), postgres.Options{}) }
-	openW := func() { w, werr = postgres.OpenWarehouse(ctx, c.warehouse(dsn), postgres.WarehouseOptions{}) }
-	switch order {
-	case "store first":
-		openS()
-		openW()
-	case "warehouse first":
-		openW()
-		openS()
-	default:
-		var wg sync.WaitGroup
-		wg.Add(2)
-		go func() { defer wg.Done(); openS() }()
-		go func() { defer wg.Done(); openW() }()
-		wg.Wait()
+	openS := func() (err error) { s, err = postgres.Open(ctx, c.storeDSN(dsn), postgres.Options{}); return err }
+	openW := func() (err error) {
+		w, err = postgres.OpenWarehouse(ctx, c.warehouse(dsn), postgres.WarehouseOptions{})
+		return err
 	}
-	if serr != nil || werr != nil {
+	if err := storetest.OpenInOrder(order, openS, openW); err != nil {
 		if s != nil {
 			s.Close()
 		}
 		if w != nil {
 			w.Close()
 		}
-		return nil, nil, fmt.Errorf("store: %v; warehouse: %v", serr, werr)
+		return nil, nil, err
 	}
 	return s, w, nil
 }

@@ -85,34 +85,22 @@ func TestOneDatabaseRace(t *testing.T) {
 
 func openSnowflakeBoth(dsn, order string) (*snowflake.Store, *snowflake.Warehouse, error) {
 	var (
-		s          *snowflake.Store
-		w          *snowflake.Warehouse
-		serr, werr error
+		s *snowflake.Store
+		w *snowflake.Warehouse
 	)
-	openS := func() { s, serr = snowflake.Open(ctx, dsn, snowflake.Options{}) }
-	openW := func() { w, werr = snowflake.OpenWarehouse(ctx, dsn, snowflake.WarehouseOptions{}) }
-	switch order {
-	case "store first":
-		openS()
-		openW()
-	case "warehouse first":
-		openW()
-		openS()
-	default:
-		var wg sync.WaitGroup
-		wg.Add(2)
-		go func() { defer wg.Done(); openS() }()
-		go func() { defer wg.Done(); openW() }()
-		wg.Wait()
+	openS := func() (err error) { s, err = snowflake.Open(ctx, dsn, snowflake.Options{}); return err }
+	openW := func() (err error) {
+		w, err = snowflake.OpenWarehouse(ctx, dsn, snowflake.WarehouseOptions{})
+		return err
 	}
-	if serr != nil || werr != nil {
+	if err := storetest.OpenInOrder(order, openS, openW); err != nil {
 		if s != nil {
 			s.Close()
 		}
 		if w != nil {
 			w.Close()
 		}
-		return nil, nil, fmt.Errorf("store: %v; warehouse: %v", serr, werr)
+		return nil, nil, err
 	}
 	return s, w, nil
 }
